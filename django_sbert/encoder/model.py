@@ -1,0 +1,354 @@
+"""SentenceEncoder: Transformer -> Pooling -> [Dense] -> [Normalize], one shared-weight encoder.
+
+Each text is encoded on its own into a fixed-size vector ``s = pool(BERT(x))``; texts are
+compared by cosine of their vectors (Reimers & Gurevych 2019). Directories are read and
+written in the sentence-transformers format, so models move freely between the two.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .dense import Dense
+from .pooling import Pooling
+from .spec import ModelSpec, read_spec, resolve_model_path
+from .tokenization import TextTokenizer, TokenRows
+
+LongText = Literal["truncate", "chunk"]
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+# The module type strings every sentence-transformers release understands.
+LEGACY_MODULE_TYPES = {
+    "transformer": "sentence_transformers.models.Transformer",
+    "pooling": "sentence_transformers.models.Pooling",
+    "dense": "sentence_transformers.models.Dense",
+    "normalize": "sentence_transformers.models.Normalize",
+}
+
+
+def _check_texts(texts: Sequence[str]) -> list[str]:
+    checked = list(texts)
+    for index, text in enumerate(checked):
+        if not isinstance(text, str):
+            raise TypeError(
+                f"encode() takes strings; item {index} is {type(text).__name__}: {text!r:.60}"
+            )
+    return checked
+
+
+class SentenceEncoder(nn.Module):
+    """A Sentence-BERT bi-encoder loaded from (and saved to) a sentence-transformers directory.
+
+    Use ``SentenceEncoder.load(name)`` to build one and ``encode(texts)`` for vectors. For
+    training, ``tokenize(texts)`` gives a padded batch and calling the module on it gives
+    differentiable sentence embeddings ``(batch, dimensions)``.
+    """
+
+    def __init__(
+        self,
+        transformer: nn.Module,
+        hf_tokenizer: Any,
+        spec: ModelSpec,
+        pooling: Pooling,
+        dense: Sequence[Dense] = (),
+        normalize: bool = False,
+    ) -> None:
+        super().__init__()
+        self.transformer = transformer
+        self.pooling = pooling
+        self.dense = nn.ModuleList(dense)
+        self.normalize_output = normalize
+        self.spec = spec
+        self.prompts = dict(spec.prompts)
+        self.default_prompt_name = spec.default_prompt_name
+        self.similarity_fn_name = spec.similarity_fn_name
+        self.quantized: str | None = None
+        self._hf_tokenizer = hf_tokenizer
+        pad_id = hf_tokenizer.pad_token_id if hf_tokenizer.pad_token_id is not None else 0
+        self.tokenizer = TextTokenizer(
+            hf_tokenizer.backend_tokenizer, spec.max_seq_length, pad_id, spec.do_lower_case
+        )
+
+    # ---------------------------------------------------------------- loading and saving
+    @classmethod
+    def load(
+        cls,
+        name_or_path: str | Path,
+        *,
+        device: str | torch.device | None = None,
+        quantize: Literal["int8"] | None = None,
+        dtype: str | torch.dtype | None = None,
+        threads: int | None = None,
+        allow_download: bool | None = None,
+    ) -> SentenceEncoder:
+        """Load a model by directory, packaged name (``all-MiniLM-L6-v2``) or hub id.
+
+        ``quantize="int8"`` quantizes the transformer's linear layers dynamically (CPU);
+        ``dtype="bfloat16"`` runs the transformer in bf16; ``threads`` sets torch's intra-op
+        threads for the process (set it explicitly in forked workers).
+        """
+        from transformers import AutoModel, AutoTokenizer
+
+        if threads is not None:
+            torch.set_num_threads(int(threads))
+        path = resolve_model_path(name_or_path, allow_download=allow_download)
+        spec = read_spec(path)
+        transformer_dir = path / next(m.path for m in spec.modules if m.kind == "transformer")
+        hf_tokenizer = AutoTokenizer.from_pretrained(transformer_dir, local_files_only=True)
+        if not getattr(hf_tokenizer, "is_fast", False):
+            raise ValueError(f"{transformer_dir}: a fast (Rust) tokenizer is required.")
+        transformer = AutoModel.from_pretrained(
+            transformer_dir,
+            local_files_only=True,
+            use_safetensors=(transformer_dir / "model.safetensors").exists() or None,
+            attn_implementation="sdpa",
+        )
+        dense = [
+            Dense.load(path / module.path, config)
+            for module, config in zip(
+                [m for m in spec.modules if m.kind == "dense"], spec.dense, strict=True
+            )
+        ]
+        pooling = Pooling(spec.hidden_size, spec.pooling_modes, spec.include_prompt)
+        encoder = cls(transformer, hf_tokenizer, spec, pooling, dense, spec.normalize)
+        encoder.eval()
+        if dtype is not None:
+            encoder.transformer.to(DTYPES[dtype] if isinstance(dtype, str) else dtype)
+        if device is not None:
+            encoder.to(device)
+        if quantize is not None:
+            encoder.quantize(quantize)
+        return encoder
+
+    def quantize(self, scheme: Literal["int8"] = "int8") -> SentenceEncoder:
+        """Dynamic int8 quantization of the transformer's linear layers, in place (CPU only).
+
+        Weights are quantized once, per tensor; activations are quantized at run time with one
+        scale per batch (torch's dynamic quantization), so a text's vector can move slightly
+        (cosine > 0.99) with the other texts in its batch. Use float32 where bit-for-bit
+        reproducible vectors matter.
+        """
+        if scheme != "int8":
+            raise ValueError(f"Unknown quantization {scheme!r}; only 'int8' is supported.")
+        if self.device.type != "cpu":
+            raise ValueError("int8 dynamic quantization runs on the CPU; load with device='cpu'.")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch.ao's deprecation notice, not actionable here
+            from torch.ao.quantization import quantize_dynamic
+
+            self.transformer = quantize_dynamic(self.transformer, {nn.Linear}, dtype=torch.qint8)
+        self.quantized = scheme
+        return self
+
+    def save(self, directory: str | Path) -> None:
+        """Write a sentence-transformers directory (legacy module types, safetensors weights)."""
+        if self.quantized:
+            raise ValueError(
+                "A quantized encoder cannot be saved; save the float model and pass "
+                "quantize='int8' when loading it."
+            )
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.transformer.save_pretrained(directory, safe_serialization=True)
+        self._hf_tokenizer.save_pretrained(directory)
+        modules: list[dict[str, Any]] = [
+            {"idx": 0, "name": "0", "path": "", "type": LEGACY_MODULE_TYPES["transformer"]}
+        ]
+
+        def add(kind: str, folder: str) -> Path:
+            index = len(modules)
+            modules.append(
+                {
+                    "idx": index,
+                    "name": str(index),
+                    "path": f"{index}_{folder}",
+                    "type": LEGACY_MODULE_TYPES[kind],
+                }
+            )
+            return directory / f"{index}_{folder}"
+
+        pooling_dir = add("pooling", "Pooling")
+        pooling_dir.mkdir(exist_ok=True)
+        _write_json(pooling_dir / "config.json", _legacy_pooling_config(self.pooling))
+        for dense in self.dense:
+            dense_dir = add("dense", "Dense")
+            dense.save(dense_dir)
+            _write_json(dense_dir / "config.json", dense.get_config())
+        if self.normalize_output:
+            add("normalize", "Normalize").mkdir(exist_ok=True)
+        _write_json(directory / "modules.json", modules)
+        _write_json(
+            directory / "sentence_bert_config.json",
+            {"max_seq_length": self.max_seq_length, "do_lower_case": self.spec.do_lower_case},
+        )
+        _write_json(
+            directory / "config_sentence_transformers.json",
+            {
+                "prompts": self.prompts,
+                "default_prompt_name": self.default_prompt_name,
+                "similarity_fn_name": self.similarity_fn_name,
+            },
+        )
+
+    def copy(self) -> SentenceEncoder:
+        """An independent deep copy (training works on one, so the original is never changed)."""
+        return copy.deepcopy(self)
+
+    # ---------------------------------------------------------------- properties
+    @property
+    def dimensions(self) -> int:
+        if len(self.dense):
+            return self.dense[-1].out_features
+        return self.pooling.output_dimension
+
+    @property
+    def max_seq_length(self) -> int:
+        return self.tokenizer.max_seq_length
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.transformer.parameters(), torch.empty(0)).device
+
+    # ---------------------------------------------------------------- the network
+    def tokenize(self, texts: Sequence[str], prompt: str | None = None) -> dict[str, torch.Tensor]:
+        """A padded batch for ``forward``: ``input_ids`` and ``attention_mask`` on the device."""
+        rows = self.tokenizer.truncated(_check_texts(texts), prompt)
+        input_ids, mask = self.tokenizer.pad(rows, np.arange(len(rows)))
+        features = {
+            "input_ids": torch.from_numpy(input_ids).to(self.device),
+            "attention_mask": torch.from_numpy(mask).to(self.device),
+        }
+        if prompt:
+            features["prompt_length"] = torch.tensor(self.tokenizer.prompt_length(prompt))
+        return features
+
+    def forward(self, features: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Sentence embeddings ``(batch, dimensions)`` for a batch from ``tokenize``."""
+        mask = features["attention_mask"]  # (batch, seq)
+        states = self.transformer(
+            input_ids=features["input_ids"], attention_mask=mask
+        ).last_hidden_state  # (batch, seq, hidden)
+        prompt_length = int(features["prompt_length"]) if "prompt_length" in features else 0
+        embeddings = self.pooling(states, mask, prompt_length)  # (batch, hidden * modes)
+        for dense in self.dense:
+            embeddings = dense(embeddings)
+        if self.normalize_output:
+            embeddings = F.normalize(embeddings, p=2, dim=1)
+        return embeddings
+
+    # ---------------------------------------------------------------- inference
+    def encode(
+        self,
+        texts: str | Sequence[str],
+        batch_size: int = 32,
+        normalize: bool = True,
+        show_progress: bool = False,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+        long_text: LongText = "truncate",
+        chunk_overlap: int = 32,
+    ) -> np.ndarray:
+        """Encode texts into float32 vectors ``(n, dimensions)`` (``(dimensions,)`` for one str).
+
+        Inputs are sorted by token count and batched so little compute goes to padding; the
+        output keeps the input order. ``normalize=True`` returns unit vectors (cosine = dot).
+        ``long_text="truncate"`` cuts each text at ``max_seq_length`` tokens, as
+        sentence-transformers does; ``"chunk"`` encodes overlapping windows over the whole
+        text and averages their unit vectors, so every part of a long document counts.
+        """
+        single = isinstance(texts, str)
+        items = _check_texts([texts] if single else texts)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        if long_text not in ("truncate", "chunk"):
+            raise ValueError(f"long_text must be 'truncate' or 'chunk', got {long_text!r}.")
+        prompt = self._resolve_prompt(prompt_name, prompt)
+        if not items:
+            return np.empty((0, self.dimensions), dtype=np.float32)
+        if long_text == "chunk":
+            rows = self.tokenizer.windows(items, chunk_overlap, prompt)
+        else:
+            rows = self.tokenizer.truncated(items, prompt)
+        prompt_length = self.tokenizer.prompt_length(prompt) if prompt else 0
+        vectors = self._encode_rows(rows, batch_size, prompt_length, show_progress)
+        if long_text == "chunk":
+            vectors = _average_windows(vectors, rows.owner, len(items))
+        if normalize:
+            vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        return vectors[0] if single else vectors
+
+    def _resolve_prompt(self, prompt_name: str | None, prompt: str | None) -> str | None:
+        if prompt is not None:
+            return prompt
+        name = prompt_name or self.default_prompt_name
+        if name is None:
+            return None
+        if name not in self.prompts:
+            raise ValueError(
+                f"Unknown prompt_name {name!r}; this model has {sorted(self.prompts)}."
+            )
+        return self.prompts[name] or None
+
+    def _encode_rows(
+        self, rows: TokenRows, batch_size: int, prompt_length: int, show_progress: bool
+    ) -> np.ndarray:
+        # Longest first: the peak memory shows up in the first batch, not at the end.
+        order = np.argsort(-rows.lengths, kind="stable")
+        output = np.empty((len(rows), self.dimensions), dtype=np.float32)
+        starts = range(0, len(rows), batch_size)
+        if show_progress:
+            from tqdm.auto import tqdm
+
+            starts = tqdm(starts, desc="Encoding", unit="batch")
+        device = self.device
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.inference_mode():
+                for start in starts:
+                    index = order[start : start + batch_size]
+                    input_ids, mask = self.tokenizer.pad(rows, index)
+                    features = {
+                        "input_ids": torch.from_numpy(input_ids).to(device),
+                        "attention_mask": torch.from_numpy(mask).to(device),
+                    }
+                    if prompt_length:
+                        features["prompt_length"] = torch.tensor(prompt_length)
+                    output[index] = self.forward(features).float().cpu().numpy()
+        finally:
+            self.train(was_training)
+        return output
+
+
+def _average_windows(vectors: np.ndarray, owner: np.ndarray, count: int) -> np.ndarray:
+    """Mean of each text's unit-normalized window vectors."""
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    sums = np.zeros((count, vectors.shape[1]), dtype=np.float32)
+    np.add.at(sums, owner, unit)
+    return sums / np.bincount(owner, minlength=count)[:, None].astype(np.float32)
+
+
+def _legacy_pooling_config(pooling: Pooling) -> dict[str, Any]:
+    """Pooling config in the boolean-key form that every sentence-transformers release reads."""
+    from .spec import LEGACY_POOLING_KEYS
+
+    config: dict[str, Any] = {"word_embedding_dimension": pooling.embedding_dimension}
+    for key, mode in LEGACY_POOLING_KEYS.items():
+        config[key] = mode in pooling.modes
+    if not pooling.include_prompt:  # older releases reject the key, so only write it when needed
+        config["include_prompt"] = False
+    return config
+
+
+def _write_json(path: Path, payload: Any) -> None:
+    path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,112 @@
+"""Tokenize texts into packed token rows, and pad rows into model batches.
+
+All texts are tokenized in one call into Rust (``tokenizers.Tokenizer.encode_batch``), kept as
+one flat id array plus offsets, and padded per batch with numpy only: no per-text Python in the
+encode loop. The two ``tokenizers.Tokenizer`` copies are configured once and never mutated
+afterwards, which makes concurrent use from several threads safe (mutating truncation or
+padding while another thread encodes raises "Already borrowed").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
+from tokenizers import Tokenizer
+
+
+@dataclass(frozen=True)
+class TokenRows:
+    """Token id sequences packed into one array; ``owner[i]`` is the text row ``i`` came from."""
+
+    ids: np.ndarray  # (total_tokens,) int64
+    starts: np.ndarray  # (rows,) offset of each row in ``ids``
+    lengths: np.ndarray  # (rows,) tokens per row, special tokens included
+    owner: np.ndarray  # (rows,) index of the input text
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+
+def _pack(sequences: list[list[int]], owner: np.ndarray) -> TokenRows:
+    lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
+    starts = np.zeros(len(sequences), dtype=np.int64)
+    if len(sequences) > 1:
+        np.cumsum(lengths[:-1], out=starts[1:])
+    ids = np.fromiter(chain.from_iterable(sequences), dtype=np.int64, count=int(lengths.sum()))
+    return TokenRows(ids=ids, starts=starts, lengths=lengths, owner=owner)
+
+
+class TextTokenizer:
+    """A sentence-transformers style tokenizer: truncation at ``max_seq_length``, no padding."""
+
+    def __init__(
+        self, backend: Tokenizer, max_seq_length: int, pad_id: int, lowercase: bool
+    ) -> None:
+        self.max_seq_length = max_seq_length
+        self.pad_id = pad_id
+        self.lowercase = lowercase
+        # tokenizer.json may carry its own truncation/padding (all-MiniLM-L6-v2's pads to 128):
+        # override both on private copies.
+        self._truncating = Tokenizer.from_str(backend.to_str())
+        self._truncating.no_padding()
+        self._truncating.enable_truncation(max_seq_length)
+        self._full = Tokenizer.from_str(backend.to_str())
+        self._full.no_padding()
+        self._full.no_truncation()
+        probe = self._full.encode("a")
+        specials = probe.special_tokens_mask
+        first = specials.index(0) if 0 in specials else len(specials)
+        last = len(specials) - 1 - specials[::-1].index(0) if 0 in specials else -1
+        self._lead = list(probe.ids[:first])  # e.g. [CLS]
+        self._trail = list(probe.ids[last + 1 :])  # e.g. [SEP]
+
+    def _prepare(self, texts: list[str]) -> list[str]:
+        return [t.lower() for t in texts] if self.lowercase else texts
+
+    def prompt_length(self, prompt: str) -> int:
+        """Positions a prompt takes at the start of a row (leading specials included)."""
+        return len(self._truncating.encode(self._prepare([prompt])[0]).ids) - len(self._trail)
+
+    def truncated(self, texts: list[str], prompt: str | None = None) -> TokenRows:
+        """One row per text, cut to ``max_seq_length`` tokens."""
+        texts = self._prepare([prompt + t for t in texts] if prompt else texts)
+        encodings = self._truncating.encode_batch(texts)
+        return _pack([e.ids for e in encodings], np.arange(len(texts)))
+
+    def windows(self, texts: list[str], overlap: int, prompt: str | None = None) -> TokenRows:
+        """Split each text into ``max_seq_length`` windows that overlap by ``overlap`` tokens.
+
+        A text that fits yields exactly the row ``truncated`` would give (without a prompt).
+        """
+        prompt_ids: list[int] = []
+        if prompt:
+            encoded = self._full.encode(self._prepare([prompt])[0]).ids
+            prompt_ids = list(encoded[len(self._lead) : len(encoded) - len(self._trail)])
+        width = self.max_seq_length - len(self._lead) - len(self._trail) - len(prompt_ids)
+        if width < 1:
+            raise ValueError("The prompt leaves no room for text within max_seq_length.")
+        if not 0 <= overlap < width:
+            raise ValueError(f"chunk_overlap must be in [0, {width}), got {overlap}.")
+        stride = width - overlap
+        head = self._lead + prompt_ids
+        rows: list[list[int]] = []
+        owner: list[int] = []
+        for index, encoding in enumerate(self._full.encode_batch(self._prepare(texts))):
+            ids = encoding.ids
+            content = ids[len(self._lead) : len(ids) - len(self._trail)]
+            for start in range(0, max(len(content) - overlap, 1), stride):
+                rows.append(head + content[start : start + width] + self._trail)
+                owner.append(index)
+        return _pack(rows, np.asarray(owner, dtype=np.int64))
+
+    def pad(self, rows: TokenRows, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Right-pad the rows at ``index`` into ``(input_ids, attention_mask)``, both (b, L)."""
+        lengths = rows.lengths[index]
+        width = int(lengths.max()) if len(index) else 0
+        positions = np.arange(width)
+        mask = positions[None, :] < lengths[:, None]  # (b, L)
+        gather = rows.starts[index][:, None] + positions[None, :]
+        input_ids = np.where(mask, rows.ids[np.minimum(gather, len(rows.ids) - 1)], self.pad_id)
+        return input_ids.astype(np.int64), mask.astype(np.int64)
