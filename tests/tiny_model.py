@@ -114,7 +114,8 @@ def build_tiny_model(directory: str | Path, *, max_seq_length: int = 64, seed: i
     directory.mkdir(parents=True, exist_ok=True)
     vocab = build_vocab()
     (directory / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    tokenizer = BertTokenizerFast(vocab_file=str(directory / "vocab.txt"), do_lower_case=True)
+    # Positional: transformers 4 calls it vocab_file, transformers 5 calls it vocab.
+    tokenizer = BertTokenizerFast(str(directory / "vocab.txt"), do_lower_case=True)
     tokenizer.model_max_length = 128
     tokenizer.save_pretrained(directory)
 

@@ -1,0 +1,253 @@
+"""Request and response serializers of the sbert API.
+
+The body of embed/ is checked strictly: wrong JSON types (``"texts": "abc"``, ``"texts": [1]``,
+``"normalize": "yes"``) are errors rather than coerced, and unknown keys are rejected, so a
+client's typo is reported instead of silently ignored. Query parameters are strings by nature;
+their serializers reject what does not parse (``k=1.5``, ``min_similarity=nan``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from django.core.validators import MaxLengthValidator, MaxValueValidator
+from rest_framework import serializers
+
+from ..conf import sbert_settings
+from .schema import extend_schema_field
+from .settings import api_settings
+
+
+class StrictCharField(serializers.CharField):
+    """A CharField that accepts JSON strings only (DRF's turns 12 into "12")."""
+
+    default_error_messages = {"invalid": "Must be a string, not {type}."}
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid", type=type(data).__name__)
+        return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """A BooleanField that accepts JSON ``true``/``false`` only."""
+
+    default_error_messages = {"invalid": "Must be true or false (a JSON boolean)."}
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
+
+
+class FiniteFloatField(serializers.FloatField):
+    """A FloatField that rejects nan and inf (which pass min_value/max_value comparisons)."""
+
+    def to_internal_value(self, data: Any) -> float:
+        value = super().to_internal_value(data)
+        if not math.isfinite(value):
+            self.fail("invalid")
+        return value
+
+
+class NoUnknownKeysMixin:
+    """Reject keys the serializer does not declare, naming the valid ones.
+
+    Reported together with the other errors, so ``{"text": [...]}`` says both that ``texts`` is
+    required and that ``text`` is unknown.
+    """
+
+    def to_internal_value(self, data: Any) -> Any:
+        fields = self.fields  # type: ignore[attr-defined]
+        unknown = sorted(set(data) - set(fields)) if isinstance(data, Mapping) else []
+        message = f"Unknown field. Valid fields: {', '.join(fields)}."
+        errors: dict[str, Any] = {str(key): [message] for key in unknown}
+        try:
+            value = super().to_internal_value(data)  # type: ignore[misc]
+        except serializers.ValidationError as exc:
+            if errors and isinstance(exc.detail, dict):
+                raise serializers.ValidationError({**exc.detail, **errors}) from exc
+            raise
+        if errors:
+            raise serializers.ValidationError(errors)
+        return value
+
+
+# -- search/ and similar/ --------------------------------------------------------------------
+
+
+class SimilarQuerySerializer(serializers.Serializer):
+    """Query parameters of similar/: how many results, how similar, which EmbeddingField."""
+
+    k = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        help_text="Number of results in all pages together (default SBERT['API']['DEFAULT_K']).",
+    )
+    min_similarity = FiniteFloatField(
+        required=False,
+        min_value=-1.0,
+        max_value=1.0,
+        help_text="Leave out results whose cosine similarity is below this (-1 to 1).",
+    )
+    field = serializers.CharField(
+        required=False,
+        help_text="Which EmbeddingField to search when the model has several.",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        data = kwargs.get("data")
+        if data is not None:
+            # An empty optional parameter (?min_similarity=) means "not given", as in a form.
+            optional = ("k", "min_similarity", "field")
+            kwargs["data"] = {
+                key: value for key, value in data.items() if not (key in optional and value == "")
+            }
+        super().__init__(*args, **kwargs)
+        max_k = int(api_settings.MAX_K)
+        k = self.fields["k"]
+        k.max_value = max_k
+        k.validators.append(
+            MaxValueValidator(
+                max_k,
+                message=f"k must be at most {max_k} (SBERT['API']['MAX_K']); use pagination "
+                "within those results, or ask for fewer.",
+            )
+        )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs.setdefault("k", int(api_settings.DEFAULT_K or sbert_settings.SEARCH["K"]))
+        return attrs
+
+
+class SearchQuerySerializer(SimilarQuerySerializer):
+    """Query parameters of search/: the model to search and the query text."""
+
+    model = serializers.CharField(
+        help_text="The model to search, as app_label.model_name (e.g. blog.article); only "
+        "registered models are searchable.",
+        error_messages={
+            "required": "Pass ?model=app_label.model_name, one of the registered models.",
+            "blank": "Pass ?model=app_label.model_name, one of the registered models.",
+        },
+    )
+    q = serializers.CharField(
+        help_text="The search text; it is encoded and compared with the stored embeddings.",
+        error_messages={
+            "required": "Pass the search text as ?q=...",
+            "blank": "The search text ?q= is empty; pass some words to search for.",
+        },
+    )
+    field_order = ("model", "q", "k", "min_similarity", "field")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        limit = int(api_settings.MAX_QUERY_LENGTH)
+        q = self.fields["q"]
+        q.max_length = limit
+        q.validators.append(
+            MaxLengthValidator(
+                limit,
+                message=f"q is longer than {limit} characters "
+                "(SBERT['API']['MAX_QUERY_LENGTH']); shorten the search text.",
+            )
+        )
+
+
+@extend_schema_field({"oneOf": [{"type": "integer"}, {"type": "string"}]})
+class PrimaryKeyField(serializers.ReadOnlyField):
+    """The row's primary key as it is (an integer, or a string for UUID and text keys)."""
+
+
+class SearchResultSerializer(serializers.Serializer):
+    """One result: the row's primary key, its cosine similarity, the registered fields."""
+
+    id = PrimaryKeyField(source="pk", help_text="Primary key of the row.")
+    similarity = serializers.FloatField(
+        read_only=True, help_text="Cosine similarity with the query, -1 to 1; higher is closer."
+    )
+    object = serializers.DictField(
+        read_only=True, help_text="The fields the model was registered with."
+    )
+
+
+_result_serializers: dict[type[serializers.BaseSerializer], type[SearchResultSerializer]] = {}
+
+
+def result_serializer_for(
+    object_serializer: type[serializers.BaseSerializer],
+) -> type[SearchResultSerializer]:
+    """A SearchResultSerializer whose ``object`` is ``object_serializer`` (built once)."""
+    result = _result_serializers.get(object_serializer)
+    if result is None:
+        result = type(
+            f"{object_serializer.__name__}Result",
+            (SearchResultSerializer,),
+            {"object": object_serializer(source="*", read_only=True), "__module__": __name__},
+        )
+        _result_serializers[object_serializer] = result
+    return result
+
+
+# -- embed/ ----------------------------------------------------------------------------------
+
+
+class EmbedRequestSerializer(NoUnknownKeysMixin, serializers.Serializer):
+    """Body of POST embed/: texts to encode with one of the configured encoders."""
+
+    texts = serializers.ListField(
+        child=StrictCharField(trim_whitespace=False, allow_blank=False),
+        allow_empty=False,
+        help_text="The texts to encode (at most SBERT['API']['EMBED_MAX_TEXTS'], each at most "
+        "SBERT['API']['EMBED_MAX_TEXT_LENGTH'] characters).",
+    )
+    normalize = StrictBooleanField(
+        default=True, help_text="Scale each vector to unit length (cosine = dot product)."
+    )
+    encoder = StrictCharField(
+        default="default", help_text="Name of an encoder in SBERT['ENCODERS']."
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        max_texts = int(api_settings.EMBED_MAX_TEXTS)
+        max_length = int(api_settings.EMBED_MAX_TEXT_LENGTH)
+        texts = self.fields["texts"]
+        texts.max_length = max_texts
+        texts.validators.append(
+            MaxLengthValidator(
+                max_texts,
+                message=f"At most {max_texts} texts per request "
+                "(SBERT['API']['EMBED_MAX_TEXTS']); split them over several requests.",
+            )
+        )
+        child = texts.child
+        child.max_length = max_length
+        child.validators.append(
+            MaxLengthValidator(
+                max_length,
+                message=f"Each text may have at most {max_length} characters "
+                "(SBERT['API']['EMBED_MAX_TEXT_LENGTH']); shorten or split it.",
+            )
+        )
+
+    def validate_encoder(self, value: str) -> str:
+        names = sorted(sbert_settings.ENCODERS or {})
+        if value not in names:
+            raise serializers.ValidationError(
+                f"Unknown encoder {value!r}; configured encoders: {', '.join(names)}."
+            )
+        return value
+
+
+class EmbedResponseSerializer(serializers.Serializer):
+    """Response of POST embed/: one vector per text, in the order given."""
+
+    encoder = serializers.CharField(help_text="The encoder that produced the vectors.")
+    dimensions = serializers.IntegerField(help_text="Length of each vector.")
+    vectors = serializers.ListField(
+        child=serializers.ListField(child=serializers.FloatField()),
+        help_text="One float32 vector per text, in the order of the request's texts.",
+    )

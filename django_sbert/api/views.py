@@ -1,0 +1,307 @@
+"""Views of the sbert API: search/, similar/<model>/<pk>/ and embed/.
+
+Every bad input gets a 4xx with a message saying what to send instead; none reaches the
+database or the encoder unchecked. Order of checks per request (DRF's): authentication, the
+model's permission classes (so the model must be known first: unknown models are 400 on
+search/, 404 on similar/), throttling, then the parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers, status
+from rest_framework.exceptions import APIException, NotFound, ValidationError
+from rest_framework.generics import GenericAPIView, get_object_or_404
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from ..conf import encoder_config
+from ..encoders import encode_texts, get_encoder
+from ..query import SemanticQuerySet
+from .parsers import BoundedJSONParser
+from .registry import NotRegistered, SearchEntry, registry
+from .schema import (
+    OpenApiParameter,
+    OpenApiResponse,
+    OpenApiTypes,
+    extend_schema,
+    inline_serializer,
+    schema_class,
+)
+from .serializers import (
+    EmbedRequestSerializer,
+    EmbedResponseSerializer,
+    SearchQuerySerializer,
+    SearchResultSerializer,
+    SimilarQuerySerializer,
+    result_serializer_for,
+)
+from .settings import api_settings
+from .throttling import EmbedRateThrottle, SearchRateThrottle
+
+
+class NotEmbedded(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "This object has no embedding yet; try again once it has been indexed."
+    default_code = "not_embedded"
+
+
+def _errors(*codes: int) -> dict[int, Any]:
+    """OpenAPI responses for the error statuses ``codes`` (no-op without drf-spectacular)."""
+    if OpenApiTypes is None:  # pragma: no cover
+        return {}
+    descriptions = {
+        400: "Invalid parameters or body: a JSON object mapping each bad field to messages.",
+        401: "Not authenticated (with authentication classes that send WWW-Authenticate).",
+        403: "Not allowed: not authenticated, or missing a permission.",
+        404: "Unknown model, unknown primary key, a row the client may not see, or no page.",
+        405: "Method not allowed.",
+        409: "The object has no embedding yet.",
+        413: "Request body too large.",
+        415: "Unsupported media type: send application/json.",
+        429: "Too many requests: see the Retry-After header.",
+    }
+    return {
+        code: OpenApiResponse(OpenApiTypes.OBJECT, description=descriptions[code]) for code in codes
+    }
+
+
+def _search_response(name: str) -> Any:
+    if OpenApiTypes is None:  # pragma: no cover
+        return None
+    return inline_serializer(
+        name=name,
+        fields={
+            "count": serializers.IntegerField(help_text="Results in all pages (at most k)."),
+            "next": serializers.URLField(allow_null=True, help_text="Next page, or null."),
+            "previous": serializers.URLField(allow_null=True, help_text="Previous page, or null."),
+            "results": SearchResultSerializer(many=True),
+        },
+    )
+
+
+class SemanticResultsView(GenericAPIView):
+    """What search/ and similar/ share: the model's entry, its permissions, paging of results."""
+
+    throttle_classes = [SearchRateThrottle]
+    schema = schema_class()
+    _entry: SearchEntry | None = None
+
+    @property
+    def pagination_class(self) -> Any:  # type: ignore[override]
+        return api_settings.PAGINATION_CLASS
+
+    # -- the registered model ---------------------------------------------------------------
+
+    def get_model_label(self) -> str:
+        raise NotImplementedError
+
+    def model_not_found(self, exc: NotRegistered) -> APIException:
+        raise NotImplementedError
+
+    def get_entry(self) -> SearchEntry:
+        if self._entry is None:
+            try:
+                self._entry = registry.get(self.get_model_label())
+            except NotRegistered as exc:
+                raise self.model_not_found(exc) from exc
+        return self._entry
+
+    def get_permissions(self) -> list[BasePermission]:
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no model
+            return []
+        return self.get_entry().get_permissions()
+
+    def get_queryset(self) -> SemanticQuerySet:
+        """The rows this request may see (DjangoModelPermissions reads the model from here)."""
+        if getattr(self, "swagger_fake_view", False):
+            return SemanticQuerySet().none()  # pragma: no cover
+        return self.get_entry().get_queryset(self.request)
+
+    def get_serializer_class(self) -> Any:
+        return result_serializer_for(self.get_entry().serializer_class)
+
+    # -- results ----------------------------------------------------------------------------
+
+    def embedding_field_name(self, name: str | None) -> str | None:
+        """Validate ``?field=`` against the model's EmbeddingFields."""
+        fields = [f.name for f in self.get_entry().embedding_fields]
+        if name is None:
+            if len(fields) > 1:
+                raise ValidationError(
+                    {
+                        "field": f"This model has several EmbeddingFields; pass ?field= one of: "
+                        f"{', '.join(fields)}."
+                    }
+                )
+            return None
+        if name not in fields:
+            raise ValidationError(
+                {"field": f"Unknown EmbeddingField {name!r}; this model has: {', '.join(fields)}."}
+            )
+        return name
+
+    def results_response(self, queryset: SemanticQuerySet, k: int) -> Response:
+        """Fetch the top k once, then page through that list (see pagination.py for why)."""
+        vectors = [f.attname for f in self.get_entry().embedding_fields]
+        rows = list(queryset.defer(*vectors)[:k])
+        page = self.paginate_queryset(rows)
+        serializer = self.get_serializer(rows if page is None else page, many=True)
+        if page is None:
+            return Response({"results": serializer.data})
+        return self.get_paginated_response(serializer.data)
+
+
+# ?page= and ?page_size= of the default paginator, documented on search/ and similar/.
+_PAGE_PARAMETERS = (
+    [
+        OpenApiParameter("page", int, description="Page number, from 1."),
+        OpenApiParameter(
+            "page_size",
+            int,
+            description="Results per page (at most SBERT['API']['MAX_PAGE_SIZE']).",
+        ),
+    ]
+    if OpenApiTypes is not None
+    else []
+)
+
+
+@extend_schema(
+    summary="Semantic search in one registered model",
+    description=(
+        "Encodes q, and returns the k rows of the model nearest to it by cosine similarity, "
+        "nearest first, among the rows this client may see. k counts all results; pages "
+        "(page, page_size) split those k. Rows not yet embedded are left out."
+    ),
+    parameters=[SearchQuerySerializer, *_PAGE_PARAMETERS],
+    responses={
+        200: _search_response("SemanticSearchResponse"),
+        **_errors(400, 401, 403, 404, 429),
+    },
+)
+class SearchView(SemanticResultsView):
+    """GET search/?model=app_label.model&q=...: the registered model's rows nearest to q."""
+
+    schema_operation_id = "sbert_search"
+
+    def get_model_label(self) -> str:
+        label = self.request.query_params.get("model", "").strip()
+        if not label:
+            raise ValidationError(
+                {
+                    "model": f"Pass ?model=app_label.model_name; searchable models: "
+                    f"{', '.join(registry.labels) or 'none'}."
+                }
+            )
+        return label
+
+    def model_not_found(self, exc: NotRegistered) -> APIException:
+        return ValidationError({"model": str(exc)})
+
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        params = SearchQuerySerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        data = params.validated_data
+        field = self.embedding_field_name(data.get("field"))
+        queryset = self.get_queryset().similar_to(
+            data["q"], k=data["k"], min_similarity=data.get("min_similarity"), field=field
+        )
+        return self.results_response(queryset, data["k"])
+
+
+@extend_schema(
+    summary="Rows most similar to one row",
+    description=(
+        "The k rows nearest to the stored embedding of row pk (which is left out), among the "
+        "rows this client may see. 404 when the row does not exist or is not visible; 409 when "
+        "it has not been embedded yet."
+    ),
+    parameters=[
+        OpenApiParameter("model", str, OpenApiParameter.PATH, description="app_label.model_name"),
+        OpenApiParameter("pk", str, OpenApiParameter.PATH, description="Primary key of the row."),
+        SimilarQuerySerializer,
+        *_PAGE_PARAMETERS,
+    ]
+    if OpenApiTypes is not None
+    else None,
+    responses={
+        200: _search_response("SimilarItemsResponse"),
+        **_errors(400, 401, 403, 404, 409, 429),
+    },
+)
+class SimilarView(SemanticResultsView):
+    """GET similar/<app_label.model>/<pk>/: rows nearest to one row, the row itself excluded."""
+
+    schema_operation_id = "sbert_similar"
+
+    def get_model_label(self) -> str:
+        return self.kwargs["model"]
+
+    def model_not_found(self, exc: NotRegistered) -> APIException:
+        return NotFound(str(exc))
+
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        params = SimilarQuerySerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        data = params.validated_data
+        field = self.embedding_field_name(data.get("field"))
+        queryset = self.get_queryset()
+        # DRF's get_object_or_404 also turns a malformed pk ("abc" for an integer key) into 404.
+        obj = get_object_or_404(queryset, pk=self.kwargs["pk"])
+        self.check_object_permissions(request, obj)
+        embedding = self.get_entry().embedding_fields
+        source = next((f for f in embedding if f.name == field), embedding[0])
+        if getattr(obj, source.attname) is None:
+            raise NotEmbedded()
+        similar = queryset.similar_to(
+            obj, k=data["k"], min_similarity=data.get("min_similarity"), field=field
+        )
+        return self.results_response(similar, data["k"])
+
+
+@extend_schema(
+    summary="Encode texts into vectors",
+    description=(
+        "Encodes each text with the site's encoder and returns the vectors in the order given. "
+        "Authenticated clients only by default; bounded number and length of texts."
+    ),
+    request=EmbedRequestSerializer,
+    responses={
+        200: EmbedResponseSerializer,
+        **_errors(400, 401, 403, 413, 415, 429),
+    },
+)
+class EmbedView(GenericAPIView):
+    """POST embed/ {"texts": [...], "normalize": true}: vectors from the site's encoder."""
+
+    schema_operation_id = "sbert_embed"
+
+    throttle_classes = [EmbedRateThrottle]
+    parser_classes = [BoundedJSONParser]
+    serializer_class = EmbedRequestSerializer
+    schema = schema_class()
+
+    def get_permissions(self) -> list[BasePermission]:
+        return [permission() for permission in api_settings.EMBED_PERMISSION_CLASSES]
+
+    def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        name = data["encoder"]
+        if data["normalize"]:
+            vectors = encode_texts(data["texts"], name)
+        else:
+            config = encoder_config(name)
+            vectors = get_encoder(name).encode(
+                data["texts"],
+                batch_size=int(config["BATCH_SIZE"]),
+                normalize=False,
+                long_text=config["LONG_TEXT"],
+            )
+        return Response(
+            {"encoder": name, "dimensions": int(vectors.shape[1]), "vectors": vectors.tolist()}
+        )

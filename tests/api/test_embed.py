@@ -1,0 +1,123 @@
+"""POST embed/: vectors from the site's encoder, for authenticated clients, within limits."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from django_sbert.encoders import encode_texts, encoder_dimensions
+
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.api.urls")]
+
+URL = "/api/sbert/embed/"
+
+
+@pytest.fixture
+def user_client(client_as):
+    return client_as("user")
+
+
+def post(client, body, **kwargs):
+    return client.post(URL, json.dumps(body), content_type="application/json", **kwargs)
+
+
+def test_vectors_match_the_encoder(user_client):
+    texts = ["central banks raise rates", "a cat and a dog"]
+    response = post(user_client, {"texts": texts})
+    assert response.status_code == 200, response.json()
+    body = response.json()
+    assert body["encoder"] == "default"
+    assert body["dimensions"] == encoder_dimensions()
+    vectors = np.asarray(body["vectors"], dtype=np.float32)
+    assert vectors.shape == (2, encoder_dimensions())
+    np.testing.assert_allclose(vectors, encode_texts(texts), atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_normalize_false_returns_raw_vectors(user_client):
+    from django_sbert.encoders import get_encoder
+
+    body = post(user_client, {"texts": ["the dog runs"], "normalize": False}).json()
+    raw = get_encoder().encode(["the dog runs"], normalize=False)
+    np.testing.assert_allclose(np.asarray(body["vectors"]), raw, atol=1e-5)
+
+
+def test_limits_are_settings(user_client, settings):
+    settings.SBERT = {**settings.SBERT, "API": {"EMBED_MAX_TEXTS": 2, "EMBED_MAX_TEXT_LENGTH": 5}}
+    assert post(user_client, {"texts": ["abcde", "ab"]}).status_code == 200
+    too_many = post(user_client, {"texts": ["a", "b", "c"]})
+    assert too_many.status_code == 400
+    assert "At most 2 texts" in too_many.json()["texts"][0]
+    too_long = post(user_client, {"texts": ["abcdef"]})
+    assert too_long.status_code == 400
+    assert "at most 5 characters" in str(too_long.json()["texts"])
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "message"),
+    [
+        ({}, "texts", "required"),
+        ({"texts": "one text"}, "texts", "list"),
+        ({"texts": []}, "texts", "empty"),
+        ({"texts": [1, 2]}, "texts", "Must be a string, not int"),
+        ({"texts": [None]}, "texts", "null"),
+        ({"texts": [["nested"]]}, "texts", "Must be a string, not list"),
+        ({"texts": [""]}, "texts", "blank"),
+        ({"texts": ["a\ud800b"]}, "texts", "Surrogate characters are not allowed"),
+        ({"texts": ["a"] * 65}, "texts", "At most 64 texts"),
+        ({"texts": ["a" * 5001]}, "texts", "at most 5000 characters"),
+        ({"texts": ["ok"], "normalize": "yes"}, "normalize", "JSON boolean"),
+        ({"texts": ["ok"], "normalize": 1}, "normalize", "JSON boolean"),
+        ({"texts": ["ok"], "encoder": "nope"}, "encoder", "configured encoders: default"),
+        ({"texts": ["ok"], "text": "typo"}, "text", "Unknown field. Valid fields: texts"),
+        ({"text": ["typo"]}, "text", "Unknown field"),
+        ({"text": ["typo"]}, "texts", "required"),
+        (["a", "b"], "non_field_errors", "Expected a dictionary"),
+        ("just a string", "non_field_errors", "Expected a dictionary"),
+    ],
+)
+def test_bad_bodies_are_400_with_a_message(user_client, body, field, message):
+    response = post(user_client, body)
+    assert response.status_code == 400, response.content
+    errors = response.json()
+    assert field in errors, errors
+    assert message in str(errors[field])
+
+
+def test_malformed_json_is_400(user_client):
+    response = user_client.post(URL, "{texts: [", content_type="application/json")
+    assert response.status_code == 400
+    assert "JSON parse error" in response.json()["detail"]
+
+
+def test_nan_is_not_json(user_client):
+    response = user_client.post(
+        URL, '{"texts": ["a"], "normalize": NaN}', content_type="application/json"
+    )
+    assert response.status_code == 400
+
+
+def test_form_bodies_are_415(user_client):
+    response = user_client.post(URL, {"texts": "a"})  # multipart
+    assert response.status_code == 415
+
+
+def test_oversized_body_is_413(user_client, settings):
+    settings.SBERT = {**settings.SBERT, "API": {"MAX_BODY_BYTES": 100}}
+    response = post(user_client, {"texts": ["x" * 200]})
+    assert response.status_code == 413
+    assert "limit is 100 bytes" in response.json()["detail"]
+    assert post(user_client, {"texts": ["x" * 10]}).status_code == 200
+
+
+def test_oversized_body_without_content_length_is_413(user_client, settings):
+    settings.SBERT = {**settings.SBERT, "API": {"MAX_BODY_BYTES": 100}}
+    body = json.dumps({"texts": ["x" * 200]})
+    response = user_client.post(URL, body, content_type="application/json", CONTENT_LENGTH="")
+    assert response.status_code in (400, 413)  # never read past the limit, never a 500
+
+
+def test_get_is_405(user_client):
+    assert user_client.get(URL).status_code == 405

@@ -1,0 +1,85 @@
+"""SemanticSearchFilter on a user's ModelViewSet: ranking with pagination and other filters."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.api.conftest import plant
+from tests.testapp.models import Article
+
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.api.urls")]
+
+URL = "/articles/"
+
+
+def ids(body):
+    return [row["id"] for row in body["results"]]
+
+
+def test_without_semantic_the_viewset_is_unchanged(api_client, articles):
+    body = api_client.get(URL).json()
+    assert body["count"] == len(articles)
+    assert ids(body) == [a.pk for a in articles[:2]]
+    assert "similarity" not in body["results"][0]
+
+
+def test_semantic_ranks_all_rows_across_pages(api_client, articles):
+    target = articles[6]
+    plant(target, "the election vote")
+    expected = list(
+        Article.objects.similar_to("the election vote", k=100).values_list("pk", flat=True)
+    )
+    pages = [
+        api_client.get(URL, {"semantic": "the election vote", "page": n}).json()
+        for n in (1, 2, 3, 4)
+    ]
+    assert [p["count"] for p in pages] == [len(articles)] * 4
+    ranked = [pk for page in pages for pk in ids(page)]
+    assert ranked == expected
+    assert ranked[0] == target.pk
+    first = pages[0]["results"][0]
+    assert first["similarity"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_semantic_with_other_filters(api_client, articles):
+    plant(articles[4], "a big dog")
+    body = api_client.get(URL, {"semantic": "a big dog", "category": "pets"}).json()
+    assert body["count"] == 2
+    assert ids(body) == [articles[4].pk, articles[3].pk]
+    searched = api_client.get(URL, {"semantic": "a big dog", "search": "dog"}).json()
+    assert set(ids(searched)) <= {articles[3].pk, articles[4].pk}
+    assert ids(searched)[0] == articles[4].pk
+
+
+def test_semantic_wins_over_a_default_ordering_before_it(api_client, articles):
+    plant(articles[7], "court and law")
+    body = api_client.get(URL, {"semantic": "court and law", "ordering": "title"}).json()
+    assert ids(body)[0] == articles[7].pk
+
+
+def test_rows_without_embedding_are_left_out(api_client, articles):
+    Article.objects.create(title="fresh", category="pets")
+    assert api_client.get(URL, {"category": "pets"}).json()["count"] == 3
+    assert api_client.get(URL, {"category": "pets", "semantic": "dog"}).json()["count"] == 2
+
+
+def test_blank_semantic_is_ignored(api_client, articles):
+    assert ids(api_client.get(URL, {"semantic": "  "}).json()) == [a.pk for a in articles[:2]]
+
+
+def test_too_long_semantic_is_400(api_client, articles, settings):
+    settings.SBERT = {**settings.SBERT, "API": {"MAX_QUERY_LENGTH": 10}}
+    response = api_client.get(URL, {"semantic": "x" * 11})
+    assert response.status_code == 400
+    assert "Longer than 10 characters" in response.json()["semantic"]
+
+
+def test_unpaginated_view_gets_its_semantic_search_k(api_client, articles):
+    body = api_client.get("/all-articles/", {"semantic": "dog"}).json()
+    assert len(body) == 3  # UnpaginatedArticleViewSet.semantic_search_k
+    assert len(api_client.get("/all-articles/").json()) == len(articles)
+
+
+def test_detail_routes_are_not_ranked(api_client, articles):
+    response = api_client.get(f"{URL}{articles[0].pk}/", {"semantic": "dog"})
+    assert response.status_code == 200

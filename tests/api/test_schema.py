@@ -1,0 +1,62 @@
+"""schema/: the OpenAPI 3 document of the sbert endpoints (drf-spectacular)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("drf_spectacular")
+
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.api.urls")]
+
+
+@pytest.fixture
+def schema(api_client, registered):
+    registered()
+    response = api_client.get("/api/sbert/schema/", {"format": "json"})
+    assert response.status_code == 200
+    return response.json()
+
+
+def _parameters(operation):
+    return {p["name"]: p for p in operation["parameters"]}
+
+
+def test_documents_the_sbert_endpoints_only(schema):
+    assert schema["openapi"].startswith("3.")
+    assert set(schema["paths"]) == {
+        "/api/sbert/search/",
+        "/api/sbert/similar/{model}/{pk}/",
+        "/api/sbert/embed/",
+    }
+
+
+def test_search_parameters_and_errors(schema):
+    operation = schema["paths"]["/api/sbert/search/"]["get"]
+    params = _parameters(operation)
+    assert {"model", "q", "k", "min_similarity", "field", "page", "page_size"} <= set(params)
+    assert params["model"]["required"] and params["q"]["required"]
+    assert params["k"]["schema"]["minimum"] == 1
+    assert params["k"]["schema"]["maximum"] == 100
+    assert {"200", "400", "403", "404", "429"} <= set(operation["responses"])
+
+
+def test_similar_and_embed(schema):
+    similar = schema["paths"]["/api/sbert/similar/{model}/{pk}/"]["get"]
+    assert {"model", "pk", "k"} <= set(_parameters(similar))
+    assert "409" in similar["responses"]
+    embed = schema["paths"]["/api/sbert/embed/"]["post"]
+    assert {"200", "400", "403", "413", "415", "429"} <= set(embed["responses"])
+    body = embed["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    request = schema["components"]["schemas"][body.rsplit("/", 1)[1]]
+    assert request["required"] == ["texts"]
+    assert request["properties"]["texts"]["maxItems"] == 64
+    assert request["additionalProperties"] is False
+
+
+def test_filter_backend_documents_its_parameter():
+    from django_sbert.api.filters import SemanticSearchFilter
+    from tests.api.views import ArticleViewSet
+
+    [param] = SemanticSearchFilter().get_schema_operation_parameters(ArticleViewSet())
+    assert param["name"] == "semantic"
+    assert param["in"] == "query"
