@@ -29,8 +29,8 @@ def texts(n: int) -> list[str]:
             row = json.loads(line)
             articles.append(f"{row['title']}\n{row['text']}")
     short = sts_sentences(n)
-    mixed = [articles[i % len(articles)] if i % 10 == 0 else short[i % len(short)] for i in range(n)]
-    return mixed
+    # One long article in ten, so batches take many different shapes.
+    return [articles[i % len(articles)] if i % 10 == 0 else short[i % len(short)] for i in range(n)]
 
 
 def main() -> None:

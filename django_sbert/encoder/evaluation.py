@@ -1,0 +1,105 @@
+"""How good an encoder is: STS Spearman correlation and retrieval MRR / nDCG / Recall.
+
+Both take anything with ``encode(texts, batch_size=..., normalize=True) -> (n, dim) array``
+(a ``SentenceEncoder``), encode each distinct text once, and compare vectors by cosine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class Encodes(Protocol):
+    def encode(self, texts: list[str], batch_size: int = ..., normalize: bool = ...) -> Any: ...
+
+
+def _embed_unique(encoder: Encodes, texts: Iterable[str], batch_size: int) -> dict[str, np.ndarray]:
+    unique = list(dict.fromkeys(texts))
+    vectors = np.asarray(encoder.encode(unique, batch_size=batch_size, normalize=True))
+    return dict(zip(unique, vectors, strict=True))
+
+
+def sts_spearman(
+    encoder: Encodes, pairs: Sequence[tuple[str, str, float]], batch_size: int = 32
+) -> float:
+    """Spearman rank correlation between cos(a, b) and the gold scores, in [-1, 1].
+
+    This is the SBERT paper's STS measure (it reports it x 100). Any score scale works, as
+    only the ranks count.
+    """
+    from scipy.stats import spearmanr
+
+    if len(pairs) < 2:
+        raise ValueError("sts_spearman needs at least two (sentence_a, sentence_b, score) pairs")
+    vectors = _embed_unique(encoder, (text for a, b, _ in pairs for text in (a, b)), batch_size)
+    cosines = [float(np.dot(vectors[a], vectors[b])) for a, b, _ in pairs]
+    gold = [float(score) for _, _, score in pairs]
+    return float(spearmanr(cosines, gold).statistic)
+
+
+def retrieval_metrics(
+    encoder: Encodes,
+    queries: Mapping[str, str],
+    corpus: Mapping[str, str],
+    relevant: Mapping[str, set[str]],
+    k: int = 10,
+    batch_size: int = 32,
+) -> dict[str, Any]:
+    """Rank the whole corpus by cosine for every query and score the top ``k``.
+
+    Only queries that have at least one relevant document in ``relevant`` (and text in
+    ``queries``) are scored; relevance is binary. Returns::
+
+        {
+            "mrr@10": float,       # mean reciprocal rank of the first relevant hit
+            "ndcg@10": float,      # mean nDCG, DCG = sum 1/log2(rank + 1), as in BEIR
+            "recall@10": float,    # mean share of a query's relevant documents found
+            "precision@10": float, # mean share of the top k that is relevant
+            "queries": int,        # how many queries were scored
+            "per_query": {query_id: {"mrr@10": ..., "ndcg@10": ..., "recall@10": ...,
+                                     "precision@10": ...}},
+        }
+
+    with the ``@10`` suffix following ``k``. Every value lies in [0, 1].
+    """
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    query_ids = [qid for qid in queries if relevant.get(qid)]
+    if not query_ids:
+        raise ValueError("No query has a relevant document: check the ids in `relevant`.")
+    doc_ids = list(corpus)
+    doc_vectors = np.asarray(
+        encoder.encode([corpus[d] for d in doc_ids], batch_size=batch_size, normalize=True)
+    )  # (docs, dim)
+    query_vectors = np.asarray(
+        encoder.encode([queries[q] for q in query_ids], batch_size=batch_size, normalize=True)
+    )  # (queries, dim)
+    scores = query_vectors @ doc_vectors.T  # (queries, docs)
+    top = min(k, len(doc_ids))
+    # Stable sort on the negated scores: ties go to the earlier document, reproducibly.
+    ranked = np.argsort(-scores, axis=1, kind="stable")[:, :top]  # (queries, top)
+
+    per_query: dict[str, dict[str, float]] = {}
+    for row, qid in enumerate(query_ids):
+        gold = set(relevant[qid])
+        hits = [doc_ids[j] in gold for j in ranked[row]]
+        first = next((rank for rank, hit in enumerate(hits, start=1) if hit), None)
+        dcg = sum(1 / math.log2(rank + 1) for rank, hit in enumerate(hits, start=1) if hit)
+        idcg = sum(1 / math.log2(rank + 1) for rank in range(1, min(len(gold), top) + 1))
+        per_query[qid] = {
+            f"mrr@{k}": 1 / first if first else 0.0,
+            f"ndcg@{k}": dcg / idcg,
+            f"recall@{k}": sum(hits) / len(gold),
+            f"precision@{k}": sum(hits) / k,
+        }
+    names = (f"mrr@{k}", f"ndcg@{k}", f"recall@{k}", f"precision@{k}")
+    result: dict[str, Any] = {
+        name: float(np.mean([m[name] for m in per_query.values()])) for name in names
+    }
+    result["queries"] = len(per_query)
+    result["per_query"] = per_query
+    return result

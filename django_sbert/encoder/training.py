@@ -1,0 +1,306 @@
+"""Fine-tune a SentenceEncoder: ``fit()`` is one readable loop.
+
+AdamW with decoupled weight decay, linear warmup then linear decay to zero, gradient
+clipping, a seed that fixes shuffling and dropout, progress reports, cooperative
+cancellation. ``fit`` trains a copy; the encoder passed in is never modified.
+
+Defaults follow the SBERT recipe (lr 2e-5, batch 16, 10% warmup, 1 epoch). They are also
+what keeps a small fine-tune from wrecking general quality: a short, low-learning-rate run
+moves the weights little (see docs/training.md for the measurement).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from .data import (
+    Example,
+    shuffled_batches,
+    smart_batches,
+    unique_text_batches,
+    validate_examples,
+)
+from .evaluation import sts_spearman
+from .losses import CoSENTLoss, EmbeddingLoss, build_loss
+
+if TYPE_CHECKING:
+    from .model import SentenceEncoder
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What ``callback`` receives every ``report_every`` steps and after the last step."""
+
+    step: int  # optimizer steps done
+    total_steps: int
+    epoch: int  # 1-based
+    loss: float  # mean training loss over the steps since the previous report
+    learning_rate: float
+    seconds_elapsed: float
+    seconds_left: float  # estimate from the mean step time so far
+
+
+@dataclass
+class FitResult:
+    """The outcome of ``fit``: the trained copy and a record of how training went."""
+
+    encoder: SentenceEncoder  # the trained copy, in eval mode
+    history: list[dict[str, float]]  # one {"step", "epoch", "loss", "learning_rate"} per step
+    evaluations: list[dict[str, float]] = field(
+        default_factory=list
+    )  # {"step", "epoch", "spearman"}
+    loss: dict[str, Any] = field(default_factory=dict)  # the loss's configuration
+    steps: int = 0
+    seconds: float = 0.0
+
+
+class TrainingCancelled(Exception):
+    """Raised by ``fit`` when ``should_stop()`` returned True; nothing was returned or written.
+
+    ``step`` is how many optimizer steps had finished; ``history`` holds them.
+    """
+
+    def __init__(self, step: int, total_steps: int, history: list[dict[str, float]]) -> None:
+        super().__init__(f"Training cancelled after {step} of {total_steps} steps.")
+        self.step = step
+        self.total_steps = total_steps
+        self.history = history
+
+
+def fit(
+    encoder: SentenceEncoder,
+    examples: Iterable[Any],
+    loss: str | EmbeddingLoss = "cosine",
+    epochs: int = 1,
+    batch_size: int = 16,
+    learning_rate: float = 2e-5,
+    warmup_ratio: float = 0.1,
+    seed: int = 0,
+    eval_examples: Sequence[tuple[str, str, float]] | None = None,
+    callback: Callable[[Progress], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    *,
+    weight_decay: float = 0.01,
+    max_grad_norm: float = 1.0,
+    loss_options: dict[str, Any] | None = None,
+    report_every: int = 10,
+) -> FitResult:
+    """Fine-tune a copy of ``encoder`` on ``examples`` with the objective ``loss``.
+
+    ``loss`` is a name from ``django_sbert.encoder.losses.LOSSES`` (softmax, cosine, cosent,
+    triplet, mnrl, simcse, matryoshka) or a loss instance; ``loss_options`` go to its
+    constructor (``{"inner": "cosent", "dims": [384, 128]}`` for matryoshka). Examples are
+    tuples shaped as the loss documents; wrong shapes and bad settings raise ``ValueError``
+    before any training. ``eval_examples`` ((a, b, score) pairs) are scored with
+    ``sts_spearman`` before training and after each epoch. ``callback`` gets a ``Progress``
+    every ``report_every`` steps; ``should_stop`` is polled before every step and, once it
+    returns True, ``TrainingCancelled`` is raised. Training runs on the encoder's device.
+    """
+    objective = build_loss(loss, encoder.dimensions, **dict(loss_options or {}))
+    _check_settings(
+        objective,
+        epochs,
+        batch_size,
+        learning_rate,
+        warmup_ratio,
+        weight_decay,
+        max_grad_norm,
+        report_every,
+    )
+    data = validate_examples(examples, objective)
+    if eval_examples is not None:
+        eval_examples = [
+            (e.texts[0], e.texts[1], e.label)
+            for e in validate_examples(eval_examples, CoSENTLoss(), what="eval_examples")
+        ]
+    started = time.perf_counter()
+    model = encoder.copy()
+    device = model.device
+    objective.to(device)
+    # Seed a private RNG state: the caller's global torch RNG is left as it was.
+    rng_devices = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=rng_devices):
+        torch.manual_seed(seed)
+        batches = plan_batches(data, objective, epochs, batch_size, random.Random(seed))
+        total = len(batches)
+        if total == 0:
+            raise ValueError(
+                f"{len(data)} examples make no batch of two or more distinct texts; "
+                f"{objective.name!r} needs at least two examples that share no text."
+            )
+        parameters = [p for p in (*model.parameters(), *objective.parameters()) if p.requires_grad]
+        optimizer = _adamw(_param_groups(model, objective, weight_decay), learning_rate)
+        warmup = math.ceil(total * warmup_ratio)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: linear_schedule(step, warmup, total)
+        )
+        evaluations: list[dict[str, float]] = []
+        if eval_examples is not None:
+            evaluations.append(_evaluate(model, eval_examples, step=0, epoch=0))
+
+        def embed(texts: list[str]) -> torch.Tensor:
+            return model(model.tokenize(texts))  # (batch, dim), differentiable
+
+        history: list[dict[str, float]] = []
+        loop_started = time.perf_counter()  # the time estimate leaves out the first evaluation
+        model.train()
+        objective.train()
+        for step, (epoch, batch) in enumerate(batches, start=1):
+            if should_stop is not None and should_stop():
+                raise TrainingCancelled(step - 1, total, history)
+            columns = [list(texts) for texts in zip(*(e.texts for e in batch), strict=True)]
+            labels = _labels(batch, objective, device)
+            learning_rate_now = scheduler.get_last_lr()[0]
+            value = objective(embed, columns, labels)
+            if not torch.isfinite(value):
+                raise FloatingPointError(
+                    f"The loss became {value.item()} at step {step}; lower the learning rate."
+                )
+            value.backward()
+            nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            history.append(
+                {
+                    "step": step,
+                    "epoch": epoch,
+                    "loss": value.item(),
+                    "learning_rate": learning_rate_now,
+                }
+            )
+            if callback is not None and (step % report_every == 0 or step == total):
+                callback(_progress(history, report_every, total, loop_started))
+            last_of_epoch = step == total or batches[step][0] != epoch
+            if eval_examples is not None and last_of_epoch:
+                evaluations.append(_evaluate(model, eval_examples, step=step, epoch=epoch))
+                model.train()
+        model.eval()
+    return FitResult(
+        encoder=model,
+        history=history,
+        evaluations=evaluations,
+        loss=objective.config(),
+        steps=total,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def plan_batches(
+    data: Sequence[Example],
+    objective: EmbeddingLoss,
+    epochs: int,
+    batch_size: int,
+    rng: random.Random,
+) -> list[tuple[int, list[Example]]]:
+    """Every (epoch, batch) of the run, fixed up front so the total step count is known."""
+    if objective.in_batch_negatives:
+        make = unique_text_batches
+    elif objective.compares_examples:
+        make = shuffled_batches
+    else:
+        make = smart_batches
+    return [
+        (epoch, batch) for epoch in range(1, epochs + 1) for batch in make(data, batch_size, rng)
+    ]
+
+
+def linear_schedule(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Learning-rate factor: 0 -> 1 over the warmup, then 1 -> 0 at the last step."""
+    if step < warmup_steps:
+        return (step + 1) / (warmup_steps + 1)
+    return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+
+def _check_settings(
+    objective: EmbeddingLoss,
+    epochs: int,
+    batch_size: int,
+    learning_rate: float,
+    warmup_ratio: float,
+    weight_decay: float,
+    max_grad_norm: float,
+    report_every: int,
+) -> None:
+    problems = []
+    if not isinstance(epochs, int) or epochs < 1:
+        problems.append(f"epochs must be a whole number >= 1, got {epochs!r}")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        problems.append(f"batch_size must be a whole number >= 1, got {batch_size!r}")
+    elif objective.in_batch_negatives and batch_size < 2:
+        problems.append(
+            f"loss {objective.name!r} uses the other examples of a batch as negatives, so "
+            f"batch_size must be at least 2 (16-64 is usual), got {batch_size}"
+        )
+    if not learning_rate > 0 or not math.isfinite(learning_rate):
+        problems.append(f"learning_rate must be > 0 (2e-5 is usual), got {learning_rate!r}")
+    if not 0 <= warmup_ratio < 1:
+        problems.append(f"warmup_ratio must be in [0, 1), got {warmup_ratio!r}")
+    if not weight_decay >= 0:
+        problems.append(f"weight_decay must be >= 0, got {weight_decay!r}")
+    if not max_grad_norm > 0:
+        problems.append(f"max_grad_norm must be > 0, got {max_grad_norm!r}")
+    if not isinstance(report_every, int) or report_every < 1:
+        problems.append(f"report_every must be a whole number >= 1, got {report_every!r}")
+    if problems:
+        raise ValueError("Cannot start training: " + "; ".join(problems) + ".")
+
+
+def _param_groups(model: nn.Module, objective: nn.Module, weight_decay: float) -> list[dict]:
+    # The usual BERT recipe: no weight decay on biases and LayerNorm weights.
+    decay, no_decay = [], []
+    for module in (model, objective):
+        for name, param in module.named_parameters():
+            if not param.requires_grad:
+                continue
+            skip = name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name
+            (no_decay if skip else decay).append(param)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def _adamw(groups: list[dict], learning_rate: float) -> torch.optim.Optimizer:
+    # The fused kernel is several times faster on CPU (0.05 s against 0.4 s per step for
+    # MiniLM's 22M parameters on one core); fall back where a device or dtype lacks it.
+    try:
+        return torch.optim.AdamW(groups, lr=learning_rate, fused=True)
+    except (RuntimeError, ValueError):
+        return torch.optim.AdamW(groups, lr=learning_rate)
+
+
+def _labels(
+    batch: list[Example], objective: EmbeddingLoss, device: torch.device
+) -> torch.Tensor | None:
+    if objective.label_kind is None:
+        return None
+    dtype = torch.long if objective.label_kind == "int" else torch.float32
+    return torch.tensor([e.label for e in batch], dtype=dtype, device=device)
+
+
+def _progress(history: list[dict[str, float]], window: int, total: int, started: float) -> Progress:
+    recent = history[-window:]
+    step = len(history)
+    elapsed = time.perf_counter() - started
+    return Progress(
+        step=step,
+        total_steps=total,
+        epoch=int(history[-1]["epoch"]),
+        loss=sum(h["loss"] for h in recent) / len(recent),
+        learning_rate=history[-1]["learning_rate"],
+        seconds_elapsed=elapsed,
+        seconds_left=elapsed / step * (total - step),
+    )
+
+
+def _evaluate(model: SentenceEncoder, pairs: list, step: int, epoch: int) -> dict[str, float]:
+    return {"step": step, "epoch": epoch, "spearman": sts_spearman(model, pairs)}

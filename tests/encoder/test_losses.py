@@ -1,0 +1,252 @@
+"""Each loss against values worked out by hand on small tensors (no model involved)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from django_sbert.encoder.data import (
+    Example,
+    smart_batches,
+    unique_text_batches,
+    validate_examples,
+)
+from django_sbert.encoder.losses import (
+    CoSENTLoss,
+    CosineLoss,
+    MatryoshkaLoss,
+    MultipleNegativesRankingLoss,
+    SimCSELoss,
+    SoftmaxLoss,
+    TripletLoss,
+    build_loss,
+)
+
+R2 = 1 / math.sqrt(2)
+
+
+def t(*rows: list[float]) -> torch.Tensor:
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def test_softmax_classifies_u_v_and_their_difference():
+    loss = SoftmaxLoss(dimensions=1, num_labels=3)
+    with torch.no_grad():
+        loss.classifier.weight.copy_(torch.eye(3))
+        loss.classifier.bias.zero_()
+    # u = 1, v = 3: features (u, v, |u - v|) = (1, 3, 2) are the logits; gold label 1.
+    value = loss.compute_loss_from_embeddings([t([1.0]), t([3.0])], torch.tensor([1]))
+    expected = math.log(math.e**1 + math.e**3 + math.e**2) - 3
+    assert value.item() == pytest.approx(expected, abs=1e-5)
+
+
+def test_cosine_is_mse_between_cosine_and_score():
+    u = t([1.0, 0.0], [1.0, 1.0])
+    v = t([0.0, 1.0], [1.0, 0.0])  # cosines 0 and 1/sqrt(2)
+    value = CosineLoss().compute_loss_from_embeddings([u, v], torch.tensor([0.5, 1.0]))
+    expected = ((0 - 0.5) ** 2 + (R2 - 1.0) ** 2) / 2
+    assert value.item() == pytest.approx(expected, abs=1e-6)
+
+
+def test_cosent_penalises_pairs_ranked_against_their_scores():
+    u = t([1.0, 0.0], [1.0, 0.0], [1.0, 0.0])
+    v = t([0.0, 1.0], [1.0, 1.0], [1.0, 0.0])  # cosines 0, 1/sqrt(2), 1
+    cos = [0.0, R2, 1.0]
+    scores = [0.9, 0.5, 0.1]  # the gold order is the reverse of the cosine order
+    terms = [
+        math.exp(20 * (cos[j] - cos[i]))
+        for i in range(3)
+        for j in range(3)
+        if scores[i] > scores[j]
+    ]
+    expected = math.log(1 + sum(terms))
+    value = CoSENTLoss().compute_loss_from_embeddings([u, v], torch.tensor(scores))
+    assert value.item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_cosent_is_zero_without_ordered_pairs_and_small_when_order_is_right():
+    u = t([1.0, 0.0], [1.0, 0.0])
+    v = t([0.0, 1.0], [1.0, 0.0])  # cosines 0 and 1
+    loss = CoSENTLoss()
+    tied = loss.compute_loss_from_embeddings([u, v], torch.tensor([0.3, 0.3]))
+    assert tied.item() == pytest.approx(0.0)
+    right = loss.compute_loss_from_embeddings([u, v], torch.tensor([0.1, 0.9]))
+    assert right.item() == pytest.approx(math.log(1 + math.exp(-20)), abs=1e-7)
+
+
+def test_triplet_uses_euclidean_distance_and_margin_one():
+    a = t([0.0, 0.0], [0.0, 0.0])
+    p = t([3.0, 4.0], [1.0, 0.0])  # distances 5 and 1
+    n = t([0.0, 1.0], [3.0, 0.0])  # distances 1 and 3
+    value = TripletLoss().compute_loss_from_embeddings([a, p, n], None)
+    expected = (max(5 - 1 + 1, 0) + max(1 - 3 + 1, 0)) / 2  # = 2.5
+    assert value.item() == pytest.approx(expected, abs=1e-4)
+
+
+def _info_nce(cosines: list[list[float]], scale: float = 20.0) -> float:
+    """Mean over rows of -log softmax(scale * cosines)[row, row]."""
+    total = 0.0
+    for i, row in enumerate(cosines):
+        total += -scale * row[i] + math.log(sum(math.exp(scale * c) for c in row))
+    return total / len(cosines)
+
+
+def test_mnrl_scores_each_anchor_against_all_positives():
+    anchors = t([1.0, 0.0], [0.0, 1.0])
+    positives = t([1.0, 0.0], [1.0, 1.0])
+    expected = _info_nce([[1.0, R2], [0.0, R2]])
+    value = MultipleNegativesRankingLoss().compute_loss_from_embeddings([anchors, positives], None)
+    assert value.item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_mnrl_adds_hard_negatives_as_extra_candidates():
+    anchors = t([1.0, 0.0], [0.0, 1.0])
+    positives = t([1.0, 0.0], [1.0, 1.0])
+    negatives = t([0.0, 1.0], [-1.0, 0.0])
+    # Candidates: p1, p2, n1, n2.
+    expected = _info_nce([[1.0, R2, 0.0, -1.0], [0.0, R2, 1.0, 0.0]])
+    loss = MultipleNegativesRankingLoss()
+    value = loss.compute_loss_from_embeddings([anchors, positives, negatives], None)
+    assert value.item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_simcse_embeds_the_same_texts_twice_and_contrasts_the_views():
+    calls: list[list[str]] = []
+
+    def embed(texts: list[str]) -> torch.Tensor:
+        calls.append(texts)
+        # Rows x, y (first view) and x, y (second view, another dropout mask).
+        return t([1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 1.0])
+
+    value = SimCSELoss()(embed, [["x", "y"]], None)
+    assert calls == [["x", "y", "x", "y"]]  # one forward pass, every text twice
+    # Row x: cos(x1, x2) = 1/sqrt(2), cos(x1, y2) = 0; row y: cos(y1, x2) = 1/sqrt(2), cos = 1.
+    assert value.item() == pytest.approx(_info_nce([[R2, 0.0], [R2, 1.0]]), rel=1e-5)
+
+
+def test_matryoshka_sums_the_inner_loss_over_truncated_prefixes():
+    u = t([1.0, 0.0, 0.0], [1.0, 1.0, 0.0])
+    v = t([1.0, 1.0, 1.0], [1.0, -1.0, 5.0])
+    labels = torch.tensor([1.0, 0.0])
+    loss = MatryoshkaLoss(CosineLoss(), dims=(3, 2, 1), weights=(1.0, 1.0, 0.5))
+    # Cosines by hand: full (1/sqrt3, 0), first two dims (1/sqrt2, 0), first dim (1, 1).
+    full = ((1 / math.sqrt(3) - 1) ** 2 + 0**2) / 2
+    two = ((R2 - 1) ** 2 + 0**2) / 2
+    one = ((1 - 1) ** 2 + (1 - 0) ** 2) / 2
+    value = loss.compute_loss_from_embeddings([u, v], labels)
+    assert value.item() == pytest.approx(full + two + 0.5 * one, rel=1e-5)
+
+
+def test_columns_of_alike_length_share_one_forward_pass():
+    calls: list[list[str]] = []
+
+    def embed(texts: list[str]) -> torch.Tensor:
+        calls.append(texts)
+        return torch.ones(len(texts), 2)
+
+    CosineLoss()(embed, [["a cat", "a dog"], ["the cat", "dogs"]], torch.tensor([1.0, 0.0]))
+    assert calls == [["a cat", "a dog", "the cat", "dogs"]]
+    calls.clear()
+    query, passage = "short query", "a long passage " * 20
+    MultipleNegativesRankingLoss()(embed, [[query, query], [passage, passage]], None)
+    assert calls == [[query, query], [passage, passage]]  # no padding queries to passages
+
+
+def test_losses_are_differentiable():
+    u = torch.randn(4, 8, requires_grad=True)
+    v = torch.randn(4, 8, requires_grad=True)
+    for loss in (CosineLoss(), CoSENTLoss(), MultipleNegativesRankingLoss()):
+        u.grad = None
+        loss.compute_loss_from_embeddings([u, v], torch.tensor([0.1, 0.4, 0.2, 0.9])).backward()
+        assert u.grad is not None and torch.isfinite(u.grad).all()
+
+
+def test_build_loss_by_name_and_options():
+    assert isinstance(build_loss("cosent", 32, scale=10.0), CoSENTLoss)
+    softmax = build_loss("softmax", 32, num_labels=2)
+    assert softmax.classifier.in_features == 96
+    nested = build_loss("matryoshka", 384, inner="cosine")
+    assert nested.dims == (384, 256, 128, 64) and isinstance(nested.inner, CosineLoss)
+    assert nested.label_kind == "float"
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "message"),
+    [
+        ("cosinus", {}, "Unknown loss 'cosinus'; choose one of"),
+        ("matryoshka", {"dims": [64, 512]}, "exceed the encoder's 384 dimensions"),
+        ("matryoshka", {"inner": "softmax"}, "cannot wrap 'softmax'"),
+        ("mnrl", {"temperature": 0.05}, "Bad loss_options for 'mnrl'"),
+    ],
+)
+def test_build_loss_errors_say_what_to_do(name, options, message):
+    with pytest.raises(ValueError, match=message):
+        build_loss(name, 384, **options)
+
+
+def test_validate_examples_normalises_shapes():
+    pairs = validate_examples([("a", "b", 0.5), ["c", "d", 1]], CosineLoss())
+    assert pairs == [Example(("a", "b"), 0.5), Example(("c", "d"), 1.0)]
+    numpy_label = validate_examples([("a", "b", np.float32(0.25))], CosineLoss())
+    assert numpy_label[0].label == 0.25 and type(numpy_label[0].label) is float
+    assert validate_examples(["x", ("y",)], SimCSELoss()) == [Example(("x",)), Example(("y",))]
+
+
+@pytest.mark.parametrize(
+    ("loss", "examples", "message"),
+    [
+        (CosineLoss(), [("a", "b")], r"expects examples shaped \(sentence_a, sentence_b, score\)"),
+        (CosineLoss(), [("a", "b", 4.0)], "divided by 5"),
+        (CosineLoss(), [("a", "b", "high")], "not a number"),
+        (SoftmaxLoss(8), [("a", "b", 3)], "label 3"),
+        (TripletLoss(), [("a", "p")], r"\(anchor, positive, negative\); item 0 has 2 items"),
+        (MultipleNegativesRankingLoss(), [("a", "p"), ("b", "p", "n")], "same number of texts"),
+        (MultipleNegativesRankingLoss(), [("a", "")], "empty text"),
+        (MultipleNegativesRankingLoss(), [], "No examples given"),
+        (SimCSELoss(), [42], "not a tuple"),
+    ],
+)
+def test_validate_examples_rejects_wrong_shapes(loss, examples, message):
+    with pytest.raises(ValueError, match=message):
+        validate_examples(examples, loss)
+
+
+def test_smart_batches_group_similar_lengths_and_keep_every_example():
+    examples = [Example(("x" * n, "y")) for n in range(1, 101)]
+    batches = smart_batches(examples, 10, random.Random(0))
+    assert sorted(e.texts[0] for b in batches for e in b) == sorted(e.texts[0] for e in examples)
+    # One mega-batch holds everything, so each batch covers a run of ten lengths.
+    assert all(
+        max(len(e.texts[0]) for e in b) - min(len(e.texts[0]) for e in b) == 9 for b in batches
+    )
+
+
+def test_unique_text_batches_never_repeat_a_text_in_a_batch():
+    # Ten queries share five passages: a naive batcher would put duplicates together.
+    examples = [Example((f"q{i}", f"doc{i % 5}")) for i in range(10)]
+    batches = unique_text_batches(examples, 8, random.Random(0))
+    for batch in batches:
+        texts = [text for e in batch for text in e.texts]
+        assert len(texts) == len(set(texts)) and len(batch) <= 5
+    assert sum(len(b) for b in batches) == 10
+
+
+def test_losses_that_compare_examples_get_random_batches():
+    from django_sbert.encoder.training import plan_batches
+
+    lengths = range(1, 161)
+    spreads = {}
+    for name in ("cosine", "cosent"):
+        loss = build_loss(name, 8)
+        data = validate_examples([("x" * n, "y", 0.5) for n in lengths], loss)
+        batches = plan_batches(data, loss, 1, 16, random.Random(0))
+        spreads[name] = max(
+            max(len(e.texts[0]) for e in b) - min(len(e.texts[0]) for e in b) for _, b in batches
+        )
+    # cosine: length-sorted batches (little padding); cosent ranks the pairs of a batch against
+    # each other, so its batches must mix lengths as a random sample does.
+    assert spreads["cosine"] == 15 and spreads["cosent"] > 100

@@ -1,0 +1,265 @@
+"""fit() on the tiny random BERT: it learns, it is reproducible, it refuses bad input early,
+it can be cancelled, and what it returns saves in the sentence-transformers format."""
+
+from __future__ import annotations
+
+import random
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from django_sbert.encoder.evaluation import sts_spearman
+from django_sbert.encoder.training import (
+    FitResult,
+    Progress,
+    TrainingCancelled,
+    fit,
+    linear_schedule,
+)
+
+TOPICS = [
+    ["bank", "rate", "interest", "money", "market"],
+    ["cat", "dog", "cats", "dogs", "child"],
+    ["election", "vote", "party", "minister", "president"],
+    ["guitar", "music", "play", "playing", "plays"],
+    ["food", "eats", "eating", "price", "prices"],
+    ["car", "cars", "fast", "slow", "runs"],
+]
+
+
+def toy_pairs(count: int, seed: int) -> list[tuple[str, str, float]]:
+    """Same topic scores 1, different topics 0. Same-topic sentences share no word, so the
+    model has to learn which words go together: word overlap alone does not solve it."""
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(count // 2):
+        a, b = rng.sample(range(len(TOPICS)), 2)
+        words = rng.sample(TOPICS[a], 5)
+        pairs.append((" ".join(words[:2]), " ".join(words[2:]), 1.0))
+        pairs.append((" ".join(words[:2]), " ".join(rng.sample(TOPICS[b], 3)), 0.0))
+    return pairs
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The tiny model's ops are too small to gain from threads, and lose a lot to contention."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def word_encoder(tiny_model_dir, tmp_path_factory):
+    """The tiny model with a tokenizer that knows its vocabulary's words.
+
+    The shared tiny model's tokenizer may map every word to [UNK] (transformers 5 ignores
+    BertTokenizerFast's ``vocab_file``); learning from toy sentences needs real tokens.
+    """
+    from transformers import BertTokenizerFast
+
+    from django_sbert.encoder import SentenceEncoder
+    from tests.tiny_model import build_vocab
+
+    directory = tmp_path_factory.mktemp("tiny-words") / "model"
+    shutil.copytree(tiny_model_dir, directory)
+    vocab = {word: index for index, word in enumerate(build_vocab())}
+    tokenizer = BertTokenizerFast(vocab=vocab, do_lower_case=True)
+    tokenizer.model_max_length = 128
+    tokenizer.save_pretrained(directory)
+    encoder = SentenceEncoder.load(directory)
+    assert encoder.tokenize(["bank"])["input_ids"].tolist() == [[2, vocab["bank"], 3]]
+    return encoder
+
+
+def weights(encoder) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in encoder.state_dict().items()}
+
+
+def same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_cosine_fit_lowers_the_loss_and_raises_spearman(word_encoder):
+    train, dev = toy_pairs(96, seed=0), toy_pairs(24, seed=1)
+    before = weights(word_encoder)
+    result = fit(
+        word_encoder,
+        train,
+        loss="cosine",
+        epochs=3,
+        batch_size=8,
+        learning_rate=1e-3,
+        eval_examples=dev,
+    )
+    assert isinstance(result, FitResult) and result.steps == len(result.history) == 36
+    losses = [h["loss"] for h in result.history]
+    assert np.mean(losses[-6:]) < 0.5 * np.mean(losses[:6])
+    spearman = [e["spearman"] for e in result.evaluations]
+    assert [e["epoch"] for e in result.evaluations] == [0, 1, 2, 3]
+    assert spearman[-1] > spearman[0] + 0.15
+    assert sts_spearman(result.encoder, dev) == pytest.approx(spearman[-1])
+    # The encoder passed in is untouched and still in eval mode; the copy is in eval mode too.
+    assert same_weights(before, weights(word_encoder)) and not word_encoder.training
+    assert not result.encoder.training and result.encoder is not word_encoder
+    assert result.loss == {"name": "cosine"}
+
+
+def test_mnrl_fit_learns_to_pick_the_positive(word_encoder):
+    rng = random.Random(2)
+    anchors = [(t, " ".join(rng.sample(TOPICS[t], 3))) for t in range(6) for _ in range(8)]
+    pairs = [(text, " ".join(rng.sample(TOPICS[t], 3))) for t, text in anchors]
+    result = fit(word_encoder, pairs, loss="mnrl", epochs=4, batch_size=6, learning_rate=1e-3)
+    losses = [h["loss"] for h in result.history]
+    assert np.mean(losses[-4:]) < np.mean(losses[:4]) - 0.2
+
+
+@pytest.mark.parametrize(
+    ("loss", "examples", "options"),
+    [
+        ("cosent", [("bank rate", "money market", 0.9), ("cat dog", "vote party", 0.1)] * 4, {}),
+        ("softmax", [("bank rate", "money market", 0), ("cat dog", "vote party", 2)] * 4, {}),
+        ("triplet", [("bank rate", "money market", "cat dog"), ("cat", "dogs", "vote")] * 4, {}),
+        (
+            "mnrl",
+            [("bank", "money", "cat"), ("vote", "party", "car"), ("food", "eats", "guitar")],
+            {},
+        ),
+        ("simcse", ["bank rate", "cat dog", "vote party", "food price"], {}),
+        (
+            "matryoshka",
+            [("bank rate", "money", 1.0), ("cat dog", "vote party", 0.0)] * 4,
+            {"inner": "cosent", "dims": [32, 16, 8]},
+        ),
+    ],
+)
+def test_every_objective_trains_end_to_end(word_encoder, loss, examples, options):
+    result = fit(word_encoder, examples, loss=loss, batch_size=4, loss_options=options)
+    assert result.steps >= 1 and all(np.isfinite(h["loss"]) for h in result.history)
+    assert result.loss["name"] == loss
+    vectors = result.encoder.encode(["bank rate"])
+    assert vectors.shape == (1, 32) and np.isfinite(vectors).all()
+
+
+def test_same_seed_same_model_other_seed_other_model(word_encoder):
+    pairs = toy_pairs(32, seed=3)
+    runs = [fit(word_encoder, pairs, batch_size=8, learning_rate=1e-3, seed=s) for s in (7, 7, 8)]
+    assert runs[0].history == runs[1].history
+    assert same_weights(weights(runs[0].encoder), weights(runs[1].encoder))
+    assert not same_weights(weights(runs[0].encoder), weights(runs[2].encoder))
+
+
+def test_callback_reports_progress_and_the_schedule_warms_up_then_decays(word_encoder):
+    reports: list[Progress] = []
+    result = fit(
+        word_encoder,
+        toy_pairs(80, seed=4),
+        batch_size=4,
+        learning_rate=1e-4,
+        warmup_ratio=0.25,
+        callback=reports.append,
+        report_every=3,
+    )
+    assert [r.step for r in reports] == [3, 6, 9, 12, 15, 18, 20]
+    assert all(r.total_steps == 20 and r.loss > 0 and r.seconds_left >= 0 for r in reports)
+    assert reports[-1].seconds_left == 0
+    rates = [h["learning_rate"] for h in result.history]
+    peak = rates.index(max(rates))
+    assert peak == 5 and max(rates) == pytest.approx(1e-4)  # warmup: ceil(0.25 * 20) steps
+    assert rates[:peak] == sorted(rates[:peak]) and rates[peak:] == sorted(
+        rates[peak:], reverse=True
+    )
+    assert linear_schedule(20, 5, 20) == 0.0
+
+
+def test_cancellation_stops_before_the_next_step_and_writes_nothing(
+    word_encoder, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    before = weights(word_encoder)
+    polls = []
+
+    def should_stop() -> bool:
+        polls.append(1)
+        return len(polls) > 3  # ask to stop after three steps
+
+    with pytest.raises(TrainingCancelled, match="after 3 of 12 steps") as caught:
+        fit(word_encoder, toy_pairs(96, seed=5), batch_size=8, should_stop=should_stop)
+    assert caught.value.step == 3 and len(caught.value.history) == 3 and len(polls) == 4
+    assert list(tmp_path.iterdir()) == []
+    assert same_weights(before, weights(word_encoder))
+
+
+@pytest.mark.parametrize(
+    ("examples", "settings", "message"),
+    [
+        (
+            [("a", "b")],
+            {},
+            r"loss 'cosine' expects examples shaped \(sentence_a, sentence_b, score\)",
+        ),
+        ([("a", "b", 3.5)], {}, "divided by 5"),
+        ([("a", "b", "c")], {"loss": "mnrl", "batch_size": 1}, "batch_size must be at least 2"),
+        ([("a", "b", 0.5)], {"learning_rate": -1e-5}, "learning_rate must be > 0"),
+        ([("a", "b", 0.5)], {"epochs": 0}, "epochs must be a whole number >= 1"),
+        ([("a", "b", 0.5)], {"loss": "cosinus"}, "Unknown loss 'cosinus'; choose one of"),
+        ([("a", "b", 0.5)], {"warmup_ratio": 1.5}, r"warmup_ratio must be in \[0, 1\)"),
+        ([("a", "b")], {"loss": "triplet"}, r"\(anchor, positive, negative\)"),
+        ([("a", "p"), ("a", "q")], {"loss": "mnrl"}, "make no batch of two or more distinct texts"),
+    ],
+)
+def test_bad_input_fails_before_training(tiny_encoder, examples, settings, message):
+    def never() -> bool:
+        raise AssertionError("training started")
+
+    with pytest.raises(ValueError, match=message):
+        fit(tiny_encoder, examples, should_stop=never, **settings)
+
+
+def test_eval_examples_are_checked_too(tiny_encoder):
+    with pytest.raises(ValueError, match="eval_examples"):
+        fit(tiny_encoder, [("a", "b", 0.5)], eval_examples=[("a", "b")])
+
+
+def test_trained_copy_round_trips_and_loads_in_sentence_transformers(word_encoder, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    from django_sbert.encoder import SentenceEncoder
+
+    trained = fit(word_encoder, toy_pairs(32, seed=6), batch_size=8, learning_rate=1e-3).encoder
+    trained.save(tmp_path / "trained")
+    texts = ["bank rate money", "cat dog child plays"]
+    expected = trained.encode(texts)
+    assert not np.allclose(expected, word_encoder.encode(texts))  # training changed something
+    np.testing.assert_allclose(
+        SentenceEncoder.load(tmp_path / "trained").encode(texts), expected, atol=1e-5
+    )
+    st_vectors = SentenceTransformer(str(tmp_path / "trained"), device="cpu").encode(texts)
+    np.testing.assert_allclose(st_vectors, expected, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_training_stays_on_the_gpu(word_encoder):
+    gpu_encoder = word_encoder.copy().to("cuda")
+    result = fit(gpu_encoder, toy_pairs(16, seed=7), batch_size=8)
+    assert result.encoder.device.type == "cuda"
+
+
+@pytest.mark.slow
+def test_minilm_short_fine_tune_keeps_sentence_transformers_compatibility(minilm, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    pairs = [
+        ("A man is playing a guitar.", "A man plays the guitar.", 0.95),
+        ("A woman is slicing an onion.", "A man is riding a horse.", 0.0),
+        ("The cat sits on the mat.", "A cat is sitting on a mat.", 0.9),
+        ("Stocks fell sharply today.", "A child is eating food.", 0.05),
+    ] * 4
+    result = fit(minilm, pairs, batch_size=8)
+    assert result.steps == 2
+    result.encoder.save(tmp_path / "minilm-tuned")
+    texts = ["A man plays music.", "Interest rates are rising."]
+    st_vectors = SentenceTransformer(str(tmp_path / "minilm-tuned"), device="cpu").encode(texts)
+    np.testing.assert_allclose(st_vectors, result.encoder.encode(texts), atol=1e-4)
