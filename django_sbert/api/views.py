@@ -96,10 +96,10 @@ class SemanticResultsView(GenericAPIView):
     # -- the registered model ---------------------------------------------------------------
 
     def get_model_label(self) -> str:
-        raise NotImplementedError
+        raise NotImplementedError("get_model_label() must be overridden by each view")
 
     def model_not_found(self, exc: NotRegistered) -> APIException:
-        raise NotImplementedError
+        raise NotImplementedError("model_not_found() must be overridden by each view")
 
     def get_entry(self) -> SearchEntry:
         if self._entry is None:

@@ -66,7 +66,7 @@ class EmbeddingLoss(nn.Module):
     def compute_loss_from_embeddings(
         self, embeddings: list[Tensor], labels: Tensor | None
     ) -> Tensor:
-        raise NotImplementedError
+        raise NotImplementedError("compute_loss_from_embeddings() must be overridden by each loss")
 
     def config(self) -> dict[str, Any]:
         """The loss's settings as JSON-ready data (stored with a training run)."""
