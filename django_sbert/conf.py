@@ -57,20 +57,34 @@ MERGED_KEYS = ("ENCODERS", "SEARCH")
 
 
 class SbertSettings:
-    """Lazy view of ``settings.SBERT`` over ``DEFAULTS``; ``reload()`` drops cached values."""
+    """Lazy view of ``settings.SBERT`` over ``DEFAULTS``; ``reload()`` drops cached values.
+
+    Subclasses view a part of ``SBERT`` (``django_sbert.api.settings``) by overriding
+    ``read_user_settings()`` and ``convert()``.
+    """
+
+    label = SETTING_NAME  # how messages name the settings this object reads
+    merged_keys: tuple[str, ...] = MERGED_KEYS
 
     def __init__(self, defaults: dict[str, Any] | None = None) -> None:
         self.defaults = defaults or DEFAULTS
         self._cached: set[str] = set()
         self._user: dict[str, Any] | None = None
 
+    def read_user_settings(self) -> Any:
+        return getattr(settings, SETTING_NAME, None) or {}
+
+    def convert(self, attr: str, value: Any) -> Any:
+        """Turn a merged setting value into what callers use (import strings, ...)."""
+        return value
+
     @property
     def user_settings(self) -> dict[str, Any]:
         if self._user is None:
-            value = getattr(settings, SETTING_NAME, None) or {}
+            value = self.read_user_settings()
             if not isinstance(value, dict):
                 raise ImproperlyConfigured(
-                    f"settings.{SETTING_NAME} must be a dict, got {type(value).__name__}."
+                    f"settings.{self.label} must be a dict, got {type(value).__name__}."
                 )
             self._user = value
         return self._user
@@ -78,10 +92,13 @@ class SbertSettings:
     def __getattr__(self, attr: str) -> Any:
         if attr not in self.defaults:
             known = ", ".join(sorted(self.defaults))
-            raise AttributeError(f"Invalid SBERT setting: {attr!r}. Known settings: {known}.")
+            raise AttributeError(
+                f"Invalid {self.label} setting: {attr!r}. Known settings: {known}."
+            )
         value = self.user_settings.get(attr, self.defaults[attr])
-        if attr in MERGED_KEYS:
+        if attr in self.merged_keys:
             value = {**self.defaults[attr], **(value or {})}
+        value = self.convert(attr, value)
         self._cached.add(attr)
         setattr(self, attr, value)
         return value

@@ -24,6 +24,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
+from ..conf import SbertSettings
+
 API_DEFAULTS: dict[str, Any] = {
     # search/ and similar/
     "DEFAULT_K": 10,  # results when the request gives no k
@@ -65,20 +67,18 @@ def _import(value: Any, key: str) -> Any:
     return value
 
 
-class APISettings:
+class APISettings(SbertSettings):
     """Lazy view of ``settings.SBERT["API"]`` over ``API_DEFAULTS``."""
 
-    def __init__(self) -> None:
-        self._cached: set[str] = set()
+    label = "SBERT['API']"
+    merged_keys = MERGED_KEYS
 
-    @property
-    def user_settings(self) -> dict[str, Any]:
+    def __init__(self) -> None:
+        super().__init__(API_DEFAULTS)
+
+    def read_user_settings(self) -> Any:
         value = (getattr(settings, "SBERT", None) or {}).get("API") or {}
-        if not isinstance(value, dict):
-            raise ImproperlyConfigured(
-                f"settings.SBERT['API'] must be a dict, got {type(value).__name__}."
-            )
-        unknown = set(value) - set(API_DEFAULTS)
+        unknown = set(value) - set(API_DEFAULTS) if isinstance(value, dict) else set()
         if unknown:
             raise ImproperlyConfigured(
                 f"Unknown SBERT['API'] settings: {', '.join(sorted(unknown))}. "
@@ -86,22 +86,8 @@ class APISettings:
             )
         return value
 
-    def __getattr__(self, attr: str) -> Any:
-        if attr not in API_DEFAULTS:
-            raise AttributeError(f"Invalid SBERT['API'] setting: {attr!r}.")
-        value = self.user_settings.get(attr, API_DEFAULTS[attr])
-        if attr in MERGED_KEYS:
-            value = {**API_DEFAULTS[attr], **(value or {})}
-        if attr in IMPORT_STRINGS:
-            value = _import(value, attr)
-        self._cached.add(attr)
-        setattr(self, attr, value)
-        return value
-
-    def reload(self) -> None:
-        for attr in self._cached:
-            delattr(self, attr)
-        self._cached.clear()
+    def convert(self, attr: str, value: Any) -> Any:
+        return _import(value, attr) if attr in IMPORT_STRINGS else value
 
 
 api_settings = APISettings()
