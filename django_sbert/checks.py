@@ -87,10 +87,22 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
             f"SBERT['SEARCH']['ITERATIVE_SCAN'] is {scan!r}.",
             hint="Use 'relaxed_order' (default), 'strict_order' or 'off'.",
         )
-    for key in ("K", "EF_SEARCH", "MAX_SCAN_TUPLES"):
+    for key in ("K", "EF_SEARCH", "MAX_SCAN_TUPLES", "CANDIDATES"):
         value = search.get(key)
         if value is not None and (not isinstance(value, int) or value < 1):
             error(f"SBERT['SEARCH'][{key!r}] must be a positive integer, got {value!r}.")
+    for key in ("RRF_K", "VECTOR_WEIGHT", "KEYWORD_WEIGHT"):
+        value = search.get(key)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+            error(f"SBERT['SEARCH'][{key!r}] must be a number >= 0, got {value!r}.")
+    if search.get("KEYWORD_MATCH") not in ("any", "all"):
+        error(
+            f"SBERT['SEARCH']['KEYWORD_MATCH'] is {search.get('KEYWORD_MATCH')!r}.",
+            hint="Use 'any' (default) or 'all'.",
+        )
+    max_df = search.get("KEYWORD_MAX_DF")
+    if not isinstance(max_df, (int, float)) or not 0 < max_df <= 1:
+        error(f"SBERT['SEARCH']['KEYWORD_MAX_DF'] must be in (0, 1], got {max_df!r}.")
     return errors
 
 

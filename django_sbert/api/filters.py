@@ -8,19 +8,23 @@
         filter_backends = [DjangoFilterBackend, OrderingFilter, SemanticSearchFilter]
         semantic_search_field = "embedding"        # optional: which EmbeddingField
         semantic_min_similarity = 0.3              # optional: drop weak matches
+        semantic_search_mode = "hybrid"            # optional: vector (default), hybrid, keyword
 
 ``GET /articles/?semantic=rising+interest+rates&category=economy&page=2`` filters with the other
 backends, then orders the remaining rows by cosine similarity to the text (nearest first,
 annotated ``similarity``); rows without an embedding are left out. The view's paginator pages
 through the ranking; an unpaginated view gets the top ``semantic_search_k`` rows (default
 SBERT["SEARCH"]["K"]). Put it last in ``filter_backends``: a backend after it that orders
-(OrderingFilter with a default ordering, say) would replace the ranking.
+(OrderingFilter with a default ordering, say) would replace the ranking. With
+``semantic_search_mode = "hybrid"`` or ``"keyword"`` the rows are ranked by
+``hybrid_search()`` (annotated ``score``) or ``keyword_search()`` (``keyword_score``) instead.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 from rest_framework.exceptions import ValidationError
 from rest_framework.filters import BaseFilterBackend
@@ -64,11 +68,24 @@ class SemanticSearchFilter(BaseFilterBackend):
         text = self.get_search_text(request, view)
         if text is None:
             return queryset
-        return as_semantic(queryset).similar_to(
-            text,
-            k=getattr(view, "semantic_search_k", None),
-            min_similarity=getattr(view, "semantic_min_similarity", None),
-            field=getattr(view, "semantic_search_field", None),
+        mode = getattr(view, "semantic_search_mode", "vector")
+        k = getattr(view, "semantic_search_k", None)
+        field = getattr(view, "semantic_search_field", None)
+        semantic = as_semantic(queryset)
+        if mode == "vector":
+            return semantic.similar_to(
+                text,
+                k=k,
+                min_similarity=getattr(view, "semantic_min_similarity", None),
+                field=field,
+            )
+        if mode == "hybrid":
+            return semantic.hybrid_search(text, k=k, field=field)
+        if mode == "keyword":
+            return semantic.keyword_search(text, k=k, field=field)
+        raise ImproperlyConfigured(
+            f"{type(view).__name__}.semantic_search_mode is {mode!r}; use 'vector', 'hybrid' "
+            "or 'keyword'."
         )
 
     def get_schema_operation_parameters(self, view: APIView) -> list[dict[str, Any]]:

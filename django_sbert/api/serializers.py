@@ -122,8 +122,11 @@ class SimilarQuerySerializer(serializers.Serializer):
         return attrs
 
 
+SEARCH_MODES = ("vector", "hybrid", "keyword")
+
+
 class SearchQuerySerializer(SimilarQuerySerializer):
-    """Query parameters of search/: the model to search and the query text."""
+    """Query parameters of search/: the model to search, the query text, the kind of search."""
 
     model = serializers.CharField(
         help_text="The model to search, as app_label.model_name (e.g. blog.article); only "
@@ -140,9 +143,23 @@ class SearchQuerySerializer(SimilarQuerySerializer):
             "blank": "The search text ?q= is empty; pass some words to search for.",
         },
     )
-    field_order = ("model", "q", "k", "min_similarity", "field")
+    mode = serializers.ChoiceField(
+        choices=SEARCH_MODES,
+        default="vector",
+        help_text="vector: cosine similarity of sentence embeddings (default). keyword: "
+        'PostgreSQL full-text search (web search syntax: every word, "a phrase", -not, or). '
+        "hybrid: both, fused by reciprocal rank fusion. keyword and hybrid need a model whose "
+        "EmbeddingField has keyword_search=True.",
+        error_messages={
+            "invalid_choice": "Unknown mode {input!r}; use one of: " + ", ".join(SEARCH_MODES) + "."
+        },
+    )
+    field_order = ("model", "q", "mode", "k", "min_similarity", "field")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        data = kwargs.get("data")
+        if data is not None and data.get("mode") == "":  # ?mode= means the default
+            kwargs["data"] = {key: value for key, value in data.items() if key != "mode"}
         super().__init__(*args, **kwargs)
         limit = int(api_settings.MAX_QUERY_LENGTH)
         q = self.fields["q"]
@@ -154,6 +171,17 @@ class SearchQuerySerializer(SimilarQuerySerializer):
                 "(SBERT['API']['MAX_QUERY_LENGTH']); shorten the search text.",
             )
         )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs = super().validate(attrs)
+        if attrs.get("mode", "vector") != "vector" and attrs.get("min_similarity") is not None:
+            raise serializers.ValidationError(
+                {
+                    "min_similarity": f"min_similarity applies to mode=vector only, not "
+                    f"mode={attrs['mode']}; leave it out, or search with mode=vector."
+                }
+            )
+        return attrs
 
 
 @extend_schema_field({"oneOf": [{"type": "integer"}, {"type": "string"}]})
@@ -173,21 +201,75 @@ class SearchResultSerializer(serializers.Serializer):
     )
 
 
-_result_serializers: dict[type[serializers.BaseSerializer], type[SearchResultSerializer]] = {}
+class KeywordResultSerializer(serializers.Serializer):
+    """One result of mode=keyword: the row's primary key, its full-text rank, its fields."""
+
+    id = PrimaryKeyField(source="pk", help_text="Primary key of the row.")
+    keyword_score = serializers.FloatField(
+        read_only=True, help_text="PostgreSQL ts_rank_cd of the row for q; higher is better."
+    )
+    object = serializers.DictField(
+        read_only=True, help_text="The fields the model was registered with."
+    )
+
+
+class HybridResultSerializer(serializers.Serializer):
+    """One result of mode=hybrid: the fused score and what it was fused from."""
+
+    id = PrimaryKeyField(source="pk", help_text="Primary key of the row.")
+    score = serializers.FloatField(
+        read_only=True,
+        help_text="Reciprocal rank fusion score: the sum over vector and keyword search of "
+        "weight / (rrf_k + rank); higher is better.",
+    )
+    similarity = serializers.FloatField(
+        read_only=True,
+        allow_null=True,
+        help_text="Cosine similarity with the query; null when the row has no embedding yet.",
+    )
+    vector_rank = serializers.IntegerField(
+        read_only=True,
+        allow_null=True,
+        help_text="Position (from 1) in the vector search candidates; null when not among them.",
+    )
+    keyword_rank = serializers.IntegerField(
+        read_only=True,
+        allow_null=True,
+        help_text="Position (from 1) in the full-text candidates; null when not among them.",
+    )
+    keyword_score = serializers.FloatField(
+        read_only=True,
+        allow_null=True,
+        help_text="PostgreSQL ts_rank_cd of the row; null when not among the full-text candidates.",
+    )
+    object = serializers.DictField(
+        read_only=True, help_text="The fields the model was registered with."
+    )
+
+
+RESULT_SERIALIZERS: dict[str, type[serializers.Serializer]] = {
+    "vector": SearchResultSerializer,
+    "hybrid": HybridResultSerializer,
+    "keyword": KeywordResultSerializer,
+}
+
+_result_serializers: dict[tuple[type[serializers.BaseSerializer], str], type] = {}
 
 
 def result_serializer_for(
-    object_serializer: type[serializers.BaseSerializer],
-) -> type[SearchResultSerializer]:
-    """A SearchResultSerializer whose ``object`` is ``object_serializer`` (built once)."""
-    result = _result_serializers.get(object_serializer)
+    object_serializer: type[serializers.BaseSerializer], mode: str = "vector"
+) -> type[serializers.Serializer]:
+    """The result serializer of ``mode`` whose ``object`` is ``object_serializer`` (built once)."""
+    key = (object_serializer, mode)
+    result = _result_serializers.get(key)
     if result is None:
+        suffix = {"vector": "", "hybrid": "Hybrid", "keyword": "Keyword"}[mode]
         result = type(
-            f"{object_serializer.__name__}Result",
-            (SearchResultSerializer,),
+            f"{object_serializer.__name__}{suffix}Result",
+            (RESULT_SERIALIZERS[mode],),
             {"object": object_serializer(source="*", read_only=True), "__module__": __name__},
         )
-        _result_serializers[object_serializer] = result
+        _result_serializers[key] = result
     return result
 
 

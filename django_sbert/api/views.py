@@ -33,6 +33,8 @@ from .schema import (
 from .serializers import (
     EmbedRequestSerializer,
     EmbedResponseSerializer,
+    HybridResultSerializer,
+    KeywordResultSerializer,
     SearchQuerySerializer,
     SearchResultSerializer,
     SimilarQuerySerializer,
@@ -68,7 +70,7 @@ def _errors(*codes: int) -> dict[int, Any]:
     }
 
 
-def _search_response(name: str) -> Any:
+def _search_response(name: str, result: Any = None) -> Any:
     if OpenApiTypes is None:  # pragma: no cover
         return None
     return inline_serializer(
@@ -77,8 +79,22 @@ def _search_response(name: str) -> Any:
             "count": serializers.IntegerField(help_text="Results in all pages (at most k)."),
             "next": serializers.URLField(allow_null=True, help_text="Next page, or null."),
             "previous": serializers.URLField(allow_null=True, help_text="Previous page, or null."),
-            "results": SearchResultSerializer(many=True),
+            "results": result if result is not None else SearchResultSerializer(many=True),
         },
+    )
+
+
+def _mode_results() -> Any:
+    """search/'s results: one shape per mode (oneOf in the schema)."""
+    if OpenApiTypes is None:  # pragma: no cover
+        return None
+    from drf_spectacular.utils import PolymorphicProxySerializer
+
+    return PolymorphicProxySerializer(
+        component_name="SemanticSearchResult",
+        serializers=[SearchResultSerializer, HybridResultSerializer, KeywordResultSerializer],
+        resource_type_field_name=None,
+        many=True,
     )
 
 
@@ -88,6 +104,7 @@ class SemanticResultsView(GenericAPIView):
     throttle_classes = [SearchRateThrottle]
     schema = schema_class()
     _entry: SearchEntry | None = None
+    search_mode = "vector"  # what the results carry: see serializers.RESULT_SERIALIZERS
 
     @property
     def pagination_class(self) -> Any:  # type: ignore[override]
@@ -121,7 +138,7 @@ class SemanticResultsView(GenericAPIView):
         return self.get_entry().get_queryset(self.request)
 
     def get_serializer_class(self) -> Any:
-        return result_serializer_for(self.get_entry().serializer_class)
+        return result_serializer_for(self.get_entry().serializer_class, self.search_mode)
 
     # -- results ----------------------------------------------------------------------------
 
@@ -145,8 +162,10 @@ class SemanticResultsView(GenericAPIView):
 
     def results_response(self, queryset: SemanticQuerySet, k: int) -> Response:
         """Fetch the top k once, then page through that list (see pagination.py for why)."""
-        vectors = [f.attname for f in self.get_entry().embedding_fields]
-        rows = list(queryset.defer(*vectors)[:k])
+        fields = self.get_entry().embedding_fields
+        wide = [f.attname for f in fields]  # vectors and tsvectors are never shown
+        wide += [f.tsvector_field_name for f in fields if f.has_keyword_search]
+        rows = list(queryset.defer(*wide)[:k])
         page = self.paginate_queryset(rows)
         serializer = self.get_serializer(rows if page is None else page, many=True)
         if page is None:
@@ -170,15 +189,18 @@ _PAGE_PARAMETERS = (
 
 
 @extend_schema(
-    summary="Semantic search in one registered model",
+    summary="Semantic, keyword or hybrid search in one registered model",
     description=(
-        "Encodes q, and returns the k rows of the model nearest to it by cosine similarity, "
-        "nearest first, among the rows this client may see. k counts all results; pages "
-        "(page, page_size) split those k. Rows not yet embedded are left out."
+        "mode=vector (default): encodes q, and returns the k rows of the model nearest to it by "
+        "cosine similarity, nearest first; rows not yet embedded are left out. mode=keyword: "
+        "PostgreSQL full-text search, best ts_rank_cd first; results carry keyword_score. "
+        "mode=hybrid: both, fused by reciprocal rank fusion; results carry score, similarity, "
+        "vector_rank, keyword_rank and keyword_score. Only rows this client may see are "
+        "searched. k counts all results; pages (page, page_size) split those k."
     ),
     parameters=[SearchQuerySerializer, *_PAGE_PARAMETERS],
     responses={
-        200: _search_response("SemanticSearchResponse"),
+        200: _search_response("SemanticSearchResponse", _mode_results()),
         **_errors(400, 401, 403, 404, 429),
     },
 )
@@ -206,10 +228,35 @@ class SearchView(SemanticResultsView):
         params.is_valid(raise_exception=True)
         data = params.validated_data
         field = self.embedding_field_name(data.get("field"))
-        queryset = self.get_queryset().similar_to(
-            data["q"], k=data["k"], min_similarity=data.get("min_similarity"), field=field
-        )
+        self.search_mode = mode = data["mode"]
+        queryset = self.get_queryset()
+        if mode == "vector":
+            queryset = queryset.similar_to(
+                data["q"], k=data["k"], min_similarity=data.get("min_similarity"), field=field
+            )
+        else:
+            field = self.keyword_field_name(field, mode)
+            if mode == "hybrid":
+                queryset = queryset.hybrid_search(data["q"], k=data["k"], field=field)
+            else:
+                queryset = queryset.keyword_search(data["q"], k=data["k"], field=field)
         return self.results_response(queryset, data["k"])
+
+    def keyword_field_name(self, field: str | None, mode: str) -> str | None:
+        """The EmbeddingField whose full-text column mode=keyword/hybrid searches; 400 if none."""
+        fields = self.get_entry().embedding_fields
+        chosen = [f for f in fields if f.name == field] if field else fields
+        searchable = [f for f in chosen if f.has_keyword_search]
+        if not searchable:
+            label = self.get_entry().label
+            raise ValidationError(
+                {
+                    "mode": f"mode={mode} needs full-text search, which {label} does not have "
+                    f"(declare its EmbeddingField with keyword_search=True and migrate); use "
+                    "mode=vector."
+                }
+            )
+        return searchable[0].name if field is None else field
 
 
 @extend_schema(

@@ -17,14 +17,15 @@ class Author(models.Model):
 
 
 class Article(models.Model):
-    """The canonical use: text fields as the source, an HNSW index with cosine ops."""
+    """The canonical use: text fields as the source, an HNSW index with cosine ops, and the
+    generated tsvector column (with its GIN index) for keyword and hybrid search."""
 
     title = models.CharField(max_length=300)
     body = models.TextField(blank=True)
     category = models.CharField(max_length=50, blank=True, db_index=True)
     published = models.BooleanField(default=True)
     author = models.ForeignKey(Author, null=True, blank=True, on_delete=models.SET_NULL)
-    embedding = EmbeddingField(source=("title", "body"), encoder="default")
+    embedding = EmbeddingField(source=("title", "body"), encoder="default", keyword_search=True)
 
     objects = SemanticManager()
 

@@ -1,0 +1,304 @@
+"""Hybrid search on SciFact: nDCG@10 and Recall@10 of vector, keyword and hybrid modes.
+
+The corpus is the 5,183 SciFact abstracts (title -> ``title``, abstract -> ``body`` of the test
+app's Article, whose EmbeddingField has ``keyword_search=True``), encoded once with
+all-MiniLM-L6-v2 and cached under ``artifacts/bench/`` (the vectors are written with COPY, so no
+worker runs). Queries are the SciFact training claims, split by a seeded shuffle into a dev half
+and a held-out half. Fusion settings (RRF k, keyword weight, candidates per side, keyword match)
+are chosen on the dev half only; the held-out half is reported with the chosen settings.
+
+Latency is the p50 over the queries of the timed half of ``Article.objects.<mode>(text)[:10]``:
+end to end with an uncached query encoding, and search only (the query vector already cached).
+
+    .venv/bin/python benchmarks/hybrid.py                 # encode (first run), tune, report
+    .venv/bin/python benchmarks/hybrid.py --prepare-only  # just encode and cache the corpus
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import random
+import re
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from search import DATA, encode_cached, percentile, setup_django  # noqa: E402
+
+SCIFACT = DATA / "scifact"
+CUTOFF = 10
+MAX_DFS = (0.05, 0.1, 0.2, 0.5)  # keyword_search(match="any", max_df=...) tried on dev
+
+
+# -- data -------------------------------------------------------------------------------------
+
+
+def corpus() -> list[dict[str, str]]:
+    """SciFact abstracts in file order: ``{"id", "title", "body"}``."""
+    rows = []
+    for line in (SCIFACT / "corpus.jsonl").open(encoding="utf-8"):
+        doc = json.loads(line)
+        rows.append({"id": doc["_id"], "title": doc["title"][:300], "body": doc["text"]})
+    return rows
+
+
+def embedding_text(row: dict[str, str]) -> str:
+    """What ``EmbeddingField(source=("title", "body"))`` encodes: the fields joined by a newline."""
+    return f"{row['title']}\n{row['body']}"
+
+
+def queries_with_qrels() -> list[tuple[str, str, dict[str, int]]]:
+    """(query id, claim, {corpus id: relevance}) for every training claim that has judgements."""
+    qrels: dict[str, dict[str, int]] = defaultdict(dict)
+    for line in (SCIFACT / "qrels-train.tsv").read_text(encoding="utf-8").splitlines()[1:]:
+        qid, doc, score = line.split("\t")
+        qrels[qid][doc] = int(score)
+    out = []
+    for line in (SCIFACT / "queries-train.jsonl").open(encoding="utf-8"):
+        query = json.loads(line)
+        if query["_id"] in qrels:
+            out.append((query["_id"], query["text"], qrels[query["_id"]]))
+    return out
+
+
+def split(queries: list, seed: int, dev_fraction: float) -> tuple[list, list]:
+    """A seeded shuffle of the training claims into (dev, held-out)."""
+    order = list(range(len(queries)))
+    random.Random(seed).shuffle(order)
+    cut = int(len(order) * dev_fraction)
+    return [queries[i] for i in order[:cut]], [queries[i] for i in order[cut:]]
+
+
+# -- metrics ----------------------------------------------------------------------------------
+
+
+def ndcg_at(ranked: list[str], relevant: dict[str, int], cutoff: int = CUTOFF) -> float:
+    dcg = sum(
+        (2 ** relevant.get(doc, 0) - 1) / np.log2(i + 2) for i, doc in enumerate(ranked[:cutoff])
+    )
+    ideal = sorted(relevant.values(), reverse=True)[:cutoff]
+    idcg = sum((2**rel - 1) / np.log2(i + 2) for i, rel in enumerate(ideal))
+    return float(dcg / idcg) if idcg else 0.0
+
+
+def recall_at(ranked: list[str], relevant: dict[str, int], cutoff: int = CUTOFF) -> float:
+    hits = {doc for doc in ranked[:cutoff] if relevant.get(doc, 0) > 0}
+    return len(hits) / sum(1 for rel in relevant.values() if rel > 0)
+
+
+def evaluate(runs: list[list[str]], queries: list) -> dict[str, float]:
+    ndcg = [ndcg_at(run, rel) for run, (_, _, rel) in zip(runs, queries, strict=True)]
+    recall = [recall_at(run, rel) for run, (_, _, rel) in zip(runs, queries, strict=True)]
+    return {"ndcg@10": 100 * float(np.mean(ndcg)), "recall@10": 100 * float(np.mean(recall))}
+
+
+# -- database ---------------------------------------------------------------------------------
+
+
+def load_corpus(rows: list[dict[str, str]], vectors: np.ndarray) -> float:
+    """Replace testapp_article with the corpus (COPY; PostgreSQL generates embedding_tsv), then
+    build the HNSW index; return the index build time. Article pk i + 1 is rows[i]."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("DROP INDEX IF EXISTS article_embedding_hnsw")
+        cursor.execute("TRUNCATE testapp_article RESTART IDENTITY CASCADE")
+        with cursor.cursor.copy(
+            "COPY testapp_article (id, title, body, category, published, embedding) FROM STDIN"
+        ) as copy:
+            for i, (row, vector) in enumerate(zip(rows, vectors, strict=True)):
+                literal = "[" + ",".join(map(repr, vector.tolist())) + "]"
+                copy.write_row((i + 1, row["title"], row["body"], "scifact", True, literal))
+        cursor.execute("SET maintenance_work_mem = '512MB'")
+        started = time.perf_counter()
+        cursor.execute(
+            "CREATE INDEX article_embedding_hnsw ON testapp_article "
+            "USING hnsw (embedding vector_cosine_ops) WITH (m = 16, ef_construction = 64)"
+        )
+        build = time.perf_counter() - started
+        cursor.execute("VACUUM ANALYZE testapp_article")
+    return build
+
+
+def run_lists(queries: list, depth: int) -> dict[str, list[list[int]]]:
+    """Per query, the pks of the vector top-``depth`` and of each keyword variant's."""
+    from tests.testapp.models import Article
+
+    out: dict[str, list[list[int]]] = defaultdict(list)
+    for _, text, _ in queries:
+        vector = Article.objects.similar_to(text, k=depth)
+        out["vector"].append(list(vector.values_list("pk", flat=True)))
+        for max_df in MAX_DFS:
+            keyword = Article.objects.keyword_search(text, k=depth, match="any", max_df=max_df)
+            out[f"any/{max_df}"].append(list(keyword.values_list("pk", flat=True)))
+        keyword = Article.objects.keyword_search(text, k=depth, match="all")
+        out["all/None"].append(list(keyword.values_list("pk", flat=True)))
+    return out
+
+
+def fuse(vector: list[int], keyword: list[int], rrf_k: float, wk: float, n: int) -> list[int]:
+    """hybrid_search()'s ranking, in Python: weight / (rrf_k + rank) summed, ties by pk."""
+    scores: dict[int, float] = defaultdict(float)
+    for rank, pk in enumerate(vector[:n], start=1):
+        scores[pk] += 1.0 / (rrf_k + rank)
+    for rank, pk in enumerate(keyword[:n], start=1):
+        scores[pk] += wk / (rrf_k + rank)
+    return sorted(scores, key=lambda pk: (-scores[pk], pk))[:CUTOFF]
+
+
+def tune(lists: dict[str, list[list[int]]], dev: list, ids: list[str]) -> list[dict]:
+    """Every grid point's dev nDCG@10, best first (the Python twin of the SQL fusion)."""
+    sides = [("any", max_df) for max_df in MAX_DFS] + [("all", None)]
+    grid = itertools.product(
+        sides, (1, 5, 10, 20, 40, 60, 100), (0.2, 0.3, 0.5, 0.7, 1.0, 1.5), (20, 50, 100)
+    )
+    results = []
+    for (match, max_df), rrf_k, wk, n in grid:
+        keyword = lists[f"{match}/{max_df}"]
+        runs = [
+            [ids[pk - 1] for pk in fuse(v, kw, rrf_k, wk, n)]
+            for v, kw in zip(lists["vector"], keyword, strict=True)
+        ]
+        settings = {"match": match, "max_df": max_df, "rrf_k": rrf_k, "keyword_weight": wk}
+        results.append({**settings, "candidates": n, **evaluate(runs, dev)})
+    return sorted(results, key=lambda r: -r["ndcg@10"])
+
+
+def search_runs(queries: list, mode: str, ids: list[str], **options) -> list[list[str]]:
+    from tests.testapp.models import Article
+
+    runs = []
+    for _, text, _ in queries:
+        qs = getattr(Article.objects, mode)(text, **options)[:CUTOFF]
+        runs.append([ids[pk - 1] for pk in qs.values_list("pk", flat=True)])
+    return runs
+
+
+def latency(queries: list, mode: str, **options) -> dict[str, float]:
+    """p50 of ``mode(text)[:10]`` fetched as instances: uncached encoding, and search only."""
+    from django_sbert.encoders import clear_query_cache
+    from tests.testapp.models import Article
+
+    total, search_only = [], []
+    for _, text, _ in queries:
+        clear_query_cache()
+        started = time.perf_counter()
+        list(getattr(Article.objects, mode)(text, **options)[:CUTOFF])
+        total.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()  # the query vector is cached now
+        list(getattr(Article.objects, mode)(text, **options)[:CUTOFF])
+        search_only.append((time.perf_counter() - started) * 1000)
+    return {
+        "p50_ms": round(percentile(total, 50), 1),
+        "search_p50_ms": round(percentile(search_only, 50), 1),
+    }
+
+
+def plan_summary(text: str, **options) -> str:
+    """Which indexes the hybrid query's plan uses, and PostgreSQL's own execution time."""
+    from tests.testapp.models import Article
+
+    plan = Article.objects.hybrid_search(text, **options)[:CUTOFF].explain(analyze=True)
+    indexes = sorted(
+        set(re.findall(r"(?:Index|Bitmap Index) Scan (?:Backward )?using (\w+)", plan))
+    )
+    executed = re.search(r"Execution Time: ([\d.]+) ms", plan)
+    return (
+        f"indexes used: {', '.join(indexes)}; execution {executed.group(1) if executed else '?'} ms"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--ef-search", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the dev / held-out split")
+    parser.add_argument("--dev-fraction", type=float, default=0.5)
+    parser.add_argument("--latency-queries", type=int, default=200)
+    parser.add_argument("--prepare-only", action="store_true", help="encode the corpus and stop")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    rows = corpus()
+    texts = [embedding_text(row) for row in rows]
+    vectors = encode_cached(texts, len(texts), args.threads)
+    print(f"corpus: {len(rows)} SciFact abstracts, vectors {vectors.shape}")
+    if args.prepare_only:
+        return
+
+    setup_django(args.threads, args.ef_search, None)
+    build = load_corpus(rows, vectors)
+    ids = [row["id"] for row in rows]
+    queries = queries_with_qrels()
+    dev, held = split(queries, args.seed, args.dev_fraction)
+    print(
+        f"queries: {len(queries)} SciFact training claims with judgements; seeded split "
+        f"(seed {args.seed}): {len(dev)} dev (tuning), {len(held)} held-out. HNSW m=16, "
+        f"ef_construction=64 (built in {build:.1f} s), ef_search={args.ef_search}; "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"
+    )
+
+    from django_sbert.fusion import HYBRID_DEFAULTS
+    from tests.testapp.models import Article
+
+    list(Article.objects.hybrid_search("warm up the encoder and the connection"))
+    started = time.perf_counter()
+    lists = run_lists(dev, depth=100)
+    print(f"dev candidate lists in {time.perf_counter() - started:.0f} s")
+    ranking = tune(lists, dev, ids)
+    best = ranking[0]
+    print("\ndev nDCG@10 of the fusion grid, top 8 of", len(ranking))
+    for row in ranking[:8]:
+        print("  ", row)
+    keys = ("match", "max_df", "rrf_k", "keyword_weight", "candidates")
+    chosen = {k: best[k] for k in keys}
+    defaults = (
+        HYBRID_DEFAULTS["KEYWORD_MATCH"],
+        HYBRID_DEFAULTS["KEYWORD_MAX_DF"],
+        HYBRID_DEFAULTS["RRF_K"],
+        HYBRID_DEFAULTS["KEYWORD_WEIGHT"],
+        HYBRID_DEFAULTS["CANDIDATES"],
+    )
+    default = next((r for r in ranking if tuple(r[k] for k in keys) == defaults), None)
+    print(f"chosen on dev: {chosen}\nthe library defaults give: {default}")
+    for match, max_df in [("any", max_df) for max_df in MAX_DFS] + [("all", None)]:
+        side = next(r for r in ranking if (r["match"], r["max_df"]) == (match, max_df))
+        print(f"  best with match={match}, max_df={max_df}: {side}")
+
+    modes = {
+        "vector": ("similar_to", {}),
+        "keyword (all words)": ("keyword_search", {"match": "all"}),
+        "keyword (any word, idf)": ("keyword_search", {"match": "any"}),
+        "hybrid (defaults)": ("hybrid_search", {}),
+        "hybrid (tuned on dev)": ("hybrid_search", dict(chosen)),
+    }
+    table = []
+    for name, (method, options) in modes.items():
+        result = {"mode": name}
+        for split_name, split_queries in (("dev", dev), ("held-out", held)):
+            scores = evaluate(search_runs(split_queries, method, ids, **options), split_queries)
+            result[f"{split_name} nDCG@10"] = round(scores["ndcg@10"], 2)
+            result[f"{split_name} R@10"] = round(scores["recall@10"], 2)
+        result.update(latency(held[: args.latency_queries], method, **options))
+        table.append(result)
+        print(result)
+    print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
+    print(plan_summary(held[0][1], **chosen))
+    keys = list(table[0])
+    print("\n| " + " | ".join(keys) + " |")
+    print("|" + "---|" * len(keys))
+    for result in table:
+        print("| " + " | ".join(str(result[k]) for k in keys) + " |")
+    vector = table[0]["dev nDCG@10"]
+    hybrid = table[-1]["dev nDCG@10"]
+    print(f"\nhybrid (tuned) - vector on dev: {hybrid - vector:+.2f} nDCG@10 points")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,278 @@
+"""PostgreSQL full-text search pieces: the stored ``tsvector``, the query, the rank.
+
+``EmbeddingField(source=("title", "body"), keyword_search=True)`` adds a generated column
+``<name>_tsv``::
+
+    embedding_tsv tsvector GENERATED ALWAYS AS (
+        setweight(to_tsvector('english'::regconfig, COALESCE(title, '')), 'A') ||
+        setweight(to_tsvector('english'::regconfig, COALESCE(body, '')), 'B')
+    ) STORED
+
+PostgreSQL computes it on every INSERT and UPDATE (``queryset.update()``, raw SQL and
+``bulk_create`` included), and a GIN index serves ``tsv @@ query``. The expression is immutable
+because the text search configuration is named explicitly (``to_tsvector(text)`` without one
+depends on ``default_text_search_config`` and is not allowed in a generated column).
+
+Queries (see docs/hybrid.md):
+
+* ``match="all"``: ``websearch_to_tsquery(config, text)``, the syntax of a web search box
+  (``"exact phrase"``, ``-excluded``, ``or``); every other word must occur. Ranked with
+  ``ts_rank_cd`` (cover density: how many query words occur, how close together, weighted by
+  the field they occur in).
+* ``match="any"``: rows containing any word of the text, ranked by
+  ``sum(idf(word) * ts_rank(weights, tsv, word))``. ``ts_rank`` alone has no notion of how rare
+  a word is, so a row with many common words ("patients", "increase") would outrank one with
+  the rare word that matters; the inverse document frequency comes from the statistics
+  PostgreSQL's ANALYZE already keeps for a tsvector column (``pg_stats.most_common_elems``),
+  so nothing else has to be maintained. Words in more than ``max_df`` of the rows are dropped
+  (unless every word is), and a row must hold one of the rarest words (together in at most
+  ``MATCH_DF`` of the rows) to be ranked at all, which keeps the rows to rank few.
+
+Neither raises on user input: an empty or punctuation-only text simply matches no row.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.contrib.postgres.search import (
+    SearchQuery,
+    SearchQueryField,
+    SearchRank,
+    SearchVector,
+)
+from django.db import models
+from django.db.models import BooleanField, Expression, F, FloatField, Func, Value
+
+DEFAULT_CONFIG = "english"
+WEIGHT_LETTERS = ("A", "B", "C", "D")
+MATCH_MODES = ("all", "any")
+# ts_rank_cd's default multipliers for weights D, C, B, A: a title (A) match counts 10x a D one.
+RANK_WEIGHTS = (0.1, 0.2, 0.4, 1.0)
+
+
+def field_weights(
+    fields: Sequence[str], weights: Sequence[str] | Mapping[str, str] | None
+) -> list[str]:
+    """One weight letter per source field: given per field, or A, B, C, D in source order."""
+    if weights is None:
+        return [WEIGHT_LETTERS[min(i, 3)] for i in range(len(fields))]
+    if isinstance(weights, Mapping):
+        return [str(weights.get(name, "D")).upper() for name in fields]
+    return [str(letter).upper() for letter in weights]
+
+
+def valid_weights(fields: Sequence[str], weights: Sequence[str] | Mapping[str, str] | None) -> bool:
+    """One letter of A-D per source field (a mapping may not name other fields)."""
+    if isinstance(weights, Mapping) and set(weights) - set(fields):
+        return False
+    letters = field_weights(fields, weights)
+    return len(letters) == len(fields) and all(letter in WEIGHT_LETTERS for letter in letters)
+
+
+def search_vector(
+    fields: Sequence[str], config: str, weights: Sequence[str] | Mapping[str, str] | None
+) -> SearchVector:
+    """The weighted ``tsvector`` of ``fields``: what the generated ``<name>_tsv`` column holds."""
+    letters = field_weights(fields, weights)
+    vectors = [
+        SearchVector(name, config=config, weight=letter)
+        for name, letter in zip(fields, letters, strict=True)
+    ]
+    combined = vectors[0]
+    for vector in vectors[1:]:
+        combined = combined + vector
+    return combined
+
+
+def websearch_query(text: str, config: str) -> Expression:
+    """``websearch_to_tsquery(config, text)``: the syntax of a web search box, never an error."""
+    return SearchQuery(text, config=config, search_type="websearch")
+
+
+class Matches(Func):
+    """``tsvector @@ tsquery`` as a boolean expression usable in ``filter()``."""
+
+    template = "%(expressions)s"
+    arg_joiner = " @@ "
+    output_field = BooleanField()
+
+
+# The fraction of rows holding each of the column's most common lexemes, as ANALYZE (and
+# autovacuum) gathers it; the last three numbers of the array are summary values.
+STATS_SQL = """
+SELECT s.most_common_elems::text::text[], s.most_common_elem_freqs
+FROM pg_stats AS s
+WHERE s.tablename = %s AND s.attname = %s AND s.schemaname = ANY (current_schemas(false))
+"""
+LEXEMES_SQL = "SELECT DISTINCT lexeme FROM unnest(to_tsvector(%s::regconfig, %s))"
+MAX_TERMS = 16  # the rarest words of a long query text are kept
+# A candidate row must hold one of the query's rarest words, taken while together they are in
+# at most this share of the rows: the GIN index finds few rows to rank, and rows holding only
+# commoner words seldom ranked high anyway.
+MATCH_DF = 0.1
+STATS_SECONDS = 60.0  # how long a process reuses a column's statistics (they change at ANALYZE)
+
+_stats_cache: dict[tuple[str, str, str], tuple[float, dict[str, float], float | None]] = {}
+_stats_lock = threading.Lock()
+
+
+def column_statistics(
+    connection: Any, table: str, column: str
+) -> tuple[dict[str, float], float | None]:
+    """``({lexeme: fraction of rows}, smallest fraction listed)`` of a tsvector column.
+
+    Read from ``pg_stats`` at most every ``STATS_SECONDS`` per process; ``({}, None)`` before
+    the first ANALYZE.
+    """
+    key = (connection.alias, table, column)
+    now = time.monotonic()
+    with _stats_lock:
+        cached = _stats_cache.get(key)
+    if cached is not None and cached[0] > now:
+        return cached[1], cached[2]
+    with connection.cursor() as cursor:
+        cursor.execute(STATS_SQL, [table, column])
+        rows = cursor.fetchall()
+    freqs: dict[str, float] = {}
+    for elems, values in rows:
+        for elem, freq in zip(elems or [], values or [], strict=False):
+            freqs[elem] = max(float(freq), freqs.get(elem, 0.0))
+    floor = min(freqs.values()) if freqs else None
+    with _stats_lock:
+        _stats_cache[key] = (now + STATS_SECONDS, freqs, floor)
+    return freqs, floor
+
+
+def clear_statistics_cache() -> None:
+    """Forget the column statistics this process has read (tests, after ANALYZE)."""
+    with _stats_lock:
+        _stats_cache.clear()
+
+
+Term = tuple[str, float, float | None]  # (lexeme, idf, fraction of rows holding it)
+
+
+def query_terms(
+    connection: Any, table: str, column: str, config: str, text: str, max_df: float
+) -> tuple[Term, ...]:
+    """``(lexeme, idf, df)`` of the words of ``text`` worth searching for, rarest first.
+
+    ``idf = ln(1 + (1 - df) / df)`` with ``df`` the fraction of rows holding the word; a word
+    outside the most common ones counts as half as frequent as the least common of them.
+    Without statistics yet (a new table) every word weighs 1 and none is dropped.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(LEXEMES_SQL, [config, text])
+        lexemes = sorted(row[0] for row in cursor.fetchall())
+    if not lexemes:
+        return ()
+    freqs, floor = column_statistics(connection, table, column)
+    if floor is None:
+        return tuple((lexeme, 1.0, None) for lexeme in lexemes[:MAX_TERMS])
+    weighted = []
+    for lexeme in lexemes:
+        df = min(max(freqs.get(lexeme, floor / 2), 1e-6), 1.0)
+        weighted.append((df, lexeme, math.log(1.0 + (1.0 - df) / df)))
+    weighted.sort()
+    kept = [item for item in weighted if item[0] <= max_df] or weighted[:1]
+    return tuple((lexeme, idf, df) for df, lexeme, idf in kept[:MAX_TERMS])
+
+
+def _tsquery_literal(lexemes: Sequence[str]) -> str:
+    """``'a' | 'b'``: lexemes quoted for tsquery input (no second normalization)."""
+    quoted = ["'" + lex.replace("\\", "\\\\").replace("'", "''") + "'" for lex in lexemes]
+    return " | ".join(quoted)
+
+
+class TsQuery(Func):
+    """A tsquery written out (``'a' | 'b'``), cast as it is: the lexemes are normalized already."""
+
+    template = "%(expressions)s::tsquery"
+    output_field = SearchQueryField()
+
+
+class IdfRank(Expression):
+    """``sum(idf * ts_rank(weights, tsv, 'word'))`` over the query's words, per row.
+
+    The tsvector is read once per row (``tsv || ''`` in a sub-select that is not flattened):
+    a wide tsvector lives in TOAST, and each ts_rank() call would otherwise fetch it again.
+    """
+
+    output_field = FloatField()
+
+    def __init__(self, column: Any, terms: Sequence[Term]) -> None:
+        super().__init__()
+        self.column = column
+        self.terms = tuple(terms)
+
+    def get_source_expressions(self) -> list[Any]:
+        return [self.column]
+
+    def set_source_expressions(self, exprs: list[Any]) -> None:
+        (self.column,) = exprs
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+        column_sql, column_params = compiler.compile(self.column)
+        weights = "{" + ",".join(str(w) for w in RANK_WEIGHTS) + "}"
+        parts, params = [], []
+        for lexeme, idf, _ in self.terms:
+            parts.append("%s * ts_rank(%s::float4[], sbert_doc.tsv, %s::tsquery)")
+            params += [float(idf), weights, _tsquery_literal([lexeme])]
+        sql = (
+            f"(SELECT {' + '.join(parts)} "
+            f"FROM (SELECT {column_sql} || ''::tsvector AS tsv OFFSET 0) AS sbert_doc)"
+        )
+        return sql, [*params, *column_params]
+
+
+def idf_rank(column: str, terms: Sequence[Term]) -> Expression:
+    """The idf-weighted rank of the tsvector column ``column`` for the query's ``terms``."""
+    return IdfRank(F(column), terms)
+
+
+def keyword_filter_and_rank(
+    column: str,
+    text: str,
+    config: str,
+    match: str,
+    terms: Sequence[Term] | None = None,
+) -> tuple[Expression, Expression]:
+    """(``column @@ query``, its rank) for a tsvector column name.
+
+    ``match="any"`` needs the ``terms`` from query_terms(): rows must hold one of
+    ``matching_lexemes(terms)`` and are ranked by all the terms. ``match="all"`` reads ``text``.
+    """
+    if match == "all":
+        query = websearch_query(text, config)
+        rank = SearchRank(F(column), query, weights=list(RANK_WEIGHTS), cover_density=True)
+        return Matches(F(column), query), rank
+    if match != "any":
+        raise ValueError(f"match must be one of {MATCH_MODES}, got {match!r}.")
+    if not terms:
+        return Value(False, output_field=BooleanField()), Value(0.0, output_field=FloatField())
+    query = TsQuery(Value(_tsquery_literal(matching_lexemes(terms))))
+    return Matches(F(column), query), idf_rank(column, terms)
+
+
+def matching_lexemes(terms: Sequence[Term]) -> list[str]:
+    """The words a candidate row must hold one of: the rarest, while together they are in at
+    most ``MATCH_DF`` of the rows (at least one); every word without statistics."""
+    if any(df is None for _, _, df in terms):
+        return [lexeme for lexeme, _, _ in terms]
+    chosen, total = [], 0.0
+    for lexeme, _, df in sorted(terms, key=lambda term: term[2]):
+        if chosen and total + df > MATCH_DF:
+            break
+        chosen.append(lexeme)
+        total += df
+    return chosen
+
+
+def is_text_field(field: models.Field) -> bool:
+    """Char and text fields: their values go into to_tsvector() as they are (immutable)."""
+    return isinstance(field, models.CharField | models.TextField)
