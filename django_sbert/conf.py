@@ -27,6 +27,7 @@ ENCODER_DEFAULTS: dict[str, Any] = {
     "DEVICE": "cpu",  # "cpu", "cuda", "cuda:1", "mps"
     "BATCH_SIZE": 32,  # texts per forward pass when indexing rows
     "THREADS": None,  # torch.set_num_threads() in each process; None leaves torch's default
+    "QUERY_THREADS": 1,  # torch threads while encoding one search query; None: as THREADS
     "QUANTIZE": None,  # None or "int8": dynamic int8 quantization of linear layers (CPU)
     "LONG_TEXT": "truncate",  # what encode() does with texts over max_seq_length
 }
@@ -37,6 +38,13 @@ SEARCH_DEFAULTS: dict[str, Any] = {
     "EF_SEARCH": 100,  # hnsw.ef_search: candidate list size; higher = better recall, slower
     "ITERATIVE_SCAN": "relaxed_order",  # hnsw.iterative_scan: off | strict_order | relaxed_order
     "MAX_SCAN_TUPLES": 20000,  # hnsw.max_scan_tuples: stop an iterative scan after this many
+    # hybrid_search() and keyword_search() (docs/hybrid.md)
+    "RRF_K": 60,  # k of reciprocal rank fusion: larger flattens the weight of the top ranks
+    "CANDIDATES": 100,  # rows taken from each side (vector top-N, keyword top-N) before fusing
+    "VECTOR_WEIGHT": 1.0,  # weight of the vector side's 1 / (k + rank)
+    "KEYWORD_WEIGHT": 1.0,  # weight of the keyword side's 1 / (k + rank)
+    "KEYWORD_MATCH": "any",  # keyword side of hybrid_search: "any" word or "all" words
+    "KEYWORD_MAX_DF": 0.2,  # match="any" leaves out words found in more than this share of rows
 }
 
 DEFAULTS: dict[str, Any] = {
@@ -49,6 +57,12 @@ DEFAULTS: dict[str, Any] = {
     "SWEEP_BATCH_SIZE": 500,  # rows per task when the periodic sweep re-embeds stale rows
     "LARGE_TABLE_ROWS": 10000,  # check W001: tables this large should have an HNSW index
     "API": {},  # the REST API's settings, read by django_sbert.api.settings (docs/api.md)
+    # Fine-tuning (docs/fine-tuning.md)
+    "MODEL_DIR": None,  # where fine-tuned versions are saved; None: <BASE_DIR>/sbert_models
+    "VERSION_CACHE_SECONDS": 2.0,  # how long a process trusts its idea of the serving version
+    "TRAINING_PROGRESS_SECONDS": 2.0,  # at most one progress write per run this often
+    "TRAINING_STALLED_SECONDS": 600,  # a running run silent this long lost its worker
+    "EVAL_GATE_TOLERANCE": 0.0,  # promote refuses a candidate worse than active by more than this
 }
 
 # Keys whose value is a dict merged over the default dict rather than replacing it: a project

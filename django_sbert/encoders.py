@@ -6,12 +6,18 @@ The Django layer reaches the ML core only through this module::
     encode_texts(texts, "default")    # (n, dim) float32 with the encoder's batch size
     encode_query("central banks")     # (dim,) float32, LRU-cached per process
     encoder_dimensions("default")     # from the model's JSON config: no torch import
-    encoder_version("default")        # short stable id of the weights in use
+    encoder_version("default")        # version string of the serving model (see versions.py)
+    query_vector("central banks")     # (vector, version it was encoded with), for searches
 
 Loading is guarded by a lock so that concurrent requests in a threaded server load the model
 once. Loaded encoders are dropped when ``settings.SBERT`` changes and in the child after
 ``fork()``: torch state inherited from a parent (Celery prefork, gunicorn --preload) can hang or
 oversubscribe cores, so each child loads its own copy with its own thread count.
+
+An encoder name serves one version at a time (``versions.serving``): the model from settings,
+or an active fine-tuned version. ``get_encoder(name)`` returns the serving one, so web processes
+and workers switch to a promoted version within ``SBERT["VERSION_CACHE_SECONDS"]``, without a
+restart; ``get_encoder(name, version)`` returns a given one (promotion encodes with both).
 """
 
 from __future__ import annotations
@@ -35,18 +41,45 @@ if TYPE_CHECKING:
     from .encoder import SentenceEncoder
 
 _lock = threading.RLock()
-_encoders: dict[str, SentenceEncoder] = {}
+_encoders: dict[str, SentenceEncoder] = {}  # the settings' model of each encoder name
+_tuned: OrderedDict[tuple[str, str], SentenceEncoder] = OrderedDict()  # (name, version)
+# Fine-tuned versions kept loaded per process (the serving one and a candidate being promoted).
+MAX_TUNED_LOADED = 2
 _dimensions: dict[str, int] = {}
 _versions: dict[str, str] = {}
-_query_cache: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+_query_cache: OrderedDict[tuple[str, str, str], np.ndarray] = OrderedDict()
 # One forward pass at a time per encoder: a fast tokenizer shared between threads can fail
 # with "RuntimeError: Already borrowed" (huggingface/tokenizers#537), and torch already uses
 # every configured thread inside one pass.
 _encode_locks: dict[str, threading.Lock] = {}
 
 
-def get_encoder(name: str = "default") -> SentenceEncoder:
-    """Return the encoder configured as ``SBERT["ENCODERS"][name]``, loading it on first use."""
+def get_encoder(name: str = "default", version: str | None = None) -> SentenceEncoder:
+    """Return the serving model of encoder ``name`` (or its ``version``), loading it once."""
+    from .versions import serving, version_directory
+
+    if version is None:
+        current = serving(name)
+        version, directory = current.version, current.directory
+    else:
+        directory = version_directory(name, version)
+    if directory is None:
+        return _base_encoder(name)
+    key = (name, version)
+    encoder = _tuned.get(key)
+    if encoder is not None:
+        return encoder
+    with _lock:
+        encoder = _tuned.get(key)
+        if encoder is None:
+            encoder = _load(name, directory)
+            _tuned[key] = encoder
+            while len(_tuned) > MAX_TUNED_LOADED:
+                _tuned.popitem(last=False)
+    return encoder
+
+
+def _base_encoder(name: str) -> SentenceEncoder:
     encoder = _encoders.get(name)
     if encoder is not None:
         return encoder
@@ -58,7 +91,7 @@ def get_encoder(name: str = "default") -> SentenceEncoder:
     return encoder
 
 
-def _load(name: str) -> SentenceEncoder:
+def _load(name: str, directory: str | None = None) -> SentenceEncoder:
     config = encoder_config(name)
     try:
         from .encoder import SentenceEncoder
@@ -70,17 +103,27 @@ def _load(name: str) -> SentenceEncoder:
     # THREADS sets torch.set_num_threads() for this process: each forked worker loads its own
     # encoder after fork (see _reset_after_fork) and so sets its own thread count.
     return SentenceEncoder.load(
-        config["MODEL"],
+        directory or config["MODEL"],
         device=config["DEVICE"],
         quantize=config["QUANTIZE"],
         threads=int(config["THREADS"]) if config["THREADS"] else None,
     )
 
 
-def encode_texts(texts: Sequence[str], encoder: str = "default") -> np.ndarray:
-    """Encode ``texts`` with the named encoder's batch size: unit vectors, (n, dim) float32."""
+def encode_texts(
+    texts: Sequence[str],
+    encoder: str = "default",
+    version: str | None = None,
+    *,
+    threads: int | None = None,
+) -> np.ndarray:
+    """Encode ``texts`` with the named encoder's batch size: unit vectors, (n, dim) float32.
+
+    ``version`` picks a version of the encoder; by default the serving one. ``threads`` sets
+    torch's threads for this call only.
+    """
     config = encoder_config(encoder)
-    model = get_encoder(encoder)
+    model = get_encoder(encoder, version)
     with _lock:
         lock = _encode_locks.setdefault(encoder, threading.Lock())
     with lock:
@@ -89,22 +132,31 @@ def encode_texts(texts: Sequence[str], encoder: str = "default") -> np.ndarray:
             batch_size=int(config["BATCH_SIZE"]),
             normalize=True,
             long_text=config["LONG_TEXT"],
+            threads=threads,
         )
 
 
-def encode_query(text: str, encoder: str = "default") -> np.ndarray:
+def encode_query(text: str, encoder: str = "default", version: str | None = None) -> np.ndarray:
     """Encode one search query, remembering the last ``QUERY_CACHE_SIZE`` queries per process.
 
-    The returned array is read-only because it is shared with later callers.
+    The returned array is read-only because it is shared with later callers. Searches should
+    use ``query_vector``, which also says which version encoded the text.
     """
-    key = (encoder, text)
+    if version is None:
+        from .versions import serving_version
+
+        version = serving_version(encoder)
+    key = (encoder, version, text)
     size = int(sbert_settings.QUERY_CACHE_SIZE or 0)
     with _lock:
         cached = _query_cache.get(key)
         if cached is not None:
             _query_cache.move_to_end(key)
             return cached
-    vector = encode_texts([text], encoder)[0]
+    # One short text gains little from more threads, and threads that spin after the forward
+    # pass slow down a PostgreSQL server on the same cores (docs/settings.md, QUERY_THREADS).
+    threads = encoder_config(encoder)["QUERY_THREADS"]
+    vector = encode_texts([text], encoder, version, threads=int(threads) if threads else None)[0]
     vector.flags.writeable = False
     if size > 0:
         with _lock:
@@ -112,6 +164,18 @@ def encode_query(text: str, encoder: str = "default") -> np.ndarray:
             while len(_query_cache) > size:
                 _query_cache.popitem(last=False)
     return vector
+
+
+def query_vector(text: str, encoder: str = "default") -> tuple[np.ndarray, str]:
+    """Encode a search query with the serving version; return ``(vector, version)``.
+
+    A search compares the vector only with rows whose ``<field>_version`` equals ``version``,
+    so it never mixes two versions' vectors (see docs/fine-tuning.md).
+    """
+    from .versions import serving_version
+
+    version = serving_version(encoder)
+    return encode_query(text, encoder, version), version
 
 
 def clear_query_cache() -> None:
@@ -165,25 +229,41 @@ def model_fingerprint(directory: str | os.PathLike[str]) -> str:
 
 
 def encoder_version(name: str = "default") -> str:
-    """A short stable id of the named encoder's model, e.g. ``all-MiniLM-L6-v2:1a2b3c...``.
+    """The version string of the named encoder's serving model (``versions.serving``).
 
     Stored beside each vector (``<field>_version``) so rows encoded by another model are found
-    stale. It does not depend on where the model lives on disk.
+    stale. It changes only when a promotion's switch commits.
+    """
+    from .versions import serving_version
+
+    return serving_version(name)
+
+
+def base_version(name: str = "default") -> str:
+    """A short stable id of the settings' model, e.g. ``all-MiniLM-L6-v2:1a2b3c...``.
+
+    It does not depend on where the model lives on disk.
     """
     if name not in _versions:
         from .encoder import resolve_model_path
 
         model = str(encoder_config(name)["MODEL"])
-        label = Path(model.rstrip("/")).name or model
         fingerprint = model_fingerprint(resolve_model_path(model))
-        _versions[name] = f"{label[:60]}:{fingerprint[:16]}"
+        _versions[name] = f"{base_label(name)}:{fingerprint[:16]}"
     return _versions[name]
+
+
+def base_label(name: str = "default") -> str:
+    """The settings' model name without its directory, e.g. ``all-MiniLM-L6-v2``."""
+    model = str(encoder_config(name)["MODEL"])
+    return (Path(model.rstrip("/")).name or model)[:60]
 
 
 def reset_encoders() -> None:
     """Forget loaded encoders, cached query vectors, dimensions and versions in this process."""
     with _lock:
         _encoders.clear()
+        _tuned.clear()
         _dimensions.clear()
         _versions.clear()
         _query_cache.clear()
@@ -195,6 +275,7 @@ def _reset_after_fork() -> None:
     _lock = threading.RLock()
     _encode_locks.clear()
     _encoders.clear()
+    _tuned.clear()
     _query_cache.clear()
 
 

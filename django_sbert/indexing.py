@@ -24,6 +24,12 @@ encodes it (slow, no locks held), then in one short transaction locks the rows w
 ``SELECT ... FOR UPDATE``, rebuilds their text and writes a vector only where the text still
 hashes to what was encoded. A row edited meanwhile keeps its newer text and the edit's own
 task (or the sweep) embeds it; an older vector never overwrites a newer text.
+
+Versions (docs/fine-tuning.md): "the current encoder" is the encoder's *serving* version
+(``versions.serving``). While a new version is being promoted, rows embedded here are also
+encoded with it and staged (``promotion.stage_pending``); a write whose version stopped serving
+because the switch committed meanwhile is refused under the switch lock and the chunk is
+encoded again with the new version.
 """
 
 from __future__ import annotations
@@ -243,14 +249,14 @@ def _is_current(ref: FieldRef, instance: models.Model, digest: str, version: str
 
 
 def read_pending(
-    ref: FieldRef, pks: Iterable[Pk], *, force: bool = False
+    ref: FieldRef, pks: Iterable[Pk], *, force: bool = False, version: str | None = None
 ) -> tuple[list[PendingRow], EmbedStats]:
     """Read rows ``pks``, build and hash their text, and keep those that need a vector.
 
     With ``force`` every existing row is kept (re-embedding with an unchanged encoder).
     """
     wanted = list(dict.fromkeys(pks))
-    version = ref.version()
+    version = version or ref.version()
     stats = EmbedStats()
     pending: list[PendingRow] = []
     for instance in _rows_queryset(ref, wanted):
@@ -266,13 +272,19 @@ def read_pending(
 
 
 def encode_rows(
-    ref: FieldRef, rows: Sequence[PendingRow], batch_size: int | None = None
+    ref: FieldRef,
+    rows: Sequence[PendingRow],
+    batch_size: int | None = None,
+    version: str | None = None,
 ) -> np.ndarray:
-    """Encode the rows' texts with the field's encoder: unit vectors, ``(n, dims)`` float32."""
+    """Encode the rows' texts with the field's encoder: unit vectors, ``(n, dims)`` float32.
+
+    ``version`` picks a version of the encoder (default: the serving one).
+    """
     from .encoders import get_encoder
 
     config = encoder_config(ref.encoder_name)
-    return get_encoder(ref.encoder_name).encode(
+    return get_encoder(ref.encoder_name, version).encode(
         [row.text for row in rows],
         batch_size=int(batch_size or config["BATCH_SIZE"]),
         normalize=True,
@@ -294,6 +306,10 @@ def write_vectors(
     compare hashes, and write the matching ones with one ``UPDATE ... FROM unnest(...)``.
     Returns how many vectors were written; rows edited or deleted since they were read are
     left alone (their own task or the sweep embeds the new text).
+
+    Raises ``VersionChanged`` (and writes nothing) when ``version`` stopped serving because a
+    promotion switched versions meanwhile: checked under the switch lock, so no vector of the
+    old version lands after the switch.
     """
     if len(rows) != len(vectors):
         raise ValueError(f"{len(rows)} rows but {len(vectors)} vectors.")
@@ -303,6 +319,7 @@ def write_vectors(
     by_pk = {row.pk: (row, vector) for row, vector in zip(rows, vectors, strict=True)}
     alias = ref.db_alias
     with transaction.atomic(using=alias):
+        _check_still_serving(ref, version, alias)
         still_same = [
             instance.pk
             for instance in _rows_queryset(ref, by_pk, lock=True)
@@ -311,6 +328,27 @@ def write_vectors(
         if still_same:
             _update_rows(ref, [(pk, *by_pk[pk]) for pk in still_same], version)
     return len(still_same)
+
+
+class VersionChanged(Exception):
+    """The version rows were encoded with stopped serving before they were written."""
+
+    def __init__(self, ref: FieldRef, encoded: str, serving: str) -> None:
+        super().__init__(f"{ref}: encoded with {encoded!r} but {serving!r} serves now.")
+        self.serving = serving
+
+
+def _check_still_serving(ref: FieldRef, version: str, alias: str) -> None:
+    """Inside the write transaction: hold the switch lock (shared) and re-read the serving
+    version. Skipped while no version of the encoder was ever saved (no switch can happen)."""
+    from . import versions
+
+    if not (versions.model_root() / ref.encoder_name).is_dir():
+        return
+    versions.switch_lock(ref.encoder_name, shared=True, using=alias)
+    current = versions.serving(ref.encoder_name, max_age=0).version
+    if current != version:
+        raise VersionChanged(ref, version, current)
 
 
 def _update_rows(
@@ -362,23 +400,39 @@ def embed_pks(
     Works through the rows ``chunk_rows`` at a time (read, encode, write, commit), so a worker
     killed part-way keeps what it finished. ``progress(n)`` is called after each chunk.
     """
+    from . import promotion
+
     ordered = list(dict.fromkeys(pks))
     version = ref.version()
+    # A version being promoted gets the vectors of rows saved meanwhile too (staged).
+    candidate = promotion.promoting_version(ref.encoder_name)
     stats = EmbedStats()
     seconds = {"read": 0.0, "encode": 0.0, "write": 0.0}  # where the time goes (debug log)
     for chunk in _chunks(ordered, max(1, chunk_rows)):
-        started = time.perf_counter()
-        pending, chunk_stats = read_pending(ref, chunk, force=force)
-        seconds["read"] += time.perf_counter() - started
-        if pending:
+        for _attempt in range(3):
             started = time.perf_counter()
-            vectors = encode_rows(ref, pending, batch_size)
+            pending, chunk_stats = read_pending(ref, chunk, force=force, version=version)
+            seconds["read"] += time.perf_counter() - started
+            if not pending:
+                break
+            started = time.perf_counter()
+            vectors = encode_rows(ref, pending, batch_size, version)
             seconds["encode"] += time.perf_counter() - started
             started = time.perf_counter()
-            written = write_vectors(ref, pending, vectors, version)
+            try:
+                written = write_vectors(ref, pending, vectors, version)
+            except VersionChanged as exc:
+                # A promotion switched versions while this chunk was encoded: redo the chunk
+                # with the version that serves now.
+                version = exc.serving
+                candidate = promotion.promoting_version(ref.encoder_name)
+                continue
             seconds["write"] += time.perf_counter() - started
             chunk_stats.embedded = written
             chunk_stats.changed = len(pending) - written
+            if candidate is not None and candidate != version:
+                promotion.stage_pending(ref, pending, candidate, batch_size)
+            break
         stats += chunk_stats
         if progress is not None:
             progress(len(chunk))

@@ -1,4 +1,4 @@
-"""``similar_to()``: nearest rows by cosine similarity, as an ordinary chainable queryset.
+"""``similar_to()``, ``keyword_search()``, ``hybrid_search()``: ranked, chainable querysets.
 
 ::
 
@@ -9,6 +9,8 @@
     Article.objects.similar_to("central banks raise rates")[:10]         # text
     Article.objects.filter(category="economy").similar_to(article)[:5]   # more like this
     Article.objects.similar_to(vector, min_similarity=0.5).values("title", "similarity")
+    Article.objects.keyword_search("XJ-9000 manual")[:10]                # PostgreSQL full text
+    Article.objects.hybrid_search("ECB rate decision 2008", k=10)         # both, fused (RRF)
 
 How it stays fast and correct (see docs/search.md):
 
@@ -20,6 +22,9 @@ How it stays fast and correct (see docs/search.md):
 * iterative index scans (pgvector >= 0.8) keep scanning until a filtered top-k has k rows;
 * with ``relaxed_order`` scans the fetched rows are re-sorted by similarity in Python, since
   the index may return them slightly out of order.
+
+``hybrid_search()`` shares the encoding, the filtering and the index settings with
+``similar_to()``; its SQL is described in fusion.py, the full-text pieces in fulltext.py.
 """
 
 from __future__ import annotations
@@ -35,8 +40,10 @@ from django.db.models import Value
 from pgvector import Vector
 from pgvector.django import CosineDistance
 
+from . import fulltext
 from .conf import sbert_settings
 from .fields import EmbeddingField, embedding_fields
+from .fusion import HYBRID_DEFAULTS, FusedJoin, Fusion, fused_annotations
 
 ITERATIVE_SCAN_MODES = ("off", "strict_order", "relaxed_order")
 
@@ -100,7 +107,8 @@ class SemanticQuerySet(models.QuerySet):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._search: SearchOptions | None = None
-        self._search_ordering: tuple[Any, ...] = ()
+        # similar_to()'s ordering, to re-sort relaxed_order scans; None for the other searches.
+        self._search_ordering: tuple[Any, ...] | None = ()
 
     def _clone(self) -> SemanticQuerySet:
         clone = super()._clone()
@@ -128,15 +136,167 @@ class SemanticQuerySet(models.QuerySet):
         column itself is deferred; ``.defer(None)`` loads it with the rows.
         """
         embedding = self._embedding_field(field)
+        vector, exclude_pk, version = self._query_vector(query, embedding)
+        distance = _distance(embedding, vector)
+        qs = self.filter(
+            **{f"{embedding.attname}__isnull": False}, **_same_version(embedding, version)
+        )
+        if exclude_pk is not None:
+            qs = qs.exclude(pk=exclude_pk)
+        if min_similarity is not None:
+            qs = qs.alias(_sbert_distance=distance).filter(
+                _sbert_distance__lte=1.0 - float(min_similarity)
+            )
+        qs = qs.annotate(similarity=1.0 - distance).order_by(distance)
+        qs = qs._searching(embedding, k=k, ef_search=ef_search, iterative_scan=iterative_scan)
+        qs._search_ordering = qs.query.order_by
+        return qs
+
+    def keyword_search(
+        self,
+        text: str,
+        k: int | None = None,
+        field: str | None = None,
+        *,
+        match: str = "all",
+        max_df: float | None = None,
+    ) -> SemanticQuerySet:
+        """Rows matching ``text`` by PostgreSQL full-text search, best first.
+
+        Needs ``EmbeddingField(..., keyword_search=True)``. ``match="all"`` reads ``text`` like
+        a web search box (``websearch_to_tsquery``: every word, ``"a phrase"``, ``-not``,
+        ``or``), ranked by ``ts_rank_cd``; ``match="any"`` finds rows containing any of its
+        words, ranked by idf-weighted ``ts_rank`` (words in more than ``max_df`` of the rows,
+        default ``SBERT["SEARCH"]["KEYWORD_MAX_DF"]``, are left out). Each row gets
+        ``keyword_score``. No vector is computed, and rows need no embedding. An empty or
+        punctuation-only text matches nothing. ``match="any"`` reads the words' statistics
+        with one small query when called.
+        """
+        embedding = self._embedding_field(field, keyword=True)
+        match = _match_mode(match)
+        terms = self._keyword_terms(embedding, text, match, max_df)
+        matches, rank = fulltext.keyword_filter_and_rank(
+            embedding.tsvector_field_name, text, embedding.keyword_config, match, terms
+        )
+        qs = self.filter(matches).annotate(keyword_score=rank)
+        qs = qs.order_by(models.F("keyword_score").desc(), "pk")
+        qs = qs._searching(embedding, k=k, vector_settings=False)
+        qs._search_ordering = None
+        return qs
+
+    def hybrid_search(
+        self,
+        text: str,
+        k: int | None = None,
+        field: str | None = None,
+        *,
+        candidates: int | None = None,
+        rrf_k: float | None = None,
+        vector_weight: float | None = None,
+        keyword_weight: float | None = None,
+        match: str | None = None,
+        max_df: float | None = None,
+        ef_search: int | None = None,
+        iterative_scan: str | None = None,
+    ) -> SemanticQuerySet:
+        """Rows ranked by reciprocal rank fusion of vector and keyword search, best first.
+
+        The ``candidates`` nearest rows by cosine similarity (HNSW, as ``similar_to``) and the
+        ``candidates`` best full-text matches (GIN, as ``keyword_search``) are fused:
+        ``score = vector_weight / (rrf_k + vector_rank) + keyword_weight / (rrf_k +
+        keyword_rank)``, a side contributing nothing for a row outside its top list. Rows are
+        annotated with ``score``, ``similarity`` (cosine; None without an embedding),
+        ``vector_rank`` and ``keyword_rank`` (1-based positions in each list, None when absent)
+        and ``keyword_score`` (the keyword side's rank value). Filters, chained before or after,
+        apply to both lists. Needs ``EmbeddingField(..., keyword_search=True)``; defaults come from
+        ``SBERT["SEARCH"]`` (``RRF_K``, ``CANDIDATES``, ``VECTOR_WEIGHT``, ``KEYWORD_WEIGHT``,
+        ``KEYWORD_MATCH``, ``KEYWORD_MAX_DF``); ``match`` and ``max_df`` work as in
+        ``keyword_search()``. A blank text returns no rows.
+        """
+        if not isinstance(text, str):
+            raise TypeError(
+                f"hybrid_search() takes the search text, not {type(text).__name__}; use "
+                "similar_to() to search by a vector or a model instance."
+            )
+        if any(isinstance(join, FusedJoin) for join in self.query.alias_map.values()):
+            raise ValueError(
+                "hybrid_search() is already applied to this queryset; call it once, on a "
+                "queryset without it (filters may come before or after)."
+            )
+        embedding = self._embedding_field(field, keyword=True)
+        settings = _hybrid_settings(
+            candidates=candidates,
+            rrf_k=rrf_k,
+            vector_weight=vector_weight,
+            keyword_weight=keyword_weight,
+            match=match,
+        )
+        vector, _, version = (
+            self._query_vector(text, embedding) if text.strip() else (None, None, None)
+        )
+        match = settings.pop("match")
+        terms = self._keyword_terms(embedding, text, match, max_df) if vector is not None else ()
+        qs = self._chain()
+        if vector is None:
+            qs = qs.none()
+            literal = "[]"
+        else:
+            literal = _vector_literal(vector)
+        fusion = Fusion(
+            vector_column=embedding.attname,
+            vector_literal=literal,
+            tsvector_column=embedding.tsvector_field_name,
+            text=text,
+            config=embedding.keyword_config,
+            match=match,
+            terms=terms,
+            vector_filter=tuple(_same_version(embedding, version).items()),
+            **settings,
+        )
+        query = qs.query
+        parent = query.get_initial_alias()
+        alias = query.join(FusedJoin(fusion, self.model._meta.pk.column, parent))
+        annotations: dict[str, Any] = dict(fused_annotations(alias))
+        if vector is not None:
+            # A row found by its words alone may still carry another version's vector (a
+            # switch in progress): it gets no similarity rather than a meaningless one.
+            annotations["similarity"] = models.Case(
+                models.When(
+                    models.Q(**_same_version(embedding, version)),
+                    then=1.0 - _distance(embedding, literal),
+                ),
+                default=None,
+                output_field=models.FloatField(),
+            )
+        else:
+            annotations["similarity"] = Value(None, output_field=models.FloatField())
+        qs = qs.annotate(**annotations).order_by(models.F("score").desc(), "pk")
+        qs = qs._searching(embedding, k=k, ef_search=ef_search, iterative_scan=iterative_scan)
+        qs._search_ordering = None
+        return qs
+
+    # -- what the searches share ------------------------------------------------------------
+
+    def _query_vector(
+        self, query: Any, embedding: EmbeddingField
+    ) -> tuple[np.ndarray, Any | None, str | None]:
+        """The query as a vector of the field's size, the pk to leave out (more like this), and
+        the encoder version the vector belongs to (None for a vector passed in).
+
+        Searches compare the vector only with rows of that version (``<field>_version``), so
+        a query never mixes the vectors of two encoder versions, even while a promotion
+        switches them (docs/fine-tuning.md).
+        """
         exclude_pk = None
+        version = None
         if isinstance(query, models.Model):
-            vector = _instance_vector(query, embedding)
+            vector, version = _instance_vector(query, embedding)
             if query._meta.concrete_model is self.model._meta.concrete_model:
                 exclude_pk = query.pk
         elif isinstance(query, str):
-            from .encoders import encode_query
+            from .encoders import query_vector
 
-            vector = encode_query(query, embedding.encoder)
+            vector, version = query_vector(query, embedding.encoder)
         else:
             vector = _as_vector(query)
         dimensions = embedding.get_dimensions()
@@ -146,38 +306,76 @@ class SemanticQuerySet(models.QuerySet):
                 f"{embedding.name} holds {dimensions}; encode it with encoder "
                 f"{embedding.encoder!r}."
             )
-        literal = Value(Vector(np.asarray(vector, dtype=np.float32)).to_text())
-        distance = CosineDistance(embedding.attname, literal)
-        qs = self.filter(**{f"{embedding.attname}__isnull": False})
-        if exclude_pk is not None:
-            qs = qs.exclude(pk=exclude_pk)
-        if min_similarity is not None:
-            qs = qs.alias(_sbert_distance=distance).filter(
-                _sbert_distance__lte=1.0 - float(min_similarity)
-            )
-        qs = qs.annotate(similarity=1.0 - distance).order_by(distance)
+        return vector, exclude_pk, version
+
+    def _keyword_terms(
+        self, embedding: EmbeddingField, text: str, match: str, max_df: float | None
+    ) -> tuple[fulltext.Term, ...]:
+        """(lexeme, idf, df) of ``text`` for match="any" (one query); () for match="all"."""
+        if match != "any" or not text.strip():
+            return ()
+        if max_df is None:
+            max_df = sbert_settings.SEARCH.get("KEYWORD_MAX_DF", HYBRID_DEFAULTS["KEYWORD_MAX_DF"])
+        if not 0 < float(max_df) <= 1:
+            raise ValueError(f"max_df must be in (0, 1], got {max_df!r}.")
+        column = self.model._meta.get_field(embedding.tsvector_field_name).column
+        return fulltext.query_terms(
+            connections[self.db],
+            self.model._meta.db_table,
+            column,
+            embedding.keyword_config,
+            text,
+            float(max_df),
+        )
+
+    def _searching(
+        self,
+        embedding: EmbeddingField,
+        k: int | None,
+        *,
+        vector_settings: bool = True,
+        ef_search: int | None = None,
+        iterative_scan: str | None = None,
+    ) -> SemanticQuerySet:
+        """Defer the wide columns and attach the per-query settings (k, pgvector options)."""
+        qs = self
         _, defer = qs.query.deferred_loading
         if defer:  # not after .only(...): respect an explicit choice of columns
             # The vector is the widest column (~4 KB of text at 384 dimensions) and is rarely
-            # read from search results; chain .defer(None) to load it with the rows.
-            qs = qs.defer(embedding.attname)
-        qs._search = SearchOptions.from_settings(
-            k=k, ef_search=ef_search, iterative_scan=iterative_scan
-        )
-        qs._search_ordering = qs.query.order_by
+            # read from search results; chain .defer(None) to load it with the rows. The
+            # tsvector is as wide as the text it indexes.
+            wide = [embedding.attname]
+            if embedding.has_keyword_search:
+                wide.append(embedding.tsvector_field_name)
+            qs = qs.defer(*wide)
+        if vector_settings:
+            qs._search = SearchOptions.from_settings(
+                k=k, ef_search=ef_search, iterative_scan=iterative_scan
+            )
+        else:
+            qs._search = SearchOptions(
+                k=k if k is not None else sbert_settings.SEARCH.get("K"),
+                ef_search=None,
+                iterative_scan=None,
+                max_scan_tuples=None,
+            )
         return qs
 
-    def _embedding_field(self, name: str | None) -> EmbeddingField:
+    def _embedding_field(self, name: str | None, keyword: bool = False) -> EmbeddingField:
         fields = embedding_fields(self.model)
         label = self.model._meta.label
+        if keyword and name is None:
+            with_keywords = [f for f in fields if f.has_keyword_search]
+            if len(with_keywords) == 1:
+                return with_keywords[0]
         if name is not None:
             for candidate in fields:
                 if candidate.name == name:
-                    return candidate
+                    return _check_keyword_search(candidate) if keyword else candidate
             known = ", ".join(f.name for f in fields) or "none"
             raise ValueError(f"{label} has no EmbeddingField {name!r} (it has: {known}).")
         if len(fields) == 1:
-            return fields[0]
+            return _check_keyword_search(fields[0]) if keyword else fields[0]
         if not fields:
             raise ValueError(
                 f"{label} has no EmbeddingField; add one, e.g. "
@@ -206,7 +404,11 @@ class SemanticQuerySet(models.QuerySet):
 
     def _ordered_by_distance(self) -> bool:
         """Still ordered nearest first, as similar_to() left it (not re-ordered or reversed)."""
-        return self.query.standard_ordering and self.query.order_by == self._search_ordering
+        return (
+            self._search_ordering is not None
+            and self.query.standard_ordering
+            and self.query.order_by == self._search_ordering
+        )
 
     def iterator(self, chunk_size: int | None = None) -> Iterator[Any]:
         if self._search is None:
@@ -222,6 +424,78 @@ class SemanticQuerySet(models.QuerySet):
         self._limited()
         with search_options(self.db, self._search):
             return super().explain(format=format, **options)
+
+    def count(self) -> int:
+        if self._search is None or self._result_cache is not None:
+            return super().count()
+        with search_options(self.db, self._search):  # a hybrid count runs the index scans
+            return super().count()
+
+    def exists(self) -> bool:
+        if self._search is None or self._result_cache is not None:
+            return super().exists()
+        with search_options(self.db, self._search):
+            return super().exists()
+
+
+def _distance(embedding: EmbeddingField, vector: np.ndarray | str) -> CosineDistance:
+    """``embedding <=> query``: the operator an HNSW index with vector_cosine_ops serves.
+
+    ``vector`` may be given as its pgvector text already (``_vector_literal``).
+    """
+    literal = vector if isinstance(vector, str) else _vector_literal(vector)
+    return CosineDistance(embedding.attname, Value(literal))
+
+
+def _vector_literal(vector: np.ndarray) -> str:
+    return Vector(np.asarray(vector, dtype=np.float32)).to_text()
+
+
+def _check_keyword_search(field: EmbeddingField) -> EmbeddingField:
+    if field.has_keyword_search:
+        return field
+    raise ValueError(
+        f"{field.model._meta.label}.{field.name} has no full-text column: declare it with "
+        f"EmbeddingField(..., keyword_search=True) and run makemigrations and migrate "
+        f"(it adds the generated column {field.tsvector_field_name} and its GIN index)."
+    )
+
+
+def _match_mode(match: str) -> str:
+    if match not in fulltext.MATCH_MODES:
+        raise ValueError(f"match must be one of {fulltext.MATCH_MODES}, got {match!r}.")
+    return match
+
+
+def _hybrid_settings(**overrides: Any) -> dict[str, Any]:
+    """Fusion settings: the arguments given, else SBERT["SEARCH"], else HYBRID_DEFAULTS."""
+    search = sbert_settings.SEARCH
+    keys = {
+        "candidates": "CANDIDATES",
+        "rrf_k": "RRF_K",
+        "vector_weight": "VECTOR_WEIGHT",
+        "keyword_weight": "KEYWORD_WEIGHT",
+        "match": "KEYWORD_MATCH",
+    }
+    values = {
+        name: overrides[name]
+        if overrides.get(name) is not None
+        else search.get(key, HYBRID_DEFAULTS[key])
+        for name, key in keys.items()
+    }
+    _match_mode(values["match"])
+    candidates = values["candidates"]
+    if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
+        raise ValueError(
+            f"candidates must be a positive integer, got {candidates!r} "
+            "(check SBERT['SEARCH']['CANDIDATES'])."
+        )
+    if float(values["rrf_k"]) < 0:
+        raise ValueError(f"rrf_k must be >= 0, got {values['rrf_k']!r}.")
+    for name in ("vector_weight", "keyword_weight"):
+        if float(values[name]) < 0:
+            raise ValueError(f"{name} must be >= 0, got {values[name]!r}.")
+    return values
 
 
 def _resorted(rows: list[Any]) -> list[Any]:
@@ -253,8 +527,14 @@ def _as_vector(value: Any) -> np.ndarray:
     return vector
 
 
-def _instance_vector(instance: models.Model, field: EmbeddingField) -> np.ndarray:
-    """The stored vector of ``instance`` for a field compatible with ``field``."""
+def _same_version(field: EmbeddingField, version: str | None) -> dict[str, str]:
+    """Filter keywords that keep rows whose vector was encoded by ``version``."""
+    return {} if version is None else {field.version_field_name: version}
+
+
+def _instance_vector(instance: models.Model, field: EmbeddingField) -> tuple[np.ndarray, str]:
+    """The stored vector of ``instance`` for a field compatible with ``field``, and its
+    encoder version (read together, so they belong to each other)."""
     candidates = [f for f in embedding_fields(type(instance)) if f.encoder == field.encoder]
     source = next((f for f in candidates if f.name == field.name), None) or (
         candidates[0] if len(candidates) == 1 else None
@@ -264,21 +544,26 @@ def _instance_vector(instance: models.Model, field: EmbeddingField) -> np.ndarra
             f"{instance._meta.label} has no EmbeddingField encoded by {field.encoder!r} to "
             "compare with; pass its vector instead."
         )
-    value = getattr(instance, source.attname)
+    deferred = instance.get_deferred_fields()
+    if source.attname in deferred or source.version_field_name in deferred:
+        value = version = None
+    else:
+        value = getattr(instance, source.attname)
+        version = getattr(instance, source.version_field_name)
     if value is None and instance.pk is not None:
-        value = (
+        value, version = (
             type(instance)
             ._base_manager.filter(pk=instance.pk)
-            .values_list(source.attname, flat=True)
+            .values_list(source.attname, source.version_field_name)
             .first()
-        )
+        ) or (None, None)
     if value is None:
         raise ValueError(
             f"{instance._meta.label} pk={instance.pk!r} has no embedding yet, so there is "
             "nothing to compare with. Wait for the worker, or run "
             f"manage.py sbert_reindex {instance._meta.label} --stale --sync."
         )
-    return _as_vector(value)
+    return _as_vector(value), version
 
 
 class SemanticManager(models.Manager.from_queryset(SemanticQuerySet)):  # type: ignore[misc]

@@ -10,9 +10,15 @@
     ``queryset.update()``, a killed worker, a new encoder version) and send ``embed_rows``
     tasks for them. Run it periodically with Celery beat (``django_sbert.celery``).
 
-Both run on ``SBERT["QUEUE"]`` ("sbert") so encoding can have its own workers::
+``train_encoder`` / ``promote_version``
+    Fine-tuning runs and promotions (staging every row's vectors for a new version, then the
+    switch). Both run on ``SBERT["TRAINING_QUEUE"]`` ("sbert-train"), so indexing never waits
+    behind them.
+
+The indexing tasks run on ``SBERT["QUEUE"]`` ("sbert") so encoding can have its own workers::
 
     celery -A proj worker -Q sbert -P prefork -c 1
+    celery -A proj worker -Q sbert-train -P solo     # fine-tuning and promotions
 
 ``acks_late`` + ``reject_on_worker_lost``: a worker killed mid-task leaves the message on the
 broker and another worker runs it again; whatever the killed one already wrote is skipped.
@@ -36,6 +42,8 @@ logger = logging.getLogger(__name__)
 
 EMBED_TASK = "django_sbert.embed_rows"
 SWEEP_TASK = "django_sbert.sweep"
+TRAIN_TASK = "django_sbert.train_encoder"
+PROMOTE_TASK = "django_sbert.promote_version"
 
 # Errors worth retrying: the database restarting, a dropped connection, a failover.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
@@ -141,3 +149,43 @@ def enqueue_stale(
         enqueue_embed(ref, pks, chunk_size=size, expires=expires)
         rows += len(pks)
     return rows
+
+
+# --- fine-tuning -----------------------------------------------------------------------------
+
+
+@shared_task(bind=True, name=TRAIN_TASK, acks_late=True)
+def train_encoder(self: Any, run_id: int) -> str:
+    """Run training run ``run_id`` (queued by ``training_jobs.create_run``); returns its status.
+
+    Only a queued run starts, so a redelivered message never trains twice.
+    """
+    from . import training_jobs
+
+    return training_jobs.execute_run(run_id)
+
+
+@shared_task(
+    bind=True,
+    name=PROMOTE_TASK,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=TRANSIENT_ERRORS,
+    retry_backoff=5,
+    max_retries=5,
+)
+def promote_version(self: Any, version_id: int) -> dict[str, int] | None:
+    """Stage version ``version_id``'s vectors for every row, then switch (resumable)."""
+    from . import promotion
+
+    return promotion.run_promotion(version_id)
+
+
+def enqueue_training(run_id: int) -> None:
+    """Send ``train_encoder`` for a run on ``SBERT["TRAINING_QUEUE"]``."""
+    train_encoder.apply_async(args=(run_id,), queue=sbert_settings.TRAINING_QUEUE)
+
+
+def enqueue_promotion(version_id: int) -> None:
+    """Send ``promote_version`` on ``SBERT["TRAINING_QUEUE"]``."""
+    promote_version.apply_async(args=(version_id,), queue=sbert_settings.TRAINING_QUEUE)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import copy
 import json
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,6 +35,28 @@ LEGACY_MODULE_TYPES = {
     "dense": "sentence_transformers.models.Dense",
     "normalize": "sentence_transformers.models.Normalize",
 }
+
+
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Run the block with ``threads`` intra-op threads, then restore the process setting.
+
+    One short text (a search query) gains little from a second thread, while OpenMP threads
+    that spin-wait after each parallel region take CPU from whatever runs next, such as a
+    PostgreSQL server on the same cores. ``None`` leaves the setting alone. The setting is
+    process-wide: callers that encode from several threads at once serialize the calls.
+    """
+    if threads is None:
+        yield
+        return
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}.")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(int(threads))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def _check_texts(texts: Sequence[str]) -> list[str]:
@@ -257,6 +280,7 @@ class SentenceEncoder(nn.Module):
         prompt: str | None = None,
         long_text: LongText = "truncate",
         chunk_overlap: int = 32,
+        threads: int | None = None,
     ) -> np.ndarray:
         """Encode texts into float32 vectors ``(n, dimensions)`` (``(dimensions,)`` for one str).
 
@@ -265,6 +289,7 @@ class SentenceEncoder(nn.Module):
         ``long_text="truncate"`` cuts each text at ``max_seq_length`` tokens, as
         sentence-transformers does; ``"chunk"`` encodes overlapping windows over the whole
         text and averages their unit vectors, so every part of a long document counts.
+        ``threads`` sets torch's intra-op threads for this call only (see ``torch_threads``).
         """
         single = isinstance(texts, str)
         items = _check_texts([texts] if single else texts)
@@ -280,7 +305,8 @@ class SentenceEncoder(nn.Module):
         else:
             rows = self.tokenizer.truncated(items, prompt)
         prompt_length = self.tokenizer.prompt_length(prompt) if prompt else 0
-        vectors = self._encode_rows(rows, batch_size, prompt_length, show_progress)
+        with torch_threads(threads):
+            vectors = self._encode_rows(rows, batch_size, prompt_length, show_progress)
         if long_text == "chunk":
             vectors = _average_windows(vectors, rows.owner, len(items))
         if normalize:

@@ -198,10 +198,10 @@ def test_filtered_top_k_returns_k_rows_with_iterative_scan(many_articles):
     assert len(results) == 10 and not any(r.published for r in results)
     sims = [r.similarity for r in results]
     assert sims == sorted(sims, reverse=True)
-    exact = sorted((cosine(query, many_articles[i]) for i in range(0, 2000, 100)), reverse=True)[
-        :10
-    ]
-    assert np.allclose(sims, exact, atol=1e-5)
+    # An approximate index (its graph differs per build) may miss a near row; most must match.
+    exact = sorted((cosine(query, many_articles[i]) for i in range(0, 2000, 100)), reverse=True)
+    found = sum(any(abs(sim - e) < 1e-5 for e in exact[:10]) for sim in sims)
+    assert found >= 8, (sims, exact[:10])
 
 
 def record_search_settings(log: list[dict[str, str]]):
@@ -350,3 +350,51 @@ def test_concurrent_queries_from_threads_agree_with_sequential_ones():
     assert errors == []
     for text in texts:
         assert np.allclose(results[text], expected[text], atol=1e-6)
+
+
+def test_query_text_is_encoded_with_query_threads(db, settings):
+    """QUERY_THREADS applies while one query is encoded; the process setting is restored."""
+    import torch
+
+    from django_sbert.encoders import encode_query, get_encoder
+
+    seen: list[int] = []
+    hook = get_encoder().pooling.register_forward_hook(
+        lambda *args: seen.append(torch.get_num_threads())
+    )
+    before = torch.get_num_threads()
+    try:
+        encode_query("interest rates rise")
+        assert seen == [1] and torch.get_num_threads() == before
+        default = settings.SBERT["ENCODERS"]["default"]
+        settings.SBERT = {
+            **settings.SBERT,
+            "ENCODERS": {"default": {**default, "THREADS": 2, "QUERY_THREADS": None}},
+        }
+        hook.remove()
+        hook = get_encoder().pooling.register_forward_hook(
+            lambda *args: seen.append(torch.get_num_threads())
+        )
+        encode_query("interest rates fall")
+        assert seen[-1] == 2  # None: the process setting, as THREADS set it
+    finally:
+        hook.remove()
+
+
+def test_searches_never_compare_vectors_of_two_encoder_versions(articles):
+    """Rows whose vector another encoder version wrote (a promotion switching) are left out
+    of searches by text and by instance of the serving version, and vice versa."""
+    old = articles[3]
+    Article.objects.filter(pk=old.pk).update(embedding_version="other-model:0123456789abcdef")
+    query = "Market falls\nPrices fall as the market is slow."
+    by_text = list(Article.objects.similar_to(query))
+    assert old not in by_text and len(by_text) == 4
+    assert old not in Article.objects.similar_to(articles[0])
+    # More like a row of the other version: only rows of that version qualify (none here).
+    old.refresh_from_db()
+    assert list(Article.objects.similar_to(old)) == []
+    # A vector passed in carries no version: the caller decides what it compares with.
+    assert old in Article.objects.similar_to(encode_query(query))[:10]
+    hybrid = {row.pk: row for row in Article.objects.hybrid_search("market falls")}
+    assert old.pk in hybrid  # found by its words...
+    assert hybrid[old.pk].similarity is None and hybrid[old.pk].vector_rank is None  # ...only

@@ -162,3 +162,24 @@ def test_copy_is_independent(tiny_encoder):
     first = next(clone.transformer.parameters())
     first.data.add_(1.0)
     assert not np.allclose(clone.encode("the cat"), tiny_encoder.encode("the cat"))
+
+
+def test_threads_apply_to_one_call_and_are_restored(tiny_encoder):
+    import torch
+
+    texts = ["a short query", "another, somewhat longer, text to encode"]
+    before = torch.get_num_threads()
+    seen = []
+    hook = tiny_encoder.pooling.register_forward_hook(
+        lambda *args: seen.append(torch.get_num_threads())
+    )
+    try:
+        one_thread = tiny_encoder.encode(texts, threads=1)
+    finally:
+        hook.remove()
+    assert seen and set(seen) == {1}
+    assert torch.get_num_threads() == before
+    np.testing.assert_allclose(one_thread, tiny_encoder.encode(texts), atol=1e-6)
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        tiny_encoder.encode(texts, threads=0)
+    assert torch.get_num_threads() == before

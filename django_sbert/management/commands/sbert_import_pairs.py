@@ -1,0 +1,53 @@
+"""``manage.py sbert_import_pairs FILE``: load training pairs from CSV or JSON Lines.
+
+::
+
+    manage.py sbert_import_pairs pairs.csv --split train --source faq
+    manage.py sbert_import_pairs eval.jsonl --split eval
+
+All or nothing unless ``--skip-invalid``: every bad row is listed with its line number.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_sbert import pairs
+
+
+class Command(BaseCommand):
+    help = "Import training pairs (text_a, text_b, text_negative, score, label, split)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("file", help="A .csv (with a header row) or .jsonl file.")
+        parser.add_argument("--format", choices=["csv", "jsonl"], help="Default: from the name.")
+        parser.add_argument("--split", choices=["train", "eval"], default="train")
+        parser.add_argument("--source", default="", help="Default: the file name.")
+        parser.add_argument(
+            "--skip-invalid", action="store_true", help="Import the good rows anyway."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        name = options["file"]
+        fmt = options["format"] or pairs.detect_format(name)
+        try:
+            with open(name, encoding="utf-8-sig", newline="") as stream:
+                report = pairs.import_pairs(
+                    stream,
+                    fmt,
+                    split=options["split"],
+                    source=options["source"] or name,
+                    skip_invalid=options["skip_invalid"],
+                )
+        except OSError as exc:
+            raise CommandError(f"Cannot read {name}: {exc}") from exc
+        for line, problem in report.errors:
+            self.stderr.write(f"{name}:{line}: {problem}")
+        if report.errors and not report.created:
+            raise CommandError(
+                f"{len(report.errors)} of {report.rows} rows are invalid; nothing was imported. "
+                "Fix them, or pass --skip-invalid to import the rest."
+            )
+        self.stdout.write(f"Imported {report.created} pairs from {name}.")

@@ -1,0 +1,85 @@
+"""``manage.py sbert_train``: what the admin's "Fine-tune encoder" action does.
+
+::
+
+    manage.py sbert_train --loss mnrl --epochs 1 --source faq      # queue on the training queue
+    manage.py sbert_train --sync                                    # run here, now
+    manage.py sbert_train --content blog.Article.embedding --loss simcse   # adapt to content
+
+Trains on the train pairs (all, or those of ``--source``), measures on the eval pairs, and
+records a candidate version; promote it from the admin or with ``--promote``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_sbert import promotion, training_jobs
+from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
+
+
+class Command(BaseCommand):
+    help = "Fine-tune an encoder on the training pairs (queued, or --sync in this process)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--encoder", default="default")
+        parser.add_argument("--source", help="Only pairs with this source.")
+        parser.add_argument("--content", metavar="app_label.Model.field", help="SimCSE on text.")
+        parser.add_argument("--loss", choices=training_jobs.LOSS_CHOICES)
+        parser.add_argument("--epochs", type=int, default=1)
+        parser.add_argument("--batch-size", type=int, default=16)
+        parser.add_argument("--learning-rate", type=float, default=2e-5)
+        parser.add_argument("--warmup-ratio", type=float, default=0.1)
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--sync", action="store_true", help="Run in this process and wait.")
+        parser.add_argument(
+            "--promote", action="store_true", help="With --sync: promote if the gate passes."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        pairs = TrainingPair.objects.all()
+        if options["source"]:
+            pairs = pairs.filter(source=options["source"])
+        loss = options["loss"] or (
+            "simcse" if options["content"] else training_jobs.default_loss(pairs)
+        )
+        hyper = training_jobs.Hyperparameters(
+            loss=loss,
+            epochs=options["epochs"],
+            batch_size=options["batch_size"],
+            learning_rate=options["learning_rate"],
+            warmup_ratio=options["warmup_ratio"],
+            seed=options["seed"],
+        )
+        try:
+            run = training_jobs.create_run(
+                options["encoder"],
+                list(pairs.values_list("pk", flat=True)),
+                hyperparameters=hyper,
+                content=options["content"],
+                enqueue=not options["sync"],
+            )
+        except ValidationError as exc:
+            raise CommandError(" ".join(exc.messages)) from exc
+        except training_jobs.RunConflict as exc:
+            raise CommandError(str(exc)) from exc
+        if not options["sync"]:
+            self.stdout.write(f"Queued training run {run.pk} ({loss}).")
+            return
+        self.stdout.write(f"Training run {run.pk} ({loss}) ...")
+        status = training_jobs.execute_run(run.pk)
+        run = TrainingRun.objects.get(pk=run.pk)
+        if status != RunStatus.SUCCEEDED:
+            raise CommandError(f"Run {run.pk} {status}: {run.error}")
+        candidate = EncoderVersion.objects.get(run=run)
+        self.stdout.write(f"Candidate {candidate.version}")
+        self.stdout.write(f"  before: {run.metrics_before}\n  after:  {run.metrics_after}")
+        if options["promote"]:
+            try:
+                promotion.start_promotion(candidate, run_now=True)
+            except promotion.PromotionRefused as exc:
+                raise CommandError(str(exc)) from exc
+            self.stdout.write(f"Promoted {candidate.version}.")

@@ -1,0 +1,235 @@
+"""Fine-tuning bookkeeping: training pairs, training runs, encoder versions, staged vectors.
+
+``TrainingPair``
+    One example the site trains on: two texts (and an optional hard negative), with a score, a
+    label, or neither (a positive pair). ``split`` keeps evaluation pairs out of training.
+``TrainingRun``
+    One fine-tuning job: what it trained, how far it got, its losses and metrics, its error.
+``EncoderVersion``
+    A saved fine-tuned model of one configured encoder. At most one per encoder is ``active``
+    (it serves queries and indexing); with none active the model from settings serves.
+``StagedEmbedding``
+    Vectors of a version that is not serving: the candidate's while it is being promoted, the
+    previous version's after a switch (so rollback needs no re-encoding).
+
+See docs/fine-tuning.md for the workflow and how promotion stays consistent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib.contenttypes.models import ContentType
+from django.db import models
+from django.db.models import Q
+from pgvector.django import VectorField
+
+SPLITS = [("train", "train"), ("eval", "eval")]
+
+
+class TrainingPair(models.Model):
+    """Two texts that should be close (or are scored / labelled) for the encoder to learn."""
+
+    text_a = models.TextField(help_text="Anchor, query or first sentence.")
+    text_b = models.TextField(help_text="Positive, document or second sentence.")
+    text_negative = models.TextField(
+        blank=True, default="", help_text="Optional hard negative for text_a."
+    )
+    score = models.FloatField(
+        null=True, blank=True, help_text="Similarity in [0, 1]; empty for positive pairs."
+    )
+    label = models.CharField(
+        max_length=50, blank=True, default="", help_text="e.g. entailment / neutral / contradiction"
+    )
+    split = models.CharField(max_length=10, choices=SPLITS, default="train", db_index=True)
+    source = models.CharField(max_length=200, blank=True, default="", db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(score__isnull=True) | Q(score__gte=0, score__lte=1),
+                name="sbert_pair_score_0_1",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.text_a[:40]} / {self.text_b[:40]}"
+
+    @property
+    def kind(self) -> str:
+        """``"scored"``, ``"labelled"``, ``"triplet"`` or ``"positive"``."""
+        if self.score is not None:
+            return "scored"
+        if self.label:
+            return "labelled"
+        if self.text_negative:
+            return "triplet"
+        return "positive"
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+ACTIVE_RUN_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
+
+
+class TrainingRun(models.Model):
+    """One fine-tuning job of one encoder, from queued to succeeded / failed / cancelled."""
+
+    encoder_name = models.CharField(max_length=100, default="default")
+    base_version = models.CharField(
+        max_length=100, blank=True, default="", help_text="Version that was serving at start."
+    )
+    loss = models.CharField(max_length=30)
+    hyperparameters = models.JSONField(default=dict, blank=True)
+    # What it trains on: a list of TrainingPair ids, or {"content": "app.Model.field"}.
+    data = models.JSONField(default=dict, blank=True)
+    status = models.CharField(
+        max_length=10, choices=RunStatus.choices, default=RunStatus.QUEUED, db_index=True
+    )
+    step = models.PositiveIntegerField(default=0)
+    total_steps = models.PositiveIntegerField(default=0)
+    loss_history = models.JSONField(default=list, blank=True)  # [[step, mean loss], ...]
+    metrics_before = models.JSONField(default=dict, blank=True)
+    metrics_after = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(null=True, blank=True)  # last progress write (heartbeat)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            # At most one queued or running run per encoder, enforced by the database.
+            models.UniqueConstraint(
+                fields=["encoder_name"],
+                condition=Q(status__in=["queued", "running"]),
+                name="sbert_one_active_run_per_encoder",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"Run {self.pk} of {self.encoder_name!r} ({self.status})"
+
+    @property
+    def progress(self) -> float:
+        """Share of the steps done, in [0, 1]."""
+        if self.status == RunStatus.SUCCEEDED:
+            return 1.0
+        return self.step / self.total_steps if self.total_steps else 0.0
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_RUN_STATUSES
+
+
+class VersionStatus(models.TextChoices):
+    CANDIDATE = "candidate"
+    PROMOTING = "promoting"  # its vectors are being staged; it serves nothing yet
+    ACTIVE = "active"
+    RETIRED = "retired"
+
+
+class EncoderVersion(models.Model):
+    """A saved model of one encoder: a fine-tuned candidate, the active one, or a retired one.
+
+    ``is_base`` rows stand for the model named in settings; one is created the first time a
+    version replaces it, so that rollback can return to it like to any other version.
+    """
+
+    encoder_name = models.CharField(max_length=100, default="default")
+    version = models.CharField(
+        max_length=100, unique=True, help_text="What <field>_version stores for its vectors."
+    )
+    directory = models.CharField(
+        max_length=500, blank=True, default="", help_text="Saved model; empty for the base model."
+    )
+    is_base = models.BooleanField(default=False)
+    parent = models.CharField(max_length=100, blank=True, default="")
+    run = models.OneToOneField(
+        TrainingRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="candidate"
+    )
+    metrics = models.JSONField(default=dict, blank=True)
+    status = models.CharField(
+        max_length=10, choices=VersionStatus.choices, default=VersionStatus.CANDIDATE
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    activated_at = models.DateTimeField(null=True, blank=True)
+    replaced = models.CharField(
+        max_length=100, blank=True, default="", help_text="Version active before this one."
+    )
+    # Promotion progress: rows whose vectors are staged for this version / rows to stage.
+    staged_rows = models.PositiveIntegerField(default=0)
+    total_rows = models.PositiveIntegerField(default=0)
+    promotion_error = models.TextField(blank=True, default="")
+    promotion_updated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["encoder_name", "status"], name="sbert_version_lookup")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["encoder_name"],
+                condition=Q(status="active"),
+                name="sbert_one_active_version_per_encoder",
+            ),
+            models.UniqueConstraint(
+                fields=["encoder_name"],
+                condition=Q(status="promoting"),
+                name="sbert_one_promotion_per_encoder",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.version
+
+    @property
+    def promotion_progress(self) -> float:
+        return self.staged_rows / self.total_rows if self.total_rows else 0.0
+
+
+class StagedEmbedding(models.Model):
+    """One row's vector for one field under a version that is not (yet, or any more) serving."""
+
+    content_type = models.ForeignKey(ContentType, on_delete=models.CASCADE)
+    object_pk = models.CharField(max_length=255)
+    field = models.CharField(max_length=100)
+    version = models.CharField(max_length=100)
+    vector = VectorField()  # no fixed size: encoders of any width share this table
+    text_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["content_type", "field", "version", "object_pk"],
+                name="sbert_staged_unique",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.content_type_id}:{self.object_pk}.{self.field}@{self.version}"
+
+
+def pair_kind_counts(pairs: models.QuerySet[TrainingPair]) -> dict[str, Any]:
+    """How many pairs of each shape ``pairs`` holds (picks the default loss)."""
+    return pairs.aggregate(
+        total=models.Count("pk"),
+        scored=models.Count("pk", filter=Q(score__isnull=False)),
+        labelled=models.Count("pk", filter=Q(score__isnull=True) & ~Q(label="")),
+        triplets=models.Count("pk", filter=Q(score__isnull=True, label="") & ~Q(text_negative="")),
+        train=models.Count("pk", filter=Q(split="train")),
+        eval=models.Count("pk", filter=Q(split="eval")),
+    )
