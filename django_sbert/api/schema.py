@@ -42,6 +42,8 @@ if HAS_SPECTACULAR:
         def get_operation_id(self) -> str:
             return getattr(self.view, "schema_operation_id", None) or super().get_operation_id()
 
+    SBERT_VIEW_MODULES = ("django_sbert.api.views", "django_sbert.api.training")
+
     class SbertSchemaGenerator(SchemaGenerator):
         """The endpoints of django_sbert.api.views only, wherever the project mounted them."""
 
@@ -51,7 +53,7 @@ if HAS_SPECTACULAR:
                 endpoint
                 for endpoint in self.endpoints
                 if getattr(endpoint[3], "cls", None) is not None
-                and endpoint[3].cls.__module__ == "django_sbert.api.views"
+                and endpoint[3].cls.__module__ in SBERT_VIEW_MODULES
             ]
 
         def get_schema(self, request: Any = None, public: bool = False) -> dict[str, Any]:

@@ -5,16 +5,25 @@ Mount them with ``path("api/sbert/", include("django_sbert.api.urls"))``.
 
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import include, path
+from rest_framework.routers import SimpleRouter
 
 from .schema import SchemaView
+from .training import EncoderVersionViewSet, TrainingPairViewSet, TrainingRunViewSet
 from .views import EmbedView, SearchView, SimilarView
 
 app_name = "sbert-api"
+
+# The fine-tuning workflow, for staff with the matching model permissions (docs/api.md).
+training = SimpleRouter()
+training.register("pairs", TrainingPairViewSet, basename="pair")
+training.register("training-runs", TrainingRunViewSet, basename="training-run")
+training.register("encoder-versions", EncoderVersionViewSet, basename="encoder-version")
 
 urlpatterns = [
     path("search/", SearchView.as_view(), name="search"),
     path("similar/<str:model>/<str:pk>/", SimilarView.as_view(), name="similar"),
     path("embed/", EmbedView.as_view(), name="embed"),
     path("schema/", SchemaView.as_view(), name="schema"),
+    path("", include(training.urls)),
 ]

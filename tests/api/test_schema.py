@@ -27,7 +27,27 @@ def test_documents_the_sbert_endpoints_only(schema):
         "/api/sbert/search/",
         "/api/sbert/similar/{model}/{pk}/",
         "/api/sbert/embed/",
+        "/api/sbert/pairs/",
+        "/api/sbert/pairs/{pk}/",
+        "/api/sbert/training-runs/",
+        "/api/sbert/training-runs/{pk}/",
+        "/api/sbert/training-runs/{pk}/cancel/",
+        "/api/sbert/encoder-versions/",
+        "/api/sbert/encoder-versions/{pk}/",
+        "/api/sbert/encoder-versions/{pk}/promote/",
+        "/api/sbert/encoder-versions/{pk}/rollback/",
     }
+
+
+def test_training_endpoints_document_their_errors(schema):
+    paths = schema["paths"]
+    assert {"201", "400", "403", "409"} <= set(
+        paths["/api/sbert/training-runs/"]["post"]["responses"]
+    )
+    promote = paths["/api/sbert/encoder-versions/{pk}/promote/"]["post"]
+    assert {"202", "403", "404", "409"} <= set(promote["responses"])
+    assert "gate" in promote["responses"]["409"]["description"]
+    assert {"204", "403", "404"} <= set(paths["/api/sbert/pairs/{pk}/"]["delete"]["responses"])
 
 
 def test_search_parameters_and_errors(schema):
