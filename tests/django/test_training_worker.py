@@ -9,85 +9,34 @@ it is found stalled, which frees the encoder for the next run.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from django_sbert import training_jobs, versions
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
 from tests.celery_app import app
-from tests.django.test_worker import test_database_url
+from tests.django.worker_process import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ROOT = Path(__file__).resolve().parents[2]
 QUEUE = f"sbert-train-test-{uuid.uuid4().hex[:8]}"
 
 
-class TrainingWorker:
-    def __init__(self, log_path: Path, model_dir: Path) -> None:
-        self.log_path = log_path
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.django.worker_settings",
-            "DATABASE_URL": test_database_url(),
-            "SBERT_TEST_MODEL_STORE": str(model_dir),
-            "SBERT_TEST_TRAINING_QUEUE": QUEUE,
-        }
-        command = [
-            sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker",
-            "-Q", QUEUE, "-P", "prefork", "-c", "1", "-l", "INFO",
-            "-n", f"{QUEUE}-{uuid.uuid4().hex[:4]}@%h",
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
-        ]  # fmt: skip
-        self.log = log_path.open("ab")
-        self.process = subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT
-        )
-        deadline = time.monotonic() + 90
-        while "ready." not in self.output():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"worker did not start:\n{self.output()[-3000:]}")
-            time.sleep(0.1)
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def kill_all(self) -> None:
-        children = psutil.Process(self.process.pid).children(recursive=True)
-        for pid in [*(c.pid for c in children), self.process.pid]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill_all()
-        self.log.close()
-
-
 @pytest.fixture
-def start_worker(settings, tmp_path) -> Iterator[Callable[[], TrainingWorker]]:
+def start_worker(settings, tmp_path) -> Iterator[Callable[[], Worker]]:
     model_dir = tmp_path / "models"
     settings.SBERT = {**settings.SBERT, "TRAINING_QUEUE": QUEUE, "MODEL_DIR": str(model_dir)}
     versions.forget_serving()
-    workers: list[TrainingWorker] = []
+    workers: list[Worker] = []
 
-    def start() -> TrainingWorker:
-        workers.append(TrainingWorker(tmp_path / f"worker-{len(workers)}.log", model_dir))
+    def start() -> Worker:
+        env = {"SBERT_TEST_MODEL_STORE": str(model_dir), "SBERT_TEST_TRAINING_QUEUE": QUEUE}
+        log = tmp_path / f"worker-{len(workers)}.log"
+        workers.append(Worker(log, QUEUE, settings_module="tests.django.worker_settings", env=env))
         return workers[-1]
 
     yield start

@@ -12,91 +12,25 @@ and a worker embeds.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
-import psutil
 import pytest
 from celery import Celery
-from django.db import connection, transaction
+from django.db import transaction
 
 from django_sbert import indexing, tasks
 from django_sbert.fields import text_hash
 from tests.celery_app import app
+from tests.django.worker_process import Worker
 from tests.testapp.models import Article
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ROOT = Path(__file__).resolve().parents[2]
 QUEUE = f"sbert-test-{uuid.uuid4().hex[:8]}"
-
-
-def test_database_url() -> str:
-    """``DATABASE_URL`` of this session with the path replaced by pytest-django's test database."""
-    parts = urlsplit(os.environ["DATABASE_URL"])
-    return urlunsplit(parts._replace(path="/" + connection.settings_dict["NAME"]))
-
-
-test_database_url.__test__ = False  # a helper, not a test
-
-
-class Worker:
-    """``celery -A tests.celery_app worker -Q <queue> -P prefork -c 1`` as a subprocess."""
-
-    def __init__(self, log_path: Path) -> None:
-        self.log_path = log_path
-        env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
-        env["DATABASE_URL"] = test_database_url()
-        command = [
-            sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker",
-            "-Q", QUEUE, "-P", "prefork", "-c", "1", "-l", "INFO",
-            "-n", f"{QUEUE}-{uuid.uuid4().hex[:4]}@%h",
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
-        ]  # fmt: skip
-        self.log = log_path.open("ab")
-        self.process = subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT
-        )
-        self.wait_for("ready.", timeout=90)
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_for(self, text: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in self.output():
-            if self.process.poll() is not None:
-                raise RuntimeError(f"worker exited:\n{self.output()[-3000:]}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"worker never logged {text!r}:\n{self.output()[-3000:]}")
-            time.sleep(0.1)
-
-    def child_pids(self) -> list[int]:
-        return [p.pid for p in psutil.Process(self.process.pid).children(recursive=True)]
-
-    def kill_all(self) -> None:
-        """SIGKILL the main process and its pool children: nothing gets to clean up."""
-        for pid in [*self.child_pids(), self.process.pid]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill_all()
-        self.log.close()
 
 
 @pytest.fixture
@@ -106,7 +40,7 @@ def start_worker(settings, tmp_path) -> Iterator[Callable[[], Worker]]:
     workers: list[Worker] = []
 
     def start() -> Worker:
-        workers.append(Worker(tmp_path / f"worker-{len(workers)}.log"))
+        workers.append(Worker(tmp_path / f"worker-{len(workers)}.log", QUEUE))
         return workers[-1]
 
     yield start
