@@ -107,15 +107,21 @@ def load_corpus(rows: list[dict[str, str]], vectors: np.ndarray) -> float:
     build the HNSW index; return the index build time. Article pk i + 1 is rows[i]."""
     from django.db import connection
 
+    from django_sbert.encoders import encoder_version
+
+    version = encoder_version()  # searches by text compare with rows of the serving version
     with connection.cursor() as cursor:
         cursor.execute("DROP INDEX IF EXISTS article_embedding_hnsw")
         cursor.execute("TRUNCATE testapp_article RESTART IDENTITY CASCADE")
         with cursor.cursor.copy(
-            "COPY testapp_article (id, title, body, category, published, embedding) FROM STDIN"
+            "COPY testapp_article (id, title, body, category, published, embedding, "
+            "embedding_version) FROM STDIN"
         ) as copy:
             for i, (row, vector) in enumerate(zip(rows, vectors, strict=True)):
                 literal = "[" + ",".join(map(repr, vector.tolist())) + "]"
-                copy.write_row((i + 1, row["title"], row["body"], "scifact", True, literal))
+                copy.write_row(
+                    (i + 1, row["title"], row["body"], "scifact", True, literal, version)
+                )
         cursor.execute("SET maintenance_work_mem = '512MB'")
         started = time.perf_counter()
         cursor.execute(

@@ -127,17 +127,21 @@ def load_rows(vectors: np.ndarray, texts: list[str]) -> float:
     """Replace testapp_article with ``len(vectors)`` rows (COPY) and rebuild the HNSW index."""
     from django.db import connection
 
+    from django_sbert.encoders import encoder_version
+
+    version = encoder_version()  # searches by text compare with rows of the serving version
     with connection.cursor() as cursor:
         cursor.execute("DROP INDEX IF EXISTS article_embedding_hnsw")
         cursor.execute("TRUNCATE testapp_article RESTART IDENTITY CASCADE")
         raw = cursor.cursor
         with raw.copy(
-            "COPY testapp_article (id, title, body, category, published, embedding) FROM STDIN"
+            "COPY testapp_article (id, title, body, category, published, embedding, "
+            "embedding_version) FROM STDIN"
         ) as copy:
             for i, (vector, text) in enumerate(zip(vectors, texts, strict=True)):
                 literal = "[" + ",".join(map(repr, vector.tolist())) + "]"
                 # 1% of the rows are unpublished: the filtered search below selects them.
-                copy.write_row((i + 1, text[:300], "", "bench", i % 100 != 0, literal))
+                copy.write_row((i + 1, text[:300], "", "bench", i % 100 != 0, literal, version))
         cursor.execute("SET maintenance_work_mem = '1GB'")
         started = time.perf_counter()
         cursor.execute(
