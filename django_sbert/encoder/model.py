@@ -59,6 +59,22 @@ def torch_threads(threads: int | None) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
+@contextmanager
+def _quiet_weight_loading() -> Iterator[None]:
+    """Hide transformers' "Loading weights" progress bar: a local model loads in well under a
+    second, and every worker and web process would print it to its log."""
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    if shown:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
+
+
 def _check_texts(texts: Sequence[str]) -> list[str]:
     checked = list(texts)
     for index, text in enumerate(checked):
@@ -130,12 +146,13 @@ class SentenceEncoder(nn.Module):
         hf_tokenizer = AutoTokenizer.from_pretrained(transformer_dir, local_files_only=True)
         if not getattr(hf_tokenizer, "is_fast", False):
             raise ValueError(f"{transformer_dir}: a fast (Rust) tokenizer is required.")
-        transformer = AutoModel.from_pretrained(
-            transformer_dir,
-            local_files_only=True,
-            use_safetensors=(transformer_dir / "model.safetensors").exists() or None,
-            attn_implementation="sdpa",
-        )
+        with _quiet_weight_loading():
+            transformer = AutoModel.from_pretrained(
+                transformer_dir,
+                local_files_only=True,
+                use_safetensors=(transformer_dir / "model.safetensors").exists() or None,
+                attn_implementation="sdpa",
+            )
         dense = [
             Dense.load(path / module.path, config)
             for module, config in zip(

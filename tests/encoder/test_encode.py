@@ -183,3 +183,12 @@ def test_threads_apply_to_one_call_and_are_restored(tiny_encoder):
     with pytest.raises(ValueError, match="threads must be >= 1"):
         tiny_encoder.encode(texts, threads=0)
     assert torch.get_num_threads() == before
+
+
+def test_loading_prints_no_progress_bar_and_leaves_the_setting(tiny_model_dir, capfd):
+    from transformers.utils import logging as hf_logging
+
+    assert hf_logging.is_progress_bar_enabled()
+    SentenceEncoder.load(tiny_model_dir)
+    assert "Loading weights" not in capfd.readouterr().err
+    assert hf_logging.is_progress_bar_enabled()  # the caller's setting is restored
