@@ -260,6 +260,7 @@ def test_workflow_train_promote_rollback(roles, settings, django_capture_on_comm
 
     def encoder_version(name: str) -> str:  # what a process sees once its cache expires
         return serving(name, max_age=0).version
+
     from django_sbert.fields import embedding_fields
     from django_sbert.indexing import embed_pks, field_refs
 
