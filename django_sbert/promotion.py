@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
@@ -226,7 +227,7 @@ def switch(target: EncoderVersion) -> dict[str, int]:
     refs = fields_of(name)
     aliases = {ref.db_alias for ref in refs} | {EncoderVersion.objects.db}
     if len(aliases) > 1:
-        raise NotImplementedError(
+        raise ImproperlyConfigured(
             f"Encoder {name!r} is used by tables on several databases ({sorted(aliases)}); "
             "a switch must be one transaction, so keep them on one database."
         )
