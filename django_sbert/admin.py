@@ -56,13 +56,7 @@ class FineTuneForm(forms.Form):
 
     def hyperparameters(self) -> training_jobs.Hyperparameters:
         data = self.cleaned_data
-        return training_jobs.Hyperparameters(
-            loss=data["loss"],
-            epochs=data["epochs"],
-            batch_size=data["batch_size"],
-            learning_rate=data["learning_rate"],
-            warmup_ratio=data["warmup_ratio"],
-        )
+        return training_jobs.Hyperparameters.from_options(data["loss"], data)
 
 
 class ImportPairsForm(forms.Form):

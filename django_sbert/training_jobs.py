@@ -18,7 +18,7 @@ import logging
 import math
 import time
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -58,6 +58,12 @@ class Hyperparameters:
     learning_rate: float = 2e-5
     warmup_ratio: float = 0.1
     seed: int = 0
+
+    @classmethod
+    def from_options(cls, loss: str, options: Mapping[str, Any]) -> Hyperparameters:
+        """From a form's, a command's or a request's values; absent or None keys: defaults."""
+        names = ("epochs", "batch_size", "learning_rate", "warmup_ratio", "seed")
+        return cls(loss=loss, **{n: options[n] for n in names if options.get(n) is not None})
 
     def validate(self) -> None:
         problems = []

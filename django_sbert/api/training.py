@@ -320,14 +320,7 @@ class TrainingRunViewSet(
             if not pair_ids:
                 raise ValidationError({"pairs": ["No training pairs match."]})
             loss = data.get("loss") or training_jobs.default_loss(pairs)
-        hyperparameters = training_jobs.Hyperparameters(
-            loss=loss,
-            epochs=data["epochs"],
-            batch_size=data["batch_size"],
-            learning_rate=data["learning_rate"],
-            warmup_ratio=data["warmup_ratio"],
-            seed=data["seed"],
-        )
+        hyperparameters = training_jobs.Hyperparameters.from_options(loss, data)
         try:
             run = training_jobs.create_run(
                 data["encoder"],

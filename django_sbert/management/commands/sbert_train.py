@@ -46,14 +46,7 @@ class Command(BaseCommand):
         loss = options["loss"] or (
             "simcse" if options["content"] else training_jobs.default_loss(pairs)
         )
-        hyper = training_jobs.Hyperparameters(
-            loss=loss,
-            epochs=options["epochs"],
-            batch_size=options["batch_size"],
-            learning_rate=options["learning_rate"],
-            warmup_ratio=options["warmup_ratio"],
-            seed=options["seed"],
-        )
+        hyper = training_jobs.Hyperparameters.from_options(loss, options)
         try:
             run = training_jobs.create_run(
                 options["encoder"],
