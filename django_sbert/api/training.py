@@ -19,12 +19,12 @@ from django.db import transaction
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
-from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from .. import promotion, training_jobs
 from ..models import EncoderVersion, TrainingPair, TrainingRun, VersionStatus
+from .pagination import SearchPagination
 from .parsers import BoundedJSONParser
 from .permissions import DjangoModelViewPermissions
 from .schema import (
@@ -34,7 +34,6 @@ from .schema import (
     extend_schema,
     schema_class,
 )
-from .settings import api_settings
 
 
 class Conflict(APIException):
@@ -56,18 +55,6 @@ class StaffModelPermissions(DjangoModelViewPermissions):
             model = view.get_queryset().model
             return request.user.has_perm(f"{model._meta.app_label}.change_{model._meta.model_name}")
         return super().has_permission(request, view)
-
-
-class TrainingPagination(PageNumberPagination):
-    page_size_query_param = "page_size"
-
-    @property  # type: ignore[override]
-    def page_size(self) -> int:
-        return int(api_settings.PAGE_SIZE)
-
-    @property  # type: ignore[override]
-    def max_page_size(self) -> int:
-        return int(api_settings.MAX_PAGE_SIZE)
 
 
 CONFLICT_DESCRIPTION = (
@@ -112,7 +99,7 @@ class TrainingViewSet(viewsets.GenericViewSet):
 
     permission_classes = [StaffModelPermissions]
     parser_classes = [BoundedJSONParser]
-    pagination_class = TrainingPagination
+    pagination_class = SearchPagination  # ?page= / ?page_size=, sized by SBERT["API"]
     schema = schema_class()
     change_actions: tuple[str, ...] = ()
 
