@@ -1,6 +1,7 @@
 """Process memory over repeated encodes: does RSS stay flat?
 
     .venv/bin/python benchmarks/memory.py [--model all-MiniLM-L6-v2] [--n 10000] [--repeats 50]
+        [--threads 2]
 
 Encodes the same ``--n`` texts ``--repeats`` times and prints the resident set size after the
 first encode and after the last, and the largest growth seen in between. Target: growth within
@@ -38,8 +39,9 @@ def main() -> None:
     parser.add_argument("--model", default="all-MiniLM-L6-v2")
     parser.add_argument("--n", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     encoder = SentenceEncoder.load(args.model)
     data = texts(args.n)
     process = psutil.Process()
@@ -52,8 +54,9 @@ def main() -> None:
         gc.collect()
         rss = process.memory_info().rss
         peak = max(peak, rss)
-        if repeat % 10 == 0:
-            print(f"encode {repeat}: rss {rss / 2**20:.0f} MB", flush=True)
+        if repeat % 5 == 0:
+            seconds = time.perf_counter() - start
+            print(f"encode {repeat}: rss {rss / 2**20:.0f} MB ({seconds:.0f} s)", flush=True)
     final = process.memory_info().rss
     print(
         f"{args.repeats} encodes of {args.n} texts ({args.model}) in "

@@ -106,6 +106,7 @@ def _load(name: str, directory: str | None = None) -> SentenceEncoder:
         directory or config["MODEL"],
         device=config["DEVICE"],
         quantize=config["QUANTIZE"],
+        compile=bool(config["COMPILE"]),
         threads=int(config["THREADS"]) if config["THREADS"] else None,
     )
 

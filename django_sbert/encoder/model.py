@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .compiled import CompiledTransformer
 from .dense import Dense
 from .pooling import Pooling
 from .spec import ModelSpec, read_spec, resolve_model_path
@@ -112,6 +114,10 @@ class SentenceEncoder(nn.Module):
         self.default_prompt_name = spec.default_prompt_name
         self.similarity_fn_name = spec.similarity_fn_name
         self.quantized: str | None = None
+        # Set by compile(): inference goes through torch.compile (built on first use).
+        self.compile_requested = False
+        self._compiled: CompiledTransformer | None = None
+        self._compile_lock = threading.Lock()
         self._hf_tokenizer = hf_tokenizer
         pad_id = hf_tokenizer.pad_token_id if hf_tokenizer.pad_token_id is not None else 0
         self.tokenizer = TextTokenizer(
@@ -129,12 +135,14 @@ class SentenceEncoder(nn.Module):
         dtype: str | torch.dtype | None = None,
         threads: int | None = None,
         allow_download: bool | None = None,
+        compile: bool = False,
     ) -> SentenceEncoder:
         """Load a model by directory, packaged name (``all-MiniLM-L6-v2``) or hub id.
 
         ``quantize="int8"`` quantizes the transformer's linear layers dynamically (CPU);
         ``dtype="bfloat16"`` runs the transformer in bf16; ``threads`` sets torch's intra-op
-        threads for the process (set it explicitly in forked workers).
+        threads for the process (set it explicitly in forked workers); ``compile=True`` runs
+        ``encode`` through ``torch.compile`` (see ``compile()``).
         """
         from transformers import AutoModel, AutoTokenizer
 
@@ -168,15 +176,67 @@ class SentenceEncoder(nn.Module):
             encoder.to(device)
         if quantize is not None:
             encoder.quantize(quantize)
+        if compile:
+            encoder.compile()
         return encoder
+
+    def compile(self) -> SentenceEncoder:
+        """Run ``encode`` through ``torch.compile`` from now on; returns the encoder.
+
+        About twice the throughput and half the latency of eager mode on a CPU, with the same
+        vectors (within 1e-6). It needs a C++ compiler, and the first call of each shape family
+        (batches, a single text) compiles for ~15-20 s; a failed compile warns and falls back
+        to eager mode. Training is unaffected: ``fit`` trains an uncompiled copy. See
+        ``django_sbert/encoder/compiled.py``.
+        """
+        if self.quantized:
+            raise ValueError(
+                "compile() runs float models; an int8-quantized encoder already has its own "
+                "kernels. Load without quantize= to compile."
+            )
+        self.compile_requested = True
+        return self
+
+    @property
+    def compiled(self) -> bool:
+        """Whether ``encode`` runs through ``torch.compile`` (False after a failed compile)."""
+        return self.compile_requested and (self._compiled is None or self._compiled.active)
+
+    def _inference_transformer(self) -> Any:
+        """The transformer ``encode`` calls: the compiled one when requested, built once."""
+        if not self.compile_requested or not torch.is_inference_mode_enabled():
+            return self.transformer
+        compiled = self._compiled
+        if compiled is None:
+            with self._compile_lock:
+                if self._compiled is None:
+                    self._compiled = CompiledTransformer(self.transformer)
+                compiled = self._compiled
+        return compiled
+
+    def _apply(self, fn: Any, recurse: bool = True) -> SentenceEncoder:
+        # .to(), .half()... change the weights the compiled graph froze: rebuild on next use.
+        self._compiled = None
+        return super()._apply(fn, recurse)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Copies (fit() trains one) and pickles carry the weights, never a compiled graph.
+        state = dict(super().__getstate__())
+        state.update(compile_requested=False, _compiled=None, _compile_lock=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._compile_lock = threading.Lock()
 
     def quantize(self, scheme: Literal["int8"] = "int8") -> SentenceEncoder:
         """Dynamic int8 quantization of the transformer's linear layers, in place (CPU only).
 
-        Weights are quantized once, per tensor; activations are quantized at run time with one
-        scale per batch (torch's dynamic quantization), so a text's vector can move slightly
-        (cosine > 0.99) with the other texts in its batch. Use float32 where bit-for-bit
-        reproducible vectors matter.
+        Weights are quantized once, with one scale per output channel (per-tensor scales cost
+        STSb dev 0.7 Spearman points, per-channel 0.4); activations are quantized at run
+        time with one scale per batch (torch's dynamic quantization), so a text's vector can
+        move slightly (cosine > 0.99) with the other texts in its batch. Use float32 where
+        bit-for-bit reproducible vectors matter.
         """
         if scheme != "int8":
             raise ValueError(f"Unknown quantization {scheme!r}; only 'int8' is supported.")
@@ -184,10 +244,13 @@ class SentenceEncoder(nn.Module):
             raise ValueError("int8 dynamic quantization runs on the CPU; load with device='cpu'.")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch.ao's deprecation notice, not actionable here
-            from torch.ao.quantization import quantize_dynamic
+            from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-            self.transformer = quantize_dynamic(self.transformer, {nn.Linear}, dtype=torch.qint8)
+            self.transformer = quantize_dynamic(
+                self.transformer, {nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8
+            )
         self.quantized = scheme
+        self.compile_requested, self._compiled = False, None
         return self
 
     def save(self, directory: str | Path) -> None:
@@ -275,7 +338,7 @@ class SentenceEncoder(nn.Module):
     def forward(self, features: dict[str, torch.Tensor]) -> torch.Tensor:
         """Sentence embeddings ``(batch, dimensions)`` for a batch from ``tokenize``."""
         mask = features["attention_mask"]  # (batch, seq)
-        states = self.transformer(
+        states = self._inference_transformer()(
             input_ids=features["input_ids"], attention_mask=mask
         ).last_hidden_state  # (batch, seq, hidden)
         prompt_length = int(features["prompt_length"]) if "prompt_length" in features else 0

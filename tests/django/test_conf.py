@@ -98,3 +98,18 @@ def test_encoder_version_is_stable_and_tracks_the_weights(tmp_path):
 
     with override_settings(SBERT={"ENCODERS": {"default": {"MODEL": str(copy)}}}):
         assert encoder_version("default") == f"copy:{model_fingerprint(copy)[:16]}"
+
+
+def test_compile_setting_reaches_the_encoder_and_excludes_quantize(tiny_model_dir):
+    from django_sbert.encoders import get_encoder
+
+    compiled = {"default": {"MODEL": str(tiny_model_dir), "COMPILE": True}}
+    with override_settings(SBERT={"ENCODERS": compiled}):
+        assert get_encoder().compiled
+    both = {"default": {"MODEL": str(tiny_model_dir), "COMPILE": True, "QUANTIZE": "int8"}}
+    with (
+        override_settings(SBERT={"ENCODERS": both}),
+        pytest.raises(ImproperlyConfigured, match="both COMPILE and QUANTIZE"),
+    ):
+        encoder_config("default")
+    assert encoder_config("default")["COMPILE"] is False

@@ -46,3 +46,12 @@ def test_saved_directory_loads_in_sentence_transformers(minilm, tmp_path):
     reloaded = SentenceTransformer(str(tmp_path / "copy"), device="cpu")
     assert reloaded.max_seq_length == 256
     assert np.abs(reloaded.encode(TEXTS) - minilm.encode(TEXTS)).max() <= 1e-5
+
+
+def test_compiled_encode_equals_sentence_transformers(peer):
+    from django_sbert.encoder import SentenceEncoder
+
+    compiled = SentenceEncoder.load("all-MiniLM-L6-v2", compile=True)
+    ours = compiled.encode(TEXTS, batch_size=3)
+    assert compiled.compiled  # compiling worked: the vectors came from the compiled graph
+    assert np.abs(ours - peer.encode(TEXTS, normalize_embeddings=True, batch_size=3)).max() <= 1e-5
