@@ -113,7 +113,10 @@ def _warm_up(names: list[str], threads: int) -> None:
         for name in names:
             # One tiny forward pass too: the first one pays for kernel selection and memory
             # pools, which should not land on the first task.
-            get_encoder(name).encode(["warm up"], batch_size=1)
+            encoder = get_encoder(name)
+            encoder.encode(["warm up"], batch_size=1)
+            if encoder.compiled:  # batches have their own compiled graph: build it now too
+                encoder.encode(["warm up", "a batch of two"], batch_size=2)
     except Exception:  # a broken encoder must not kill the worker: its tasks report the error
         logger.exception("django-sbert: could not load encoders %s in worker process.", names)
         return

@@ -79,7 +79,8 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
         try:
             encoder_config(name)
         except ImproperlyConfigured as exc:
-            error(str(exc), hint=f"Valid keys: {', '.join(sorted(ENCODER_DEFAULTS))}.")
+            valid = f"Valid keys: {', '.join(sorted(ENCODER_DEFAULTS))}."
+            error(str(exc), hint=valid if "unknown keys" in str(exc) else None)
     search = sbert_settings.SEARCH
     scan = search.get("ITERATIVE_SCAN")
     if scan not in (None, "off", "strict_order", "relaxed_order"):

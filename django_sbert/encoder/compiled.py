@@ -8,13 +8,15 @@ removes the Python overhead between modules. On the 2-core benchmark machine tha
 sentences/s of eager mode and half the latency of one query, with vectors equal to eager ones
 within 1e-6 (docs/benchmarks.md).
 
-The costs, which is why it is opt-in (``SentenceEncoder.load(..., compile=True)``):
+The costs, which is why it is opt-in (``SentenceEncoder.load(..., compile=True)`` or
+``encoder.compile_for_inference()``):
 
 * it needs a C++ compiler at run time (``g++``/``clang++``, as Inductor does on a CPU);
-* each process compiles on first use: ~15-20 s per input shape family on 2 cores (one graph
+* each process compiles on first use: 10-15 s per input shape family on 2 cores (one graph
   for batches, one for a single text), less once Inductor's on-disk cache holds the graphs;
 * weights are frozen into the compiled graph, so it only serves inference: training works on
-  a copy (``fit``), and moving the model to another device drops the compiled graph.
+  a copy (``fit``), ``train()`` switches compiling off, and moving the model to another
+  device or loading a state dict drops the compiled graph.
 
 If compiling fails (no compiler, unsupported platform), a warning says why and the encoder
 carries on in eager mode: compiling is a speed-up, never a new way to fail.
@@ -23,6 +25,7 @@ carries on in eager mode: compiling is a speed-up, never a new way to fail.
 from __future__ import annotations
 
 import logging
+import subprocess
 import threading
 import warnings
 from collections.abc import Callable
@@ -64,15 +67,22 @@ class CompiledTransformer:
         if compiled is None:
             return self.transformer(**inputs)
         try:
-            # Weights as constants (pre-packed for the matrix multiplies): inference only.
+            # freezing: weights as constants, pre-packed for the matrix multiplies (inference
+            # only). dynamic_threads: kernels use the caller's torch thread count rather than
+            # the one at compile time, so QUERY_THREADS holds whichever call compiled first.
             # Patched around the call, where compiling happens, rather than set for the whole
-            # process; torch.compile(options={"freezing": True}) does not reach the step that
-            # freezes parameters.
-            with self._inductor_config.patch(freezing=True):
+            # process (the patch is thread-local); torch.compile(options=...) does not reach
+            # the step that freezes parameters.
+            with self._inductor_config.patch({"freezing": True, "cpp.dynamic_threads": True}):
                 return compiled(**inputs)
         except torch._dynamo.exc.TorchDynamoException as exc:
-            # Raised while compiling (no C++ compiler, an unsupported operation...): fall back
-            # to eager for good, so one bad environment costs one warning, not every call.
+            outside = external_cause(exc)
+            if outside is not None:
+                # Not a compile failure: a time limit, an interrupt, an out-of-memory... that
+                # torch wrapped while tracing. Raise it as the caller would see it in eager mode.
+                raise outside from exc
+            # No C++ compiler, an unsupported operation...: fall back to eager for good, so one
+            # bad environment costs one warning, not every call.
             with self._lock:
                 if self._compiled is not None:
                     self._compiled = None
@@ -84,3 +94,23 @@ class CompiledTransformer:
                     logger.warning(message)
                     warnings.warn(message, RuntimeWarning, stacklevel=2)
             return self.transformer(**inputs)
+
+
+def external_cause(exc: BaseException) -> BaseException | None:
+    """The first exception in ``exc``'s chain that torch and the compiler did not raise.
+
+    Compiling fails with torch's own errors, possibly caused by the compiler's process or
+    files (``OSError``, ``subprocess.CalledProcessError``); anything else in the chain, such
+    as Celery's ``SoftTimeLimitExceeded`` or ``MemoryError``, came from outside and must reach
+    the caller unchanged instead of being taken for a failed compile.
+    """
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        module = type(link).__module__
+        compiler_side = isinstance(link, OSError | subprocess.CalledProcessError)
+        if not (module == "torch" or module.startswith("torch.") or compiler_side):
+            return link
+        link = link.__cause__ or link.__context__
+    return None
