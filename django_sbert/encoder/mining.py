@@ -1,0 +1,70 @@
+"""Hard negatives for ``mnrl``: for each (anchor, positive), a text the encoder ranks high for
+the anchor that is not a positive.
+
+In-batch negatives are mostly easy (a random other document of the batch); a hard negative
+makes each step teach the fine distinction a search actually has to make. The risk is a false
+negative: an unlabeled text that is in fact relevant. Candidates are therefore filtered the
+"positive-aware" way of NV-Retriever (Moreira et al. 2024): a candidate scoring at least
+``max_ratio`` times the anchor's positive is presumed relevant and skipped, as is every text
+given as a positive of the same anchor. The negative is the best-ranked candidate left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .evaluation import Encodes
+
+
+def mine_hard_negatives(
+    encoder: Encodes,
+    pairs: Sequence[tuple[str, str]],
+    corpus: Sequence[str],
+    *,
+    max_ratio: float = 0.95,
+    top_k: int = 50,
+    batch_size: int = 32,
+) -> list[tuple[str, str, str]]:
+    """``(anchor, positive, hard_negative)`` triples for the pairs that have a candidate.
+
+    ``corpus`` holds the texts negatives are drawn from (positives may be among them). A pair
+    whose ``top_k`` candidates are all positives or too close to its positive is left out.
+    """
+    if not 0 < max_ratio <= 1:
+        raise ValueError(f"max_ratio must be in (0, 1], got {max_ratio}.")
+    if top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}.")
+    pairs = [(str(a), str(p)) for a, p in pairs]
+    texts = list(dict.fromkeys(corpus))
+    if not pairs or not texts:
+        return []
+    positives: dict[str, set[str]] = {}
+    for anchor, positive in pairs:
+        positives.setdefault(anchor, set()).add(positive)
+    anchors = list(positives)
+
+    def embed(items: list[str]) -> np.ndarray:
+        return np.asarray(encoder.encode(items, batch_size=batch_size, normalize=True))
+
+    anchor_vectors = dict(zip(anchors, embed(anchors), strict=True))
+    positive_texts = list(dict.fromkeys(p for _, p in pairs))
+    positive_vectors = dict(zip(positive_texts, embed(positive_texts), strict=True))
+    corpus_vectors = embed(texts)  # (n, dim)
+    width = min(top_k, len(texts))
+    scores = np.stack([anchor_vectors[a] for a in anchors]) @ corpus_vectors.T  # (anchors, n)
+    best = np.argpartition(-scores, width - 1, axis=1)[:, :width]
+    ranked = {}
+    for row, anchor in enumerate(anchors):
+        order = best[row][np.argsort(-scores[row, best[row]], kind="stable")]
+        ranked[anchor] = [(texts[i], float(scores[row, i])) for i in order]
+
+    triples = []
+    for anchor, positive in pairs:
+        ceiling = max_ratio * float(anchor_vectors[anchor] @ positive_vectors[positive])
+        for text, score in ranked[anchor]:
+            if text not in positives[anchor] and score < ceiling:
+                triples.append((anchor, positive, text))
+                break
+    return triples
