@@ -79,22 +79,26 @@ def test_moving_the_model_drops_the_frozen_graph(compiled_tiny):
     assert compiled_tiny._compiled is None and compiled_tiny.compiled  # rebuilt on next encode
 
 
-def test_a_failed_compile_warns_once_and_falls_back_to_eager(
-    tiny_model_dir, tiny_encoder, monkeypatch
-):
+def test_a_failed_compile_warns_once_and_falls_back_to_eager(tiny_model_dir, tiny_encoder):
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
-    # No C++ compiler, and no cached graph that would make one unnecessary.
-    monkeypatch.setattr(inductor_config.cpp, "cxx", ("/nonexistent/bin/c++",))
-    monkeypatch.setattr(inductor_config, "fx_graph_cache", False)
-    monkeypatch.setattr(functorch_config, "enable_autograd_cache", False)
+    # No C++ compiler, and no cached graph that would make one unnecessary. (The configs' own
+    # patch(), not monkeypatch: their attributes are not plain module attributes.)
+    no_compiler = inductor_config.patch(
+        {"cpp.cxx": ("/nonexistent/bin/c++",), "fx_graph_cache": False}
+    )
     torch._dynamo.reset()
     encoder = SentenceEncoder.load(tiny_model_dir, compile=True)
-    with pytest.warns(RuntimeWarning, match="torch.compile failed.*eager mode"):
+    with (
+        no_compiler,
+        functorch_config.patch(enable_autograd_cache=False),
+        pytest.warns(RuntimeWarning, match="torch.compile failed.*eager mode"),
+    ):
         vectors = encoder.encode(TEXTS, batch_size=4)
     assert not encoder.compiled and "InvalidCxxCompiler" in encoder._compiled.failure
     np.testing.assert_allclose(vectors, tiny_encoder.encode(TEXTS, batch_size=4), atol=1e-6)
+    assert inductor_config.cpp.cxx != ("/nonexistent/bin/c++",)  # restored for later tests
 
 
 def test_only_compiler_failures_count_as_failed_compiles():
