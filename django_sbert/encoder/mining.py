@@ -49,9 +49,12 @@ def mine_hard_negatives(
         return np.asarray(encoder.encode(items, batch_size=batch_size, normalize=True))
 
     anchor_vectors = dict(zip(anchors, embed(anchors), strict=True))
-    positive_texts = list(dict.fromkeys(p for _, p in pairs))
-    positive_vectors = dict(zip(positive_texts, embed(positive_texts), strict=True))
-    corpus_vectors = embed(texts)  # (n, dim)
+    # Positives are usually corpus texts too: encode each distinct text once.
+    in_corpus = set(texts)
+    extra = list(dict.fromkeys(p for _, p in pairs if p not in in_corpus))
+    vectors = embed(texts + extra)
+    corpus_vectors = vectors[: len(texts)]  # (n, dim)
+    positive_vectors = dict(zip(texts + extra, vectors, strict=True))
     width = min(top_k, len(texts))
     scores = np.stack([anchor_vectors[a] for a in anchors]) @ corpus_vectors.T  # (anchors, n)
     best = np.argpartition(-scores, width - 1, axis=1)[:, :width]
