@@ -2,7 +2,7 @@
 
 Everything goes through the code the admin uses: pairs are imported with
 ``django_sbert.pairs.import_pairs`` (the import page), the run is created with
-``training_jobs.create_run`` and executed by ``training_jobs.execute_run`` (what the Celery task
+``runs.create_run`` and executed by ``runs.execute_run`` (what the Celery task
 runs), the candidate is promoted with ``promotion.start_promotion`` (gate included) and the
 rows are re-embedded by ``promotion.run_promotion``. Search is ``Article.objects.similar_to``.
 
@@ -142,7 +142,8 @@ def main() -> None:
 
     model_dir = tempfile.mkdtemp(prefix="sbert-bench-models-")
     setup_django(args.threads, model_dir)
-    from django_sbert import indexing, pairs, promotion, training_jobs, versions
+    from django_sbert import indexing, serving
+    from django_sbert.finetuning import pairs, promotion, runs
     from django_sbert.models import EncoderVersion, TrainingPair, TrainingRun
     from tests.testapp.models import Article
 
@@ -174,10 +175,10 @@ def main() -> None:
     print(f"before: {before}")
 
     started = time.perf_counter()
-    run = training_jobs.create_run(
+    run = runs.create_run(
         "default",
         list(TrainingPair.objects.values_list("pk", flat=True)),
-        hyperparameters=training_jobs.Hyperparameters(
+        hyperparameters=runs.Hyperparameters(
             loss="mnrl",
             epochs=args.epochs,
             batch_size=args.batch_size,
@@ -186,7 +187,7 @@ def main() -> None:
         ),
         enqueue=False,
     )
-    status = training_jobs.execute_run(run.pk)
+    status = runs.execute_run(run.pk)
     run = TrainingRun.objects.get(pk=run.pk)
     timings["training run"] = time.perf_counter() - started
     if status != "succeeded":
@@ -202,8 +203,8 @@ def main() -> None:
     except promotion.PromotionRefused as exc:
         raise SystemExit(f"gate refused: {exc}") from None
     timings["promotion (stage + switch)"] = time.perf_counter() - started
-    versions.forget_serving()
-    assert versions.serving_version("default") == candidate.version
+    serving.forget_serving()
+    assert serving.serving_version("default") == candidate.version
 
     after = search_figures(data, pk_of)
     print(f"after:  {after}")

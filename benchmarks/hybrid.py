@@ -107,7 +107,7 @@ def load_corpus(rows: list[dict[str, str]], vectors: np.ndarray) -> float:
     build the HNSW index; return the index build time. Article pk i + 1 is rows[i]."""
     from django.db import connection
 
-    from django_sbert.encoders import encoder_version
+    from django_sbert.serving import encoder_version
 
     version = encoder_version()  # searches by text compare with rows of the serving version
     with connection.cursor() as cursor:
@@ -189,7 +189,7 @@ def search_runs(queries: list, mode: str, ids: list[str], **options) -> list[lis
 
 def latency(queries: list, mode: str, **options) -> dict[str, float]:
     """p50 of ``mode(text)[:10]`` fetched as instances: uncached encoding, and search only."""
-    from django_sbert.encoders import clear_query_cache
+    from django_sbert.serving import clear_query_cache
     from tests.testapp.models import Article
 
     total, search_only = [], []
@@ -250,7 +250,7 @@ def main() -> None:
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"
     )
 
-    from django_sbert.fusion import HYBRID_DEFAULTS
+    from django_sbert.conf import SEARCH_DEFAULTS as HYBRID_DEFAULTS
     from tests.testapp.models import Article
 
     list(Article.objects.hybrid_search("warm up the encoder and the connection"))

@@ -103,7 +103,7 @@ def start_database() -> None:
 
 def raw_encode(texts: list[str], batch_size: int) -> float:
     """Seconds ``encode()`` alone takes for ``texts`` (the encoder is warmed up first)."""
-    from django_sbert.encoders import get_encoder
+    from django_sbert.serving import get_encoder
 
     encoder = get_encoder("default")
     encoder.encode(texts[:batch_size], batch_size=batch_size)

@@ -83,7 +83,7 @@ def encode_cached(texts: list[str], rows: int, threads: int) -> np.ndarray:
     """Vectors of ``texts[:rows]``, encoded with the real model in resumable 5,000-row chunks
     cached under artifacts/bench (keyed by the corpus texts and the model fingerprint)."""
     from django_sbert.encoder import SentenceEncoder, resolve_model_path
-    from django_sbert.encoders import model_fingerprint
+    from django_sbert.serving import model_fingerprint
 
     key = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:12]
     key += "-" + model_fingerprint(resolve_model_path(MODEL))[:8]
@@ -130,7 +130,7 @@ def load_rows(vectors: np.ndarray, texts: list[str]) -> float:
     """Replace testapp_article with ``len(vectors)`` rows (COPY) and rebuild the HNSW index."""
     from django.db import connection
 
-    from django_sbert.encoders import encoder_version
+    from django_sbert.serving import encoder_version
 
     version = encoder_version()  # searches by text compare with rows of the serving version
     with connection.cursor() as cursor:
@@ -162,7 +162,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def run_size(n: int, all_vectors: np.ndarray, texts: list[str], queries: list[str]) -> dict:
     from django_sbert.conf import encoder_config
-    from django_sbert.encoders import clear_query_cache, encode_query, encode_texts, get_encoder
+    from django_sbert.serving import clear_query_cache, encode_query, encode_texts, get_encoder
     from tests.testapp.models import Article
 
     vectors = all_vectors[:n]

@@ -19,15 +19,12 @@ class SbertConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # Imported here, not at the top: they import models, which Django loads after apps.py.
         from . import checks
+        from .indexing.signals import connect_signals
 
         checks.register()
         pre_migrate.connect(create_vector_extension, dispatch_uid="django_sbert.create_extension")
-
-        # -- signal handlers (indexing) --------------------------------------------------
-        # Connected by django_sbert.indexing / signals; keep this block, add lines below it.
-        from .signals import connect_signals
-
         connect_signals()
 
 

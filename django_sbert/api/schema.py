@@ -8,12 +8,15 @@ whatever prefix the project mounted them.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Mapping
 from typing import Any
 
 from django.http import HttpRequest
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
+
+from .registry import registry
 
 HAS_SPECTACULAR = importlib.util.find_spec("drf_spectacular") is not None
 
@@ -42,7 +45,7 @@ if HAS_SPECTACULAR:
         def get_operation_id(self) -> str:
             return getattr(self.view, "schema_operation_id", None) or super().get_operation_id()
 
-    SBERT_VIEW_MODULES = ("django_sbert.api.views", "django_sbert.api.training")
+    SBERT_VIEW_MODULES = ("django_sbert.api.views", "django_sbert.api.finetuning")
 
     class SbertSchemaGenerator(SchemaGenerator):
         """The endpoints of django_sbert.api.views only, wherever the project mounted them."""
@@ -58,8 +61,6 @@ if HAS_SPECTACULAR:
 
         def get_schema(self, request: Any = None, public: bool = False) -> dict[str, Any]:
             """The document, with the ``model`` parameters listing the registered models."""
-            from .registry import registry
-
             result = super().get_schema(request=request, public=public)
             # EmbedRequestSerializer rejects unknown keys: say so.
             components = result.get("components", {}).get("schemas", {})
@@ -110,3 +111,27 @@ else:  # pragma: no cover - exercised only without drf-spectacular
 def schema_class() -> Any:
     """A fresh drf-spectacular AutoSchema for views, whatever DEFAULT_SCHEMA_CLASS says."""
     return SbertAutoSchema() if SbertAutoSchema is not None else None
+
+
+ERROR_DESCRIPTIONS: dict[int, str] = {
+    400: "Invalid parameters or body: a JSON object mapping each bad field to messages.",
+    401: "Not authenticated (with authentication classes that send WWW-Authenticate).",
+    403: "Not allowed: not authenticated, or missing a permission.",
+    404: "Unknown model, unknown primary key, a row the client may not see, or no page.",
+    405: "Method not allowed.",
+    409: "The object has no embedding yet.",
+    413: "Request body too large.",
+    415: "Unsupported media type: send application/json.",
+    429: "Too many requests: see the Retry-After header.",
+}
+
+
+def error_responses(*codes: int, descriptions: Mapping[int, str] | None = None) -> dict[int, Any]:
+    """OpenAPI responses for the error statuses ``codes`` (empty without drf-spectacular).
+
+    ``descriptions`` overrides the wording of some codes for one group of views.
+    """
+    if OpenApiTypes is None:  # pragma: no cover
+        return {}
+    wording = {**ERROR_DESCRIPTIONS, **(descriptions or {})}
+    return {code: OpenApiResponse(OpenApiTypes.OBJECT, description=wording[code]) for code in codes}

@@ -8,8 +8,8 @@ from __future__ import annotations
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
+from .finetuning import EncoderVersionViewSet, TrainingPairViewSet, TrainingRunViewSet
 from .schema import SchemaView
-from .training import EncoderVersionViewSet, TrainingPairViewSet, TrainingRunViewSet
 from .views import EmbedView, SearchView, SimilarView
 
 app_name = "sbert-api"

@@ -18,14 +18,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ..conf import encoder_config
-from ..encoders import encode_texts, get_encoder
 from ..query import SemanticQuerySet
+from ..serving import encode_texts, get_encoder
 from .parsers import BoundedJSONParser
 from .registry import NotRegistered, SearchEntry, registry
 from .schema import (
     OpenApiParameter,
-    OpenApiResponse,
     OpenApiTypes,
+    error_responses,
     extend_schema,
     inline_serializer,
     schema_class,
@@ -48,26 +48,6 @@ class NotEmbedded(APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = "This object has no embedding yet; try again once it has been indexed."
     default_code = "not_embedded"
-
-
-def _errors(*codes: int) -> dict[int, Any]:
-    """OpenAPI responses for the error statuses ``codes`` (no-op without drf-spectacular)."""
-    if OpenApiTypes is None:  # pragma: no cover
-        return {}
-    descriptions = {
-        400: "Invalid parameters or body: a JSON object mapping each bad field to messages.",
-        401: "Not authenticated (with authentication classes that send WWW-Authenticate).",
-        403: "Not allowed: not authenticated, or missing a permission.",
-        404: "Unknown model, unknown primary key, a row the client may not see, or no page.",
-        405: "Method not allowed.",
-        409: "The object has no embedding yet.",
-        413: "Request body too large.",
-        415: "Unsupported media type: send application/json.",
-        429: "Too many requests: see the Retry-After header.",
-    }
-    return {
-        code: OpenApiResponse(OpenApiTypes.OBJECT, description=descriptions[code]) for code in codes
-    }
 
 
 def _search_response(name: str, result: Any = None) -> Any:
@@ -201,7 +181,7 @@ _PAGE_PARAMETERS = (
     parameters=[SearchQuerySerializer, *_PAGE_PARAMETERS],
     responses={
         200: _search_response("SemanticSearchResponse", _mode_results()),
-        **_errors(400, 401, 403, 404, 429),
+        **error_responses(400, 401, 403, 404, 429),
     },
 )
 class SearchView(SemanticResultsView):
@@ -276,7 +256,7 @@ class SearchView(SemanticResultsView):
     else None,
     responses={
         200: _search_response("SimilarItemsResponse"),
-        **_errors(400, 401, 403, 404, 409, 429),
+        **error_responses(400, 401, 403, 404, 409, 429),
     },
 )
 class SimilarView(SemanticResultsView):
@@ -318,7 +298,7 @@ class SimilarView(SemanticResultsView):
     request=EmbedRequestSerializer,
     responses={
         200: EmbedResponseSerializer,
-        **_errors(400, 401, 403, 413, 415, 429),
+        **error_responses(400, 401, 403, 413, 415, 429),
     },
 )
 class EmbedView(GenericAPIView):

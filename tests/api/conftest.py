@@ -31,12 +31,12 @@ ARTICLES = [  # lower case words of the tiny test model's vocabulary, so vectors
 @pytest.fixture(autouse=True)
 def _isolated_api_state() -> Iterator[None]:
     """Every test starts with no registrations, empty throttle counts and query cache."""
-    from django_sbert import encoders
+    from django_sbert import serving
 
     saved = dict(registry._entries)
     registry.clear()
     cache.clear()
-    encoders._query_cache.clear()
+    serving.cache._query_cache.clear()
     yield
     registry.clear()
     registry._entries.update(saved)
@@ -84,8 +84,8 @@ def client_as(users) -> Callable[[str], APIClient]:
 
 def store_vector(obj: Article, vector: np.ndarray) -> None:
     """Store ``vector`` as ``obj``'s embedding, with the bookkeeping the indexing task writes."""
-    from django_sbert.encoders import encoder_version
     from django_sbert.fields import embedding_fields
+    from django_sbert.serving import encoder_version
 
     field = embedding_fields(type(obj))[0]
     text = field.get_source_text(obj)
@@ -102,7 +102,7 @@ def store_vector(obj: Article, vector: np.ndarray) -> None:
 
 def plant(obj: Article, text: str) -> None:
     """Give ``obj`` the real encoder's vector of ``text``: searching ``text`` finds it first."""
-    from django_sbert.encoders import encode_texts
+    from django_sbert.serving import encode_texts
 
     store_vector(obj, encode_texts([text])[0])
 
@@ -116,7 +116,7 @@ def articles(db) -> list[Article]:
     vectors of the encoder's width instead; tests that search a text ``plant()`` the encoder's
     own vector of that text on one row.
     """
-    from django_sbert.encoders import encoder_dimensions
+    from django_sbert.serving import encoder_dimensions
 
     rng = np.random.default_rng(7)
     rows = []

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from django_sbert.encoders import encode_texts, encoder_dimensions
+from django_sbert.serving import encode_texts, encoder_dimensions
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.api.urls")]
 
@@ -37,7 +37,7 @@ def test_vectors_match_the_encoder(user_client):
 
 
 def test_normalize_false_returns_raw_vectors(user_client):
-    from django_sbert.encoders import get_encoder
+    from django_sbert.serving import get_encoder
 
     body = post(user_client, {"texts": ["the dog runs"], "normalize": False}).json()
     raw = get_encoder().encode(["the dog runs"], normalize=False)

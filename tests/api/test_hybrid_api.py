@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from django_sbert.api import registry
-from django_sbert.encoders import encode_query
+from django_sbert.serving import encode_query
 from tests.api.conftest import store_vector
 from tests.testapp.models import Article, Note
 

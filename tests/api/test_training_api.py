@@ -12,7 +12,8 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from rest_framework.test import APIClient
 
-from django_sbert import promotion, training_jobs
+from django_sbert import serving
+from django_sbert.finetuning import promotion, runs
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
 from tests.testapp.models import Article
 
@@ -237,7 +238,7 @@ def test_force_is_for_superusers_only(roles, version):
 
 def test_gate_refusal_is_409_with_the_numbers(roles, run):
     run.metrics_before = {"ndcg@10": 0.9}
-    run.base_version = training_jobs.versions.serving_version("default")
+    run.base_version = serving.serving_version("default")
     run.save()
     worse = EncoderVersion.objects.create(
         version="default:worse", directory="", run=run, metrics={"ndcg@10": 0.5}
@@ -255,8 +256,7 @@ def test_rolling_back_a_version_that_is_not_active_is_409(roles, version):
 
 
 def test_workflow_train_promote_rollback(roles, settings, django_capture_on_commit_callbacks):
-    from django_sbert.encoders import get_encoder
-    from django_sbert.versions import serving
+    from django_sbert.serving import get_encoder, serving
 
     def encoder_version(name: str) -> str:  # what a process sees once its cache expires
         return serving(name, max_age=0).version
@@ -281,7 +281,7 @@ def test_workflow_train_promote_rollback(roles, settings, django_capture_on_comm
     )
     assert created.status_code == 201, created.content
     run_id = created.json()["id"]
-    training_jobs.execute_run(run_id)  # what the Celery task on the training queue does
+    runs.execute_run(run_id)  # what the Celery task on the training queue does
     run = client.get(f"{API}/training-runs/{run_id}/").json()
     assert run["status"] == RunStatus.SUCCEEDED, run["error"]
     assert run["step"] == run["total_steps"] > 0 and run["progress"] == 1.0

@@ -24,7 +24,7 @@ def test_every_setting_is_in_the_reference() -> None:
 
     keys = {*conf.DEFAULTS, *conf.ENCODER_DEFAULTS, *conf.SEARCH_DEFAULTS, *API_DEFAULTS}
     try:
-        from django_sbert.fusion import HYBRID_DEFAULTS
+        from django_sbert.conf import SEARCH_DEFAULTS as HYBRID_DEFAULTS
 
         keys |= set(HYBRID_DEFAULTS)
     except ImportError:  # pragma: no cover - hybrid search not in this version

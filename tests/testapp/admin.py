@@ -1,4 +1,4 @@
-"""Admin of the test models: Article uses EmbeddingAdminMixin (tests/django/test_admin.py)."""
+"""Admin of the test models: Article uses EmbeddingAdminMixin (tests/admin/test_admin.py)."""
 
 from __future__ import annotations
 

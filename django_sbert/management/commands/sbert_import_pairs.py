@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_sbert import pairs
+from django_sbert.finetuning import pairs
 
 
 class Command(BaseCommand):

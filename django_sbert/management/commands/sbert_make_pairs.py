@@ -16,7 +16,7 @@ from django.apps import apps
 from django.core.exceptions import FieldDoesNotExist
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_sbert import pairs
+from django_sbert.finetuning import pairs
 
 
 class Command(BaseCommand):

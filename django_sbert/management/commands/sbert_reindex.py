@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from django_sbert import indexing
 from django_sbert.conf import sbert_settings
+from django_sbert.indexing.tasks import enqueue_embed
 
 
 class Command(BaseCommand):
@@ -120,8 +121,6 @@ class Command(BaseCommand):
         batch_size: int | None,
         options: dict[str, Any],
     ) -> None:
-        from django_sbert.tasks import enqueue_embed
-
         chunk = batch_size or int(sbert_settings.SWEEP_BATCH_SIZE)
         total, chunks = self._select(ref, everything, chunk)
         rows = sent = 0

@@ -17,7 +17,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_sbert import promotion, training_jobs
+from django_sbert.finetuning import promotion, runs
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
 
 
@@ -28,7 +28,7 @@ class Command(BaseCommand):
         parser.add_argument("--encoder", default="default")
         parser.add_argument("--source", help="Only pairs with this source.")
         parser.add_argument("--content", metavar="app_label.Model.field", help="SimCSE on text.")
-        parser.add_argument("--loss", choices=training_jobs.LOSS_CHOICES)
+        parser.add_argument("--loss", choices=runs.LOSS_CHOICES)
         parser.add_argument("--epochs", type=int, default=1)
         parser.add_argument("--batch-size", type=int, default=16)
         parser.add_argument("--learning-rate", type=float, default=2e-5)
@@ -43,12 +43,10 @@ class Command(BaseCommand):
         pairs = TrainingPair.objects.all()
         if options["source"]:
             pairs = pairs.filter(source=options["source"])
-        loss = options["loss"] or (
-            "simcse" if options["content"] else training_jobs.default_loss(pairs)
-        )
-        hyper = training_jobs.Hyperparameters.from_options(loss, options)
+        loss = options["loss"] or ("simcse" if options["content"] else runs.default_loss(pairs))
+        hyper = runs.Hyperparameters.from_options(loss, options)
         try:
-            run = training_jobs.create_run(
+            run = runs.create_run(
                 options["encoder"],
                 list(pairs.values_list("pk", flat=True)),
                 hyperparameters=hyper,
@@ -57,13 +55,13 @@ class Command(BaseCommand):
             )
         except ValidationError as exc:
             raise CommandError(" ".join(exc.messages)) from exc
-        except training_jobs.RunConflict as exc:
+        except runs.RunConflict as exc:
             raise CommandError(str(exc)) from exc
         if not options["sync"]:
             self.stdout.write(f"Queued training run {run.pk} ({loss}).")
             return
         self.stdout.write(f"Training run {run.pk} ({loss}) ...")
-        status = training_jobs.execute_run(run.pk)
+        status = runs.execute_run(run.pk)
         run = TrainingRun.objects.get(pk=run.pk)
         if status != RunStatus.SUCCEEDED:
             raise CommandError(f"Run {run.pk} {status}: {run.error}")

@@ -1,0 +1,22 @@
+"""The admin: fine-tuning pages for django-sbert's models, and ``EmbeddingAdminMixin`` for yours.
+
+::
+
+    from django_sbert.admin import EmbeddingAdminMixin
+
+    @admin.register(Article)
+    class ArticleAdmin(EmbeddingAdminMixin, admin.ModelAdmin):
+        sbert_pair_fields = ("title", "body")
+
+Modules: ``finetuning`` (the ModelAdmins of training pairs, runs and encoder versions,
+registered when Django's admin autodiscovery imports this package), ``mixins``
+(``EmbeddingAdminMixin`` and the 403-on-forbidden-action helpers), ``display`` (progress bar,
+loss curve, metrics table).
+"""
+
+from __future__ import annotations
+
+from .finetuning import EncoderVersionAdmin, TrainingPairAdmin, TrainingRunAdmin
+from .mixins import EmbeddingAdminMixin
+
+__all__ = ["EmbeddingAdminMixin", "EncoderVersionAdmin", "TrainingPairAdmin", "TrainingRunAdmin"]

@@ -1,0 +1,364 @@
+"""Admin for fine-tuning: training pairs, training runs, encoder versions.
+
+* Training pairs: list, filter, search, import CSV / JSONL, and the action "Fine-tune encoder
+  on selected pairs" with a confirmation page (loss, epochs, learning rate...).
+* Training runs: live progress bar, loss curve, metrics before / after, action "Cancel".
+* Encoder versions: metrics beside the active version's, actions "Promote", "Promote even if
+  worse" (superusers), "Roll back", "Stop promotion".
+
+Every action requires a model permission; a user without it gets 403 (not a silently ignored
+POST).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from ..conf import sbert_settings
+from ..finetuning import pairs as pair_io
+from ..finetuning import promotion, runs
+from ..models import (
+    EncoderVersion,
+    RunStatus,
+    TrainingPair,
+    TrainingRun,
+    VersionStatus,
+    pair_kind_counts,
+)
+from ..serving import forget_serving, serving_version
+from .display import loss_curve_svg, metrics_table, progress_bar
+from .mixins import ForbidMissingActionsMixin, require_permission
+
+__all__ = ["EncoderVersionAdmin", "TrainingPairAdmin", "TrainingRunAdmin"]
+
+
+# --- training pairs -------------------------------------------------------------------------
+
+
+class FineTuneForm(forms.Form):
+    """The confirmation page of "Fine-tune encoder on selected pairs"."""
+
+    encoder = forms.ChoiceField()
+    loss = forms.ChoiceField(choices=[(name, name) for name in runs.LOSS_CHOICES])
+    epochs = forms.IntegerField(initial=1, min_value=1, max_value=100)
+    learning_rate = forms.FloatField(initial=2e-5, min_value=1e-8, max_value=1e-2)
+    batch_size = forms.IntegerField(initial=16, min_value=2, max_value=1024)
+    warmup_ratio = forms.FloatField(initial=0.1, min_value=0.0, max_value=0.99)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        names = sorted(sbert_settings.ENCODERS)
+        self.fields["encoder"].choices = [(n, n) for n in names]
+        self.fields["encoder"].initial = "default" if "default" in names else names[0]
+
+    def hyperparameters(self) -> runs.Hyperparameters:
+        data = self.cleaned_data
+        return runs.Hyperparameters.from_options(data["loss"], data)
+
+
+class ImportPairsForm(forms.Form):
+    file = forms.FileField(help_text="CSV with a header row, or JSON Lines (.jsonl).")
+    split = forms.ChoiceField(
+        choices=[("train", "train"), ("eval", "eval")],
+        initial="train",
+        required=False,
+        help_text="For rows without a split column (default train).",
+    )
+    source = forms.CharField(required=False, max_length=200)
+    skip_invalid = forms.BooleanField(
+        required=False, help_text="Import the good rows even if some rows are bad."
+    )
+
+
+@admin.register(TrainingPair)
+class TrainingPairAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
+    list_display = ("short_a", "short_b", "kind", "score", "label", "split", "source", "created_at")
+    list_filter = ("split", "source", "label")
+    search_fields = ("text_a", "text_b", "source")
+    actions = ["fine_tune_encoder"]
+    change_list_template = "django_sbert/admin/trainingpair_change_list.html"
+
+    @admin.display(description="text a")
+    def short_a(self, obj: TrainingPair) -> str:
+        return obj.text_a[:80]
+
+    @admin.display(description="text b")
+    def short_b(self, obj: TrainingPair) -> str:
+        return obj.text_b[:80]
+
+    def get_urls(self) -> list:
+        custom = [
+            path(
+                "import/",
+                self.admin_site.admin_view(self.import_view),
+                name="django_sbert_trainingpair_import",
+            )
+        ]
+        return custom + super().get_urls()
+
+    def import_view(self, request: HttpRequest) -> HttpResponse:
+        """Upload a CSV / JSONL file of pairs; shows every rejected row."""
+        require_permission(request, "django_sbert.add_trainingpair")
+        report = None
+        form = ImportPairsForm(request.POST or None, request.FILES or None)
+        if request.method == "POST" and form.is_valid():
+            upload = form.cleaned_data["file"]
+            report = pair_io.import_pairs(
+                upload,
+                pair_io.detect_format(upload.name),
+                split=form.cleaned_data["split"] or "train",
+                source=form.cleaned_data["source"] or upload.name,
+                skip_invalid=form.cleaned_data["skip_invalid"],
+            )
+            if report.created:
+                self.message_user(request, f"Imported {report.created} pairs.", messages.SUCCESS)
+            if report.ok:
+                return HttpResponseRedirect(reverse("admin:django_sbert_trainingpair_changelist"))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Import training pairs",
+            "form": form,
+            "report": report,
+            "columns": ", ".join(pair_io.COLUMNS),
+        }
+        return TemplateResponse(request, "django_sbert/admin/import_pairs.html", context)
+
+    @admin.action(description="Fine-tune encoder on selected pairs", permissions=["start_training"])
+    def fine_tune_encoder(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
+        if "confirm" in request.POST:
+            form = FineTuneForm(request.POST)
+            if form.is_valid():
+                try:
+                    run = runs.create_run(
+                        form.cleaned_data["encoder"],
+                        list(queryset.values_list("pk", flat=True)),
+                        hyperparameters=form.hyperparameters(),
+                        user=request.user,
+                    )
+                except ValidationError as exc:
+                    form.add_error(None, exc)
+                except runs.RunConflict as exc:
+                    form.add_error(None, str(exc))
+                else:
+                    self.message_user(request, f"Training run {run.pk} queued.", messages.SUCCESS)
+                    return HttpResponseRedirect(
+                        reverse("admin:django_sbert_trainingrun_change", args=[run.pk])
+                    )
+        else:
+            form = FineTuneForm(initial={"loss": runs.default_loss(queryset)})
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Fine-tune encoder",
+            "form": form,
+            "queryset": queryset,
+            "counts": _counts(queryset),
+            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "django_sbert/admin/fine_tune_confirm.html", context)
+
+    def has_start_training_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_sbert.add_trainingrun")
+
+
+def _counts(queryset: Any) -> dict[str, Any]:
+    return pair_kind_counts(queryset)
+
+
+# --- training runs ----------------------------------------------------------------------------
+
+
+@admin.register(TrainingRun)
+class TrainingRunAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
+    list_display = ("id", "encoder_name", "loss", "status", "progress", "created_at", "created_by")
+    list_filter = ("status", "encoder_name", "loss")
+    actions = ["cancel"]
+    change_form_template = "django_sbert/admin/trainingrun_change_form.html"
+    readonly_fields = (
+        "encoder_name",
+        "status",
+        "progress",
+        "loss_curve",
+        "metrics",
+        "loss",
+        "hyperparameters",
+        "base_version",
+        "candidate_link",
+        "error",
+        "created_by",
+        "created_at",
+        "started_at",
+        "finished_at",
+    )
+    fields = readonly_fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # runs start from the pairs' action or manage.py sbert_train
+
+    @admin.display(description="progress")
+    def progress(self, obj: TrainingRun) -> str:
+        label = f"{obj.step} / {obj.total_steps} steps" if obj.total_steps else obj.status
+        return progress_bar(obj.progress, label)
+
+    @admin.display(description="loss curve")
+    def loss_curve(self, obj: TrainingRun) -> str:
+        return loss_curve_svg(obj.loss_history)
+
+    @admin.display(description="metrics on the eval split")
+    def metrics(self, obj: TrainingRun) -> str:
+        return metrics_table(("before", obj.metrics_before), ("after", obj.metrics_after))
+
+    @admin.display(description="candidate version")
+    def candidate_link(self, obj: TrainingRun) -> str:
+        candidate = EncoderVersion.objects.filter(run=obj).first()
+        if candidate is None:
+            return "-"
+        url = reverse("admin:django_sbert_encoderversion_change", args=[candidate.pk])
+        return format_html('<a href="{}">{}</a>', url, candidate.version)
+
+    @admin.action(description="Cancel selected runs", permissions=["change"])
+    def cancel(self, request: HttpRequest, queryset: Any) -> None:
+        cancelled = sum(runs.cancel_run(run) for run in queryset)
+        self.message_user(request, f"Cancelled {cancelled} run(s).", messages.SUCCESS)
+
+    def get_urls(self) -> list:
+        custom = [
+            path(
+                "<int:pk>/status/",
+                self.admin_site.admin_view(self.status_view),
+                name="django_sbert_trainingrun_status",
+            )
+        ]
+        return custom + super().get_urls()
+
+    def status_view(self, request: HttpRequest, pk: int) -> JsonResponse:
+        """What the change page polls while a run goes: status, progress, last loss."""
+        require_permission(request, "django_sbert.view_trainingrun")
+        run = get_object_or_404(TrainingRun, pk=pk)
+        return JsonResponse(
+            {
+                "status": run.status,
+                "step": run.step,
+                "total_steps": run.total_steps,
+                "progress": run.progress,
+                "loss": run.loss_history[-1][1] if run.loss_history else None,
+                "finished": run.status not in (RunStatus.QUEUED, RunStatus.RUNNING),
+                "error": run.error,
+            }
+        )
+
+
+# --- encoder versions -------------------------------------------------------------------------
+
+
+@admin.register(EncoderVersion)
+class EncoderVersionAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
+    list_display = ("version", "encoder_name", "status", "compared", "promotion", "activated_at")
+    list_filter = ("encoder_name", "status")
+    actions = ["promote", "promote_even_if_worse", "rollback", "stop_promotion"]
+    readonly_fields = (
+        "version",
+        "encoder_name",
+        "status",
+        "compared",
+        "promotion",
+        "directory",
+        "is_base",
+        "parent",
+        "replaced",
+        "run",
+        "promotion_error",
+        "created_at",
+        "activated_at",
+    )
+    fields = readonly_fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # versions come from training runs
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # The serving version (and one being promoted) cannot be deleted: rows hold its vectors.
+        if obj is not None and obj.status in (VersionStatus.ACTIVE, VersionStatus.PROMOTING):
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def get_actions(self, request: HttpRequest) -> dict:
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # it would not ask has_delete_permission(obj)
+        return actions
+
+    @admin.display(description="metrics: this version | active")
+    def compared(self, obj: EncoderVersion) -> str:
+        if obj.status == VersionStatus.ACTIVE:
+            return metrics_table(("this version (active)", obj.metrics))
+        serving = serving_version(obj.encoder_name)
+        active = EncoderVersion.objects.filter(
+            encoder_name=obj.encoder_name, status=VersionStatus.ACTIVE
+        ).first()
+        if obj.run is not None and obj.run.base_version == serving:
+            # The run measured the serving version on the same eval pairs before training.
+            other = obj.run.metrics_before
+        elif active is not None:
+            other = active.metrics  # measured on the active version's own eval split
+        else:
+            other = {}
+        return metrics_table(("this version", obj.metrics), ("active", other))
+
+    @admin.display(description="promotion")
+    def promotion(self, obj: EncoderVersion) -> str:
+        if obj.status != VersionStatus.PROMOTING:
+            return "-"
+        return progress_bar(obj.promotion_progress, f"{obj.staged_rows} / {obj.total_rows} rows")
+
+    def _promote(self, request: HttpRequest, queryset: Any, *, force: bool) -> None:
+        for version in queryset:
+            try:
+                verdict = promotion.start_promotion(version, force=force)
+            except promotion.PromotionRefused as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+            else:
+                note = f" ({verdict.describe()})" if verdict else ""
+                self.message_user(
+                    request,
+                    f"Promoting {version}: its vectors are being computed{note}. Search keeps "
+                    "using the current version until the switch.",
+                    messages.SUCCESS,
+                )
+
+    @admin.action(description="Promote selected version", permissions=["change"])
+    def promote(self, request: HttpRequest, queryset: Any) -> None:
+        self._promote(request, queryset, force=False)
+
+    @admin.action(description="Promote even if worse (superusers)", permissions=["force"])
+    def promote_even_if_worse(self, request: HttpRequest, queryset: Any) -> None:
+        self._promote(request, queryset, force=True)
+
+    def has_force_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_active and request.user.is_superuser
+
+    @admin.action(description="Roll back to the previous version", permissions=["change"])
+    def rollback(self, request: HttpRequest, queryset: Any) -> None:
+        for version in queryset:
+            try:
+                target = promotion.rollback_target(version)
+                promotion.start_promotion(target, gate=False)
+            except promotion.PromotionRefused as exc:
+                self.message_user(request, str(exc), messages.ERROR)
+            else:
+                self.message_user(request, f"Rolling back {version} to {target}.", messages.SUCCESS)
+
+    @admin.action(description="Stop promotion", permissions=["change"])
+    def stop_promotion(self, request: HttpRequest, queryset: Any) -> None:
+        for version in queryset.filter(status=VersionStatus.PROMOTING):
+            promotion.cancel_promotion(version)
+        forget_serving()

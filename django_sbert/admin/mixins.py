@@ -1,0 +1,175 @@
+"""Admin building blocks: actions that answer 403, and ``EmbeddingAdminMixin`` for your models.
+
+``django_sbert.admin`` re-exports ``EmbeddingAdminMixin``; import it from there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
+
+from ..finetuning import runs
+from ..finetuning.pairs import content_pairs
+from ..indexing import field_refs
+from ..indexing.tasks import enqueue_embed
+
+
+class ForbidMissingActionsMixin:
+    """A POSTed action the user may not run is a 403, not a silent "No action selected"."""
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        if request.method == "POST" and request.POST.get("action"):
+            name = request.POST["action"]
+            declared = {a if isinstance(a, str) else a.__name__ for a in (self.actions or [])}
+            if name in declared and name not in self.get_actions(request):
+                raise PermissionDenied(f"You may not run the action {name!r}.")
+        return super().changelist_view(request, extra_context)
+
+
+def require_permission(request: HttpRequest, permission: str) -> None:
+    """Raise ``PermissionDenied`` (403) unless the request's user has ``permission``."""
+    if not request.user.has_perm(permission):
+        raise PermissionDenied(f"You need the {permission!r} permission.")
+
+
+class SemanticChangeList(ChangeList):
+    """Keeps the similarity order of a semantic search instead of the admin's ordering."""
+
+    def get_ordering(self, request: HttpRequest, queryset: Any) -> list[Any]:
+        if getattr(queryset, "_search", None) is not None and self.query:
+            return [*queryset.query.order_by, "-pk"]
+        return super().get_ordering(request, queryset)
+
+
+class EmbeddingAdminMixin:
+    """Add to the ``ModelAdmin`` of a model with an ``EmbeddingField`` and a SemanticManager::
+
+        @admin.register(Article)
+        class ArticleAdmin(EmbeddingAdminMixin, admin.ModelAdmin):
+            ...
+
+    * action "Re-embed selected" (needs the change permission);
+    * the changelist search box ranks rows by similarity to the text typed (rows without a
+      vector yet are left out); set ``semantic_search = False`` for Django's own search;
+    * the change page lists the ``similar_items`` most similar rows.
+    """
+
+    semantic_search = True
+    # ("title", "body"): adds "Make training pairs from selected" (title <-> body positives).
+    sbert_pair_fields: tuple[str, str] | None = None
+    search_help_text = "Results are ranked by meaning: type a question or a description."
+    similar_items = 5
+    embedding_field: str | None = None  # which EmbeddingField, when the model has several
+    change_form_template = "django_sbert/admin/embedding_change_form.html"
+
+    def _sbert_actions(self, request: HttpRequest) -> dict[str, bool]:
+        """The mixin's actions and whether ``request.user`` may run each."""
+        user = request.user
+        return {
+            "reembed_selected": self.has_change_permission(request),
+            "make_training_pairs": self.sbert_pair_fields is not None
+            and user.has_perm("django_sbert.add_trainingpair"),
+            "adapt_encoder": user.has_perm("django_sbert.add_trainingrun"),
+        }
+
+    def get_actions(self, request: HttpRequest) -> dict:
+        actions = super().get_actions(request)
+        for name, allowed in self._sbert_actions(request).items():
+            if allowed:
+                func = getattr(type(self), name)
+                actions[name] = (func, name, func.short_description)
+        return actions
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        action = request.POST.get("action") if request.method == "POST" else None
+        if action and self._sbert_actions(request).get(action) is False:
+            raise PermissionDenied(f"You may not run the action {action!r}.")
+        return super().changelist_view(request, extra_context)
+
+    def make_training_pairs(self, request: HttpRequest, queryset: Any) -> None:
+        field_a, field_b = self.sbert_pair_fields or ("", "")
+        made = content_pairs(self.model, field_a, field_b, queryset=queryset.order_by("pk"))
+        self.message_user(
+            request, f"Created {made} training pairs ({field_a} <-> {field_b}).", messages.SUCCESS
+        )
+
+    make_training_pairs.short_description = "Make training pairs from selected"  # type: ignore[attr-defined]
+
+    def adapt_encoder(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
+        """Queue a SimCSE run on the text of every row of this model ("adapt to our content")."""
+        refs = field_refs(self.model)
+        ref = next((r for r in refs if r.name == self.embedding_field), refs[0] if refs else None)
+        if ref is None:
+            self.message_user(request, "This model has no EmbeddingField.", messages.ERROR)
+            return None
+        try:
+            run = runs.create_run(
+                ref.encoder_name,
+                hyperparameters=runs.Hyperparameters(loss="simcse"),
+                content=f"{ref.label}.{ref.name}",
+                user=request.user,
+            )
+        except (ValidationError, runs.RunConflict) as exc:
+            self.message_user(
+                request, " ".join(getattr(exc, "messages", [str(exc)])), messages.ERROR
+            )
+            return None
+        return HttpResponseRedirect(reverse("admin:django_sbert_trainingrun_change", args=[run.pk]))
+
+    adapt_encoder.short_description = "Adapt the encoder to this content (SimCSE on all rows)"  # type: ignore[attr-defined]
+
+    def reembed_selected(self, request: HttpRequest, queryset: Any) -> None:
+        pks = list(queryset.values_list("pk", flat=True))
+        for ref in field_refs(self.model):
+            enqueue_embed(ref, pks, force=True)
+        self.message_user(request, f"Queued {len(pks)} row(s) for re-embedding.")
+
+    reembed_selected.short_description = "Re-embed selected"  # type: ignore[attr-defined]
+
+    def get_search_fields(self, request: HttpRequest) -> Any:
+        fields = super().get_search_fields(request)
+        # The admin shows its search box only when there are search fields.
+        return fields or (("pk",) if self.semantic_search else fields)
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return SemanticChangeList if self.semantic_search else super().get_changelist(request)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: Any, search_term: str
+    ) -> tuple[Any, bool]:
+        term = (search_term or "").strip()
+        if not self.semantic_search or not term or not hasattr(queryset, "similar_to"):
+            return super().get_search_results(request, queryset, search_term)
+        return queryset.similar_to(term, field=self.embedding_field), False
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
+    ) -> HttpResponse:
+        extra_context = dict(extra_context or {})
+        obj = self.get_object(request, object_id)
+        similar: list[Any] = []
+        if obj is not None and self.similar_items:
+            try:
+                similar = list(
+                    self.model._default_manager.similar_to(
+                        obj, k=self.similar_items, field=self.embedding_field
+                    )
+                )
+            except ValueError:  # no vector yet
+                similar = []
+        extra_context["sbert_similar"] = [
+            (
+                item,
+                reverse(
+                    f"admin:{self.model._meta.app_label}_{self.model._meta.model_name}_change",
+                    args=[item.pk],
+                ),
+            )
+            for item in similar
+        ]
+        return super().change_view(request, object_id, form_url, extra_context)

@@ -1,0 +1,311 @@
+"""Promote a version of an encoder (or roll back) without a moment of inconsistent search.
+
+1. ``start_promotion`` checks the evaluation gate, marks the version ``promoting`` (one per
+   encoder, enforced by a partial unique constraint) and queues ``run_promotion``.
+2. ``run_promotion`` *stages* the version's vectors of every row of every EmbeddingField using
+   the encoder in ``StagedEmbedding``, a side table; the live columns, and so every query, keep
+   the serving version's vectors meanwhile. It is resumable: rows already staged from their
+   current text are skipped, so an interrupted run (or a rollback to a version whose vectors
+   are still kept) re-encodes only what is missing. Rows saved while it runs are staged by
+   their own embedding task as well (``indexing.embed_pks``); the staged writes themselves are
+   ``indexing.writes``.
+3. ``switch`` then runs one transaction holding the encoder's switch lock: it keeps the
+   serving version's vectors in the side table (for rollback), copies the staged vectors into
+   the live columns with one ``UPDATE ... FROM`` per field, retires the old version and
+   activates the new one. Before COMMIT every reader sees the old vectors and the old active
+   version; after it, the new ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import IntegrityError, connections, transaction
+from django.utils import timezone
+
+from ..conf import sbert_settings
+from ..indexing import FieldRef, field_refs
+from ..indexing.writes import content_type_id, stage_pending, unstaged
+from ..models import EncoderVersion, StagedEmbedding, VersionStatus
+from ..serving import forget_serving, serving, switch_lock
+from .gate import GateResult
+from .gate import gate as evaluation_gate  # start_promotion() has a `gate` flag
+
+logger = logging.getLogger(__name__)
+
+STAGE_CHUNK_ROWS = 256
+
+
+class PromotionRefused(Exception):
+    """``start_promotion`` will not promote: the gate failed or the state does not allow it."""
+
+
+# --- which rows a promotion covers ----------------------------------------------------------
+
+
+def fields_of(name: str) -> list[FieldRef]:
+    """Every EmbeddingField (one per table) encoded by encoder ``name``."""
+    return [ref for ref in field_refs() if ref.encoder_name == name]
+
+
+# --- staging every row ---------------------------------------------------------------------
+
+
+def stage_field(
+    ref: FieldRef,
+    version: str,
+    *,
+    chunk_rows: int = STAGE_CHUNK_ROWS,
+    progress: Callable[[int], Any] | None = None,
+) -> int:
+    """Stage ``version`` vectors for every row of one field; returns how many were encoded.
+
+    Walks the table in primary-key order (keyset), ``chunk_rows`` at a time; each chunk is
+    committed on its own, so a killed worker keeps what it finished.
+    """
+    encoded = 0
+    last = None
+    while True:
+        qs = ref.manager.order_by("pk")
+        if last is not None:
+            qs = qs.filter(pk__gt=last)
+        pks = list(qs.values_list("pk", flat=True)[:chunk_rows])
+        if not pks:
+            return encoded
+        last = pks[-1]
+        pending = unstaged(ref, pks, version)
+        if pending:
+            stage_pending(ref, pending, version)
+            encoded += len(pending)
+        if progress is not None:
+            progress(len(pks))
+
+
+# --- the switch -------------------------------------------------------------------------------
+
+
+def _switch_field(ref: FieldRef, old: str, new: str) -> int:
+    """Keep the live ``old`` vectors in the side table, then copy the staged ``new`` ones in."""
+    connection = connections[ref.db_alias]
+    quote = connection.ops.quote_name
+    opts = ref.model._meta
+    column = {f.attname: f.column for f in opts.concrete_fields}
+    table = quote(opts.db_table)
+    staged = quote(StagedEmbedding._meta.db_table)
+    pk = f"{table}.{quote(opts.pk.column)}"
+    vec = quote(column[ref.field.attname])
+    hash_ = quote(column[ref.hash_attname])
+    ver = quote(column[ref.version_attname])
+    upd = quote(column[ref.updated_at_attname])
+    vector_type = ref.field.db_type(connection)
+    ct = content_type_id(ref)
+    now = timezone.now()
+    with connection.cursor() as cursor:
+        # 1. The serving version's vectors, as they are now, become the rollback copy.
+        cursor.execute(
+            f"DELETE FROM {staged} WHERE content_type_id = %s AND field = %s AND version = %s",
+            [ct, ref.name, old],
+        )
+        cursor.execute(
+            f"INSERT INTO {staged} (content_type_id, object_pk, field, version, vector, "
+            f"text_hash, created_at) SELECT %s, {pk}::text, %s, %s, {vec}::vector, {hash_}, %s "
+            f"FROM {table} WHERE {vec} IS NOT NULL AND {hash_} IS NOT NULL AND {ver} = %s",
+            [ct, ref.name, old, now, old],
+        )
+        # 2. The new version's staged vectors go live.
+        cursor.execute(
+            f"UPDATE {table} SET {vec} = s.vector::{vector_type}, {hash_} = s.text_hash, "
+            f"{ver} = %s, {upd} = %s FROM {staged} s WHERE s.content_type_id = %s "
+            f"AND s.field = %s AND s.version = %s AND s.object_pk = {pk}::text",
+            [new, now, ct, ref.name, new],
+        )
+        switched = cursor.rowcount
+        # 3. Only the previous version is kept: everything else staged for this field goes.
+        cursor.execute(
+            f"DELETE FROM {staged} WHERE content_type_id = %s AND field = %s AND version <> %s",
+            [ct, ref.name, old],
+        )
+    return switched
+
+
+def switch(target: EncoderVersion) -> dict[str, int]:
+    """Make ``target`` serve, in one transaction; returns rows switched per field.
+
+    Holds the encoder's switch lock exclusively, so no indexing write of the old version can
+    commit after it (writers hold the lock shared and re-check the serving version).
+    """
+    name = target.encoder_name
+    refs = fields_of(name)
+    aliases = {ref.db_alias for ref in refs} | {EncoderVersion.objects.db}
+    if len(aliases) > 1:
+        raise ImproperlyConfigured(
+            f"Encoder {name!r} is used by tables on several databases ({sorted(aliases)}); "
+            "a switch must be one transaction, so keep them on one database."
+        )
+    alias = aliases.pop()
+    with transaction.atomic(using=alias):
+        switch_lock(name, shared=False, using=alias)
+        target = EncoderVersion.objects.select_for_update().get(pk=target.pk)
+        if target.status != VersionStatus.PROMOTING:
+            raise PromotionRefused(f"{target} is {target.status}, not being promoted.")
+        old = serving(name, max_age=0).version
+        switched = {str(ref): _switch_field(ref, old, target.version) for ref in refs}
+        previous = EncoderVersion.objects.select_for_update().filter(
+            encoder_name=name, status=VersionStatus.ACTIVE
+        )
+        if not previous.exists():
+            _keep_base_row(name, old)
+        previous.update(status=VersionStatus.RETIRED)
+        target.status = VersionStatus.ACTIVE
+        target.activated_at = timezone.now()
+        target.replaced = old if old != target.version else target.replaced
+        target.promotion_error = ""
+        target.promotion_updated_at = timezone.now()
+        target.save()
+        transaction.on_commit(lambda: forget_serving(name), using=alias)
+    logger.info("Encoder %r now serves %s (was %s): %s", name, target.version, old, switched)
+    return switched
+
+
+def _keep_base_row(name: str, version: str) -> None:
+    """The settings' model is leaving service for the first time: record it, so that rollback
+    can return to it like to any other version."""
+    EncoderVersion.objects.get_or_create(
+        version=version,
+        defaults={"encoder_name": name, "is_base": True, "status": VersionStatus.RETIRED},
+    )
+
+
+# --- the whole promotion ----------------------------------------------------------------------
+
+
+def start_promotion(
+    target: EncoderVersion,
+    *,
+    force: bool = False,
+    gate: bool = True,
+    run_now: bool = False,
+) -> GateResult | None:
+    """Check the gate, mark ``target`` promoting and queue (or, with ``run_now``, run) the
+    promotion. ``force`` skips the gate; callers let only superusers pass it.
+
+    Raises ``PromotionRefused`` with the reason (and the numbers) when it will not promote.
+    """
+    name = target.encoder_name
+    if target.status == VersionStatus.ACTIVE:
+        raise PromotionRefused(f"{target} is already the active version of {name!r}.")
+    verdict = None
+    if gate and target.status != VersionStatus.PROMOTING:
+        verdict = evaluation_gate(target)
+        if not verdict.passed and not force:
+            raise PromotionRefused(
+                f"{target} is worse than the active version on the eval split "
+                f"({verdict.describe()}); a superuser may force the promotion."
+            )
+    if target.status != VersionStatus.PROMOTING:
+        try:
+            with transaction.atomic():
+                updated = EncoderVersion.objects.filter(
+                    pk=target.pk, status__in=[VersionStatus.CANDIDATE, VersionStatus.RETIRED]
+                ).update(
+                    status=VersionStatus.PROMOTING,
+                    staged_rows=0,
+                    total_rows=0,
+                    promotion_error="",
+                    promotion_updated_at=timezone.now(),
+                )
+        except IntegrityError as exc:
+            raise PromotionRefused(
+                f"Another version of {name!r} is being promoted; wait for it to finish."
+            ) from exc
+        if not updated:
+            raise PromotionRefused(f"{target} cannot be promoted from status {target.status!r}.")
+        target.refresh_from_db()
+    if run_now:
+        run_promotion(target.pk)
+    else:
+        from .tasks import enqueue_promotion  # the allowed loop: this wing's tasks import us
+
+        transaction.on_commit(lambda: enqueue_promotion(target.pk))
+    return verdict
+
+
+def rollback_target(active: EncoderVersion) -> EncoderVersion:
+    """The version that ``active`` replaced."""
+    if active.status != VersionStatus.ACTIVE:
+        raise PromotionRefused(f"{active} is not active; only the active version rolls back.")
+    previous = EncoderVersion.objects.filter(
+        encoder_name=active.encoder_name, version=active.replaced
+    ).first()
+    if previous is None:
+        raise PromotionRefused(f"{active} records no previous version to roll back to.")
+    return previous
+
+
+def cancel_promotion(target: EncoderVersion) -> None:
+    """Stop treating ``target`` as being promoted; what it staged stays for a later try."""
+    EncoderVersion.objects.filter(pk=target.pk, status=VersionStatus.PROMOTING).update(
+        status=VersionStatus.RETIRED if target.activated_at else VersionStatus.CANDIDATE,
+        promotion_updated_at=timezone.now(),
+    )
+
+
+class _Progress:
+    """Throttled writes of ``staged_rows`` while a promotion stages vectors."""
+
+    def __init__(self, pk: int, every: float = 1.0) -> None:
+        self.pk = pk
+        self.done = 0
+        self.every = every
+        self.last = 0.0
+
+    def __call__(self, rows: int) -> None:
+        self.done += rows
+        if time.monotonic() - self.last >= self.every:
+            self.flush()
+
+    def flush(self) -> None:
+        self.last = time.monotonic()
+        EncoderVersion.objects.filter(pk=self.pk).update(
+            staged_rows=self.done, promotion_updated_at=timezone.now()
+        )
+
+
+def run_promotion(pk: int) -> dict[str, int] | None:
+    """Stage every row's vectors for version ``pk`` and switch; safe to run again after a crash.
+
+    Returns rows switched per field, or None when the version is not (any more) promoting.
+    """
+    began = time.monotonic()
+    target = EncoderVersion.objects.filter(pk=pk, status=VersionStatus.PROMOTING).first()
+    if target is None:
+        return None
+    refs = fields_of(target.encoder_name)
+    try:
+        total = sum(ref.manager.count() for ref in refs)
+        EncoderVersion.objects.filter(pk=pk).update(total_rows=total, staged_rows=0)
+        progress = _Progress(pk)
+        for ref in refs:
+            stage_field(ref, target.version, progress=progress)
+        progress.flush()
+        # Catch up with rows edited while the pass ran, then switch at once.
+        for ref in refs:
+            stage_field(ref, target.version)
+        # Every process stops caching the serving version once it sees the promotion (within
+        # VERSION_CACHE_SECONDS of it starting): after that it sees the switch at once.
+        time.sleep(
+            max(0.0, float(sbert_settings.VERSION_CACHE_SECONDS) - (time.monotonic() - began))
+        )
+        if not EncoderVersion.objects.filter(pk=pk, status=VersionStatus.PROMOTING).exists():
+            return None  # cancelled meanwhile
+        return switch(target)
+    except Exception:
+        EncoderVersion.objects.filter(pk=pk).update(
+            promotion_error=traceback.format_exc()[-4000:], promotion_updated_at=timezone.now()
+        )
+        raise

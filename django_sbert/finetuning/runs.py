@@ -1,0 +1,397 @@
+"""Training runs: validate and queue them, run them, measure them.
+
+::
+
+    run = create_run("default", pair_ids, loss="mnrl", epochs=1, user=request.user)
+    execute_run(run.pk)     # what the Celery task does, on SBERT["TRAINING_QUEUE"]
+
+A run trains a copy of the version that serves when it starts, on the selected ``train``
+pairs, measures both on the ``eval`` pairs (STS Spearman for scored pairs; nDCG@10 and
+Recall@10 for positive pairs: each ``text_a`` a query, every ``text_b`` the corpus), saves the
+trained model atomically and records it as a *candidate* ``EncoderVersion``. Nothing it does
+changes what serves: a failure or a cancellation leaves status and error text and no model.
+The metrics and the gate that compares a candidate with the serving version are in
+``gate.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import traceback
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from ..conf import encoder_config, sbert_settings
+from ..fields import encoder_dimensions
+from ..indexing import light_rows, resolve_targets
+from ..models import (
+    ACTIVE_RUN_STATUSES,
+    EncoderVersion,
+    RunStatus,
+    TrainingPair,
+    TrainingRun,
+    pair_kind_counts,
+)
+from ..serving import base_label, get_encoder, save_encoder, serving
+from .gate import eval_metrics
+
+logger = logging.getLogger(__name__)
+
+# The names of django_sbert.encoder.losses.LOSSES, which imports torch: kept as a tuple so that
+# forms and the API can list them at import time; tests/finetuning/test_runs.py ties the two.
+LOSS_CHOICES = ("mnrl", "cosent", "cosine", "softmax", "triplet", "simcse", "matryoshka")
+
+
+class RunConflict(Exception):
+    """Another run of the same encoder is queued or running."""
+
+
+@dataclass(frozen=True)
+class Hyperparameters:
+    """What a run trains with; ``validate()`` explains every bad value at once."""
+
+    loss: str = "mnrl"
+    epochs: int = 1
+    batch_size: int = 16
+    learning_rate: float = 2e-5
+    warmup_ratio: float = 0.1
+    seed: int = 0
+
+    @classmethod
+    def from_options(cls, loss: str, options: Mapping[str, Any]) -> Hyperparameters:
+        """From a form's, a command's or a request's values; absent or None keys: defaults."""
+        names = ("epochs", "batch_size", "learning_rate", "warmup_ratio", "seed")
+        return cls(loss=loss, **{n: options[n] for n in names if options.get(n) is not None})
+
+    def validate(self) -> None:
+        problems = []
+        if self.loss not in LOSS_CHOICES:
+            problems.append(f"loss must be one of {', '.join(LOSS_CHOICES)}, got {self.loss!r}")
+        if not isinstance(self.epochs, int) or not 1 <= self.epochs <= 100:
+            problems.append(f"epochs must be a whole number from 1 to 100, got {self.epochs!r}")
+        if not isinstance(self.batch_size, int) or not 2 <= self.batch_size <= 1024:
+            problems.append(f"batch_size must be from 2 to 1024, got {self.batch_size!r}")
+        lr = self.learning_rate
+        if not isinstance(lr, (int, float)) or not math.isfinite(lr) or not 0 < lr <= 1e-2:
+            problems.append(f"learning_rate must be in (0, 0.01] (2e-5 is usual), got {lr!r}")
+        if not isinstance(self.warmup_ratio, (int, float)) or not 0 <= self.warmup_ratio < 1:
+            problems.append(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio!r}")
+        if problems:
+            raise ValidationError([f"{p}." for p in problems])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "epochs": self.epochs,
+            "batch_size": self.batch_size,
+            "learning_rate": self.learning_rate,
+            "warmup_ratio": self.warmup_ratio,
+            "seed": self.seed,
+        }
+
+
+# --- from pairs to examples ----------------------------------------------------------------------
+
+
+def default_loss(pairs: Any) -> str:
+    """The loss that fits the pairs' shape: scores -> cosent, labels -> softmax, else mnrl."""
+    counts = pair_kind_counts(pairs)
+    if counts["scored"] and counts["scored"] * 2 >= counts["total"]:
+        return "cosent"
+    if counts["labelled"] and counts["labelled"] * 2 >= counts["total"]:
+        return "softmax"
+    return "mnrl"
+
+
+def label_index(pairs: Iterable[TrainingPair]) -> dict[str, int]:
+    """Labels in alphabetical order, numbered from 0 (softmax classes)."""
+    return {label: i for i, label in enumerate(sorted({p.label for p in pairs if p.label}))}
+
+
+def examples_for(loss: str, pairs: Sequence[TrainingPair]) -> tuple[list[Any], dict[str, Any]]:
+    """The examples ``loss`` trains on from ``pairs`` and the loss options they imply.
+
+    Pairs of another shape are left out; ``ValidationError`` says what was expected when no
+    pair fits.
+    """
+    options: dict[str, Any] = {}
+    name = loss
+    if loss == "matryoshka":
+        options["inner"] = "mnrl"
+        name = "mnrl"
+    if name in ("cosine", "cosent"):
+        examples = [(p.text_a, p.text_b, p.score) for p in pairs if p.score is not None]
+        need = "pairs with a score"
+    elif name == "softmax":
+        labels = label_index(pairs)
+        options["num_labels"] = max(2, len(labels))
+        examples = [(p.text_a, p.text_b, labels[p.label]) for p in pairs if p.label]
+        need = "pairs with a label"
+    elif name == "triplet":
+        examples = [(p.text_a, p.text_b, p.text_negative) for p in pairs if p.text_negative]
+        need = "pairs with a negative text"
+    elif name == "mnrl":
+        positives = [p for p in pairs if p.score is None and not p.label]
+        if positives and all(p.text_negative for p in positives):
+            examples = [(p.text_a, p.text_b, p.text_negative) for p in positives]
+        else:
+            examples = [(p.text_a, p.text_b) for p in positives]
+        need = "positive pairs (no score, no label)"
+    elif name == "simcse":
+        examples = list(dict.fromkeys(t for p in pairs for t in (p.text_a, p.text_b)))
+        need = "pairs"
+    else:
+        raise ValidationError(f"Unknown loss {loss!r}; choose one of {', '.join(LOSS_CHOICES)}.")
+    if not examples:
+        raise ValidationError(
+            f"Loss {loss!r} trains on {need}, and none of the {len(pairs)} selected train "
+            "pairs is one. Pick another loss or select other pairs."
+        )
+    return examples, options
+
+
+def _split(pair_ids: Sequence[int]) -> tuple[list[TrainingPair], list[TrainingPair]]:
+    """The selected pairs' train part, and their eval part (all eval pairs if none selected)."""
+    selected = list(TrainingPair.objects.filter(pk__in=list(pair_ids)).order_by("pk"))
+    train = [p for p in selected if p.split == "train"]
+    evaluation = [p for p in selected if p.split == "eval"]
+    if not evaluation:
+        evaluation = list(TrainingPair.objects.filter(split="eval").order_by("pk"))
+    return train, evaluation
+
+
+def _content_texts(target: str, limit: int = 20000) -> list[str]:
+    """Texts of a registered model's rows (``app_label.Model.field``) for SimCSE."""
+    (ref,) = resolve_targets([target])
+    texts = []
+    for instance in light_rows(ref, ref.manager.order_by("pk"))[:limit]:
+        text = ref.field.get_source_text(instance).strip()
+        if text:
+            texts.append(text)
+    return list(dict.fromkeys(texts))
+
+
+# --- creating runs -----------------------------------------------------------------------------
+
+
+def create_run(
+    encoder_name: str,
+    pair_ids: Sequence[int] = (),
+    *,
+    hyperparameters: Hyperparameters,
+    content: str | None = None,
+    user: Any = None,
+    enqueue: bool = True,
+) -> TrainingRun:
+    """Validate everything that can be checked now, record the run and queue it on commit.
+
+    ``content`` (``"app_label.Model.field"``) trains SimCSE on that field's text instead of
+    pairs ("adapt to our content"). Raises ``ValidationError`` (bad settings or data) or
+    ``RunConflict`` (a run of this encoder is queued or running).
+    """
+    # torch: the loss and data checks import it, and only this call needs them.
+    from ..encoder.data import validate_examples
+    from ..encoder.losses import build_loss
+
+    encoder_config(encoder_name)  # ImproperlyConfigured names the configured encoders
+    hyperparameters.validate()
+    loss = hyperparameters.loss
+    if content:
+        if loss != "simcse":
+            raise ValidationError("Training on content rows uses the 'simcse' loss.")
+        examples: list[Any] = _content_texts(content)
+        options: dict[str, Any] = {}
+        data: dict[str, Any] = {"content": content}
+    else:
+        train, evaluation = _split(pair_ids)
+        if not train:
+            raise ValidationError(
+                "None of the selected pairs is in the 'train' split; select train pairs."
+            )
+        examples, options = examples_for(loss, train)
+        data = {"train": [p.pk for p in train], "eval": [p.pk for p in evaluation]}
+    try:
+        objective = build_loss(loss, encoder_dimensions(encoder_name), **dict(options))
+        validate_examples(examples, objective)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from exc
+    if len(examples) < 2:
+        raise ValidationError(f"{len(examples)} training example: at least 2 are needed.")
+    _fail_stalled_runs(encoder_name)
+    try:
+        with transaction.atomic():
+            run = TrainingRun.objects.create(
+                encoder_name=encoder_name,
+                loss=loss,
+                hyperparameters={**hyperparameters.as_dict(), "loss_options": options},
+                data=data,
+                created_by=user if getattr(user, "pk", None) else None,
+            )
+    except IntegrityError as exc:
+        raise RunConflict(
+            f"A training run of encoder {encoder_name!r} is already queued or running; wait "
+            "for it to finish or cancel it."
+        ) from exc
+    if enqueue:
+        from .tasks import enqueue_training  # the allowed loop: this wing's tasks import us
+
+        transaction.on_commit(lambda: enqueue_training(run.pk))
+    return run
+
+
+def _fail_stalled_runs(encoder_name: str) -> None:
+    """Fail runs marked running whose worker died: no progress written for
+    ``SBERT["TRAINING_STALLED_SECONDS"]``. Frees the one-run-per-encoder slot."""
+    seconds = float(sbert_settings.TRAINING_STALLED_SECONDS)
+    cutoff = timezone.now() - timedelta(seconds=seconds)
+    TrainingRun.objects.filter(
+        encoder_name=encoder_name, status=RunStatus.RUNNING, updated_at__lt=cutoff
+    ).update(
+        status=RunStatus.FAILED,
+        error="The worker running this run stopped reporting (killed or lost).",
+        finished_at=timezone.now(),
+    )
+
+
+def cancel_run(run: TrainingRun) -> bool:
+    """Ask a queued or running run to stop; the worker notices within a step."""
+    return bool(
+        TrainingRun.objects.filter(pk=run.pk, status__in=ACTIVE_RUN_STATUSES).update(
+            status=RunStatus.CANCELLED, finished_at=timezone.now()
+        )
+    )
+
+
+# --- running -----------------------------------------------------------------------------------
+
+
+class _Reporter:
+    """Progress and loss history for the admin, written at most every few seconds."""
+
+    def __init__(self, run: TrainingRun) -> None:
+        self.run = run
+        self.history: list[list[float]] = []
+        self.step = 0
+        self.total = 0
+        self.every = float(sbert_settings.TRAINING_PROGRESS_SECONDS)
+        self.last_write = 0.0
+        self.last_check = 0.0
+        self.cancelled = False
+
+    def __call__(self, progress: Any) -> None:
+        self.step, self.total = progress.step, progress.total_steps
+        self.history.append([progress.step, round(float(progress.loss), 6)])
+        if time.monotonic() - self.last_write >= self.every or self.step == self.total:
+            self.flush()
+
+    def flush(self) -> None:
+        self.last_write = time.monotonic()
+        TrainingRun.objects.filter(pk=self.run.pk, status=RunStatus.RUNNING).update(
+            step=self.step,
+            total_steps=self.total,
+            loss_history=self.history,
+            updated_at=timezone.now(),
+        )
+
+    def should_stop(self) -> bool:
+        if time.monotonic() - self.last_check < 1.0:
+            return self.cancelled
+        self.last_check = time.monotonic()
+        status = TrainingRun.objects.filter(pk=self.run.pk).values_list("status", flat=True)
+        self.cancelled = status.first() != RunStatus.RUNNING
+        return self.cancelled
+
+
+def execute_run(run_id: int) -> str:
+    """Run a queued training run to the end; returns its final status.
+
+    Only a ``queued`` run starts (a redelivered or cancelled one is left alone).
+    """
+    from ..encoder.training import TrainingCancelled, fit  # torch: only in the worker
+
+    claimed = TrainingRun.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
+        status=RunStatus.RUNNING, started_at=timezone.now(), updated_at=timezone.now()
+    )
+    if not claimed:
+        return TrainingRun.objects.filter(pk=run_id).values_list("status", flat=True).first() or ""
+    run = TrainingRun.objects.get(pk=run_id)
+    reporter = _Reporter(run)
+    try:
+        current = serving(run.encoder_name, max_age=0)
+        TrainingRun.objects.filter(pk=run.pk).update(base_version=current.version)
+        base = get_encoder(run.encoder_name, current.version)
+        hyper = dict(run.hyperparameters)
+        options = hyper.pop("loss_options", {}) or {}
+        if "content" in run.data:
+            examples: list[Any] = _content_texts(run.data["content"])
+            evaluation: list[TrainingPair] = []
+        else:
+            train = list(TrainingPair.objects.filter(pk__in=run.data.get("train", [])))
+            evaluation = list(TrainingPair.objects.filter(pk__in=run.data.get("eval", [])))
+            examples, options = examples_for(run.loss, train)
+        before = eval_metrics(base, evaluation) if evaluation else {}
+        TrainingRun.objects.filter(pk=run.pk).update(metrics_before=before)
+        result = fit(
+            base,
+            examples,
+            loss=run.loss,
+            epochs=int(hyper.get("epochs", 1)),
+            batch_size=int(hyper.get("batch_size", 16)),
+            learning_rate=float(hyper.get("learning_rate", 2e-5)),
+            warmup_ratio=float(hyper.get("warmup_ratio", 0.1)),
+            seed=int(hyper.get("seed", 0)),
+            callback=reporter,
+            should_stop=reporter.should_stop,
+            loss_options=options,
+            report_every=1,
+        )
+        reporter.flush()
+        after = eval_metrics(result.encoder, evaluation) if evaluation else {}
+        directory, version = save_encoder(
+            result.encoder, run.encoder_name, base_label(run.encoder_name)
+        )
+        with transaction.atomic():
+            candidate, _ = EncoderVersion.objects.update_or_create(
+                version=version,
+                defaults={
+                    "encoder_name": run.encoder_name,
+                    "directory": directory,
+                    "parent": current.version,
+                    "run": run,
+                    "metrics": after,
+                },
+            )
+            done = TrainingRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+                status=RunStatus.SUCCEEDED,
+                metrics_after=after,
+                finished_at=timezone.now(),
+                updated_at=timezone.now(),
+            )
+            if not done:  # cancelled at the very end: keep nothing
+                transaction.set_rollback(True)
+                return RunStatus.CANCELLED
+        return RunStatus.SUCCEEDED
+    except TrainingCancelled as exc:
+        TrainingRun.objects.filter(pk=run.pk).update(
+            status=RunStatus.CANCELLED,
+            step=exc.step,
+            error=str(exc),
+            finished_at=timezone.now(),
+        )
+        return RunStatus.CANCELLED
+    except Exception as exc:
+        logger.exception("Training run %s failed", run.pk)
+        TrainingRun.objects.filter(pk=run.pk).update(
+            status=RunStatus.FAILED,
+            error=f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()[-3000:]}",
+            finished_at=timezone.now(),
+            updated_at=timezone.now(),
+        )
+        return RunStatus.FAILED

@@ -1,0 +1,118 @@
+"""Turn saved rows into stored vectors: read, encode, write, a chunk at a time.
+
+Everything here is plain Django + the encoder; the Celery tasks (``tasks.py``), the signal
+handlers (``signals.py``) and the management commands are thin callers of these functions.
+
+Bookkeeping lives in three companion columns that ``EmbeddingField`` adds beside each vector:
+``<name>_hash`` (sha256 of the text the stored vector was computed from), ``<name>_version``
+(the encoder version that computed it) and ``<name>_updated_at``. Which rows need a vector is
+``staleness.py``; how a vector is written without racing edits or a switch is ``writes.py``.
+
+Versions (docs/fine-tuning.md): "the current encoder" is the encoder's *serving* version
+(``serving.serving``). While a new version is being promoted, rows embedded here are also
+encoded with it and staged (``writes.stage_pending``); a write whose version stopped serving
+because the switch committed meanwhile is refused under the switch lock and the chunk is
+encoded again with the new version.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..serving import promoting_version
+from .refs import FieldRef
+from .rows import EmbedStats, Pk, chunks, encode_rows, read_pending
+from .staleness import iter_stale_pks
+from .writes import VersionChanged, stage_pending, write_vectors
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[[int], Any]  # called with the number of rows just handled (tqdm.update)
+
+# Rows read, encoded and written per step of embed_pks(): each step is one short write
+# transaction, so a killed worker loses at most one step's work.
+DEFAULT_CHUNK_ROWS = 256
+
+
+def embed_pks(
+    ref: FieldRef,
+    pks: Iterable[Pk],
+    *,
+    force: bool = False,
+    batch_size: int | None = None,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    progress: Progress | None = None,
+) -> EmbedStats:
+    """Embed rows ``pks`` of one field: skip up-to-date rows, encode in batches, write safely.
+
+    Works through the rows ``chunk_rows`` at a time (read, encode, write, commit), so a worker
+    killed part-way keeps what it finished. ``progress(n)`` is called after each chunk.
+    """
+    ordered = list(dict.fromkeys(pks))
+    version = ref.version()
+    # A version being promoted gets the vectors of rows saved meanwhile too (staged).
+    candidate = promoting_version(ref.encoder_name)
+    stats = EmbedStats()
+    seconds = {"read": 0.0, "encode": 0.0, "write": 0.0}  # where the time goes (debug log)
+    for chunk in chunks(ordered, max(1, chunk_rows)):
+        for _attempt in range(3):
+            started = time.perf_counter()
+            pending, chunk_stats = read_pending(ref, chunk, force=force, version=version)
+            seconds["read"] += time.perf_counter() - started
+            if not pending:
+                break
+            started = time.perf_counter()
+            vectors = encode_rows(ref, pending, batch_size, version)
+            seconds["encode"] += time.perf_counter() - started
+            started = time.perf_counter()
+            try:
+                written = write_vectors(ref, pending, vectors, version)
+            except VersionChanged as exc:
+                # A promotion switched versions while this chunk was encoded: redo the chunk
+                # with the version that serves now.
+                version = exc.serving
+                candidate = promoting_version(ref.encoder_name)
+                continue
+            seconds["write"] += time.perf_counter() - started
+            chunk_stats.embedded = written
+            chunk_stats.changed = len(pending) - written
+            if candidate is not None and candidate != version:
+                stage_pending(ref, pending, candidate, batch_size)
+            break
+        stats += chunk_stats
+        if progress is not None:
+            progress(len(chunk))
+    if stats.changed:
+        logger.info(
+            "%s: %d rows changed while being encoded; left for their own task.", ref, stats.changed
+        )
+    logger.debug(
+        "%s: %d rows embedded, %d up to date; read %.3f s, encode %.3f s, write %.3f s",
+        ref,
+        stats.embedded,
+        stats.up_to_date,
+        seconds["read"],
+        seconds["encode"],
+        seconds["write"],
+    )
+    return stats
+
+
+def embed_stale(
+    ref: FieldRef,
+    *,
+    limit: int | None = None,
+    batch_size: int | None = None,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    progress: Progress | None = None,
+) -> EmbedStats:
+    """Find and embed up to ``limit`` stale rows of one field, in the calling process."""
+    stats = EmbedStats()
+    for pks in iter_stale_pks(ref, chunk_rows=chunk_rows, limit=limit):
+        stats += embed_pks(
+            ref, pks, batch_size=batch_size, chunk_rows=chunk_rows, progress=progress
+        )
+    return stats

@@ -1,0 +1,132 @@
+"""Reading rows for indexing: their text, its hash, whether their vector is current, and
+encoding the ones that are not.
+
+Rows are read without their vector (parsing hundreds of floats per row is wasted work here)
+and annotated with whether they have one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from django.db import models
+from django.db.models import Q
+
+from ..conf import encoder_config
+from ..fields import text_hash
+from ..serving import get_encoder
+from .refs import FieldRef
+
+Pk = Any  # a primary key value: int, str, UUID...
+
+
+@dataclass
+class EmbedStats:
+    """What one call did, row by row; ``+`` adds two of them up."""
+
+    examined: int = 0  # rows asked for that still exist
+    up_to_date: int = 0  # skipped: vector present, same text hash, same encoder version
+    embedded: int = 0  # vectors written
+    changed: int = 0  # encoded, but the row's text changed before the write: not written
+    missing: int = 0  # asked for but deleted
+
+    def __add__(self, other: EmbedStats) -> EmbedStats:
+        return EmbedStats(
+            *(getattr(self, name) + getattr(other, name) for name in self.__dataclass_fields__)
+        )
+
+
+@dataclass(frozen=True)
+class PendingRow:
+    """A row whose text was read and hashed, waiting to be encoded."""
+
+    pk: Pk
+    text: str
+    hash: str
+
+
+def _source_fields(ref: FieldRef) -> tuple[str, ...] | None:
+    return getattr(ref.field, "source_fields", None)
+
+
+def light_rows(ref: FieldRef, qs: models.QuerySet) -> models.QuerySet:
+    """Rows without their vector (parsing hundreds of floats per row is wasted work here),
+    annotated with whether they have one."""
+    sources = _source_fields(ref)
+    if sources:
+        # Field-name sources: load only what the text and the bookkeeping need.
+        qs = qs.only(*sources, ref.hash_attname, ref.version_attname)
+    else:
+        qs = qs.defer(ref.field.attname)
+    has_vector = models.ExpressionWrapper(
+        Q(**{f"{ref.field.attname}__isnull": False}), output_field=models.BooleanField()
+    )
+    return qs.annotate(_sbert_has_vector=has_vector)
+
+
+def rows_queryset(ref: FieldRef, pks: Iterable[Pk], *, lock: bool = False) -> models.QuerySet:
+    qs = light_rows(ref, ref.manager.filter(pk__in=list(pks)).order_by("pk"))
+    if lock:
+        # Locked in pk order, so two workers writing overlapping rows cannot deadlock.
+        qs = qs.select_for_update(of=("self",))
+    return qs
+
+
+def is_current(ref: FieldRef, instance: models.Model, digest: str, version: str) -> bool:
+    """Vector present, made from this text (hash) by this encoder (version)."""
+    return (
+        instance._sbert_has_vector
+        and getattr(instance, ref.hash_attname) == digest
+        and getattr(instance, ref.version_attname) == version
+    )
+
+
+def read_pending(
+    ref: FieldRef, pks: Iterable[Pk], *, force: bool = False, version: str | None = None
+) -> tuple[list[PendingRow], EmbedStats]:
+    """Read rows ``pks``, build and hash their text, and keep those that need a vector.
+
+    With ``force`` every existing row is kept (re-embedding with an unchanged encoder).
+    """
+    wanted = list(dict.fromkeys(pks))
+    version = version or ref.version()
+    stats = EmbedStats()
+    pending: list[PendingRow] = []
+    for instance in rows_queryset(ref, wanted):
+        stats.examined += 1
+        text = ref.field.get_source_text(instance)
+        digest = text_hash(text)
+        if not force and is_current(ref, instance, digest, version):
+            stats.up_to_date += 1
+            continue
+        pending.append(PendingRow(instance.pk, text, digest))
+    stats.missing = len(wanted) - stats.examined
+    return pending, stats
+
+
+def encode_rows(
+    ref: FieldRef,
+    rows: Sequence[PendingRow],
+    batch_size: int | None = None,
+    version: str | None = None,
+) -> np.ndarray:
+    """Encode the rows' texts with the field's encoder: unit vectors, ``(n, dims)`` float32.
+
+    ``version`` picks a version of the encoder (default: the serving one).
+    """
+    config = encoder_config(ref.encoder_name)
+    return get_encoder(ref.encoder_name, version).encode(
+        [row.text for row in rows],
+        batch_size=int(batch_size or config["BATCH_SIZE"]),
+        normalize=True,
+        long_text=config["LONG_TEXT"],
+    )
+
+
+def chunks(items: Sequence[Any], size: int) -> Iterator[list[Any]]:
+    """``items`` in consecutive lists of at most ``size``."""
+    for start in range(0, len(items), size):
+        yield list(items[start : start + size])

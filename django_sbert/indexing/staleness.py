@@ -1,0 +1,154 @@
+"""Which rows need a vector: missing, made from older text, or by another encoder version.
+
+A row is *stale* when its vector is NULL, or the hash of its current text differs from
+``<name>_hash``, or ``<name>_version`` differs from the serving encoder's version. When the
+field's source is a tuple of field names, PostgreSQL computes the hash of the current text
+itself (``EmbeddingField.sql_text_hash_expression()``), so "which rows are stale" is one query
+that also catches ``queryset.update()`` and raw SQL edits. A callable source can only be
+evaluated in Python, so those fields are scanned in batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import models
+from django.db.models import Q
+
+from ..fields import text_hash
+from .refs import FieldRef
+from .rows import Pk, is_current, light_rows
+
+
+@dataclass
+class FieldStatus:
+    """Counts for ``sbert_status``."""
+
+    ref: FieldRef
+    rows: int
+    embedded: int  # vector present (possibly stale)
+    missing: int  # no vector
+    stale: int  # missing, or vector present but text or encoder changed
+    version: str
+    versions: dict[str, int] = field(default_factory=dict)  # stored version -> rows
+
+
+def _sql_hash(ref: FieldRef) -> Any | None:
+    """The field's text hash as a SQL expression, or None when only Python can compute it."""
+    return ref.field.sql_text_hash_expression()
+
+
+def stale_condition(ref: FieldRef, version: str | None = None) -> Q:
+    """``Q`` matching rows with no vector, an old encoder version or (if SQL can tell) new text.
+
+    Only meaningful on a queryset annotated by ``stale_queryset``.
+    """
+    version = version or ref.version()
+    condition = (
+        Q(**{f"{ref.field.attname}__isnull": True})
+        | Q(**{f"{ref.hash_attname}__isnull": True})
+        | Q(**{f"{ref.version_attname}__isnull": True})
+        | ~Q(**{ref.version_attname: version})
+    )
+    if _sql_hash(ref) is not None:
+        condition |= ~Q(**{ref.hash_attname: models.F("_sbert_current_hash")})
+    return condition
+
+
+def stale_queryset(ref: FieldRef, version: str | None = None) -> models.QuerySet:
+    """Rows of ``ref`` that need a vector, in one SQL query.
+
+    Exact for field-name sources. For callable sources it cannot see text edits (only missing
+    vectors and old versions); ``iter_stale_pks`` scans those rows in Python as well.
+    """
+    qs = ref.manager.all()
+    expression = _sql_hash(ref)
+    if expression is not None:
+        qs = qs.annotate(_sbert_current_hash=expression)
+    return qs.filter(stale_condition(ref, version))
+
+
+def has_exact_sql_staleness(ref: FieldRef) -> bool:
+    return _sql_hash(ref) is not None
+
+
+def iter_stale_pks(
+    ref: FieldRef, *, chunk_rows: int = 1000, limit: int | None = None
+) -> Iterator[list[Pk]]:
+    """Yield the primary keys of stale rows, a chunk at a time, in pk order.
+
+    Keyset pagination (``pk > last``) so rows that stay stale (edited again meanwhile) are
+    not yielded twice and the walk always ends.
+    """
+    version = ref.version()
+    exact = has_exact_sql_staleness(ref)
+    last: Pk | None = None
+    yielded = 0
+    while limit is None or yielded < limit:
+        size = chunk_rows if limit is None else min(chunk_rows, limit - yielded)
+        if exact:
+            qs = stale_queryset(ref, version)
+            if last is not None:
+                qs = qs.filter(pk__gt=last)
+            pks = list(qs.order_by("pk").values_list("pk", flat=True)[:size])
+            if not pks:
+                return
+            last = pks[-1]
+        else:
+            pks, last, done = _scan_callable(ref, version, last, size)
+            if not pks and done:
+                return
+        if pks:
+            yielded += len(pks)
+            yield pks
+
+
+def _scan_callable(
+    ref: FieldRef, version: str, after: Pk | None, size: int
+) -> tuple[list[Pk], Pk | None, bool]:
+    """Check ``size`` rows after ``after`` in Python; return the stale ones, the last pk seen, and
+    whether the table is exhausted."""
+    qs = light_rows(ref, ref.manager.order_by("pk"))
+    if after is not None:
+        qs = qs.filter(pk__gt=after)
+    instances = list(qs[:size])
+    stale = [
+        obj.pk
+        for obj in instances
+        if not is_current(ref, obj, text_hash(ref.field.get_source_text(obj)), version)
+    ]
+    last = instances[-1].pk if instances else after
+    return stale, last, len(instances) < size
+
+
+def count_stale(ref: FieldRef) -> int:
+    if has_exact_sql_staleness(ref):
+        return stale_queryset(ref).count()
+    return sum(len(chunk) for chunk in iter_stale_pks(ref))
+
+
+def field_status(ref: FieldRef) -> FieldStatus:
+    """Rows, vectors present, vectors missing, stale rows and stored versions for one field."""
+    version = ref.version()
+    counts = ref.manager.aggregate(
+        rows=models.Count("pk"),
+        embedded=models.Count("pk", filter=Q(**{f"{ref.field.attname}__isnull": False})),
+    )
+    versions = dict(
+        ref.manager.exclude(**{f"{ref.version_attname}__isnull": True})
+        .values_list(ref.version_attname)
+        .annotate(n=models.Count("pk"))
+        .order_by()
+        .values_list(ref.version_attname, "n")
+    )
+    return FieldStatus(
+        ref=ref,
+        rows=counts["rows"],
+        embedded=counts["embedded"],
+        missing=counts["rows"] - counts["embedded"],
+        stale=count_stale(ref),
+        version=version,
+        versions=versions,
+    )

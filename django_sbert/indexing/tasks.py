@@ -1,0 +1,144 @@
+"""Celery tasks of indexing: thin wrappers over ``django_sbert.indexing``.
+
+``embed_rows``
+    Embed some rows of one field. Sent on commit by the ``post_save`` handler (one task per
+    transaction and field), by ``sbert_reindex`` and by ``sweep``. Safe to run twice or
+    concurrently: up-to-date rows are skipped and vectors are written only where the row's
+    text is still the text that was encoded.
+``sweep``
+    Find rows whose vector is missing or stale (broker down at save time, ``bulk_create``,
+    ``queryset.update()``, a killed worker, a new encoder version) and send ``embed_rows``
+    tasks for them. Run it periodically with Celery beat (``django_sbert.celery``).
+
+The indexing tasks run on ``SBERT["QUEUE"]`` ("sbert") so encoding can have its own workers::
+
+    celery -A proj worker -Q sbert -P prefork -c 1
+    celery -A proj worker -Q sbert-train -P solo     # fine-tuning and promotions
+
+Task names are defined in ``django_sbert.celery`` (the wire format); the fine-tuning tasks are
+in ``django_sbert.finetuning.tasks``; ``django_sbert.tasks`` re-exports all four, which is
+where Celery's autodiscovery finds them.
+
+``acks_late`` + ``reject_on_worker_lost``: a worker killed mid-task leaves the message on the
+broker and another worker runs it again; whatever the killed one already wrote is skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from celery import shared_task
+from django.db import InterfaceError, OperationalError
+
+from ..celery import EMBED_TASK, SWEEP_TASK
+from ..conf import sbert_settings
+from ..serving import worker as _worker_hooks  # noqa: F401  (connects the worker hooks)
+from .embed import embed_pks
+from .refs import FieldRef, field_refs, get_ref
+from .rows import chunks
+from .staleness import iter_stale_pks
+
+logger = logging.getLogger(__name__)
+
+# Errors worth retrying: the database restarting, a dropped connection, a failover.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
+
+# Publishing gives up quickly when the broker is unreachable: a web request must not hang on
+# it, and the row is left for the sweep. About 1 s in all with these numbers.
+PUBLISH_RETRY_POLICY: dict[str, float] = {
+    "max_retries": 2,
+    "interval_start": 0.0,
+    "interval_step": 0.2,
+    "interval_max": 0.5,
+}
+
+# At most this many primary keys per task, so one huge transaction becomes a few tasks of
+# bounded length (a redelivered task then repeats little work).
+MAX_PKS_PER_TASK = 1000
+
+
+@shared_task(
+    bind=True,
+    name=EMBED_TASK,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=TRANSIENT_ERRORS,
+    retry_backoff=2,
+    retry_backoff_max=300,
+    retry_jitter=True,
+    max_retries=10,
+)
+def embed_rows(
+    self: Any, model_label: str, field_name: str, pks: list[Any], force: bool = False
+) -> dict[str, int]:
+    """Embed rows ``pks`` of ``model_label.field_name``; returns the counts of ``EmbedStats``."""
+    ref = get_ref(model_label, field_name)
+    stats = embed_pks(ref, pks, force=force)
+    return asdict(stats)
+
+
+@shared_task(
+    bind=True,
+    name=SWEEP_TASK,
+    acks_late=True,
+    autoretry_for=TRANSIENT_ERRORS,
+    retry_backoff=5,
+    retry_backoff_max=300,
+    max_retries=5,
+)
+def sweep(self: Any, expires: float | None = None) -> dict[str, int]:
+    """Send ``embed_rows`` tasks for every stale row of every EmbeddingField.
+
+    ``expires`` (seconds) is given to the tasks it sends: with a beat interval as long, a
+    backlog bigger than the workers can finish before the next sweep is not queued twice;
+    what expires is still stale and is sent again by the next sweep.
+    """
+    sent: dict[str, int] = {}
+    for ref in field_refs():
+        rows = enqueue_stale(ref, expires=expires)
+        if rows:
+            sent[str(ref)] = rows
+    if sent:
+        logger.info("sweep: sent stale rows for embedding: %s", sent)
+    return sent
+
+
+def enqueue_embed(
+    ref: FieldRef,
+    pks: Sequence[Any],
+    *,
+    force: bool = False,
+    chunk_size: int = MAX_PKS_PER_TASK,
+    expires: float | None = None,
+) -> int:
+    """Send ``embed_rows`` tasks for ``pks`` (``chunk_size`` per task); returns tasks sent.
+
+    Raises the broker's error if it cannot be reached; the ``post_save`` handler catches it.
+    """
+    sent = 0
+    for chunk in chunks(list(pks), max(1, chunk_size)):
+        embed_rows.apply_async(
+            args=(ref.label, ref.name, chunk),
+            kwargs={"force": True} if force else None,
+            queue=sbert_settings.QUEUE,
+            retry=True,
+            retry_policy=PUBLISH_RETRY_POLICY,
+            expires=expires,
+        )
+        sent += 1
+    return sent
+
+
+def enqueue_stale(
+    ref: FieldRef, *, chunk_size: int | None = None, expires: float | None = None
+) -> int:
+    """Send tasks for every stale row of one field; returns how many rows were sent."""
+    size = int(chunk_size or sbert_settings.SWEEP_BATCH_SIZE)
+    rows = 0
+    for pks in iter_stale_pks(ref, chunk_rows=size):
+        enqueue_embed(ref, pks, chunk_size=size, expires=expires)
+        rows += len(pks)
+    return rows

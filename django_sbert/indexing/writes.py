@@ -1,0 +1,192 @@
+"""Writing vectors: the live columns, and the side table that stages a version being promoted.
+
+Live writes are guarded against races with concurrent edits: a worker reads a row's text,
+encodes it (slow, no locks held), then in one short transaction locks the rows with
+``SELECT ... FOR UPDATE``, rebuilds their text and writes a vector only where the text still
+hashes to what was encoded. A row edited meanwhile keeps its newer text and the edit's own
+task (or the sweep) embeds it; an older vector never overwrites a newer text.
+
+They are also guarded against a promotion's switch: a write whose version stopped serving
+because the switch committed meanwhile is refused (``VersionChanged``) under the switch lock.
+
+Staged writes put a candidate version's vectors in ``StagedEmbedding`` beside the live ones,
+keyed by content type, field, version and primary key; the promotion's switch copies them into
+the live columns in one transaction (``finetuning.promotion``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from django.contrib.contenttypes.models import ContentType
+from django.db import connections, transaction
+from django.utils import timezone
+
+from ..fields import text_hash, vector_literal
+from ..models import StagedEmbedding
+from ..serving import has_saved_versions, serving, switch_lock
+from .refs import FieldRef
+from .rows import PendingRow, Pk, encode_rows, light_rows, rows_queryset
+
+# --- live writes ------------------------------------------------------------------------------
+
+
+def write_vectors(
+    ref: FieldRef, rows: Sequence[PendingRow], vectors: np.ndarray, version: str | None = None
+) -> int:
+    """Store ``vectors[i]`` for ``rows[i]`` where the row's text still hashes to ``rows[i].hash``.
+
+    In one transaction: lock the rows (``SELECT ... FOR UPDATE``, pk order), rebuild their text,
+    compare hashes, and write the matching ones with one ``UPDATE ... FROM unnest(...)``.
+    Returns how many vectors were written; rows edited or deleted since they were read are
+    left alone (their own task or the sweep embeds the new text).
+
+    Raises ``VersionChanged`` (and writes nothing) when ``version`` stopped serving because a
+    promotion switched versions meanwhile: checked under the switch lock, so no vector of the
+    old version lands after the switch.
+    """
+    if len(rows) != len(vectors):
+        raise ValueError(f"{len(rows)} rows but {len(vectors)} vectors.")
+    if not rows:
+        return 0
+    version = version or ref.version()
+    by_pk = {row.pk: (row, vector) for row, vector in zip(rows, vectors, strict=True)}
+    alias = ref.db_alias
+    with transaction.atomic(using=alias):
+        _check_still_serving(ref, version, alias)
+        still_same = [
+            instance.pk
+            for instance in rows_queryset(ref, by_pk, lock=True)
+            if text_hash(ref.field.get_source_text(instance)) == by_pk[instance.pk][0].hash
+        ]
+        if still_same:
+            _update_rows(ref, [(pk, *by_pk[pk]) for pk in still_same], version)
+    return len(still_same)
+
+
+class VersionChanged(Exception):
+    """The version rows were encoded with stopped serving before they were written."""
+
+    def __init__(self, ref: FieldRef, encoded: str, serving: str) -> None:
+        super().__init__(f"{ref}: encoded with {encoded!r} but {serving!r} serves now.")
+        self.serving = serving
+
+
+def _check_still_serving(ref: FieldRef, version: str, alias: str) -> None:
+    """Inside the write transaction: hold the switch lock (shared) and re-read the serving
+    version. Skipped while no version of the encoder was ever saved (no switch can happen)."""
+    if not has_saved_versions(ref.encoder_name):
+        return
+    switch_lock(ref.encoder_name, shared=True, using=alias)
+    current = serving(ref.encoder_name, max_age=0).version
+    if current != version:
+        raise VersionChanged(ref, version, current)
+
+
+def _update_rows(
+    ref: FieldRef, items: Sequence[tuple[Pk, PendingRow, np.ndarray]], version: str
+) -> None:
+    """One UPDATE for many rows: vectors and bookkeeping, joined on the primary key."""
+    connection = connections[ref.db_alias]
+    opts = ref.model._meta
+    quote = connection.ops.quote_name
+    column = {f.attname: f.column for f in opts.concrete_fields}
+    pk_type = opts.pk.db_type(connection)
+    vector_type = ref.field.db_type(connection)
+    table = quote(opts.db_table)
+    sql = (
+        f"UPDATE {table} SET {quote(column[ref.field.attname])} = v.vec::{vector_type}, "
+        f"{quote(column[ref.hash_attname])} = v.hash, "
+        f"{quote(column[ref.version_attname])} = %s, "
+        f"{quote(column[ref.updated_at_attname])} = %s "
+        f"FROM unnest(%s::{pk_type}[], %s::text[], %s::text[]) AS v(pk, hash, vec) "
+        f"WHERE {table}.{quote(opts.pk.column)} = v.pk"
+    )
+    params = [
+        version,
+        timezone.now(),
+        [opts.pk.get_db_prep_value(pk, connection) for pk, _, _ in items],
+        [row.hash for _, row, _ in items],
+        [vector_literal(vector) for _, _, vector in items],
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+# --- staged writes (a version being promoted) ---------------------------------------------
+
+
+def content_type_id(ref: FieldRef) -> int:
+    """The id of the model's (concrete) content type: staged rows are keyed by it."""
+    return (
+        ContentType.objects.db_manager(ref.db_alias)
+        .get_for_model(ref.model, for_concrete_model=True)
+        .pk
+    )
+
+
+def stage_vectors(
+    ref: FieldRef,
+    rows: Sequence[PendingRow],
+    vectors: np.ndarray,
+    version: str,
+) -> int:
+    """Upsert ``vectors[i]`` as the ``version`` vector of ``rows[i]`` in the side table."""
+    if not rows:
+        return 0
+    connection = connections[ref.db_alias]
+    table = connection.ops.quote_name(StagedEmbedding._meta.db_table)
+    sql = (
+        f"INSERT INTO {table} (content_type_id, object_pk, field, version, vector, text_hash, "
+        "created_at) SELECT %s, v.pk, %s, %s, v.vec::vector, v.hash, %s "
+        "FROM unnest(%s::text[], %s::text[], %s::text[]) AS v(pk, hash, vec) "
+        "ON CONFLICT (content_type_id, field, version, object_pk) DO UPDATE SET "
+        "vector = EXCLUDED.vector, text_hash = EXCLUDED.text_hash, created_at = EXCLUDED.created_at"
+    )
+    params = [
+        content_type_id(ref),
+        ref.name,
+        version,
+        timezone.now(),
+        [str(row.pk) for row in rows],
+        [row.hash for row in rows],
+        [vector_literal(vector) for vector in vectors],
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+    return len(rows)
+
+
+def stage_pending(
+    ref: FieldRef,
+    rows: Sequence[PendingRow],
+    version: str,
+    batch_size: int | None = None,
+) -> int:
+    """Encode ``rows`` with ``version`` and stage the vectors (rows saved during a promotion)."""
+    vectors = encode_rows(ref, rows, batch_size, version)
+    return stage_vectors(ref, rows, vectors, version)
+
+
+def unstaged(ref: FieldRef, pks: Sequence[Any], version: str) -> list[PendingRow]:
+    """Rows among ``pks`` with no ``version`` vector staged from their current text."""
+    staged = dict(
+        StagedEmbedding.objects.using(ref.db_alias)
+        .filter(
+            content_type_id=content_type_id(ref),
+            field=ref.name,
+            version=version,
+            object_pk__in=[str(pk) for pk in pks],
+        )
+        .values_list("object_pk", "text_hash")
+    )
+    live = light_rows(ref, ref.manager.filter(pk__in=list(pks)).order_by("pk"))
+    pending = []
+    for instance in live:
+        text = ref.field.get_source_text(instance)
+        digest = text_hash(text)
+        if staged.get(str(instance.pk)) != digest:
+            pending.append(PendingRow(instance.pk, text, digest))
+    return pending

@@ -1,0 +1,28 @@
+"""Query -> ranked rows: ``similar_to()``, ``keyword_search()``, ``hybrid_search()``.
+
+::
+
+    class Article(models.Model):
+        ...
+        objects = SemanticManager()
+
+    Article.objects.similar_to("central banks raise rates")[:10]
+
+Modules: ``queryset`` (the queryset and manager), ``options`` (per-query settings, with their
+defaults from ``SBERT["SEARCH"]``), ``vectors`` (a text, row or vector becomes the query
+vector), ``fusion`` (hybrid search's reciprocal rank fusion in SQL). The full-text pieces are
+in ``django_sbert.fulltext``.
+"""
+
+from __future__ import annotations
+
+from .options import ITERATIVE_SCAN_MODES, SearchOptions, search_options
+from .queryset import SemanticManager, SemanticQuerySet
+
+__all__ = [
+    "ITERATIVE_SCAN_MODES",
+    "SearchOptions",
+    "SemanticManager",
+    "SemanticQuerySet",
+    "search_options",
+]

@@ -1,0 +1,122 @@
+"""Per-query search options: pgvector's index settings and hybrid search's fusion settings.
+
+Every default comes from ``SBERT["SEARCH"]`` (``conf.SEARCH_DEFAULTS`` fills in what a
+project leaves out); an argument given to a search method overrides it for that query.
+
+* ``SearchOptions`` / ``search_options()``: ``hnsw.ef_search``, ``hnsw.iterative_scan`` and
+  ``hnsw.max_scan_tuples``, set with ``set_config(..., is_local => true)`` inside a
+  transaction that also runs the query: a ``SET LOCAL`` outside a transaction does nothing
+  (pgvector #675).
+* ``hybrid_settings()``: ``rrf_k``, ``candidates``, the two weights and the keyword match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections, transaction
+
+from .. import fulltext
+from ..conf import sbert_settings
+
+ITERATIVE_SCAN_MODES = ("off", "strict_order", "relaxed_order")
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Per-query pgvector settings, applied by set_config(..., true) in the query's transaction."""
+
+    k: int | None
+    ef_search: int | None
+    iterative_scan: str | None
+    max_scan_tuples: int | None
+
+    @classmethod
+    def from_settings(cls, k: int | None = None, **overrides: Any) -> SearchOptions:
+        search = sbert_settings.SEARCH
+        values = {
+            "ef_search": search.get("EF_SEARCH"),
+            "iterative_scan": search.get("ITERATIVE_SCAN"),
+            "max_scan_tuples": search.get("MAX_SCAN_TUPLES"),
+        }
+        values.update({key: value for key, value in overrides.items() if value is not None})
+        scan = values["iterative_scan"]
+        if scan is not None and scan not in ITERATIVE_SCAN_MODES:
+            raise ValueError(
+                f"iterative_scan must be one of {ITERATIVE_SCAN_MODES}, got {scan!r} "
+                "(check SBERT['SEARCH']['ITERATIVE_SCAN'])."
+            )
+        return cls(k=k if k is not None else search.get("K"), **values)
+
+    def config(self) -> list[tuple[str, str]]:
+        pairs = [
+            ("hnsw.ef_search", self.ef_search),
+            ("hnsw.iterative_scan", self.iterative_scan),
+            ("hnsw.max_scan_tuples", self.max_scan_tuples),
+        ]
+        return [(name, str(value)) for name, value in pairs if value is not None]
+
+
+@contextmanager
+def search_options(using: str, options: SearchOptions) -> Iterator[None]:
+    """Run the block in a transaction whose pgvector settings are ``options``.
+
+    The settings are transaction-local, so they vanish at COMMIT and never leak to other
+    queries on a pooled connection. Nested in a caller's transaction, they last until that
+    transaction ends (the usual SET LOCAL rule).
+    """
+    config = options.config()
+    with transaction.atomic(using=using, savepoint=False):
+        if config:
+            placeholders = ", ".join("set_config(%s, %s, true)" for _ in config)
+            params = [item for pair in config for item in pair]
+            with connections[using].cursor() as cursor:
+                cursor.execute(f"SELECT {placeholders}", params)
+        yield
+
+
+def match_mode(match: str) -> str:
+    if match not in fulltext.MATCH_MODES:
+        raise ValueError(f"match must be one of {fulltext.MATCH_MODES}, got {match!r}.")
+    return match
+
+
+def hybrid_settings(**overrides: Any) -> dict[str, Any]:
+    """Fusion settings: the arguments given, else ``SBERT["SEARCH"]`` (defaults filled in)."""
+    search = sbert_settings.SEARCH
+    keys = {
+        "candidates": "CANDIDATES",
+        "rrf_k": "RRF_K",
+        "vector_weight": "VECTOR_WEIGHT",
+        "keyword_weight": "KEYWORD_WEIGHT",
+        "match": "KEYWORD_MATCH",
+    }
+    values = {
+        name: overrides[name] if overrides.get(name) is not None else search[key]
+        for name, key in keys.items()
+    }
+    match_mode(values["match"])
+    candidates = values["candidates"]
+    if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
+        raise ValueError(
+            f"candidates must be a positive integer, got {candidates!r} "
+            "(check SBERT['SEARCH']['CANDIDATES'])."
+        )
+    if float(values["rrf_k"]) < 0:
+        raise ValueError(f"rrf_k must be >= 0, got {values['rrf_k']!r}.")
+    for name in ("vector_weight", "keyword_weight"):
+        if float(values[name]) < 0:
+            raise ValueError(f"{name} must be >= 0, got {values[name]!r}.")
+    return values
+
+
+def keyword_max_df(max_df: float | None) -> float:
+    """``max_df`` given, else ``SBERT["SEARCH"]["KEYWORD_MAX_DF"]``; checked to be in (0, 1]."""
+    if max_df is None:
+        max_df = sbert_settings.SEARCH["KEYWORD_MAX_DF"]
+    if not 0 < float(max_df) <= 1:
+        raise ValueError(f"max_df must be in (0, 1], got {max_df!r}.")
+    return float(max_df)

@@ -1,0 +1,406 @@
+"""``similar_to()``, ``keyword_search()``, ``hybrid_search()``: ranked, chainable querysets.
+
+::
+
+    class Article(models.Model):
+        ...
+        objects = SemanticManager()
+
+    Article.objects.similar_to("central banks raise rates")[:10]         # text
+    Article.objects.filter(category="economy").similar_to(article)[:5]   # more like this
+    Article.objects.similar_to(vector, min_similarity=0.5).values("title", "similarity")
+    Article.objects.keyword_search("XJ-9000 manual")[:10]                # PostgreSQL full text
+    Article.objects.hybrid_search("ECB rate decision 2008", k=10)         # both, fused (RRF)
+
+How it stays fast and correct (see docs/search.md):
+
+* it orders by ``embedding <=> query`` (``CosineDistance``), the operator of an HNSW index built
+  with ``vector_cosine_ops``; ordering by the ``similarity`` annotation would bypass the index;
+* ``hnsw.ef_search``, ``hnsw.iterative_scan`` and ``hnsw.max_scan_tuples`` are set with
+  ``set_config(..., is_local => true)`` inside a transaction that also runs the query: a
+  ``SET LOCAL`` outside a transaction does nothing (pgvector #675);
+* iterative index scans (pgvector >= 0.8) keep scanning until a filtered top-k has k rows;
+* with ``relaxed_order`` scans the fetched rows are re-sorted by similarity in Python, since
+  the index may return them slightly out of order.
+
+``hybrid_search()`` shares the encoding, the filtering and the index settings with
+``similar_to()``; its SQL is described in fusion.py, the full-text pieces in fulltext.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from django.db import connections, models
+from django.db.models import Value
+from pgvector import Vector
+
+from .. import fulltext
+from ..conf import sbert_settings
+from ..fields import EmbeddingField, embedding_fields, vector_literal
+from ..serving import query_vector
+from .fusion import FusedJoin, Fusion, fused_annotations
+from .options import SearchOptions, hybrid_settings, keyword_max_df, match_mode, search_options
+from .vectors import as_vector, cosine_distance, instance_vector, same_version
+
+
+class SemanticQuerySet(models.QuerySet):
+    """A QuerySet with ``similar_to()``; everything else is plain Django."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._search: SearchOptions | None = None
+        # similar_to()'s ordering, to re-sort relaxed_order scans; None for the other searches.
+        self._search_ordering: tuple[Any, ...] | None = ()
+
+    def _clone(self) -> SemanticQuerySet:
+        clone = super()._clone()
+        clone._search = self._search
+        clone._search_ordering = self._search_ordering
+        return clone
+
+    def similar_to(
+        self,
+        query: str | models.Model | Sequence[float] | np.ndarray | Vector,
+        k: int | None = None,
+        min_similarity: float | None = None,
+        field: str | None = None,
+        *,
+        ef_search: int | None = None,
+        iterative_scan: str | None = None,
+    ) -> SemanticQuerySet:
+        """Rows nearest to ``query`` by cosine similarity, nearest first.
+
+        ``query`` is a text (encoded in this process, cached), a model instance (more like
+        this: its stored vector, the instance itself excluded) or a vector. Each row gets a
+        ``similarity`` annotation (1 - cosine distance); rows without an embedding are left out.
+        ``k`` caps the rows returned when the queryset is not sliced (default
+        ``SBERT["SEARCH"]["K"]``); slicing, e.g. by a paginator, takes its place. The vector
+        column itself is deferred; ``.defer(None)`` loads it with the rows.
+        """
+        embedding = self._embedding_field(field)
+        vector, exclude_pk, version = self._query_vector(query, embedding)
+        distance = cosine_distance(embedding, vector)
+        qs = self.filter(
+            **{f"{embedding.attname}__isnull": False}, **same_version(embedding, version)
+        )
+        if exclude_pk is not None:
+            qs = qs.exclude(pk=exclude_pk)
+        if min_similarity is not None:
+            qs = qs.alias(_sbert_distance=distance).filter(
+                _sbert_distance__lte=1.0 - float(min_similarity)
+            )
+        qs = qs.annotate(similarity=1.0 - distance).order_by(distance)
+        qs = qs._searching(embedding, k=k, ef_search=ef_search, iterative_scan=iterative_scan)
+        qs._search_ordering = qs.query.order_by
+        return qs
+
+    def keyword_search(
+        self,
+        text: str,
+        k: int | None = None,
+        field: str | None = None,
+        *,
+        match: str = "all",
+        max_df: float | None = None,
+    ) -> SemanticQuerySet:
+        """Rows matching ``text`` by PostgreSQL full-text search, best first.
+
+        Needs ``EmbeddingField(..., keyword_search=True)``. ``match="all"`` reads ``text`` like
+        a web search box (``websearch_to_tsquery``: every word, ``"a phrase"``, ``-not``,
+        ``or``), ranked by ``ts_rank_cd``; ``match="any"`` finds rows containing any of its
+        words, ranked by idf-weighted ``ts_rank`` (words in more than ``max_df`` of the rows,
+        default ``SBERT["SEARCH"]["KEYWORD_MAX_DF"]``, are left out). Each row gets
+        ``keyword_score``. No vector is computed, and rows need no embedding. An empty or
+        punctuation-only text matches nothing. ``match="any"`` reads the words' statistics
+        with one small query when called.
+        """
+        embedding = self._embedding_field(field, keyword=True)
+        match = match_mode(match)
+        terms = self._keyword_terms(embedding, text, match, max_df)
+        matches, rank = fulltext.keyword_filter_and_rank(
+            embedding.tsvector_field_name, text, embedding.keyword_config, match, terms
+        )
+        qs = self.filter(matches).annotate(keyword_score=rank)
+        qs = qs.order_by(models.F("keyword_score").desc(), "pk")
+        qs = qs._searching(embedding, k=k, vector_settings=False)
+        qs._search_ordering = None
+        return qs
+
+    def hybrid_search(
+        self,
+        text: str,
+        k: int | None = None,
+        field: str | None = None,
+        *,
+        candidates: int | None = None,
+        rrf_k: float | None = None,
+        vector_weight: float | None = None,
+        keyword_weight: float | None = None,
+        match: str | None = None,
+        max_df: float | None = None,
+        ef_search: int | None = None,
+        iterative_scan: str | None = None,
+    ) -> SemanticQuerySet:
+        """Rows ranked by reciprocal rank fusion of vector and keyword search, best first.
+
+        The ``candidates`` nearest rows by cosine similarity (HNSW, as ``similar_to``) and the
+        ``candidates`` best full-text matches (GIN, as ``keyword_search``) are fused:
+        ``score = vector_weight / (rrf_k + vector_rank) + keyword_weight / (rrf_k +
+        keyword_rank)``, a side contributing nothing for a row outside its top list. Rows are
+        annotated with ``score``, ``similarity`` (cosine; None without an embedding),
+        ``vector_rank`` and ``keyword_rank`` (1-based positions in each list, None when absent)
+        and ``keyword_score`` (the keyword side's rank value). Filters, chained before or after,
+        apply to both lists. Needs ``EmbeddingField(..., keyword_search=True)``; defaults come from
+        ``SBERT["SEARCH"]`` (``RRF_K``, ``CANDIDATES``, ``VECTOR_WEIGHT``, ``KEYWORD_WEIGHT``,
+        ``KEYWORD_MATCH``, ``KEYWORD_MAX_DF``); ``match`` and ``max_df`` work as in
+        ``keyword_search()``. A blank text returns no rows.
+        """
+        if not isinstance(text, str):
+            raise TypeError(
+                f"hybrid_search() takes the search text, not {type(text).__name__}; use "
+                "similar_to() to search by a vector or a model instance."
+            )
+        if any(isinstance(join, FusedJoin) for join in self.query.alias_map.values()):
+            raise ValueError(
+                "hybrid_search() is already applied to this queryset; call it once, on a "
+                "queryset without it (filters may come before or after)."
+            )
+        embedding = self._embedding_field(field, keyword=True)
+        settings = hybrid_settings(
+            candidates=candidates,
+            rrf_k=rrf_k,
+            vector_weight=vector_weight,
+            keyword_weight=keyword_weight,
+            match=match,
+        )
+        vector, _, version = (
+            self._query_vector(text, embedding) if text.strip() else (None, None, None)
+        )
+        match = settings.pop("match")
+        terms = self._keyword_terms(embedding, text, match, max_df) if vector is not None else ()
+        qs = self._chain()
+        if vector is None:
+            qs = qs.none()
+            literal = "[]"
+        else:
+            literal = vector_literal(vector)
+        fusion = Fusion(
+            vector_column=embedding.attname,
+            vector_literal=literal,
+            tsvector_column=embedding.tsvector_field_name,
+            text=text,
+            config=embedding.keyword_config,
+            match=match,
+            terms=terms,
+            vector_filter=tuple(same_version(embedding, version).items()),
+            **settings,
+        )
+        query = qs.query
+        parent = query.get_initial_alias()
+        alias = query.join(FusedJoin(fusion, self.model._meta.pk.column, parent))
+        annotations: dict[str, Any] = dict(fused_annotations(alias))
+        if vector is not None:
+            # A row found by its words alone may still carry another version's vector (a
+            # switch in progress): it gets no similarity rather than a meaningless one.
+            annotations["similarity"] = models.Case(
+                models.When(
+                    models.Q(**same_version(embedding, version)),
+                    then=1.0 - cosine_distance(embedding, literal),
+                ),
+                default=None,
+                output_field=models.FloatField(),
+            )
+        else:
+            annotations["similarity"] = Value(None, output_field=models.FloatField())
+        qs = qs.annotate(**annotations).order_by(models.F("score").desc(), "pk")
+        qs = qs._searching(embedding, k=k, ef_search=ef_search, iterative_scan=iterative_scan)
+        qs._search_ordering = None
+        return qs
+
+    # -- what the searches share ------------------------------------------------------------
+
+    def _query_vector(
+        self, query: Any, embedding: EmbeddingField
+    ) -> tuple[np.ndarray, Any | None, str | None]:
+        """The query as a vector of the field's size, the pk to leave out (more like this), and
+        the encoder version the vector belongs to (None for a vector passed in).
+
+        Searches compare the vector only with rows of that version (``<field>_version``), so
+        a query never mixes the vectors of two encoder versions, even while a promotion
+        switches them (docs/fine-tuning.md).
+        """
+        exclude_pk = None
+        version = None
+        if isinstance(query, models.Model):
+            vector, version = instance_vector(query, embedding)
+            if query._meta.concrete_model is self.model._meta.concrete_model:
+                exclude_pk = query.pk
+        elif isinstance(query, str):
+            vector, version = query_vector(query, embedding.encoder)
+        else:
+            vector = as_vector(query)
+        dimensions = embedding.get_dimensions()
+        if len(vector) != dimensions:
+            raise ValueError(
+                f"The query vector has {len(vector)} dimensions but {self.model._meta.label}."
+                f"{embedding.name} holds {dimensions}; encode it with encoder "
+                f"{embedding.encoder!r}."
+            )
+        return vector, exclude_pk, version
+
+    def _keyword_terms(
+        self, embedding: EmbeddingField, text: str, match: str, max_df: float | None
+    ) -> tuple[fulltext.Term, ...]:
+        """(lexeme, idf, df) of ``text`` for match="any" (one query); () for match="all"."""
+        if match != "any" or not text.strip():
+            return ()
+        max_df = keyword_max_df(max_df)
+        column = self.model._meta.get_field(embedding.tsvector_field_name).column
+        return fulltext.query_terms(
+            connections[self.db],
+            self.model._meta.db_table,
+            column,
+            embedding.keyword_config,
+            text,
+            max_df,
+        )
+
+    def _searching(
+        self,
+        embedding: EmbeddingField,
+        k: int | None,
+        *,
+        vector_settings: bool = True,
+        ef_search: int | None = None,
+        iterative_scan: str | None = None,
+    ) -> SemanticQuerySet:
+        """Defer the wide columns and attach the per-query settings (k, pgvector options)."""
+        qs = self
+        _, defer = qs.query.deferred_loading
+        if defer:  # not after .only(...): respect an explicit choice of columns
+            # The vector is the widest column (~4 KB of text at 384 dimensions) and is rarely
+            # read from search results; chain .defer(None) to load it with the rows. The
+            # tsvector is as wide as the text it indexes.
+            wide = [embedding.attname]
+            if embedding.has_keyword_search:
+                wide.append(embedding.tsvector_field_name)
+            qs = qs.defer(*wide)
+        if vector_settings:
+            qs._search = SearchOptions.from_settings(
+                k=k, ef_search=ef_search, iterative_scan=iterative_scan
+            )
+        else:
+            qs._search = SearchOptions(
+                k=k if k is not None else sbert_settings.SEARCH.get("K"),
+                ef_search=None,
+                iterative_scan=None,
+                max_scan_tuples=None,
+            )
+        return qs
+
+    def _embedding_field(self, name: str | None, keyword: bool = False) -> EmbeddingField:
+        fields = embedding_fields(self.model)
+        label = self.model._meta.label
+        if keyword and name is None:
+            with_keywords = [f for f in fields if f.has_keyword_search]
+            if len(with_keywords) == 1:
+                return with_keywords[0]
+        if name is not None:
+            for candidate in fields:
+                if candidate.name == name:
+                    return _check_keyword_search(candidate) if keyword else candidate
+            known = ", ".join(f.name for f in fields) or "none"
+            raise ValueError(f"{label} has no EmbeddingField {name!r} (it has: {known}).")
+        if len(fields) == 1:
+            return _check_keyword_search(fields[0]) if keyword else fields[0]
+        if not fields:
+            raise ValueError(
+                f"{label} has no EmbeddingField; add one, e.g. "
+                "embedding = EmbeddingField(source=('title', 'body'))."
+            )
+        names = ", ".join(repr(f.name) for f in fields)
+        raise ValueError(f"{label} has several EmbeddingFields ({names}); pass field=...")
+
+    # -- execution ---------------------------------------------------------------------------
+
+    def _limited(self) -> SemanticQuerySet:
+        """Apply ``k`` when the caller has not sliced the queryset."""
+        if self._search is None or self._search.k is None or self.query.high_mark is not None:
+            return self
+        self.query.set_limits(high=int(self._search.k))  # relative to an offset, if any
+        return self
+
+    def _fetch_all(self) -> None:
+        if self._search is None or self._result_cache is not None:
+            return super()._fetch_all()
+        self._limited()
+        with search_options(self.db, self._search):
+            super()._fetch_all()
+        if self._search.iterative_scan == "relaxed_order" and self._ordered_by_distance():
+            self._result_cache = _resorted(self._result_cache)
+
+    def _ordered_by_distance(self) -> bool:
+        """Still ordered nearest first, as similar_to() left it (not re-ordered or reversed)."""
+        return (
+            self._search_ordering is not None
+            and self.query.standard_ordering
+            and self.query.order_by == self._search_ordering
+        )
+
+    def iterator(self, chunk_size: int | None = None) -> Iterator[Any]:
+        if self._search is None:
+            yield from super().iterator(chunk_size)
+            return
+        self._limited()
+        with search_options(self.db, self._search):
+            yield from super().iterator(chunk_size)
+
+    def explain(self, *, format: str | None = None, **options: Any) -> str:
+        if self._search is None:
+            return super().explain(format=format, **options)
+        self._limited()
+        with search_options(self.db, self._search):
+            return super().explain(format=format, **options)
+
+    def count(self) -> int:
+        if self._search is None or self._result_cache is not None:
+            return super().count()
+        with search_options(self.db, self._search):  # a hybrid count runs the index scans
+            return super().count()
+
+    def exists(self) -> bool:
+        if self._search is None or self._result_cache is not None:
+            return super().exists()
+        with search_options(self.db, self._search):
+            return super().exists()
+
+
+def _check_keyword_search(field: EmbeddingField) -> EmbeddingField:
+    if field.has_keyword_search:
+        return field
+    raise ValueError(
+        f"{field.model._meta.label}.{field.name} has no full-text column: declare it with "
+        f"EmbeddingField(..., keyword_search=True) and run makemigrations and migrate "
+        f"(it adds the generated column {field.tsvector_field_name} and its GIN index)."
+    )
+
+
+def _resorted(rows: list[Any]) -> list[Any]:
+    """Sort rows by descending similarity when each carries it (instances or dicts)."""
+
+    def key(row: Any) -> float | None:
+        value = row.get("similarity") if isinstance(row, dict) else getattr(row, "similarity", None)
+        return None if value is None else -float(value)
+
+    keys = [key(row) for row in rows]
+    if not rows or any(k is None for k in keys):
+        return rows
+    order = sorted(range(len(rows)), key=keys.__getitem__)  # stable: ties keep index order
+    return [rows[i] for i in order]
+
+
+class SemanticManager(models.Manager.from_queryset(SemanticQuerySet)):  # type: ignore[misc]
+    """``objects = SemanticManager()`` gives ``Model.objects.similar_to(...)``."""

@@ -1,0 +1,70 @@
+"""Which model encodes now: versions, where their files are, and the per-process encoders.
+
+The rest of the Django layer reaches the ML core (``django_sbert.encoder``) only through
+these names::
+
+    get_encoder("default")          # the serving SentenceEncoder, loaded once per process
+    encode_texts(texts, "default")  # (n, dim) float32 unit vectors
+    query_vector("central banks")   # (vector, version), LRU-cached per process
+    encoder_version("default")      # the version string rows store in <field>_version
+    serving("default")              # Serving(encoder, version, directory)
+
+Modules: ``identity`` (what a version is), ``storage`` (where its files live), ``versions``
+(which one serves, the switch lock), ``cache`` (loaded encoders, query vectors), ``worker``
+(Celery worker process set-up).
+"""
+
+from __future__ import annotations
+
+from ..fields import encoder_dimensions
+from .cache import (
+    MAX_TUNED_LOADED,
+    clear_query_cache,
+    encode_query,
+    encode_texts,
+    encoder_version,
+    get_encoder,
+    query_cache_info,
+    query_vector,
+    reset_encoders,
+)
+from .identity import base_label, base_version, model_fingerprint
+from .storage import has_saved_versions, model_root, resolve_directory, save_encoder
+from .versions import (
+    Serving,
+    forget_serving,
+    promoting_version,
+    serving,
+    serving_changed,
+    serving_version,
+    switch_lock,
+    version_directory,
+)
+
+__all__ = [
+    "MAX_TUNED_LOADED",
+    "Serving",
+    "base_label",
+    "base_version",
+    "clear_query_cache",
+    "encode_query",
+    "encode_texts",
+    "encoder_dimensions",
+    "encoder_version",
+    "forget_serving",
+    "get_encoder",
+    "has_saved_versions",
+    "model_fingerprint",
+    "model_root",
+    "promoting_version",
+    "query_cache_info",
+    "query_vector",
+    "reset_encoders",
+    "resolve_directory",
+    "save_encoder",
+    "serving",
+    "serving_changed",
+    "serving_version",
+    "switch_lock",
+    "version_directory",
+]

@@ -1,0 +1,218 @@
+"""Encoders by settings name, loaded once per process, and the per-process query cache.
+
+The Django layer reaches the ML core only through this module (re-exported by
+``django_sbert.serving``)::
+
+    get_encoder("default")            # a SentenceEncoder, loaded on first use, then shared
+    encode_texts(texts, "default")    # (n, dim) float32 with the encoder's batch size
+    encode_query("central banks")     # (dim,) float32, LRU-cached per process
+    encoder_version("default")        # version string of the serving model (see versions.py)
+    query_vector("central banks")     # (vector, version it was encoded with), for searches
+
+Loading is guarded by a lock so that concurrent requests in a threaded server load the model
+once. Loaded encoders are dropped when ``settings.SBERT`` changes and in the child after
+``fork()``: torch state inherited from a parent (Celery prefork, gunicorn --preload) can hang or
+oversubscribe cores, so each child loads its own copy with its own thread count.
+
+An encoder name serves one version at a time (``versions.serving``): the model from settings,
+or an active fine-tuned version. ``get_encoder(name)`` returns the serving one, so web processes
+and workers switch to a promoted version within ``SBERT["VERSION_CACHE_SECONDS"]``, without a
+restart; ``get_encoder(name, version)`` returns a given one (promotion encodes with both).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+
+from ..conf import SETTING_NAME, encoder_config, sbert_settings
+from .identity import forget_base_versions
+from .versions import serving, serving_version, version_directory
+
+if TYPE_CHECKING:
+    from ..encoder import SentenceEncoder
+
+_lock = threading.RLock()
+_encoders: dict[str, SentenceEncoder] = {}  # the settings' model of each encoder name
+_tuned: OrderedDict[tuple[str, str], SentenceEncoder] = OrderedDict()  # (name, version)
+# Fine-tuned versions kept loaded per process (the serving one and a candidate being promoted).
+MAX_TUNED_LOADED = 2
+_query_cache: OrderedDict[tuple[str, str, str], np.ndarray] = OrderedDict()
+# One forward pass at a time per encoder: a fast tokenizer shared between threads can fail
+# with "RuntimeError: Already borrowed" (huggingface/tokenizers#537), and torch already uses
+# every configured thread inside one pass.
+_encode_locks: dict[str, threading.Lock] = {}
+
+
+def get_encoder(name: str = "default", version: str | None = None) -> SentenceEncoder:
+    """Return the serving model of encoder ``name`` (or its ``version``), loading it once."""
+    if version is None:
+        current = serving(name)
+        version, directory = current.version, current.directory
+    else:
+        directory = version_directory(name, version)
+    if directory is None:
+        return _base_encoder(name)
+    key = (name, version)
+    encoder = _tuned.get(key)
+    if encoder is not None:
+        return encoder
+    with _lock:
+        encoder = _tuned.get(key)
+        if encoder is None:
+            encoder = _load(name, directory)
+            _tuned[key] = encoder
+            while len(_tuned) > MAX_TUNED_LOADED:
+                _tuned.popitem(last=False)
+    return encoder
+
+
+def _base_encoder(name: str) -> SentenceEncoder:
+    encoder = _encoders.get(name)
+    if encoder is not None:
+        return encoder
+    with _lock:
+        encoder = _encoders.get(name)
+        if encoder is None:
+            encoder = _load(name)
+            _encoders[name] = encoder
+    return encoder
+
+
+def _load(name: str, directory: str | None = None) -> SentenceEncoder:
+    config = encoder_config(name)
+    try:
+        from ..encoder import SentenceEncoder  # imports torch: only when a model is loaded
+    except ImportError as exc:  # pragma: no cover - torch is a hard dependency
+        raise ImproperlyConfigured(
+            "django-sbert needs torch to encode text: pip install torch "
+            "(the CPU build: pip install torch --index-url https://download.pytorch.org/whl/cpu)."
+        ) from exc
+    # THREADS sets torch.set_num_threads() for this process: each forked worker loads its own
+    # encoder after fork (see _reset_after_fork) and so sets its own thread count.
+    return SentenceEncoder.load(
+        directory or config["MODEL"],
+        device=config["DEVICE"],
+        quantize=config["QUANTIZE"],
+        compile=bool(config["COMPILE"]),
+        threads=int(config["THREADS"]) if config["THREADS"] else None,
+    )
+
+
+def encode_texts(
+    texts: Sequence[str],
+    encoder: str = "default",
+    version: str | None = None,
+    *,
+    threads: int | None = None,
+) -> np.ndarray:
+    """Encode ``texts`` with the named encoder's batch size: unit vectors, (n, dim) float32.
+
+    ``version`` picks a version of the encoder; by default the serving one. ``threads`` sets
+    torch's threads for this call only.
+    """
+    config = encoder_config(encoder)
+    model = get_encoder(encoder, version)
+    with _lock:
+        lock = _encode_locks.setdefault(encoder, threading.Lock())
+    with lock:
+        return model.encode(
+            list(texts),
+            batch_size=int(config["BATCH_SIZE"]),
+            normalize=True,
+            long_text=config["LONG_TEXT"],
+            threads=threads,
+        )
+
+
+def encode_query(text: str, encoder: str = "default", version: str | None = None) -> np.ndarray:
+    """Encode one search query, remembering the last ``QUERY_CACHE_SIZE`` queries per process.
+
+    The returned array is read-only because it is shared with later callers. Searches should
+    use ``query_vector``, which also says which version encoded the text.
+    """
+    if version is None:
+        version = serving_version(encoder)
+    key = (encoder, version, text)
+    size = int(sbert_settings.QUERY_CACHE_SIZE or 0)
+    with _lock:
+        cached = _query_cache.get(key)
+        if cached is not None:
+            _query_cache.move_to_end(key)
+            return cached
+    # One short text gains little from more threads, and threads that spin after the forward
+    # pass slow down a PostgreSQL server on the same cores (docs/settings.md, QUERY_THREADS).
+    threads = encoder_config(encoder)["QUERY_THREADS"]
+    vector = encode_texts([text], encoder, version, threads=int(threads) if threads else None)[0]
+    vector.flags.writeable = False
+    if size > 0:
+        with _lock:
+            _query_cache[key] = vector
+            while len(_query_cache) > size:
+                _query_cache.popitem(last=False)
+    return vector
+
+
+def query_vector(text: str, encoder: str = "default") -> tuple[np.ndarray, str]:
+    """Encode a search query with the serving version; return ``(vector, version)``.
+
+    A search compares the vector only with rows whose ``<field>_version`` equals ``version``,
+    so it never mixes two versions' vectors (see docs/fine-tuning.md).
+    """
+    version = serving_version(encoder)
+    return encode_query(text, encoder, version), version
+
+
+def clear_query_cache() -> None:
+    """Forget this process's cached query vectors (the encoders stay loaded)."""
+    with _lock:
+        _query_cache.clear()
+
+
+def query_cache_info() -> dict[str, int]:
+    """Entries in this process's query cache and its configured size (for tests and status)."""
+    return {"entries": len(_query_cache), "size": int(sbert_settings.QUERY_CACHE_SIZE or 0)}
+
+
+def encoder_version(name: str = "default") -> str:
+    """The version string of the named encoder's serving model (``versions.serving``).
+
+    Stored beside each vector (``<field>_version``) so rows encoded by another model are found
+    stale. It changes only when a promotion's switch commits.
+    """
+    return serving_version(name)
+
+
+def reset_encoders() -> None:
+    """Forget loaded encoders, cached query vectors and base versions in this process."""
+    with _lock:
+        _encoders.clear()
+        _tuned.clear()
+        _query_cache.clear()
+    forget_base_versions()
+
+
+def _reset_after_fork() -> None:
+    # The parent's lock may have been held at fork time: give the child a fresh one.
+    global _lock
+    _lock = threading.RLock()
+    _encode_locks.clear()
+    _encoders.clear()
+    _tuned.clear()
+    _query_cache.clear()
+
+
+def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting == SETTING_NAME:
+        reset_encoders()
+
+
+setting_changed.connect(_on_setting_changed, dispatch_uid="django_sbert.serving.cache.reset")
+os.register_at_fork(after_in_child=_reset_after_fork)

@@ -1,0 +1,91 @@
+"""What a version of an encoder *is*: a stable id derived from its files.
+
+::
+
+    model_fingerprint("/models/x")   # sha256 hex of the config files and sampled weights
+    base_version("default")          # "all-MiniLM-L6-v2:1a2b3c4d5e6f7a8b", the settings' model
+    base_label("default")            # "all-MiniLM-L6-v2"
+
+The id never depends on where the files live, so every host holding the same model agrees on
+it; rows store it in ``<field>_version``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from django.core.signals import setting_changed
+
+from ..conf import SETTING_NAME, encoder_config
+from ..encoder import resolve_model_path
+
+# Files whose content identifies a model; weights are identified by size plus head and tail.
+_CONFIG_SUFFIXES = (".json", ".txt", ".model")
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".onnx")
+_SAMPLE_BYTES = 1 << 20
+
+_lock = threading.Lock()
+_base_versions: dict[str, str] = {}
+
+
+def model_fingerprint(directory: str | os.PathLike[str]) -> str:
+    """A hex digest of a model directory that changes when its configuration or weights do.
+
+    Reads every config/tokenizer file and the first and last MiB of each weights file, so it is
+    cheap for large models and identical on every machine holding the same files (no mtimes).
+    """
+    root = Path(directory)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith(".") or "/." in relative:
+            continue
+        if path.suffix in _CONFIG_SUFFIXES:
+            digest.update(relative.encode() + b"\0" + path.read_bytes())
+        elif path.suffix in _WEIGHT_SUFFIXES:
+            size = path.stat().st_size
+            digest.update(f"{relative}\0{size}\0".encode())
+            with path.open("rb") as handle:
+                digest.update(handle.read(_SAMPLE_BYTES))
+                handle.seek(max(0, size - _SAMPLE_BYTES))
+                digest.update(handle.read(_SAMPLE_BYTES))
+    return digest.hexdigest()
+
+
+def base_version(name: str = "default") -> str:
+    """A short stable id of the settings' model, e.g. ``all-MiniLM-L6-v2:1a2b3c...``.
+
+    It does not depend on where the model lives on disk. Computed once per process.
+    """
+    version = _base_versions.get(name)
+    if version is None:
+        model = str(encoder_config(name)["MODEL"])
+        fingerprint = model_fingerprint(resolve_model_path(model))
+        version = f"{base_label(name)}:{fingerprint[:16]}"
+        with _lock:
+            _base_versions[name] = version
+    return version
+
+
+def base_label(name: str = "default") -> str:
+    """The settings' model name without its directory, e.g. ``all-MiniLM-L6-v2``."""
+    model = str(encoder_config(name)["MODEL"])
+    return (Path(model.rstrip("/")).name or model)[:60]
+
+
+def forget_base_versions() -> None:
+    """Drop this process's computed base versions (the settings or the files changed)."""
+    with _lock:
+        _base_versions.clear()
+
+
+def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting == SETTING_NAME:
+        forget_base_versions()
+
+
+setting_changed.connect(_on_setting_changed, dispatch_uid="django_sbert.serving.identity.reset")

@@ -1,0 +1,190 @@
+"""Which version of an encoder serves now, and where fine-tuned versions are saved.
+
+The *serving* version of an encoder is its active ``EncoderVersion``, or, when none is active,
+the model named in ``SBERT["ENCODERS"][name]["MODEL"]``. Its version string is what indexing
+writes to ``<field>_version`` and what a query must filter on::
+
+    serving("default")          # Serving(encoder, version, directory), cached for a moment
+    serving_version("default")  # just the version string
+
+Each process trusts what it read for ``SBERT["VERSION_CACHE_SECONDS"]`` (2 s): one indexed
+single-row SELECT per process every 2 s at most (none at all while ``MODEL_DIR/<name>`` does not
+exist, i.e. on a site that never fine-tuned), and every web process and worker notices a
+promotion within 2 s without a restart. While a promotion is under way nothing is cached (one
+SELECT per use), so the switch is seen by every process at its very next query.
+
+Writers that must not race a switch (``indexing.writes.write_vectors``) hold
+``switch_lock(name, shared=True)`` and check ``serving(name, max_age=0)`` inside it; the switch
+holds the same lock exclusively (``finetuning.promotion.switch``). ``promoting_version(name)``
+tells the write path which version, if any, is being promoted, so rows saved meanwhile get its
+vectors too.
+
+Version identity (``base_version``, fingerprints) is in ``identity.py``; where the files of
+fine-tuned versions live is in ``storage.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from django.core.signals import setting_changed
+from django.db import connections, router, transaction
+
+from ..conf import SETTING_NAME, sbert_settings
+from ..models import EncoderVersion, VersionStatus
+from .identity import base_version
+from .storage import has_saved_versions, resolve_directory
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_cache: dict[str, tuple[float, Serving]] = {}
+
+
+@dataclass(frozen=True)
+class Serving:
+    """The version serving one encoder: its version string and its model directory."""
+
+    encoder: str
+    version: str
+    directory: str | None  # absolute path of a fine-tuned version; None: the settings' model
+
+    @property
+    def is_base(self) -> bool:
+        return self.directory is None
+
+
+def _db() -> str:
+    return router.db_for_read(EncoderVersion)
+
+
+def _read_active(name: str, *, always: bool = False) -> tuple[tuple[str, str, bool] | None, bool]:
+    """(version, directory, is_base) of the active version or None, and whether a version of
+    the encoder is being promoted; one indexed query."""
+    if not always and not has_saved_versions(name):
+        # No version of this encoder was ever saved here, so none can be active: a site that
+        # never fine-tunes pays a stat() per VERSION_CACHE_SECONDS and no query at all.
+        return None, False
+    qs = EncoderVersion.objects.using(_db()).filter(
+        encoder_name=name, status__in=[VersionStatus.ACTIVE, VersionStatus.PROMOTING]
+    )
+    fields = ("version", "directory", "is_base", "status")
+    connection = connections[_db()]
+    if connection.in_atomic_block:
+        # In a caller's transaction (a data migration, a test), a failing lookup (table not
+        # migrated yet) must not break that transaction: isolate it in a savepoint.
+        with transaction.atomic(using=_db()):
+            rows = list(qs.values_list(*fields))
+    else:
+        rows = list(qs.values_list(*fields))
+    active = next((row[:3] for row in rows if row[3] == VersionStatus.ACTIVE), None)
+    return active, any(row[3] == VersionStatus.PROMOTING for row in rows)
+
+
+def serving(name: str = "default", *, max_age: float | None = None) -> Serving:
+    """The serving version of encoder ``name``, read from the database at most every
+    ``max_age`` seconds (default ``SBERT["VERSION_CACHE_SECONDS"]``).
+
+    ``max_age=0`` always reads the database (writers check this way under the switch lock).
+    While a version of the encoder is being promoted the answer is not cached at all, so that
+    every process sees the switch at its next use (``promotion.run_promotion`` waits at least
+    ``VERSION_CACHE_SECONDS`` after the promotion began before switching).
+    """
+    ttl = float(sbert_settings.VERSION_CACHE_SECONDS if max_age is None else max_age)
+    now = time.monotonic()
+    hit = _cache.get(name)
+    if hit is not None and ttl > 0 and now - hit[0] < ttl:
+        return hit[1]
+    row, promoting = _read_active(name, always=ttl <= 0)
+    if row is None or row[2]:
+        value = Serving(name, base_version(name), None)
+    else:
+        value = Serving(name, row[0], str(resolve_directory(row[1])))
+    with _lock:
+        if promoting:
+            _cache.pop(name, None)
+        else:
+            _cache[name] = (now, value)
+    return value
+
+
+def serving_version(name: str = "default") -> str:
+    """The version string that rows encoded by the serving model carry in ``<field>_version``."""
+    return serving(name).version
+
+
+def serving_changed(name: str, version: str) -> str | None:
+    """Re-read the serving version now; return it if it is no longer ``version``, else None.
+
+    For a search that encoded its text with a cached ``version`` and found nothing: if a
+    promotion switched meanwhile, encode again with the returned version and retry.
+    """
+    current = serving(name, max_age=0).version
+    return current if current != version else None
+
+
+def forget_serving(name: str | None = None) -> None:
+    """Drop this process's cached serving version(s): the next call reads the database."""
+    with _lock:
+        if name is None:
+            _cache.clear()
+        else:
+            _cache.pop(name, None)
+
+
+def version_directory(name: str, version: str) -> str | None:
+    """Model directory of ``version`` of encoder ``name``; None for the settings' model."""
+    if version == base_version(name):
+        return None
+    row = (
+        EncoderVersion.objects.using(_db())
+        .filter(encoder_name=name, version=version)
+        .values_list("directory", "is_base")
+        .first()
+    )
+    if row is None:
+        raise LookupError(f"Encoder {name!r} has no version {version!r}.")
+    return None if row[1] else str(resolve_directory(row[0]))
+
+
+def promoting_version(name: str) -> str | None:
+    """The version string of encoder ``name`` being promoted now, if any (one indexed query;
+    none while no version of the encoder was ever saved)."""
+    if not has_saved_versions(name):
+        return None
+    return (
+        EncoderVersion.objects.using(_db())
+        .filter(encoder_name=name, status=VersionStatus.PROMOTING)
+        .values_list("version", flat=True)
+        .first()
+    )
+
+
+# --- the switch lock -------------------------------------------------------------------------
+
+
+def _lock_key(name: str) -> int:
+    digest = hashlib.sha256(f"django_sbert.switch:{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def switch_lock(name: str, *, shared: bool, using: str) -> None:
+    """Take the transaction-level advisory lock that orders vector writes and switches.
+
+    Call inside ``transaction.atomic``; released at COMMIT or ROLLBACK.
+    """
+    function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"SELECT {function}(%s)", [_lock_key(name)])
+
+
+def _on_setting_changed(*, setting: str, **kwargs: object) -> None:
+    if setting == SETTING_NAME:
+        forget_serving()
+
+
+setting_changed.connect(_on_setting_changed, dispatch_uid="django_sbert.serving.versions.reset")

