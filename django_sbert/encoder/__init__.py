@@ -9,12 +9,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .spec import ModelNotFoundError, ModelSpec, describe, resolve_model_path
+from .spec import (
+    ModelNotFoundError,
+    ModelSpec,
+    UnsupportedModelError,
+    describe,
+    resolve_model_path,
+)
 
 if TYPE_CHECKING:
     from .model import SentenceEncoder
 
-__all__ = ["ModelNotFoundError", "ModelSpec", "SentenceEncoder", "describe", "resolve_model_path"]
+__all__ = [
+    "ModelNotFoundError",
+    "ModelSpec",
+    "SentenceEncoder",
+    "UnsupportedModelError",
+    "describe",
+    "resolve_model_path",
+]
 
 
 def __getattr__(name: str) -> Any:

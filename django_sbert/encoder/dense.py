@@ -31,7 +31,12 @@ def _activation_name(module: nn.Module) -> str:
 
 
 class Dense(nn.Module):
-    """``activation(linear(x))`` mapping ``in_features`` to ``out_features``."""
+    """``activation(linear(x))`` mapping ``in_features`` to ``out_features``.
+
+    ``use_residual=True`` (sentence-transformers 6) adds the input back:
+    ``activation(linear(x)) + x``, through a bias-free ``residual`` projection when the widths
+    differ.
+    """
 
     def __init__(
         self,
@@ -39,6 +44,7 @@ class Dense(nn.Module):
         out_features: int,
         bias: bool = True,
         activation_function: str | None = "torch.nn.modules.activation.Tanh",
+        use_residual: bool = False,
     ) -> None:
         super().__init__()
         self.in_features = in_features
@@ -46,17 +52,26 @@ class Dense(nn.Module):
         self.bias = bias
         self.linear = nn.Linear(in_features, out_features, bias=bias)
         self.activation_function = _activation(activation_function)
+        self.use_residual = use_residual
+        if use_residual and in_features != out_features:
+            self.residual = nn.Linear(in_features, out_features, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (batch, in) -> (batch, out)
-        return self.activation_function(self.linear(x))
+        out = self.activation_function(self.linear(x))
+        if self.use_residual:
+            out = out + (x if self.in_features == self.out_features else self.residual(x))
+        return out
 
     def get_config(self) -> dict[str, Any]:
-        return {
+        config: dict[str, Any] = {
             "in_features": self.in_features,
             "out_features": self.out_features,
             "bias": self.bias,
             "activation_function": _activation_name(self.activation_function),
         }
+        if self.use_residual:  # releases before sentence-transformers 5.7 reject the key
+            config["use_residual"] = True
+        return config
 
     @classmethod
     def load(cls, directory: Path, config: dict[str, Any]) -> Dense:
@@ -65,6 +80,7 @@ class Dense(nn.Module):
             int(config["out_features"]),
             bool(config.get("bias", True)),
             config.get("activation_function", "torch.nn.modules.activation.Tanh"),
+            bool(config.get("use_residual", False)),
         )
         dense.load_state_dict(load_state_dict(directory))
         return dense

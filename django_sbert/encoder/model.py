@@ -26,6 +26,7 @@ from .dense import Dense
 from .pooling import Pooling
 from .spec import ModelSpec, read_spec, resolve_model_path
 from .tokenization import TextTokenizer, TokenRows
+from .transformer import load_transformer
 
 LongText = Literal["truncate", "chunk"]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -59,22 +60,6 @@ def torch_threads(threads: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(previous)
-
-
-@contextmanager
-def _quiet_weight_loading() -> Iterator[None]:
-    """Hide transformers' "Loading weights" progress bar: a local model loads in well under a
-    second, and every worker and web process would print it to its log."""
-    from transformers.utils import logging as hf_logging
-
-    shown = hf_logging.is_progress_bar_enabled()
-    if shown:
-        hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if shown:
-            hf_logging.enable_progress_bar()
 
 
 def _check_texts(texts: Sequence[str]) -> list[str]:
@@ -144,23 +129,19 @@ class SentenceEncoder(nn.Module):
         threads for the process (set it explicitly in forked workers); ``compile=True`` runs
         ``encode`` through ``torch.compile`` (see ``compile_for_inference()``).
         """
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoTokenizer
 
         if threads is not None:
             torch.set_num_threads(int(threads))
         path = resolve_model_path(name_or_path, allow_download=allow_download)
         spec = read_spec(path)
         transformer_dir = path / next(m.path for m in spec.modules if m.kind == "transformer")
+        # The transformer first: an architecture we cannot run is refused before the tokenizer
+        # (which reads config.json too) logs its own complaints about it.
+        transformer = load_transformer(transformer_dir)
         hf_tokenizer = AutoTokenizer.from_pretrained(transformer_dir, local_files_only=True)
         if not getattr(hf_tokenizer, "is_fast", False):
             raise ValueError(f"{transformer_dir}: a fast (Rust) tokenizer is required.")
-        with _quiet_weight_loading():
-            transformer = AutoModel.from_pretrained(
-                transformer_dir,
-                local_files_only=True,
-                use_safetensors=(transformer_dir / "model.safetensors").exists() or None,
-                attn_implementation="sdpa",
-            )
         dense = [
             Dense.load(path / module.path, config)
             for module, config in zip(

@@ -7,7 +7,9 @@ from typing import Any
 import torch
 from torch import nn
 
-POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+from .spec import POOLING_MODES
+
+__all__ = ["POOLING_MODES", "Pooling"]
 
 
 class Pooling(nn.Module):

@@ -18,6 +18,7 @@ import importlib.util
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,19 +34,51 @@ PACKAGED_ALIASES: dict[str, str] = {
     "sentence-transformers/all-MiniLM-L6-v2": "all-MiniLM-L6-v2",
 }
 
-# sentence-transformers module type strings, old and new, mapped to our module kinds.
+# sentence-transformers module classes we implement, by class name, and our kind for each.
+# modules.json names a class by its import path, and every release spelled the paths its own
+# way (``sentence_transformers.models.Pooling``, ``...sentence_transformer.modules.Pooling``,
+# ``...sentence_transformer.modules.pooling.Pooling`` as 6.x writes); any path inside
+# ``sentence_transformers`` that ends in one of these class names is that module.
+MODULE_CLASSES: dict[str, str] = {
+    "Transformer": "transformer",
+    "Pooling": "pooling",
+    "Dense": "dense",
+    "Normalize": "normalize",
+}
+# The spellings seen in released model directories, kept for code that imports the table.
 MODULE_KINDS: dict[str, str] = {
     "sentence_transformers.models.Transformer": "transformer",
     "sentence_transformers.models.Pooling": "pooling",
     "sentence_transformers.models.Dense": "dense",
     "sentence_transformers.models.Normalize": "normalize",
     "sentence_transformers.base.modules.Transformer": "transformer",
+    "sentence_transformers.base.modules.transformer.Transformer": "transformer",
     "sentence_transformers.sentence_transformer.modules.Transformer": "transformer",
     "sentence_transformers.sentence_transformer.modules.Pooling": "pooling",
+    "sentence_transformers.sentence_transformer.modules.pooling.Pooling": "pooling",
     "sentence_transformers.sentence_transformer.modules.Normalize": "normalize",
+    "sentence_transformers.base.modules.normalize.Normalize": "normalize",
     "sentence_transformers.base.modules.Dense": "dense",
+    "sentence_transformers.base.modules.dense.Dense": "dense",
     "sentence_transformers.sentence_transformer.modules.Dense": "dense",
 }
+# The pipeline SentenceEncoder runs: one Transformer, one Pooling, any Dense, an optional
+# Normalize, in this order.
+PIPELINE = "Transformer -> Pooling -> Dense (any number) -> Normalize (optional)"
+
+POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
+# Keys of a Dense module's config.json that SentenceEncoder's Dense implements.
+DENSE_CONFIG_KEYS = frozenset(
+    {
+        "in_features",
+        "out_features",
+        "bias",
+        "activation_function",
+        "use_residual",
+        "module_input_name",
+        "module_output_name",
+    }
+)
 
 # Legacy boolean keys of 1_Pooling/config.json and the mode each one enables, in the order
 # sentence-transformers concatenates them.
@@ -61,6 +94,18 @@ LEGACY_POOLING_KEYS: dict[str, str] = {
 
 class ModelNotFoundError(LookupError):
     """No model directory could be found for a name; the message lists what was tried."""
+
+
+class UnsupportedModelError(ValueError):
+    """A model directory asks for something SentenceEncoder does not implement.
+
+    The message names the model's architecture and the missing piece (a module type, a pooling
+    mode, custom code...), so a developer can choose another model or another library.
+    """
+
+
+# Builds the error for one model directory from what it lacks (see ``read_spec``).
+Refusal = Callable[[str], UnsupportedModelError]
 
 
 @dataclass(frozen=True)
@@ -194,32 +239,152 @@ def describe(name: str | os.PathLike[str], allow_download: bool | None = None) -
     return read_spec(path)
 
 
+def module_kind(type_name: str) -> str | None:
+    """Our kind for a ``modules.json`` type string, or None for a module we do not implement."""
+    if type_name in MODULE_KINDS:
+        return MODULE_KINDS[type_name]
+    package, _, class_name = type_name.rpartition(".")
+    if package.split(".")[0] == "sentence_transformers":
+        return MODULE_CLASSES.get(class_name)
+    return None
+
+
+def architecture_name(hf_config: dict[str, Any]) -> str:
+    """How messages name a model: ``MPNetModel (model_type 'mpnet')``."""
+    names = ", ".join(hf_config.get("architectures") or [])
+    model_type = hf_config.get("model_type")
+    if names and model_type:
+        return f"{names} (model_type {model_type!r})"
+    if names or model_type:
+        return names or f"model_type {model_type!r}"
+    return "a transformer whose config.json names no architecture"
+
+
+def _check_pipeline(modules: list[tuple[str, str]], fail: Refusal) -> None:
+    """Raise unless the (kind, type string) pairs run in the order of ``PIPELINE``."""
+    kinds = [kind for kind, _ in modules]
+    middle = kinds[2:-1] if kinds[-1:] == ["normalize"] else kinds[2:]
+    if kinds[:2] != ["transformer", "pooling"] or any(kind != "dense" for kind in middle):
+        declared = " -> ".join(type_name.rpartition(".")[2] for _, type_name in modules)
+        raise fail(
+            f"modules.json declares {declared or 'no modules'}; SentenceEncoder runs {PIPELINE}."
+        )
+
+
+def _check_transformer_config(config: dict[str, Any], fail: Refusal) -> None:
+    """sentence-transformers 6 may point the Transformer at another task or output: refuse."""
+    task = config.get("transformer_task", "feature-extraction")
+    if task != "feature-extraction":
+        raise fail(
+            f"sentence_bert_config.json sets transformer_task {task!r}; SentenceEncoder runs "
+            "'feature-extraction' (token states from the model's forward) only."
+        )
+    text = (config.get("modality_config") or {"text": {}}).get("text")
+    output = config.get("module_output_name", "token_embeddings")
+    if (
+        text is None
+        or text.get("method", "forward") != "forward"
+        or text.get("method_output_name", "last_hidden_state") != "last_hidden_state"
+        or output != "token_embeddings"
+    ):
+        raise fail(
+            "sentence_bert_config.json routes the Transformer through "
+            f"{config.get('modality_config')!r} into {output!r}; SentenceEncoder encodes text "
+            "with the model's forward() and pools last_hidden_state only."
+        )
+
+
+def _check_architecture(hf_config: dict[str, Any], fail: Refusal) -> None:
+    """Refuse, from config.json alone, transformers that SentenceEncoder cannot run faithfully."""
+    custom = (hf_config.get("auto_map") or {}).get("AutoModel")
+    if custom:
+        raise fail(
+            f"config.json maps AutoModel to code shipped with the model ({custom}). "
+            "SentenceEncoder never runs code from a model directory, and loading the weights "
+            "into a class transformers ships would give different vectors. Load this model "
+            "with sentence-transformers (trust_remote_code=True) or choose another model."
+        )
+    if hf_config.get("is_encoder_decoder"):
+        raise fail(
+            "an encoder-decoder model (such as T5); SentenceEncoder runs encoder-only "
+            "transformers (BERT, MPNet, ...) and has no T5-style encoder stack."
+        )
+
+
+def _check_dense_config(config: dict[str, Any], config_file: Path, fail: Refusal) -> None:
+    unknown = sorted(set(config) - DENSE_CONFIG_KEYS)
+    if unknown:
+        raise fail(
+            f"{config_file} sets {unknown}, which SentenceEncoder's Dense does not implement "
+            f"(it reads {sorted(DENSE_CONFIG_KEYS)})."
+        )
+    source = config.get("module_input_name", "sentence_embedding")
+    target = config.get("module_output_name") or source
+    if (source, target) != ("sentence_embedding", "sentence_embedding"):
+        raise fail(
+            f"{config_file} applies Dense to {source!r} and writes {target!r}; SentenceEncoder "
+            "applies Dense to the pooled sentence embedding only."
+        )
+
+
 def read_spec(path: Path) -> ModelSpec:
-    """Read a sentence-transformers directory, or a plain transformers checkpoint (mean pooling)."""
-    hf_config = _read_json(path / "config.json") if (path / "config.json").exists() else {}
-    hidden = int(hf_config.get("hidden_size") or hf_config.get("d_model") or 0)
+    """Read a sentence-transformers directory, or a plain transformers checkpoint (mean pooling).
+
+    Raises ``UnsupportedModelError`` when the directory asks for something the encoder does
+    not implement (a module type, a pooling mode, a pipeline order, custom model code).
+    """
+    entries: list[tuple[str, str, str]] = []  # (kind, type string, sub-folder)
+    has_modules = (path / "modules.json").exists()
+    if has_modules:
+        for entry in sorted(_read_json(path / "modules.json"), key=lambda e: int(e["idx"])):
+            entries.append((module_kind(entry["type"]) or "", entry["type"], entry.get("path", "")))
+    transformer_path = next((folder for kind, _, folder in entries if kind == "transformer"), "")
+    transformer_dir = path / transformer_path
+    hf_config = (
+        _read_json(transformer_dir / "config.json")
+        if (transformer_dir / "config.json").exists()
+        else {}
+    )
+    architecture = architecture_name(hf_config)
+
+    def unsupported(what: str) -> UnsupportedModelError:
+        return UnsupportedModelError(f"{path}: {architecture}: {what}")
+
+    hidden = int(
+        hf_config.get("hidden_size") or hf_config.get("d_model") or hf_config.get("dim") or 0
+    )
     st_config = (
         _read_json(path / "config_sentence_transformers.json")
         if (path / "config_sentence_transformers.json").exists()
         else {}
     )
-    bert_config = (
-        _read_json(path / "sentence_bert_config.json")
-        if (path / "sentence_bert_config.json").exists()
-        else {}
+    bert_config_file = next(
+        (
+            file
+            for file in (
+                path / "sentence_bert_config.json",
+                transformer_dir / "sentence_bert_config.json",
+            )
+            if file.exists()
+        ),
+        None,
     )
-    modules: list[ModuleEntry] = []
-    if (path / "modules.json").exists():
-        for entry in sorted(_read_json(path / "modules.json"), key=lambda e: int(e["idx"])):
-            kind = MODULE_KINDS.get(entry["type"])
-            if kind is None:
-                raise ValueError(
-                    f"{path / 'modules.json'}: unsupported module type {entry['type']!r}; "
-                    f"supported: {sorted(set(MODULE_KINDS.values()))}"
-                )
-            modules.append(ModuleEntry(kind=kind, path=entry.get("path", "")))
-    else:
-        modules = [ModuleEntry("transformer", ""), ModuleEntry("pooling", "")]
+    bert_config = _read_json(bert_config_file) if bert_config_file else {}
+    for kind, type_name, _ in entries:
+        if not kind:
+            raise unsupported(
+                f"modules.json declares the module {type_name!r}, which SentenceEncoder does "
+                f"not implement (it runs {PIPELINE}). Load this model with "
+                "sentence-transformers, or choose a model built from those modules."
+            )
+    if has_modules:
+        _check_pipeline([(kind, type_name) for kind, type_name, _ in entries], unsupported)
+    _check_transformer_config(bert_config, unsupported)
+    _check_architecture(hf_config, unsupported)
+    modules = [ModuleEntry(kind, folder) for kind, _, folder in entries] or [
+        ModuleEntry("transformer", ""),
+        ModuleEntry("pooling", ""),
+    ]
 
     pooling_modes: tuple[str, ...] = ("mean",)
     include_prompt = True
@@ -228,15 +393,22 @@ def read_spec(path: Path) -> ModelSpec:
         config_file = path / module.path / "config.json"
         if module.kind == "pooling" and module.path and config_file.exists():
             pooling_modes, include_prompt, width = _pooling_from_config(_read_json(config_file))
+            unknown = [mode for mode in pooling_modes if mode not in POOLING_MODES]
+            if unknown or not pooling_modes:
+                raise unsupported(
+                    f"{config_file} asks for pooling mode(s) {unknown or 'none'}; "
+                    f"SentenceEncoder implements {', '.join(POOLING_MODES)}."
+                )
             hidden = int(width or hidden)
         elif module.kind == "dense":
             dense.append(_read_json(config_file))
+            _check_dense_config(dense[-1], config_file, unsupported)
     if not hidden:
         raise ValueError(f"{path}: config.json gives no hidden_size; is this a transformer model?")
 
     max_len = bert_config.get("max_seq_length")
     if max_len is None:
-        tok_config = path / "tokenizer_config.json"
+        tok_config = transformer_dir / "tokenizer_config.json"
         model_max = _read_json(tok_config).get("model_max_length") if tok_config.exists() else None
         limits = [v for v in (model_max, hf_config.get("max_position_embeddings")) if v]
         max_len = min(int(v) for v in limits if int(v) < 10**6) if limits else 512
