@@ -25,10 +25,12 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections, router
+from django.db.migrations.recorder import MigrationRecorder
 
 from .conf import ENCODER_DEFAULTS, encoder_config, sbert_settings
 from .fields import EmbeddingField, all_embedding_fields
@@ -114,10 +116,6 @@ def broker_url() -> str | None:
         value = getattr(settings, name, None) or os.environ.get(name)
         if value:
             return str(value)
-    try:
-        from celery import current_app
-    except ImportError:
-        return None
     app = current_app._get_current_object()
     if app.main == "default":  # Celery's fallback app: the project has not configured one
         return None
@@ -197,8 +195,6 @@ def check_database(
 
 
 def _extension_migration_applied(connection: Any) -> bool:
-    from django.db.migrations.recorder import MigrationRecorder
-
     applied = MigrationRecorder(connection).applied_migrations()
     return ("django_sbert", "0001_vector_extension") in applied
 

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from django import forms
 from django.apps import apps
+from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVectorField
 from django.core import checks
 from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
@@ -261,8 +262,6 @@ class EmbeddingField(VectorField):
 
     def _add_gin_index(self, cls: type[models.Model]) -> None:
         """A GIN index on ``<name>_tsv``, unless Meta.indexes already has one on that column."""
-        from django.contrib.postgres.indexes import GinIndex
-
         column = self.tsvector_field_name
         if any(list(index.fields) == [column] for index in cls._meta.indexes):
             return

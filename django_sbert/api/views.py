@@ -68,7 +68,7 @@ def _mode_results() -> Any:
     """search/'s results: one shape per mode (oneOf in the schema)."""
     if OpenApiTypes is None:  # pragma: no cover
         return None
-    from drf_spectacular.utils import PolymorphicProxySerializer
+    from drf_spectacular.utils import PolymorphicProxySerializer  # optional dependency
 
     return PolymorphicProxySerializer(
         component_name="SemanticSearchResult",
