@@ -45,6 +45,9 @@ API_DEFAULTS: dict[str, Any] = {
     # Requests per period for each client (user id, or IP address when anonymous); None
     # turns a scope off. DRF's rate syntax: "60/minute", "1000/hour", "10/second".
     "THROTTLE_RATES": {"search": "120/minute", "embed": "30/minute"},
+    # How many proxies in front of the site append to X-Forwarded-For. None: trust no proxy,
+    # count anonymous clients by REMOTE_ADDR; N: the Nth address from the right of the header.
+    "NUM_PROXIES": None,
 }
 
 IMPORT_STRINGS = ("PAGINATION_CLASS", "SEARCH_PERMISSION_CLASSES", "EMBED_PERMISSION_CLASSES")

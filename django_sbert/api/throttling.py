@@ -5,15 +5,46 @@ names every scope; these read SBERT["API"]["THROTTLE_RATES"] instead, which has 
 client is counted separately: by user id when authenticated, else by IP address. Counts live in
 Django's default cache, so use a shared cache (Redis, Memcached) when several processes serve the
 API.
+
+The address of an anonymous client is REMOTE_ADDR unless SBERT["API"]["NUM_PROXIES"] says how
+many proxies in front of the site append to X-Forwarded-For. DRF's own ``get_ident`` trusts the
+whole header when its NUM_PROXIES is None, so a client sending a new X-Forwarded-For with each
+request would get a fresh count each time.
 """
 
 from __future__ import annotations
 
+import hashlib
+
+from django.core.exceptions import ImproperlyConfigured
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
 from .settings import api_settings
+
+
+def client_address(request: Request) -> str:
+    """The anonymous client's IP address, trusting only SBERT["API"]["NUM_PROXIES"] proxies.
+
+    None (the default) trusts no proxy: REMOTE_ADDR. With N, the Nth address from the right of
+    X-Forwarded-For (each trusted proxy appends the address it received the request from), as
+    DRF does; 0 is REMOTE_ADDR too.
+    """
+    remote_addr = str(request.META.get("REMOTE_ADDR") or "")
+    num_proxies = api_settings.NUM_PROXIES
+    if num_proxies is None:
+        return remote_addr
+    if isinstance(num_proxies, bool) or not isinstance(num_proxies, int) or num_proxies < 0:
+        raise ImproperlyConfigured(
+            f"SBERT['API']['NUM_PROXIES'] must be None or a whole number >= 0 (how many proxies "
+            f"in front of the site append to X-Forwarded-For), got {num_proxies!r}."
+        )
+    forwarded = request.META.get("HTTP_X_FORWARDED_FOR")
+    if num_proxies == 0 or not forwarded:
+        return remote_addr
+    addresses = forwarded.split(",")
+    return addresses[-min(num_proxies, len(addresses))].strip()
 
 
 class SbertRateThrottle(SimpleRateThrottle):
@@ -25,13 +56,19 @@ class SbertRateThrottle(SimpleRateThrottle):
     def get_rate(self) -> str | None:
         return api_settings.THROTTLE_RATES.get(self.scope)
 
+    def get_ident(self, request: Request) -> str:
+        return client_address(request)
+
     def get_cache_key(self, request: Request, view: APIView) -> str:
         user = getattr(request, "user", None)
         if user is not None and user.is_authenticated:
             ident = f"user-{user.pk}"
         else:
             ident = f"ip-{self.get_ident(request)}"
-        return self.cache_format % {"scope": self.scope, "ident": ident}
+        # Hashed: a header's worth of characters (or a long primary key) would make a key
+        # Memcached refuses (over 250 characters, or with spaces).
+        digest = hashlib.sha256(ident.encode("utf-8", "surrogatepass")).hexdigest()
+        return self.cache_format % {"scope": self.scope, "ident": digest}
 
 
 class SearchRateThrottle(SbertRateThrottle):
