@@ -10,6 +10,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
@@ -17,6 +18,7 @@ from ..finetuning import runs
 from ..finetuning.pairs import content_pairs
 from ..indexing import field_refs
 from ..indexing.tasks import enqueue_embed
+from ..query import SemanticQuerySet
 
 
 class ForbidMissingActionsMixin:
@@ -35,6 +37,13 @@ def require_permission(request: HttpRequest, permission: str) -> None:
     """Raise ``PermissionDenied`` (403) unless the request's user has ``permission``."""
     if not request.user.has_perm(permission):
         raise PermissionDenied(f"You need the {permission!r} permission.")
+
+
+def semantic(queryset: QuerySet) -> SemanticQuerySet:
+    """``queryset`` with ``similar_to()``, also for a model whose manager is not semantic."""
+    if isinstance(queryset, SemanticQuerySet):
+        return queryset
+    return SemanticQuerySet(model=queryset.model, query=queryset.query.chain(), using=queryset.db)
 
 
 class SemanticChangeList(ChangeList):
@@ -56,7 +65,8 @@ class EmbeddingAdminMixin:
     * action "Re-embed selected" (needs the change permission);
     * the changelist search box ranks rows by similarity to the text typed (rows without a
       vector yet are left out); set ``semantic_search = False`` for Django's own search;
-    * the change page lists the ``similar_items`` most similar rows.
+    * the change page lists the ``similar_items`` most similar rows among those
+      ``get_queryset(request)`` lets the user see (any manager: the queryset is made semantic).
     """
 
     semantic_search = True
@@ -154,11 +164,11 @@ class EmbeddingAdminMixin:
         obj = self.get_object(request, object_id)
         similar: list[Any] = []
         if obj is not None and self.similar_items:
+            # The rows this user may see on this admin, never the whole table.
+            queryset = semantic(self.get_queryset(request))
             try:
                 similar = list(
-                    self.model._default_manager.similar_to(
-                        obj, k=self.similar_items, field=self.embedding_field
-                    )
+                    queryset.similar_to(obj, k=self.similar_items, field=self.embedding_field)
                 )
             except ValueError:  # no vector yet
                 similar = []
