@@ -17,9 +17,8 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ..conf import encoder_config
 from ..query import SemanticQuerySet
-from ..serving import encode_texts, get_encoder
+from ..serving import encode_texts
 from .parsers import BoundedJSONParser
 from .registry import NotRegistered, SearchEntry, registry
 from .schema import (
@@ -319,16 +318,10 @@ class EmbedView(GenericAPIView):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         name = data["encoder"]
-        if data["normalize"]:
-            vectors = encode_texts(data["texts"], name)
-        else:
-            config = encoder_config(name)
-            vectors = get_encoder(name).encode(
-                data["texts"],
-                batch_size=int(config["BATCH_SIZE"]),
-                normalize=False,
-                long_text=config["LONG_TEXT"],
-            )
+        # The shared path, normalized or not: one forward pass per encoder at a time, so a
+        # request holds the encoder for at most EMBED_MAX_TEXTS x EMBED_MAX_TEXT_LENGTH
+        # characters' worth of encoding (both checked by the serializer above).
+        vectors = encode_texts(data["texts"], name, normalize=data["normalize"])
         return Response(
             {"encoder": name, "dimensions": int(vectors.shape[1]), "vectors": vectors.tolist()}
         )

@@ -112,11 +112,13 @@ def encode_texts(
     version: str | None = None,
     *,
     threads: int | None = None,
+    normalize: bool = True,
 ) -> np.ndarray:
     """Encode ``texts`` with the named encoder's batch size: unit vectors, (n, dim) float32.
 
     ``version`` picks a version of the encoder; by default the serving one. ``threads`` sets
-    torch's threads for this call only.
+    torch's threads for this call only. ``normalize=False`` returns the vectors as pooled
+    (the embed API's option); every encode, either way, holds the encoder's lock.
     """
     config = encoder_config(encoder)
     model = get_encoder(encoder, version)
@@ -126,7 +128,7 @@ def encode_texts(
         return model.encode(
             list(texts),
             batch_size=int(config["BATCH_SIZE"]),
-            normalize=True,
+            normalize=normalize,
             long_text=config["LONG_TEXT"],
             threads=threads,
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -44,15 +45,68 @@ def test_normalize_false_returns_raw_vectors(user_client):
     np.testing.assert_allclose(np.asarray(body["vectors"]), raw, atol=1e-5)
 
 
-def test_limits_are_settings(user_client, settings):
+class RecordingLock:
+    """A lock that counts how often it is taken, standing in for the encoder's lock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.taken = 0
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+        self.taken += 1
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.lock.release()
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_every_encode_takes_the_encoders_lock(user_client, monkeypatch, normalize):
+    """normalize=false used to call the encoder directly, beside searches encoding at once."""
+    import torch
+
+    from django_sbert.serving import cache, get_encoder
+
+    get_encoder()  # loaded before the thread count is read
+    lock = RecordingLock()
+    monkeypatch.setitem(cache._encode_locks, "default", lock)
+    threads = torch.get_num_threads()
+    response = post(user_client, {"texts": ["the dog runs", "a cat"], "normalize": normalize})
+    assert response.status_code == 200, response.json()
+    assert lock.taken == 1
+    assert not lock.lock.locked()
+    assert torch.get_num_threads() == threads
+    expected = get_encoder().encode(["the dog runs", "a cat"], normalize=normalize)
+    np.testing.assert_allclose(np.asarray(response.json()["vectors"]), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_limits_are_settings(user_client, settings, normalize):
     settings.SBERT = {**settings.SBERT, "API": {"EMBED_MAX_TEXTS": 2, "EMBED_MAX_TEXT_LENGTH": 5}}
-    assert post(user_client, {"texts": ["abcde", "ab"]}).status_code == 200
-    too_many = post(user_client, {"texts": ["a", "b", "c"]})
+
+    def embed(texts):
+        return post(user_client, {"texts": texts, "normalize": normalize})
+
+    assert embed(["abcde", "ab"]).status_code == 200
+    too_many = embed(["a", "b", "c"])
     assert too_many.status_code == 400
     assert "At most 2 texts" in too_many.json()["texts"][0]
-    too_long = post(user_client, {"texts": ["abcdef"]})
+    too_long = embed(["abcdef"])
     assert too_long.status_code == 400
     assert "at most 5 characters" in str(too_long.json()["texts"])
+
+
+def test_limits_are_checked_before_the_encoder_runs(user_client, settings, monkeypatch):
+    from django_sbert.serving import cache
+
+    settings.SBERT = {**settings.SBERT, "API": {"EMBED_MAX_TEXTS": 2, "EMBED_MAX_TEXT_LENGTH": 5}}
+    lock = RecordingLock()
+    monkeypatch.setitem(cache._encode_locks, "default", lock)
+    for texts in (["a", "b", "c"], ["abcdef"], ["ok", "abcdef"]):
+        for normalize in (True, False):
+            response = post(user_client, {"texts": texts, "normalize": normalize})
+            assert response.status_code == 400, (texts, normalize)
+    assert lock.taken == 0
 
 
 @pytest.mark.parametrize(
