@@ -28,7 +28,9 @@ Queries (see docs/hybrid.md):
   (unless every word is), and a row must hold one of the rarest words (together in at most
   ``MATCH_DF`` of the rows) to be ranked at all, which keeps the rows to rank few.
 
-Neither raises on user input: an empty or punctuation-only text simply matches no row.
+Neither raises on user input at evaluation: an empty or punctuation-only text simply matches
+no row, and a text PostgreSQL cannot take (a NUL character) is refused by ``check_text()``
+when the search is built, with a ``ValueError`` that says so.
 """
 
 from __future__ import annotations
@@ -233,6 +235,20 @@ class IdfRank(Expression):
 def idf_rank(column: str, terms: Sequence[Term]) -> Expression:
     """The idf-weighted rank of the tsvector column ``column`` for the query's ``terms``."""
     return IdfRank(F(column), terms)
+
+
+def check_text(text: str) -> str:
+    """``text`` if PostgreSQL can take it as a query; else a ``ValueError`` naming the problem.
+
+    A NUL character cannot be sent in a PostgreSQL string: without this check the search would
+    fail only when evaluated, with a driver error.
+    """
+    if "\x00" in text:
+        raise ValueError(
+            "The search text contains a NUL character (\\x00), which PostgreSQL cannot take; "
+            "remove it (e.g. text.replace('\\x00', ''))."
+        )
+    return text
 
 
 def keyword_filter_and_rank(

@@ -30,6 +30,7 @@ How it stays fast and correct (see docs/search.md):
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -117,6 +118,7 @@ class SemanticQuerySet(models.QuerySet):
         punctuation-only text matches nothing. ``match="any"`` reads the words' statistics
         with one small query when called.
         """
+        fulltext.check_text(text)
         embedding = self._embedding_field(field, keyword=True)
         match = match_mode(match)
         terms = self._keyword_terms(embedding, text, match, max_df)
@@ -163,6 +165,7 @@ class SemanticQuerySet(models.QuerySet):
                 f"hybrid_search() takes the search text, not {type(text).__name__}; use "
                 "similar_to() to search by a vector or a model instance."
             )
+        fulltext.check_text(text)
         if any(isinstance(join, FusedJoin) for join in self.query.alias_map.values()):
             raise ValueError(
                 "hybrid_search() is already applied to this queryset; call it once, on a "
@@ -326,18 +329,29 @@ class SemanticQuerySet(models.QuerySet):
 
     # -- execution ---------------------------------------------------------------------------
 
-    def _limited(self) -> SemanticQuerySet:
-        """Apply ``k`` when the caller has not sliced the queryset."""
-        if self._search is None or self._search.k is None or self.query.high_mark is not None:
-            return self
-        self.query.set_limits(high=int(self._search.k))  # relative to an offset, if any
-        return self
+    @contextmanager
+    def _running(self) -> Iterator[None]:
+        """Run the block with ``k`` applied and this search's pgvector settings.
+
+        ``k`` caps the rows only while the statement runs: the queryset's own limits are put
+        back afterwards, so after evaluation it can still be filtered, counted or sliced like
+        any queryset.
+        """
+        assert self._search is not None
+        query = self.query
+        limits = (query.low_mark, query.high_mark)
+        if self._search.k is not None and query.high_mark is None:
+            query.set_limits(high=int(self._search.k))  # relative to an offset, if any
+        try:
+            with search_options(self.db, self._search):
+                yield
+        finally:
+            query.low_mark, query.high_mark = limits
 
     def _fetch_all(self) -> None:
         if self._search is None or self._result_cache is not None:
             return super()._fetch_all()
-        self._limited()
-        with search_options(self.db, self._search):
+        with self._running():
             super()._fetch_all()
         if self._search.iterative_scan == "relaxed_order" and self._ordered_by_distance():
             self._result_cache = _resorted(self._result_cache)
@@ -354,15 +368,13 @@ class SemanticQuerySet(models.QuerySet):
         if self._search is None:
             yield from super().iterator(chunk_size)
             return
-        self._limited()
-        with search_options(self.db, self._search):
+        with self._running():
             yield from super().iterator(chunk_size)
 
     def explain(self, *, format: str | None = None, **options: Any) -> str:
         if self._search is None:
             return super().explain(format=format, **options)
-        self._limited()
-        with search_options(self.db, self._search):
+        with self._running():
             return super().explain(format=format, **options)
 
     def count(self) -> int:

@@ -36,6 +36,11 @@ def as_vector(value: Any) -> np.ndarray:
         ) from exc
     if vector.ndim != 1:
         raise TypeError(f"similar_to() takes one vector, got an array of shape {vector.shape}.")
+    if not np.isfinite(vector).all():
+        raise ValueError(
+            "The query vector contains NaN or infinite values; cosine similarity is undefined "
+            "for it. Check how it was computed."
+        )
     return vector
 
 
