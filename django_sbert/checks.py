@@ -104,6 +104,14 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
             f"SBERT['SEARCH']['KEYWORD_MATCH'] is {search.get('KEYWORD_MATCH')!r}.",
             hint="Use 'any' (default) or 'all'.",
         )
+    timeout = search.get("STATEMENT_TIMEOUT")
+    if timeout is not None and (
+        not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0
+    ):
+        error(
+            f"SBERT['SEARCH']['STATEMENT_TIMEOUT'] must be a number of seconds > 0 or None, "
+            f"got {timeout!r}."
+        )
     max_df = search.get("KEYWORD_MAX_DF")
     if not isinstance(max_df, (int, float)) or not 0 < max_df <= 1:
         error(f"SBERT['SEARCH']['KEYWORD_MAX_DF'] must be in (0, 1], got {max_df!r}.")

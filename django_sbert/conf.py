@@ -39,6 +39,7 @@ SEARCH_DEFAULTS: dict[str, Any] = {
     "EF_SEARCH": 100,  # hnsw.ef_search: candidate list size; higher = better recall, slower
     "ITERATIVE_SCAN": "relaxed_order",  # hnsw.iterative_scan: off | strict_order | relaxed_order
     "MAX_SCAN_TUPLES": 20000,  # hnsw.max_scan_tuples: stop an iterative scan after this many
+    "STATEMENT_TIMEOUT": 5.0,  # seconds one search statement may run; None: no cap
     # hybrid_search() and keyword_search() (docs/hybrid.md)
     "RRF_K": 60,  # k of reciprocal rank fusion: larger flattens the weight of the top ranks
     "CANDIDATES": 100,  # rows taken from each side (vector top-N, keyword top-N) before fusing

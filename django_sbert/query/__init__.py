@@ -16,12 +16,13 @@ in ``django_sbert.fulltext``.
 
 from __future__ import annotations
 
-from .options import ITERATIVE_SCAN_MODES, SearchOptions, search_options
+from .options import ITERATIVE_SCAN_MODES, SearchOptions, SearchTimeout, search_options
 from .queryset import SemanticManager, SemanticQuerySet
 
 __all__ = [
     "ITERATIVE_SCAN_MODES",
     "SearchOptions",
+    "SearchTimeout",
     "SemanticManager",
     "SemanticQuerySet",
     "search_options",

@@ -3,10 +3,10 @@
 Every default comes from ``SBERT["SEARCH"]`` (``conf.SEARCH_DEFAULTS`` fills in what a
 project leaves out); an argument given to a search method overrides it for that query.
 
-* ``SearchOptions`` / ``search_options()``: ``hnsw.ef_search``, ``hnsw.iterative_scan`` and
-  ``hnsw.max_scan_tuples``, set with ``set_config(..., is_local => true)`` inside a
-  transaction that also runs the query: a ``SET LOCAL`` outside a transaction does nothing
-  (pgvector #675).
+* ``SearchOptions`` / ``search_options()``: ``hnsw.ef_search``, ``hnsw.iterative_scan``,
+  ``hnsw.max_scan_tuples`` and ``statement_timeout``, set with
+  ``set_config(..., is_local => true)`` inside a transaction that also runs the query: a
+  ``SET LOCAL`` outside a transaction does nothing (pgvector #675).
 * ``hybrid_settings()``: ``rrf_k``, ``candidates``, the two weights and the keyword match.
 """
 
@@ -17,12 +17,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import OperationalError, connections, transaction
 
 from .. import fulltext
 from ..conf import sbert_settings
 
 ITERATIVE_SCAN_MODES = ("off", "strict_order", "relaxed_order")
+QUERY_CANCELED = "57014"  # PostgreSQL's SQLSTATE for a statement cancelled by statement_timeout
+
+
+class SearchTimeout(OperationalError):
+    """PostgreSQL cancelled a search statement at ``SBERT["SEARCH"]["STATEMENT_TIMEOUT"]``."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,19 @@ class SearchOptions:
     ef_search: int | None
     iterative_scan: str | None
     max_scan_tuples: int | None
+    statement_timeout: float | None = None  # seconds; None: the session's own
+
+    @classmethod
+    def without_index_settings(cls, k: int | None = None) -> SearchOptions:
+        """For searches that use no vector index (keyword search): ``k`` and the timeout."""
+        search = sbert_settings.SEARCH
+        return cls(
+            k=k if k is not None else search.get("K"),
+            ef_search=None,
+            iterative_scan=None,
+            max_scan_tuples=None,
+            statement_timeout=search.get("STATEMENT_TIMEOUT"),
+        )
 
     @classmethod
     def from_settings(cls, k: int | None = None, **overrides: Any) -> SearchOptions:
@@ -41,6 +59,7 @@ class SearchOptions:
             "ef_search": search.get("EF_SEARCH"),
             "iterative_scan": search.get("ITERATIVE_SCAN"),
             "max_scan_tuples": search.get("MAX_SCAN_TUPLES"),
+            "statement_timeout": search.get("STATEMENT_TIMEOUT"),
         }
         values.update({key: value for key, value in overrides.items() if value is not None})
         scan = values["iterative_scan"]
@@ -57,7 +76,11 @@ class SearchOptions:
             ("hnsw.iterative_scan", self.iterative_scan),
             ("hnsw.max_scan_tuples", self.max_scan_tuples),
         ]
-        return [(name, str(value)) for name, value in pairs if value is not None]
+        settings = [(name, str(value)) for name, value in pairs if value is not None]
+        if self.statement_timeout:
+            milliseconds = max(1, round(float(self.statement_timeout) * 1000))
+            settings.append(("statement_timeout", str(milliseconds)))
+        return settings
 
 
 @contextmanager
@@ -69,13 +92,25 @@ def search_options(using: str, options: SearchOptions) -> Iterator[None]:
     transaction ends (the usual SET LOCAL rule).
     """
     config = options.config()
-    with transaction.atomic(using=using, savepoint=False):
-        if config:
-            placeholders = ", ".join("set_config(%s, %s, true)" for _ in config)
-            params = [item for pair in config for item in pair]
-            with connections[using].cursor() as cursor:
-                cursor.execute(f"SELECT {placeholders}", params)
-        yield
+    try:
+        with transaction.atomic(using=using, savepoint=False):
+            if config:
+                placeholders = ", ".join("set_config(%s, %s, true)" for _ in config)
+                params = [item for pair in config for item in pair]
+                with connections[using].cursor() as cursor:
+                    cursor.execute(f"SELECT {placeholders}", params)
+            yield
+    except OperationalError as exc:
+        cause = exc.__cause__
+        code = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)  # psycopg 3, 2
+        if code != QUERY_CANCELED:
+            raise
+        raise SearchTimeout(
+            f"The search ran longer than SBERT['SEARCH']['STATEMENT_TIMEOUT'] "
+            f"({options.statement_timeout} s) and PostgreSQL cancelled it. Narrow it with "
+            "filters that an index serves, make sure the HNSW index is used (explain()), or "
+            "raise the setting."
+        ) from exc
 
 
 def match_mode(match: str) -> str:

@@ -39,7 +39,6 @@ from django.db.models import Value
 from pgvector import Vector
 
 from .. import fulltext
-from ..conf import sbert_settings
 from ..fields import EmbeddingField, embedding_fields, vector_literal
 from ..serving import query_vector
 from .fusion import FusedJoin, Fusion, fused_annotations
@@ -296,12 +295,7 @@ class SemanticQuerySet(models.QuerySet):
                 k=k, ef_search=ef_search, iterative_scan=iterative_scan
             )
         else:
-            qs._search = SearchOptions(
-                k=k if k is not None else sbert_settings.SEARCH.get("K"),
-                ef_search=None,
-                iterative_scan=None,
-                max_scan_tuples=None,
-            )
+            qs._search = SearchOptions.without_index_settings(k)
         return qs
 
     def _embedding_field(self, name: str | None, keyword: bool = False) -> EmbeddingField:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from django.db import connection
 
+from django_sbert.query import SearchTimeout
 from tests.query.test_query import DIM, articles  # noqa: F401  (fixture)
 from tests.testapp.models import Article
 
@@ -48,3 +50,42 @@ def test_a_search_queryset_iterated_without_cache_is_not_changed(articles):  # n
     assert len(list(qs.iterator())) == 2
     assert qs.query.high_mark is None
     assert qs.filter(category="economy").count() >= 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_search_runs_under_the_statement_timeout(articles):  # noqa: F811
+    from tests.query.test_query import search_settings
+
+    seen: list[str] = []
+
+    def wrapper(execute, sql, params, many, context):
+        if "ORDER BY" in sql:
+            with context["connection"].connection.cursor() as cursor:
+                cursor.execute("SHOW statement_timeout")
+                seen.append(cursor.fetchone()[0])
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        list(Article.objects.similar_to("interest rates"))
+    with search_settings(STATEMENT_TIMEOUT=2.5), connection.execute_wrapper(wrapper):
+        list(Article.objects.similar_to("interest rates"))
+    assert seen == ["5s", "2500ms"]
+    assert show_timeout() == "0"  # transaction-local: nothing leaks to the connection
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_search_past_the_statement_timeout_raises_a_clear_error(articles):  # noqa: F811
+    from tests.query.test_query import search_settings
+
+    slow = Article.objects.extra(where=["pg_sleep(0.05) IS NOT NULL"])  # 50 ms a row
+    with search_settings(STATEMENT_TIMEOUT=0.02), pytest.raises(SearchTimeout, match="0.02 s"):
+        list(slow.similar_to("interest rates"))
+    with search_settings(STATEMENT_TIMEOUT=0.02), pytest.raises(SearchTimeout):
+        list(slow.keyword_search("interest"))
+    assert len(list(Article.objects.similar_to("interest rates", k=2))) == 2  # connection fine
+
+
+def show_timeout() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW statement_timeout")
+        return cursor.fetchone()[0]
