@@ -4,7 +4,8 @@
   on selected pairs" with a confirmation page (loss, epochs, learning rate...).
 * Training runs: live progress bar, loss curve, metrics before / after, action "Cancel".
 * Encoder versions: metrics beside the active version's, actions "Promote", "Promote even if
-  worse" (superusers), "Roll back", "Stop promotion".
+  worse or not evaluated" (superusers: also a candidate the gate could not compare), "Roll
+  back", "Stop promotion".
 
 Every action requires a model permission; a user without it gets 403 (not a silently ignored
 POST).
@@ -339,7 +340,9 @@ class EncoderVersionAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
     def promote(self, request: HttpRequest, queryset: Any) -> None:
         self._promote(request, queryset, force=False)
 
-    @admin.action(description="Promote even if worse (superusers)", permissions=["force"])
+    @admin.action(
+        description="Promote even if worse or not evaluated (superusers)", permissions=["force"]
+    )
     def promote_even_if_worse(self, request: HttpRequest, queryset: Any) -> None:
         self._promote(request, queryset, force=True)
 

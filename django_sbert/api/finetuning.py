@@ -363,7 +363,9 @@ class EncoderVersionSerializer(serializers.ModelSerializer):
 
 class PromoteRequestSerializer(serializers.Serializer):
     force = serializers.BooleanField(
-        default=False, help_text="Promote even if the gate refuses (superusers only)."
+        default=False,
+        help_text="Promote even if the gate refuses: a worse candidate, or one it could not "
+        "compare ('no evaluation: ...'). Superusers only.",
     )
 
 
@@ -400,7 +402,9 @@ class EncoderVersionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tr
             **_errors(400, 403, 404, 409, 413, 415),
         },
         description="Stage the version's vectors in the background, then switch every field "
-        "of its encoder to them in one transaction. Follow staged_rows / total_rows.",
+        "of its encoder to them in one transaction. Follow staged_rows / total_rows. 409 when "
+        "the gate refuses: a worse candidate, or one it could not compare (run deleted, no "
+        "eval pairs, a content run: 'no evaluation: ...'); only a superuser may force either.",
     )
     @action(detail=True, methods=["post"])
     def promote(self, request: Request, pk: str | None = None) -> Response:

@@ -9,7 +9,9 @@ Both versions are measured on the candidate run's ``eval`` pairs (``eval_metrics
 Spearman for scored pairs; nDCG@10 and Recall@10 for positive pairs (each ``text_a`` a query,
 every ``text_b`` the corpus). The gate compares the first of ``PRIMARY_METRICS`` both have and
 refuses a candidate worse than the active version by more than
-``SBERT["EVAL_GATE_TOLERANCE"]``. Promotion asks it first (``promotion.start_promotion``).
+``SBERT["EVAL_GATE_TOLERANCE"]``. A candidate it cannot compare (its run deleted, no eval pairs,
+a SimCSE run on content) does not pass either ("no evaluation: ..."). Promotion asks it first
+(``promotion.start_promotion``); only a forced promotion, for superusers, skips a refusal.
 """
 
 from __future__ import annotations
@@ -27,16 +29,26 @@ PRIMARY_METRICS = ("ndcg@10", "sts_spearman")  # what the evaluation gate compar
 
 @dataclass
 class GateResult:
-    """The evaluation gate's verdict, with the numbers it compared."""
+    """The evaluation gate's verdict, with the numbers it compared.
+
+    ``metric`` is None when nothing could be compared (``reason`` says why): such a verdict
+    does not pass, and only a forced promotion (superusers) goes ahead.
+    """
 
     passed: bool
     metric: str | None
     candidate: dict[str, float]
     active: dict[str, float]
+    reason: str = ""
+
+    @property
+    def evaluated(self) -> bool:
+        """Whether the candidate was measured against the active version at all."""
+        return self.metric is not None
 
     def describe(self) -> str:
         if self.metric is None:
-            return "no evaluation metrics to compare (no eval pairs)"
+            return f"no evaluation: {self.reason or 'no metric to compare'}"
         return (
             f"{self.metric}: candidate {self.candidate[self.metric]:.4f} vs active "
             f"{self.active[self.metric]:.4f}"
@@ -75,19 +87,40 @@ def primary_metric(*metric_sets: dict[str, float]) -> str | None:
 
 
 def gate(candidate: EncoderVersion) -> GateResult:
-    """Compare ``candidate`` with the serving version on the candidate's eval split."""
+    """Compare ``candidate`` with the serving version on the candidate's eval split.
+
+    A candidate that cannot be compared (its run was deleted, the run had no eval pairs, a
+    content run, no metric both versions have) does not pass: see ``GateResult.reason``.
+    """
     current = serving(candidate.encoder_name, max_age=0)
     run = candidate.run
-    if run is not None and run.base_version == current.version and run.metrics_before:
-        active = dict(run.metrics_before)
-    elif run is not None and run.data.get("eval"):
-        pairs = list(TrainingPair.objects.filter(pk__in=run.data["eval"]))
-        active = eval_metrics(get_encoder(candidate.encoder_name, current.version), pairs)
-    else:
-        active = {}
     metrics = dict(candidate.metrics)
+    if run is None:
+        return _unmeasured(metrics, {}, "the training run of this version was deleted")
+    if run.base_version == current.version and run.metrics_before:
+        active = dict(run.metrics_before)  # the run measured it on the same pairs
+    elif run.data.get("eval"):
+        pairs = list(TrainingPair.objects.filter(pk__in=run.data["eval"]))
+        if not pairs:
+            return _unmeasured(metrics, {}, f"the eval pairs of training run {run.pk} were deleted")
+        active = eval_metrics(get_encoder(candidate.encoder_name, current.version), pairs)
+    elif "content" in run.data:
+        return _unmeasured(
+            metrics, {}, f"training run {run.pk} adapted to content, with no eval pairs"
+        )
+    else:
+        return _unmeasured(metrics, {}, f"training run {run.pk} had no eval pairs")
     name = primary_metric(metrics, active)
     if name is None:
-        return GateResult(True, None, metrics, active)
+        return _unmeasured(
+            metrics,
+            active,
+            f"the eval pairs of training run {run.pk} gave no "
+            f"{' or '.join(PRIMARY_METRICS)} for both versions",
+        )
     tolerance = float(sbert_settings.EVAL_GATE_TOLERANCE or 0.0)
     return GateResult(metrics[name] >= active[name] - tolerance, name, metrics, active)
+
+
+def _unmeasured(candidate: dict[str, float], active: dict[str, float], reason: str) -> GateResult:
+    return GateResult(False, None, candidate, active, reason)

@@ -192,7 +192,8 @@ def start_promotion(
     run_now: bool = False,
 ) -> GateResult | None:
     """Check the gate, mark ``target`` promoting and queue (or, with ``run_now``, run) the
-    promotion. ``force`` skips the gate; callers let only superusers pass it.
+    promotion. ``force`` promotes whatever the gate says, also a candidate it could not
+    compare ("no evaluation: ..."); callers let only superusers pass it.
 
     Raises ``PromotionRefused`` with the reason (and the numbers) when it will not promote.
     """
@@ -203,6 +204,11 @@ def start_promotion(
     if gate and target.status != VersionStatus.PROMOTING:
         verdict = evaluation_gate(target)
         if not verdict.passed and not force:
+            if not verdict.evaluated:
+                raise PromotionRefused(
+                    f"{target} was not compared with the active version ({verdict.describe()}); "
+                    "a superuser may force the promotion."
+                )
             raise PromotionRefused(
                 f"{target} is worse than the active version on the eval split "
                 f"({verdict.describe()}); a superuser may force the promotion."

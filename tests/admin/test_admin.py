@@ -312,3 +312,53 @@ def test_pairs_and_adaptation_from_the_models_own_content(staff):
     run = TrainingRun.objects.get()
     assert response.status_code == 302 and response.url.endswith(f"/trainingrun/{run.pk}/change/")
     assert (run.loss, run.data) == ("simcse", {"content": "testapp.Article.embedding"})
+
+
+def _unmeasured_candidate(route: str) -> EncoderVersion:
+    """A candidate the gate cannot compare with the active version, by each route there is."""
+    base = serving.encoder_version("default")
+    if route == "content run":
+        data = {"content": "testapp.Article.embedding"}
+    else:
+        pairs = TrainingPair.objects.bulk_create(
+            [TrainingPair(text_a=a, text_b=b) for a, b in TOPICS]
+        )
+        data = {"train": [p.pk for p in pairs], "eval": []}
+    run = TrainingRun.objects.create(
+        loss="simcse" if route == "content run" else "mnrl",
+        status=RunStatus.SUCCEEDED,
+        base_version=base,
+        data=data,
+    )
+    candidate = EncoderVersion.objects.create(version=f"tiny-ft:{route.replace(' ', '-')}", run=run)
+    if route == "run deleted":  # EncoderVersion.run is SET_NULL
+        run.delete()
+    return candidate
+
+
+@pytest.mark.parametrize(
+    "route,reason",
+    [
+        ("run deleted", "run of this version was deleted"),
+        ("no eval pairs", "had no eval pairs"),
+        ("content run", "adapted to content"),
+    ],
+)
+def test_a_candidate_the_gate_did_not_compare_is_promoted_by_superusers_only(client, route, reason):
+    candidate = _unmeasured_candidate(route)
+    url = f"{ADMIN}/encoderversion/"
+    client.force_login(user_with("staff", ALL))
+    page = select(client, url, "promote", [candidate.pk], follow=True).content.decode()
+    assert "no evaluation" in page and reason in page, page
+    candidate.refresh_from_db()
+    assert candidate.status == VersionStatus.CANDIDATE
+    assert select(client, url, "promote_even_if_worse", [candidate.pk]).status_code == 403
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    page = select(client, url, "promote", [candidate.pk], follow=True).content.decode()
+    assert "no evaluation" in page
+    candidate.refresh_from_db()
+    assert candidate.status == VersionStatus.CANDIDATE
+    page = select(client, url, "promote_even_if_worse", [candidate.pk], follow=True)
+    assert "no evaluation" in page.content.decode()  # the success message says it was not compared
+    candidate.refresh_from_db()
+    assert candidate.status == VersionStatus.PROMOTING

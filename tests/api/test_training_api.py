@@ -323,3 +323,52 @@ def test_unknown_content_target_is_400(roles, content, message):
     )
     assert response.status_code == 400, response.content
     assert message in response.content.decode()
+
+
+def _unmeasured_candidate(route: str, pairs: list[TrainingPair]) -> EncoderVersion:
+    """A candidate the gate cannot compare with the active version, by each route there is."""
+    base = serving.serving_version("default")
+    if route == "content run":
+        run = TrainingRun.objects.create(
+            loss="simcse", base_version=base, data={"content": "testapp.Article.embedding"}
+        )
+    else:  # a run on train pairs only: it measured nothing
+        run = TrainingRun.objects.create(
+            loss="mnrl", base_version=base, data={"train": [p.pk for p in pairs], "eval": []}
+        )
+    candidate = EncoderVersion.objects.create(
+        version=f"default:{route.replace(' ', '-')}", directory="", run=run
+    )
+    if route == "run deleted":  # EncoderVersion.run is SET_NULL
+        run.delete()
+        candidate.refresh_from_db()
+        assert candidate.run is None
+    return candidate
+
+
+UNMEASURED = {
+    "run deleted": "run of this version was deleted",
+    "no eval pairs": "had no eval pairs",
+    "content run": "adapted to content",
+}
+
+
+@pytest.mark.parametrize("route", list(UNMEASURED))
+def test_a_candidate_the_gate_did_not_compare_needs_a_superuser(roles, pairs, route):
+    candidate = _unmeasured_candidate(route, pairs)
+    url = f"{API}/encoder-versions/{candidate.pk}/promote/"
+    # staff with the change permission: refused, with the reason
+    refused = _client(roles["trainer"]).post(url, {}, format="json")
+    assert refused.status_code == 409, refused.content
+    detail = refused.json()["detail"]
+    assert "no evaluation" in detail and UNMEASURED[route] in detail, detail
+    assert "superuser may force" in detail
+    assert _client(roles["trainer"]).post(url, {"force": True}, format="json").status_code == 403
+    # a superuser too, unless forcing
+    assert _client(roles["superuser"]).post(url, {}, format="json").status_code == 409
+    assert EncoderVersion.objects.get(pk=candidate.pk).status == "candidate"
+    forced = _client(roles["superuser"]).post(url, {"force": True}, format="json")
+    assert forced.status_code == 202, forced.content
+    assert forced.json()["status"] == "promoting"
+    assert forced.json()["gate"]["passed"] is False
+    assert forced.json()["gate"]["detail"].startswith("no evaluation: ")
