@@ -40,7 +40,15 @@ class AlreadyRegistered(ImproperlyConfigured):
 
 
 class NotRegistered(LookupError):
-    """The label names no registered model."""
+    """The label names no registered model.
+
+    The message lists the registered labels, for the developer reading a traceback; the API
+    views tell clients only that ``label`` is unknown (the list goes to staff and the log).
+    """
+
+    def __init__(self, message: str, label: object = None) -> None:
+        super().__init__(message)
+        self.label = label
 
 
 def as_semantic(queryset: models.QuerySet) -> SemanticQuerySet:
@@ -194,7 +202,7 @@ class SearchRegistry:
         entry = self._entries.get(label.lower()) if isinstance(label, str) else None
         if entry is None:
             known = ", ".join(sorted(self._entries)) or "none"
-            raise NotRegistered(f"Unknown model {label!r}. Searchable models: {known}.")
+            raise NotRegistered(f"Unknown model {label!r}. Searchable models: {known}.", label)
         return entry
 
     def is_registered(self, model: type[models.Model]) -> bool:

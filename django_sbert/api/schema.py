@@ -17,6 +17,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .registry import registry
+from .settings import api_settings
+from .throttling import SchemaRateThrottle
 
 HAS_SPECTACULAR = importlib.util.find_spec("drf_spectacular") is not None
 
@@ -80,10 +82,20 @@ if HAS_SPECTACULAR:
             return path
 
     class SchemaView(SpectacularAPIView):
-        """GET schema/: the OpenAPI 3 document of the sbert endpoints (YAML or ?format=json)."""
+        """GET schema/: the OpenAPI 3 document of the sbert endpoints (YAML or ?format=json).
+
+        Throttled by the ``schema`` rate; who may read it is
+        SBERT["API"]["SCHEMA_PERMISSION_CLASSES"] (None: drf-spectacular's SERVE_PERMISSIONS).
+        """
 
         generator_class = SbertSchemaGenerator
-        throttle_classes: list[Any] = []
+        throttle_classes = [SchemaRateThrottle]
+
+        def get_permissions(self) -> list[Any]:
+            classes = api_settings.SCHEMA_PERMISSION_CLASSES
+            if classes is None:
+                return super().get_permissions()
+            return [permission() for permission in classes]
 
 else:  # pragma: no cover - exercised only without drf-spectacular
     SbertAutoSchema = None  # type: ignore[assignment,misc]
@@ -102,7 +114,11 @@ else:  # pragma: no cover - exercised only without drf-spectacular
     class SchemaView(APIView):  # type: ignore[no-redef]
         """GET schema/ without drf-spectacular: 501 with the install hint."""
 
-        permission_classes: list[Any] = []
+        throttle_classes = [SchemaRateThrottle]
+
+        def get_permissions(self) -> list[Any]:
+            classes = api_settings.SCHEMA_PERMISSION_CLASSES
+            return [permission() for permission in classes or []]
 
         def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Response:
             return Response({"detail": INSTALL_HINT}, status=status.HTTP_501_NOT_IMPLEMENTED)

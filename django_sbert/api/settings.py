@@ -5,7 +5,7 @@
     SBERT = {
         "API": {
             "MAX_K": 50,
-            "THROTTLE_RATES": {"search": "600/minute"},  # merged: "embed" keeps its default
+            "THROTTLE_RATES": {"search": "600/minute"},  # merged: the other scopes keep theirs
             "EMBED_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
         }
     }
@@ -42,15 +42,23 @@ API_DEFAULTS: dict[str, Any] = {
     "EMBED_MAX_TEXTS": 64,  # texts per request
     "EMBED_MAX_TEXT_LENGTH": 5000,  # characters per text
     "MAX_BODY_BYTES": 2 * 1024 * 1024,  # request bodies over this get 413
+    # schema/: None keeps drf-spectacular's SPECTACULAR_SETTINGS["SERVE_PERMISSIONS"] (AllowAny
+    # unless the project changed it). The document names every registered model.
+    "SCHEMA_PERMISSION_CLASSES": None,
     # Requests per period for each client (user id, or IP address when anonymous); None
     # turns a scope off. DRF's rate syntax: "60/minute", "1000/hour", "10/second".
-    "THROTTLE_RATES": {"search": "120/minute", "embed": "30/minute"},
+    "THROTTLE_RATES": {"search": "120/minute", "embed": "30/minute", "schema": "60/minute"},
     # How many proxies in front of the site append to X-Forwarded-For. None: trust no proxy,
     # count anonymous clients by REMOTE_ADDR; N: the Nth address from the right of the header.
     "NUM_PROXIES": None,
 }
 
-IMPORT_STRINGS = ("PAGINATION_CLASS", "SEARCH_PERMISSION_CLASSES", "EMBED_PERMISSION_CLASSES")
+IMPORT_STRINGS = (
+    "PAGINATION_CLASS",
+    "SEARCH_PERMISSION_CLASSES",
+    "EMBED_PERMISSION_CLASSES",
+    "SCHEMA_PERMISSION_CLASSES",
+)
 MERGED_KEYS = ("THROTTLE_RATES",)
 
 

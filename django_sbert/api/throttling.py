@@ -1,4 +1,4 @@
-"""Rate limits of search/, similar/ and embed/, with defaults that work without configuration.
+"""Rate limits of search/, similar/, embed/ and schema/, with defaults that need no setup.
 
 DRF's ScopedRateThrottle raises ImproperlyConfigured until REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]
 names every scope; these read SBERT["API"]["THROTTLE_RATES"] instead, which has defaults. Each
@@ -81,3 +81,9 @@ class EmbedRateThrottle(SbertRateThrottle):
     """embed/: each request may encode up to EMBED_MAX_TEXTS texts."""
 
     scope = "embed"
+
+
+class SchemaRateThrottle(SbertRateThrottle):
+    """schema/: each request generates the whole OpenAPI document."""
+
+    scope = "schema"

@@ -4,10 +4,15 @@ Every bad input gets a 4xx with a message saying what to send instead; none reac
 database or the encoder unchecked. Order of checks per request (DRF's): authentication, the
 model's permission classes (so the model must be known first: unknown models are 400 on
 search/, 404 on similar/), throttling, then the parameters.
+
+An unknown model is answered without the list of registered models, which a client that may
+search none of them has no business seeing: staff users get the list in the message, everyone
+else only in the log (a warning of the ``django_sbert.api.views`` logger).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from rest_framework import serializers, status
@@ -41,6 +46,8 @@ from .serializers import (
 )
 from .settings import api_settings
 from .throttling import EmbedRateThrottle, SearchRateThrottle
+
+logger = logging.getLogger(__name__)
 
 
 class NotEmbedded(APIException):
@@ -102,8 +109,24 @@ class SemanticResultsView(GenericAPIView):
             try:
                 self._entry = registry.get(self.get_model_label())
             except NotRegistered as exc:
+                logger.warning(
+                    "sbert API: unknown model %r requested; searchable models: %s",
+                    exc.label,
+                    ", ".join(registry.labels) or "none",
+                )
                 raise self.model_not_found(exc) from exc
         return self._entry
+
+    def searchable_models_hint(self) -> str:
+        """For staff users ' Searchable models: a, b.', for other clients nothing."""
+        user = getattr(self.request, "user", None)
+        if user is not None and user.is_staff:
+            return f" Searchable models: {', '.join(registry.labels) or 'none'}."
+        return ""
+
+    def unknown_model_message(self, exc: NotRegistered) -> str:
+        """What the client is told: the label is unknown (and, for staff, what is known)."""
+        return f"Unknown model {exc.label!r}.{self.searchable_models_hint()}"
 
     def get_permissions(self) -> list[BasePermission]:
         if getattr(self, "swagger_fake_view", False):  # schema generation: no model
@@ -193,14 +216,14 @@ class SearchView(SemanticResultsView):
         if not label:
             raise ValidationError(
                 {
-                    "model": f"Pass ?model=app_label.model_name; searchable models: "
-                    f"{', '.join(registry.labels) or 'none'}."
+                    "model": "Pass ?model=app_label.model_name of a searchable model."
+                    + self.searchable_models_hint()
                 }
             )
         return label
 
     def model_not_found(self, exc: NotRegistered) -> APIException:
-        return ValidationError({"model": str(exc)})
+        return ValidationError({"model": self.unknown_model_message(exc)})
 
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         params = SearchQuerySerializer(data=request.query_params)
@@ -267,7 +290,7 @@ class SimilarView(SemanticResultsView):
         return self.kwargs["model"]
 
     def model_not_found(self, exc: NotRegistered) -> APIException:
-        return NotFound(str(exc))
+        return NotFound(self.unknown_model_message(exc))
 
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         params = SimilarQuerySerializer(data=request.query_params)

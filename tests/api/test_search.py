@@ -153,7 +153,7 @@ def test_without_pagination_results_is_the_whole_top_k(api_client, articles, reg
         ({"q": "dog"}, "model", "Pass ?model=app_label.model_name"),
         ({"model": "", "q": "dog"}, "model", "Pass ?model="),
         ({"model": "testapp.nope", "q": "dog"}, "model", "Unknown model 'testapp.nope'"),
-        ({"model": "auth.user", "q": "dog"}, "model", "Searchable models: testapp.article"),
+        ({"model": "auth.user", "q": "dog"}, "model", "Unknown model 'auth.user'."),
         ({"model": "testapp.author", "q": "dog"}, "model", "Unknown model"),
         ({"model": "testapp.article"}, "q", "Pass the search text"),
         ({"model": "testapp.article", "q": ""}, "q", "is empty"),
@@ -206,6 +206,35 @@ def test_bad_parameters_are_400_with_a_message(
         if isinstance(errors[field], list)
         else message in errors[field]
     )
+
+
+@pytest.mark.parametrize("params", [{"model": "auth.user"}, {"model": ""}, {}])
+@pytest.mark.parametrize("role", ["anonymous", "user", "viewer"])
+def test_unknown_model_does_not_list_the_registered_models(
+    client_as, articles, registered, caplog, params, role
+):
+    """A client that may search nothing must not learn which models exist."""
+    registered()
+    with caplog.at_level("WARNING", logger="django_sbert.api.views"):
+        response = client_as(role).get(URL, {**params, "q": "dog"})
+    assert response.status_code == 400
+    assert "testapp.article" not in response.content.decode()
+    assert "Searchable models" not in response.content.decode()
+    if params.get("model"):
+        assert response.json() == {"model": "Unknown model 'auth.user'."}
+        # The developer still finds the list in the log.
+        assert "'auth.user'" in caplog.text
+        assert "searchable models: testapp.article" in caplog.text
+
+
+@pytest.mark.parametrize("params", [{"model": "auth.user"}, {}])
+def test_unknown_model_lists_the_registered_models_to_staff(
+    client_as, articles, registered, params
+):
+    registered()
+    response = client_as("staff").get(URL, {**params, "q": "dog"})
+    assert response.status_code == 400
+    assert "Searchable models: testapp.article." in response.json()["model"]
 
 
 def test_query_length_limit_is_a_setting(api_client, articles, registered, settings):

@@ -54,7 +54,15 @@ def test_unknown_model_is_404_with_a_message(api_client, articles, registered):
     registered()
     response = api_client.get(url(articles[0].pk, model="auth.user"))
     assert response.status_code == 404
-    assert "Searchable models: testapp.article" in response.json()["detail"]
+    assert response.json() == {"detail": "Unknown model 'auth.user'."}
+    assert "testapp.article" not in response.content.decode()  # not for this client to see
+
+
+def test_unknown_model_lists_the_registered_models_to_staff(client_as, articles, registered):
+    registered()
+    response = client_as("staff").get(url(articles[0].pk, model="auth.user"))
+    assert response.status_code == 404
+    assert "Searchable models: testapp.article." in response.json()["detail"]
 
 
 def test_row_without_embedding_is_409(api_client, articles, registered):

@@ -14,7 +14,11 @@ SEARCH = "/api/sbert/search/?model=testapp.article&q=dog"
 
 
 def test_defaults_are_on():
-    assert API_DEFAULTS["THROTTLE_RATES"] == {"search": "120/minute", "embed": "30/minute"}
+    assert API_DEFAULTS["THROTTLE_RATES"] == {
+        "search": "120/minute",
+        "embed": "30/minute",
+        "schema": "60/minute",
+    }
 
 
 def test_search_and_similar_share_the_search_rate(client_as, articles, registered, settings):
