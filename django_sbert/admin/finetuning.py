@@ -27,6 +27,7 @@ from django.utils.html import format_html
 from ..conf import sbert_settings
 from ..finetuning import pairs as pair_io
 from ..finetuning import promotion, runs
+from ..finetuning.errors import error_for, error_message, may_see_traceback
 from ..models import (
     EncoderVersion,
     RunStatus,
@@ -179,6 +180,15 @@ def _counts(queryset: Any) -> dict[str, Any]:
 # --- training runs ----------------------------------------------------------------------------
 
 
+def _error_fields(request: HttpRequest, fields: Any, name: str) -> Any:
+    """``fields`` with the stored error ``name`` (traceback included) for superusers, and for
+    other staff its message only (the ``<name>_text`` display): a traceback shows the server's
+    paths, settings and code."""
+    if may_see_traceback(request.user):
+        return fields
+    return tuple(f"{name}_text" if field == name else field for field in fields)
+
+
 @admin.register(TrainingRun)
 class TrainingRunAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
     list_display = ("id", "encoder_name", "loss", "status", "progress", "created_at", "created_by")
@@ -205,6 +215,16 @@ class TrainingRunAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # runs start from the pairs' action or manage.py sbert_train
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return _error_fields(request, super().get_fields(request, obj), "error")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return _error_fields(request, super().get_readonly_fields(request, obj), "error")
+
+    @admin.display(description="error")
+    def error_text(self, obj: TrainingRun) -> str:
+        return error_message(obj.error)
 
     @admin.display(description="progress")
     def progress(self, obj: TrainingRun) -> str:
@@ -254,7 +274,7 @@ class TrainingRunAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
                 "progress": run.progress,
                 "loss": run.loss_history[-1][1] if run.loss_history else None,
                 "finished": run.status not in (RunStatus.QUEUED, RunStatus.RUNNING),
-                "error": run.error,
+                "error": error_for(request.user, run.error),
             }
         )
 
@@ -286,6 +306,16 @@ class EncoderVersionAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # versions come from training runs
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return _error_fields(request, super().get_fields(request, obj), "promotion_error")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return _error_fields(request, super().get_readonly_fields(request, obj), "promotion_error")
+
+    @admin.display(description="promotion error")
+    def promotion_error_text(self, obj: EncoderVersion) -> str:
+        return error_message(obj.promotion_error)
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # The serving version (and one being promoted) cannot be deleted: rows hold its vectors.

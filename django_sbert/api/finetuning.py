@@ -23,6 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from ..finetuning import promotion, runs
+from ..finetuning.errors import error_for
 from ..models import EncoderVersion, TrainingPair, TrainingRun, VersionStatus
 from .pagination import SearchPagination
 from .parsers import BoundedJSONParser
@@ -193,7 +194,28 @@ class TrainingPairViewSet(
 # -- training-runs/ ------------------------------------------------------------------------
 
 
-class TrainingRunSerializer(serializers.ModelSerializer):
+ERROR_HELP = "Why it failed: with the traceback for superusers, the message alone for other staff."
+
+
+class StoredErrorMixin:
+    """Shows the stored error fields (``error_fields``) whole to superusers only; other staff get
+    the message without the traceback. Needs ``context={"request": request}``; without one,
+    the message only."""
+
+    error_fields: tuple[str, ...] = ()
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        data = super().to_representation(instance)  # type: ignore[misc]
+        request = self.context.get("request")  # type: ignore[attr-defined]
+        user = getattr(request, "user", None)
+        for name in self.error_fields:
+            if data.get(name):
+                data[name] = error_for(user, data[name])
+        return data
+
+
+class TrainingRunSerializer(StoredErrorMixin, serializers.ModelSerializer):
+    error_fields = ("error",)
     progress = serializers.FloatField(read_only=True, help_text="Share of the steps done.")
     candidate = serializers.SerializerMethodField(help_text="Version the run produced.")
 
@@ -219,6 +241,7 @@ class TrainingRunSerializer(serializers.ModelSerializer):
             "finished_at",
         ]
         read_only_fields = fields
+        extra_kwargs = {"error": {"help_text": ERROR_HELP}}
 
     def get_candidate(self, run: TrainingRun) -> str | None:
         version = EncoderVersion.objects.filter(run=run).values_list("version", flat=True)
@@ -319,7 +342,10 @@ class TrainingRunViewSet(
             raise ValidationError({"content": [str(exc).strip("'\"")]}) from exc
         except runs.RunConflict as exc:
             raise Conflict(str(exc)) from exc
-        return Response(TrainingRunSerializer(run).data, status=status.HTTP_201_CREATED)
+        return Response(
+            TrainingRunSerializer(run, context=self.get_serializer_context()).data,
+            status=status.HTTP_201_CREATED,
+        )
 
     @document(request=None, responses={200: TrainingRunSerializer, **_errors(403, 404, 409)})
     @action(detail=True, methods=["post"])
@@ -329,13 +355,14 @@ class TrainingRunViewSet(
         if not runs.cancel_run(run):
             raise Conflict(f"Run {run.pk} has already finished ({run.status}).")
         run.refresh_from_db()
-        return Response(TrainingRunSerializer(run).data)
+        return Response(TrainingRunSerializer(run, context=self.get_serializer_context()).data)
 
 
 # -- encoder-versions/ -----------------------------------------------------------------------
 
 
-class EncoderVersionSerializer(serializers.ModelSerializer):
+class EncoderVersionSerializer(StoredErrorMixin, serializers.ModelSerializer):
+    error_fields = ("promotion_error",)
     promotion_progress = serializers.FloatField(read_only=True)
     run = serializers.PrimaryKeyRelatedField(read_only=True)
 
@@ -359,6 +386,7 @@ class EncoderVersionSerializer(serializers.ModelSerializer):
             "promotion_error",
         ]
         read_only_fields = fields
+        extra_kwargs = {"promotion_error": {"help_text": ERROR_HELP}}
 
 
 class PromoteRequestSerializer(serializers.Serializer):
@@ -419,7 +447,7 @@ class EncoderVersionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tr
         except promotion.PromotionRefused as exc:
             raise Conflict(str(exc)) from exc
         version.refresh_from_db()
-        data = dict(EncoderVersionSerializer(version).data)
+        data = dict(EncoderVersionSerializer(version, context=self.get_serializer_context()).data)
         if verdict is not None:
             data["gate"] = {"passed": verdict.passed, "detail": verdict.describe()}
         return Response(data, status=status.HTTP_202_ACCEPTED)
@@ -439,4 +467,7 @@ class EncoderVersionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tr
         except promotion.PromotionRefused as exc:
             raise Conflict(str(exc)) from exc
         previous.refresh_from_db()
-        return Response(EncoderVersionSerializer(previous).data, status=status.HTTP_202_ACCEPTED)
+        return Response(
+            EncoderVersionSerializer(previous, context=self.get_serializer_context()).data,
+            status=status.HTTP_202_ACCEPTED,
+        )

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +32,7 @@ from ..indexing import FieldRef, field_refs
 from ..indexing.writes import content_type_id, stage_pending, unstaged
 from ..models import EncoderVersion, StagedEmbedding, VersionStatus
 from ..serving import forget_serving, serving, switch_lock
+from .errors import describe_exception
 from .gate import GateResult
 from .gate import gate as evaluation_gate  # start_promotion() has a `gate` flag
 
@@ -310,8 +310,8 @@ def run_promotion(pk: int) -> dict[str, int] | None:
         if not EncoderVersion.objects.filter(pk=pk, status=VersionStatus.PROMOTING).exists():
             return None  # cancelled meanwhile
         return switch(target)
-    except Exception:
+    except Exception as exc:
         EncoderVersion.objects.filter(pk=pk).update(
-            promotion_error=traceback.format_exc()[-4000:], promotion_updated_at=timezone.now()
+            promotion_error=describe_exception(exc), promotion_updated_at=timezone.now()
         )
         raise

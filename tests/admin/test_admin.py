@@ -7,6 +7,7 @@ confirmation page, watch the run, promote the candidate, and search with the new
 
 from __future__ import annotations
 
+import html
 import io
 from collections.abc import Iterator
 
@@ -362,3 +363,52 @@ def test_a_candidate_the_gate_did_not_compare_is_promoted_by_superusers_only(cli
     assert "no evaluation" in page.content.decode()  # the success message says it was not compared
     candidate.refresh_from_db()
     assert candidate.status == VersionStatus.PROMOTING
+
+
+def _failed_run_and_promotion() -> tuple[TrainingRun, EncoderVersion]:
+    """A run that failed as ``runs.execute_run`` records it, and a promotion that really failed
+    (its version's model files are missing), as ``promotion.run_promotion`` records it."""
+    from django_sbert.finetuning import promotion
+    from django_sbert.finetuning.errors import describe_exception
+
+    try:
+        raise ValueError("the loss became NaN at step 7")
+    except ValueError as exc:
+        error = describe_exception(exc)
+    run = TrainingRun.objects.create(loss="mnrl", status=RunStatus.FAILED, error=error)
+    Article.objects.create(title="central bank raises interest rates")
+    version = EncoderVersion.objects.create(
+        version="tiny-ft:gone",
+        directory="/nonexistent/tiny-ft-gone",
+        status=VersionStatus.PROMOTING,
+    )
+    with pytest.raises(Exception):  # noqa: B017 - whatever loading missing files raises
+        promotion.run_promotion(version.pk)
+    version.refresh_from_db()
+    assert "Traceback (most recent call last)" in version.promotion_error
+    return run, version
+
+
+def test_tracebacks_of_runs_and_promotions_are_for_superusers_only(client):
+    run, version = _failed_run_and_promotion()
+    run_message = "ValueError: the loss became NaN at step 7"
+    version_message = version.promotion_error.split("\n\n")[0]
+    assert version_message and "Traceback" not in version_message
+    pages = [
+        (f"{ADMIN}/trainingrun/{run.pk}/change/", run_message),
+        (f"{ADMIN}/encoderversion/{version.pk}/change/", version_message),
+    ]
+    status_url = f"{ADMIN}/trainingrun/{run.pk}/status/"
+    # staff with every permission: the message, no traceback
+    client.force_login(user_with("staff", ALL))
+    for url, message in pages:
+        page = client.get(url).content.decode()
+        assert html.escape(message.splitlines()[0]) in page, url  # the admin shows \n as <br>
+        assert "Traceback" not in page and 'File "' not in page and "File &quot;" not in page
+    assert client.get(status_url).json()["error"] == run_message
+    # a superuser: the whole stored error
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    for url, _ in pages:
+        page = client.get(url).content.decode()
+        assert "Traceback (most recent call last)" in page, url
+    assert client.get(status_url).json()["error"] == run.error

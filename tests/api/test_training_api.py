@@ -372,3 +372,47 @@ def test_a_candidate_the_gate_did_not_compare_needs_a_superuser(roles, pairs, ro
     assert forced.json()["status"] == "promoting"
     assert forced.json()["gate"]["passed"] is False
     assert forced.json()["gate"]["detail"].startswith("no evaluation: ")
+
+
+def test_tracebacks_of_runs_and_promotions_are_for_superusers_only(roles, pairs):
+    from django_sbert.finetuning.errors import describe_exception
+
+    try:
+        raise ValueError("the loss became NaN at step 7")
+    except ValueError as exc:
+        error = describe_exception(exc)
+    failed = TrainingRun.objects.create(loss="mnrl", status=RunStatus.FAILED, error=error)
+    Article.objects.create(title=PAIRS[0][0])
+    version = EncoderVersion.objects.create(
+        version="default:gone", directory="/nonexistent/default-gone", status="promoting"
+    )
+    with pytest.raises(Exception):  # noqa: B017 - whatever loading missing files raises
+        promotion.run_promotion(version.pk)  # records promotion_error, as the task does
+    stored = EncoderVersion.objects.get(pk=version.pk).promotion_error
+    assert "Traceback (most recent call last)" in stored
+
+    def seen(user: User) -> list[str]:
+        client = _client(user)
+        runs_seen = [client.get(f"{API}/training-runs/{failed.pk}/").json()["error"]]
+        runs_seen += [r["error"] for r in client.get(f"{API}/training-runs/").json()["results"]]
+        versions_seen = [
+            client.get(f"{API}/encoder-versions/{version.pk}/").json()["promotion_error"]
+        ]
+        versions_seen += [
+            v["promotion_error"]
+            for v in client.get(f"{API}/encoder-versions/").json()["results"]
+            if v["id"] == version.pk
+        ]
+        return runs_seen + versions_seen
+
+    for text in seen(roles["trainer"]):
+        assert "Traceback" not in text and 'File "' not in text, text
+    assert (
+        seen(roles["trainer"])
+        == [
+            "ValueError: the loss became NaN at step 7",
+        ]
+        * 2
+        + [stored.split("\n\n")[0]] * 2
+    )
+    assert seen(roles["superuser"]) == [error] * 2 + [stored] * 2
