@@ -10,7 +10,6 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
@@ -18,7 +17,7 @@ from ..finetuning import runs
 from ..finetuning.pairs import content_pairs
 from ..indexing import field_refs
 from ..indexing.tasks import enqueue_embed
-from ..query import SemanticQuerySet
+from ..query import as_semantic
 
 
 class ForbidMissingActionsMixin:
@@ -37,13 +36,6 @@ def require_permission(request: HttpRequest, permission: str) -> None:
     """Raise ``PermissionDenied`` (403) unless the request's user has ``permission``."""
     if not request.user.has_perm(permission):
         raise PermissionDenied(f"You need the {permission!r} permission.")
-
-
-def semantic(queryset: QuerySet) -> SemanticQuerySet:
-    """``queryset`` with ``similar_to()``, also for a model whose manager is not semantic."""
-    if isinstance(queryset, SemanticQuerySet):
-        return queryset
-    return SemanticQuerySet(model=queryset.model, query=queryset.query.chain(), using=queryset.db)
 
 
 class SemanticChangeList(ChangeList):
@@ -165,7 +157,7 @@ class EmbeddingAdminMixin:
         similar: list[Any] = []
         if obj is not None and self.similar_items:
             # The rows this user may see on this admin, never the whole table.
-            queryset = semantic(self.get_queryset(request))
+            queryset = as_semantic(self.get_queryset(request))
             try:
                 similar = list(
                     queryset.similar_to(obj, k=self.similar_items, field=self.embedding_field)

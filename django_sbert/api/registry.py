@@ -29,7 +29,7 @@ from rest_framework.request import Request
 from rest_framework.settings import api_settings as drf_settings
 
 from ..fields import EmbeddingField, embedding_fields
-from ..query import SemanticQuerySet
+from ..query import SemanticQuerySet, as_semantic
 from .settings import api_settings
 
 QuerySetSource = models.QuerySet | models.Manager | Callable[[Request], models.QuerySet] | None
@@ -49,13 +49,6 @@ class NotRegistered(LookupError):
     def __init__(self, message: str, label: object = None) -> None:
         super().__init__(message)
         self.label = label
-
-
-def as_semantic(queryset: models.QuerySet) -> SemanticQuerySet:
-    """``queryset`` as a SemanticQuerySet, so models without SemanticManager can be searched."""
-    if isinstance(queryset, SemanticQuerySet):
-        return queryset
-    return SemanticQuerySet(model=queryset.model, query=queryset.query.chain(), using=queryset.db)
 
 
 @dataclass(frozen=True)

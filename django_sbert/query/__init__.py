@@ -17,7 +17,7 @@ in ``django_sbert.fulltext``.
 from __future__ import annotations
 
 from .options import ITERATIVE_SCAN_MODES, SearchOptions, SearchTimeout, search_options
-from .queryset import SemanticManager, SemanticQuerySet
+from .queryset import SemanticManager, SemanticQuerySet, as_semantic
 
 __all__ = [
     "ITERATIVE_SCAN_MODES",
@@ -25,5 +25,6 @@ __all__ = [
     "SearchTimeout",
     "SemanticManager",
     "SemanticQuerySet",
+    "as_semantic",
     "search_options",
 ]

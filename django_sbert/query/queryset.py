@@ -408,5 +408,13 @@ def _resorted(rows: list[Any]) -> list[Any]:
     return [rows[i] for i in order]
 
 
+def as_semantic(queryset: models.QuerySet) -> SemanticQuerySet:
+    """``queryset`` as a SemanticQuerySet, so models without SemanticManager can be searched
+    (the API's registry and the admin's similar items use it)."""
+    if isinstance(queryset, SemanticQuerySet):
+        return queryset
+    return SemanticQuerySet(model=queryset.model, query=queryset.query.chain(), using=queryset.db)
+
+
 class SemanticManager(models.Manager.from_queryset(SemanticQuerySet)):  # type: ignore[misc]
     """``objects = SemanticManager()`` gives ``Model.objects.similar_to(...)``."""
