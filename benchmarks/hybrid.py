@@ -250,7 +250,7 @@ def main() -> None:
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"
     )
 
-    from django_sbert.conf import SEARCH_DEFAULTS as HYBRID_DEFAULTS
+    from django_sbert.conf import SEARCH_DEFAULTS
     from tests.testapp.models import Article
 
     list(Article.objects.hybrid_search("warm up the encoder and the connection"))
@@ -265,11 +265,11 @@ def main() -> None:
     keys = ("match", "max_df", "rrf_k", "keyword_weight", "candidates")
     chosen = {k: best[k] for k in keys}
     defaults = (
-        HYBRID_DEFAULTS["KEYWORD_MATCH"],
-        HYBRID_DEFAULTS["KEYWORD_MAX_DF"],
-        HYBRID_DEFAULTS["RRF_K"],
-        HYBRID_DEFAULTS["KEYWORD_WEIGHT"],
-        HYBRID_DEFAULTS["CANDIDATES"],
+        SEARCH_DEFAULTS["KEYWORD_MATCH"],
+        SEARCH_DEFAULTS["KEYWORD_MAX_DF"],
+        SEARCH_DEFAULTS["RRF_K"],
+        SEARCH_DEFAULTS["KEYWORD_WEIGHT"],
+        SEARCH_DEFAULTS["CANDIDATES"],
     )
     default = next((r for r in ranking if tuple(r[k] for k in keys) == defaults), None)
     print(f"chosen on dev: {chosen}\nthe library defaults give: {default}")
