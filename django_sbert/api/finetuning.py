@@ -25,6 +25,7 @@ from rest_framework.response import Response
 from ..finetuning import promotion, runs
 from ..finetuning.errors import error_for
 from ..models import EncoderVersion, TrainingPair, TrainingRun, VersionStatus
+from .errors import ServiceErrorsMixin
 from .pagination import SearchPagination
 from .parsers import BoundedJSONParser
 from .permissions import DjangoModelViewPermissions
@@ -90,7 +91,7 @@ def _bad_request(exc: DjangoValidationError) -> ValidationError:
     return ValidationError({"detail": exc.messages})
 
 
-class TrainingViewSet(viewsets.GenericViewSet):
+class TrainingViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
     """What the three viewsets share: staff permissions, JSON bodies, paging, the schema."""
 
     permission_classes = [StaffModelPermissions]

@@ -139,6 +139,8 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
     413: "Request body too large.",
     415: "Unsupported media type: send application/json.",
     429: "Too many requests: see the Retry-After header.",
+    503: "A part the request needs is unavailable (the broker, the serving model's files, or the "
+    "search ran past its time limit): see Retry-After.",
 }
 
 

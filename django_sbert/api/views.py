@@ -24,6 +24,7 @@ from rest_framework.response import Response
 
 from ..query import SemanticQuerySet
 from ..serving import encode_texts
+from .errors import ServiceErrorsMixin
 from .parsers import BoundedJSONParser
 from .registry import NotRegistered, SearchEntry, registry
 from .schema import (
@@ -84,7 +85,7 @@ def _mode_results() -> Any:
     )
 
 
-class SemanticResultsView(GenericAPIView):
+class SemanticResultsView(ServiceErrorsMixin, GenericAPIView):
     """What search/ and similar/ share: the model's entry, its permissions, paging of results."""
 
     throttle_classes = [SearchRateThrottle]
@@ -203,7 +204,7 @@ _PAGE_PARAMETERS = (
     parameters=[SearchQuerySerializer, *_PAGE_PARAMETERS],
     responses={
         200: _search_response("SemanticSearchResponse", _mode_results()),
-        **error_responses(400, 401, 403, 404, 429),
+        **error_responses(400, 401, 403, 404, 429, 503),
     },
 )
 class SearchView(SemanticResultsView):
@@ -278,7 +279,7 @@ class SearchView(SemanticResultsView):
     else None,
     responses={
         200: _search_response("SimilarItemsResponse"),
-        **error_responses(400, 401, 403, 404, 409, 429),
+        **error_responses(400, 401, 403, 404, 409, 429, 503),
     },
 )
 class SimilarView(SemanticResultsView):
@@ -320,10 +321,10 @@ class SimilarView(SemanticResultsView):
     request=EmbedRequestSerializer,
     responses={
         200: EmbedResponseSerializer,
-        **error_responses(400, 401, 403, 413, 415, 429),
+        **error_responses(400, 401, 403, 413, 415, 429, 503),
     },
 )
-class EmbedView(GenericAPIView):
+class EmbedView(ServiceErrorsMixin, GenericAPIView):
     """POST embed/ {"texts": [...], "normalize": true}: vectors from the site's encoder."""
 
     schema_operation_id = "sbert_embed"

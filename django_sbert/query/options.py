@@ -21,12 +21,13 @@ from django.db import OperationalError, connections, transaction
 
 from .. import fulltext
 from ..conf import sbert_settings
+from ..exceptions import ServiceUnavailable
 
 ITERATIVE_SCAN_MODES = ("off", "strict_order", "relaxed_order")
 QUERY_CANCELED = "57014"  # PostgreSQL's SQLSTATE for a statement cancelled by statement_timeout
 
 
-class SearchTimeout(OperationalError):
+class SearchTimeout(OperationalError, ServiceUnavailable):
     """PostgreSQL cancelled a search statement at ``SBERT["SEARCH"]["STATEMENT_TIMEOUT"]``."""
 
 
