@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from ..fields import text_hash, vector_literal
 from ..models import StagedEmbedding
-from ..serving import has_saved_versions, serving, switch_lock
+from ..serving import serving, switch_lock
 from .refs import FieldRef
 from .rows import PendingRow, Pk, encode_rows, light_rows, rows_queryset
 
@@ -76,9 +76,7 @@ class VersionChanged(Exception):
 
 def _check_still_serving(ref: FieldRef, version: str, alias: str) -> None:
     """Inside the write transaction: hold the switch lock (shared) and re-read the serving
-    version. Skipped while no version of the encoder was ever saved (no switch can happen)."""
-    if not has_saved_versions(ref.encoder_name):
-        return
+    version from the database (the truth on every host, whatever files this one has)."""
     switch_lock(ref.encoder_name, shared=True, using=alias)
     current = serving(ref.encoder_name, max_age=0).version
     if current != version:

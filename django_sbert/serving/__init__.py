@@ -29,7 +29,7 @@ from .cache import (
     reset_encoders,
 )
 from .identity import base_label, base_version, model_fingerprint
-from .storage import has_saved_versions, model_root, resolve_directory, save_encoder
+from .storage import missing_version_files, model_root, resolve_directory, save_encoder
 from .versions import (
     Serving,
     forget_serving,
@@ -53,7 +53,7 @@ __all__ = [
     "encoder_version",
     "forget_serving",
     "get_encoder",
-    "has_saved_versions",
+    "missing_version_files",
     "model_fingerprint",
     "model_root",
     "promoting_version",

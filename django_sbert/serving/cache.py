@@ -33,7 +33,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
 from ..conf import SETTING_NAME, encoder_config, sbert_settings
+from ..exceptions import VersionUnavailable
 from .identity import forget_base_versions
+from .storage import missing_version_files, model_root
 from .versions import serving, serving_version, version_directory
 
 if TYPE_CHECKING:
@@ -67,7 +69,7 @@ def get_encoder(name: str = "default", version: str | None = None) -> SentenceEn
     with _lock:
         encoder = _tuned.get(key)
         if encoder is None:
-            encoder = _load(name, directory)
+            encoder = _load_version(name, version, directory)
             _tuned[key] = encoder
             while len(_tuned) > MAX_TUNED_LOADED:
                 _tuned.popitem(last=False)
@@ -84,6 +86,27 @@ def _base_encoder(name: str) -> SentenceEncoder:
             encoder = _load(name)
             _encoders[name] = encoder
     return encoder
+
+
+def _load_version(name: str, version: str, directory: str) -> SentenceEncoder:
+    """Load a fine-tuned version from its directory, or say why this host cannot.
+
+    Never falls back to another version: a host that encoded with the base model while the
+    database says a fine-tuned version serves would write (and search) vectors of the wrong
+    version.
+    """
+    problem = missing_version_files(directory)
+    if problem is None:
+        try:
+            return _load(name, directory)
+        except (OSError, ValueError) as exc:  # unreadable or corrupt files
+            problem = f"loading {directory} failed: {type(exc).__name__}: {exc}"
+    raise VersionUnavailable(
+        f"Encoder {name!r} must encode with version {version!r} (the database says it serves), "
+        f"but {problem}. Every web and worker host needs that version's files under "
+        f"SBERT['MODEL_DIR'] (here {model_root()}): mount the directory the training worker "
+        "saves to, or copy it there. Nothing is encoded with another version meanwhile."
+    )
 
 
 def _load(name: str, directory: str | None = None) -> SentenceEncoder:

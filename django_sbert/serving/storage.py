@@ -7,7 +7,9 @@
     resolve_directory("default/<fp>")     # absolute Path under model_root()
 
 Stored directories are relative to ``model_root()``, so the same database rows work on every
-host that mounts the models at its own ``MODEL_DIR``.
+host that mounts the models at its own ``MODEL_DIR``. Which version serves is never read from
+here but from the database (``versions.py``); a host missing the serving version's directory
+refuses to encode (``missing_version_files``, ``cache.get_encoder``).
 """
 
 from __future__ import annotations
@@ -37,19 +39,23 @@ def model_root() -> Path:
     return Path(base or Path.cwd()) / "sbert_models"
 
 
-def has_saved_versions(name: str) -> bool:
-    """Whether a version of encoder ``name`` was ever saved here (one ``stat()``).
-
-    While none was, none can be active or being promoted: the callers that would otherwise
-    query the database every few seconds skip it on a site that never fine-tunes.
-    """
-    return (model_root() / name).is_dir()
-
-
 def resolve_directory(stored: str) -> Path:
     """A stored directory: relative ones are under ``model_root()`` (portable across hosts)."""
     path = Path(stored)
     return path if path.is_absolute() else model_root() / path
+
+
+def missing_version_files(directory: str | os.PathLike[str]) -> str | None:
+    """Why the model files of a version are not usable at ``directory``, or None when they are.
+
+    Cheap (two ``stat()`` calls): used before loading and by the start-up check.
+    """
+    path = Path(directory)
+    if not path.is_dir():
+        return f"{path} does not exist on this host"
+    if not (path / "config.json").is_file():
+        return f"{path} has no config.json (an incomplete copy?)"
+    return None
 
 
 def save_encoder(encoder: SentenceEncoder, name: str, label: str) -> tuple[str, str]:

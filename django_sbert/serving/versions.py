@@ -1,4 +1,4 @@
-"""Which version of an encoder serves now, and where fine-tuned versions are saved.
+"""Which version of an encoder serves now: the database says, every host obeys.
 
 The *serving* version of an encoder is its active ``EncoderVersion``, or, when none is active,
 the model named in ``SBERT["ENCODERS"][name]["MODEL"]``. Its version string is what indexing
@@ -7,11 +7,16 @@ writes to ``<field>_version`` and what a query must filter on::
     serving("default")          # Serving(encoder, version, directory), cached for a moment
     serving_version("default")  # just the version string
 
+The database is the only source of truth: a host never decides from its own files which version
+serves. When the serving version's files are missing on a host, loading it raises
+``VersionUnavailable`` (``cache.get_encoder``) instead of encoding with another version, and the
+database system check ``django_sbert.E012`` says so at start-up (``check_local_files``).
+
 Each process trusts what it read for ``SBERT["VERSION_CACHE_SECONDS"]`` (2 s): one indexed
-single-row SELECT per process every 2 s at most (none at all while ``MODEL_DIR/<name>`` does not
-exist, i.e. on a site that never fine-tuned), and every web process and worker notices a
-promotion within 2 s without a restart. While a promotion is under way nothing is cached (one
-SELECT per use), so the switch is seen by every process at its very next query.
+single-row SELECT per process every 2 s at most, also on a site that never fine-tuned (that is
+its cheap path: the same cached read, which finds no row), and every web process and worker
+notices a promotion within 2 s without a restart. While a promotion is under way nothing is
+cached (one SELECT per use), so the switch is seen by every process at its very next query.
 
 Writers that must not race a switch (``indexing.writes.write_vectors``) hold
 ``switch_lock(name, shared=True)`` and check ``serving(name, max_age=0)`` inside it; the switch
@@ -32,14 +37,16 @@ import time
 from dataclasses import dataclass
 
 from django.core.signals import setting_changed
-from django.db import connections, router, transaction
+from django.db import ProgrammingError, connections, router, transaction
 
 from ..conf import SETTING_NAME, sbert_settings
 from ..models import EncoderVersion, VersionStatus
 from .identity import base_version
-from .storage import has_saved_versions, resolve_directory
+from .storage import resolve_directory
 
 logger = logging.getLogger(__name__)
+
+UNDEFINED_TABLE = "42P01"  # PostgreSQL's SQLSTATE for a relation that does not exist
 
 _lock = threading.Lock()
 _cache: dict[str, tuple[float, Serving]] = {}
@@ -62,27 +69,34 @@ def _db() -> str:
     return router.db_for_read(EncoderVersion)
 
 
-def _read_active(name: str, *, always: bool = False) -> tuple[tuple[str, str, bool] | None, bool]:
+def _read_active(name: str) -> tuple[tuple[str, str, bool] | None, bool]:
     """(version, directory, is_base) of the active version or None, and whether a version of
     the encoder is being promoted; one indexed query."""
-    if not always and not has_saved_versions(name):
-        # No version of this encoder was ever saved here, so none can be active: a site that
-        # never fine-tunes pays a stat() per VERSION_CACHE_SECONDS and no query at all.
-        return None, False
     qs = EncoderVersion.objects.using(_db()).filter(
         encoder_name=name, status__in=[VersionStatus.ACTIVE, VersionStatus.PROMOTING]
     )
     fields = ("version", "directory", "is_base", "status")
-    connection = connections[_db()]
-    if connection.in_atomic_block:
-        # In a caller's transaction (a data migration, a test), a failing lookup (table not
-        # migrated yet) must not break that transaction: isolate it in a savepoint.
-        with transaction.atomic(using=_db()):
+    try:
+        if connections[_db()].in_atomic_block:
+            # In a caller's transaction (a data migration, a test), a failing lookup must not
+            # break that transaction: isolate it in a savepoint.
+            with transaction.atomic(using=_db()):
+                rows = list(qs.values_list(*fields))
+        else:
             rows = list(qs.values_list(*fields))
-    else:
-        rows = list(qs.values_list(*fields))
+    except ProgrammingError as exc:
+        if _sqlstate(exc) != UNDEFINED_TABLE:
+            raise
+        # django_sbert's tables are not migrated yet (rows saved by an earlier migration):
+        # no version can be active before the table that records versions exists.
+        return None, False
     active = next((row[:3] for row in rows if row[3] == VersionStatus.ACTIVE), None)
     return active, any(row[3] == VersionStatus.PROMOTING for row in rows)
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    cause = exc.__cause__
+    return getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
 
 
 def serving(name: str = "default", *, max_age: float | None = None) -> Serving:
@@ -99,7 +113,7 @@ def serving(name: str = "default", *, max_age: float | None = None) -> Serving:
     hit = _cache.get(name)
     if hit is not None and ttl > 0 and now - hit[0] < ttl:
         return hit[1]
-    row, promoting = _read_active(name, always=ttl <= 0)
+    row, promoting = _read_active(name)
     if row is None or row[2]:
         value = Serving(name, base_version(name), None)
     else:
@@ -152,10 +166,7 @@ def version_directory(name: str, version: str) -> str | None:
 
 
 def promoting_version(name: str) -> str | None:
-    """The version string of encoder ``name`` being promoted now, if any (one indexed query;
-    none while no version of the encoder was ever saved)."""
-    if not has_saved_versions(name):
-        return None
+    """The version string of encoder ``name`` being promoted now, if any (one indexed query)."""
     return (
         EncoderVersion.objects.using(_db())
         .filter(encoder_name=name, status=VersionStatus.PROMOTING)
