@@ -11,6 +11,7 @@ django_sbert.E005         settings.SBERT is malformed
 django_sbert.E006         an EmbeddingField's source is not a field, method or function
 django_sbert.E010         keyword_search=True with a source that is not text fields
 django_sbert.E011         keyword_weights do not give one of A-D per source field
+django_sbert.E012         the serving version's files are missing on this host (database check)
 django_sbert.W001         a large table has no HNSW index the search can use (database check)
 django_sbert.W002         pgvector is older than 0.8: filtered searches may return < k rows
 ========================  ======================================================================
@@ -34,6 +35,8 @@ from django.db.migrations.recorder import MigrationRecorder
 
 from .conf import ENCODER_DEFAULTS, encoder_config, sbert_settings
 from .fields import EmbeddingField, all_embedding_fields
+from .models import EncoderVersion, VersionStatus
+from .serving.storage import missing_version_files, model_root, resolve_directory
 
 TAG = "django_sbert"
 ITERATIVE_SCAN_VERSION = (0, 8, 0)
@@ -45,6 +48,7 @@ def register() -> None:
     checks.register(check_settings, TAG)
     checks.register(check_broker, TAG)
     checks.register(check_database, TAG, checks.Tags.database)
+    checks.register(check_local_files, TAG, checks.Tags.database)
 
 
 def _fields(app_configs: Sequence[Any] | None) -> list[tuple[type, EmbeddingField]]:
@@ -294,3 +298,40 @@ def _check_table(cursor: Any, model: type, field: EmbeddingField) -> list[checks
 def connection_quote(table: str) -> str:
     """A table name as ``regclass`` input: quoted, so mixed case and dots survive."""
     return '"' + table.replace('"', '""') + '"'
+
+
+def check_local_files(
+    app_configs: Sequence[Any] | None = None,
+    databases: Iterable[str] | None = None,
+    **kwargs: Any,
+) -> list[Any]:
+    """E012: every active fine-tuned version that the database names has its files here.
+
+    Run at deployment with ``manage.py check --database default`` (``migrate`` runs it too): a
+    host that would answer every search with ``VersionUnavailable`` is caught before traffic.
+    """
+    alias = router.db_for_read(EncoderVersion)
+    if alias not in set(databases or ()):
+        return []
+    try:
+        active = list(
+            EncoderVersion.objects.using(alias)
+            .filter(status=VersionStatus.ACTIVE, is_base=False)
+            .values_list("encoder_name", "version", "directory")
+        )
+    except DatabaseError:
+        return []  # not migrated yet: no version can be active
+    errors: list[checks.CheckMessage] = []
+    for name, version, directory in active:
+        problem = missing_version_files(resolve_directory(directory))
+        if problem is not None:
+            errors.append(
+                checks.Error(
+                    f"Encoder {name!r} serves version {version!r} (the database says so), but "
+                    f"{problem}: this host cannot encode documents or queries.",
+                    hint=f"Make SBERT['MODEL_DIR'] (here {model_root()}) hold the directory "
+                    f"{directory!r} the training worker saved: a shared mount, or a copy.",
+                    id="django_sbert.E012",
+                )
+            )
+    return errors

@@ -13,6 +13,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
+from ..exceptions import ServiceUnavailable
 from ..finetuning import runs
 from ..finetuning.pairs import content_pairs
 from ..indexing import field_refs
@@ -147,7 +148,11 @@ class EmbeddingAdminMixin:
         term = (search_term or "").strip()
         if not self.semantic_search or not term or not hasattr(queryset, "similar_to"):
             return super().get_search_results(request, queryset, search_term)
-        return queryset.similar_to(term, field=self.embedding_field), False
+        try:
+            return queryset.similar_to(term, field=self.embedding_field), False
+        except ServiceUnavailable as exc:  # e.g. the serving version's files are not here
+            messages.error(request, f"Semantic search is unavailable: {exc}")
+            return queryset.none(), False
 
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None

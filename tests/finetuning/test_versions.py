@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
-from django.test.utils import CaptureQueriesContext
 
 from django_sbert import indexing, serving
 from django_sbert.fields import text_hash
@@ -81,14 +80,6 @@ def articles(n: int = 12) -> list[Article]:
 
 def stored(article: Article) -> np.ndarray:
     return np.asarray(Article.objects.get(pk=article.pk).embedding)
-
-
-def test_a_site_that_never_fine_tuned_serves_the_settings_model_without_queries(model_dir):
-    with CaptureQueriesContext(connection) as ctx:
-        current = serving.serving("default", max_age=None)
-    assert current.is_base and current.version == serving.base_version("default")
-    assert serving.encoder_version("default") == current.version
-    assert len(ctx.captured_queries) == 0
 
 
 def test_run_trains_a_candidate_with_metrics_and_keeps_serving(model_dir):
