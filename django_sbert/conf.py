@@ -65,6 +65,7 @@ DEFAULTS: dict[str, Any] = {
     "TRAINING_PROGRESS_SECONDS": 2.0,  # at most one progress write per run this often
     "TRAINING_STALLED_SECONDS": 600,  # a running run silent this long lost its worker
     "EVAL_GATE_TOLERANCE": 0.0,  # promote refuses a candidate worse than active by more than this
+    "PAIRS_MAX_FILE_BYTES": 20 * 1024 * 1024,  # largest pairs file an import reads; None: any
 }
 
 # Keys whose value is a dict merged over the default dict rather than replacing it: a project

@@ -68,17 +68,30 @@ class FineTuneForm(forms.Form):
 
 
 class ImportPairsForm(forms.Form):
-    file = forms.FileField(help_text="CSV with a header row, or JSON Lines (.jsonl).")
+    file = forms.FileField(help_text="CSV with a header row, or JSON Lines (.jsonl); UTF-8.")
     split = forms.ChoiceField(
         choices=[("train", "train"), ("eval", "eval")],
         initial="train",
         required=False,
         help_text="For rows without a split column (default train).",
     )
-    source = forms.CharField(required=False, max_length=200)
+    source = forms.CharField(
+        required=False,
+        max_length=pair_io.max_length("source"),
+        help_text="Default: the file's name (cut to fit, keeping the extension).",
+    )
     skip_invalid = forms.BooleanField(
         required=False, help_text="Import the good rows even if some rows are bad."
     )
+
+    def clean_file(self) -> Any:
+        """Refuse a file over ``SBERT["PAIRS_MAX_FILE_BYTES"]`` before anything reads it."""
+        upload = self.cleaned_data["file"]
+        try:
+            pair_io.check_file_size(upload.size)
+        except pair_io.PairsImportError as exc:
+            raise ValidationError(str(exc)) from None
+        return upload
 
 
 @admin.register(TrainingPair)
@@ -108,19 +121,24 @@ class TrainingPairAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
         return custom + super().get_urls()
 
     def import_view(self, request: HttpRequest) -> HttpResponse:
-        """Upload a CSV / JSONL file of pairs; shows every rejected row."""
+        """Upload a CSV / JSONL file of pairs; shows every rejected row, and a problem with
+        the whole file (too large, not UTF-8) as an error on the file field."""
         require_permission(request, "django_sbert.add_trainingpair")
         report = None
         form = ImportPairsForm(request.POST or None, request.FILES or None)
         if request.method == "POST" and form.is_valid():
             upload = form.cleaned_data["file"]
-            report = pair_io.import_pairs(
-                upload,
-                pair_io.detect_format(upload.name),
-                split=form.cleaned_data["split"] or "train",
-                source=form.cleaned_data["source"] or upload.name,
-                skip_invalid=form.cleaned_data["skip_invalid"],
-            )
+            try:
+                report = pair_io.import_pairs(
+                    upload,
+                    pair_io.detect_format(upload.name),
+                    split=form.cleaned_data["split"] or "train",
+                    source=form.cleaned_data["source"] or pair_io.source_for_file(upload.name),
+                    skip_invalid=form.cleaned_data["skip_invalid"],
+                )
+            except pair_io.PairsImportError as exc:
+                form.add_error("file", str(exc))
+        if report is not None:
             if report.created:
                 self.message_user(request, f"Imported {report.created} pairs.", messages.SUCCESS)
             if report.ok:
@@ -132,6 +150,7 @@ class TrainingPairAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
             "form": form,
             "report": report,
             "columns": ", ".join(pair_io.COLUMNS),
+            "max_file_bytes": pair_io.max_file_bytes(),
         }
         return TemplateResponse(request, "django_sbert/admin/import_pairs.html", context)
 
