@@ -25,6 +25,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from ..conf import sbert_settings
+from ..exceptions import BrokerUnavailable
 from ..finetuning import pairs as pair_io
 from ..finetuning import promotion, runs
 from ..finetuning.errors import error_for, error_message, may_see_traceback
@@ -168,7 +169,7 @@ class TrainingPairAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
                     )
                 except ValidationError as exc:
                     form.add_error(None, exc)
-                except runs.RunConflict as exc:
+                except (runs.RunConflict, BrokerUnavailable) as exc:
                     form.add_error(None, str(exc))
                 else:
                     self.message_user(request, f"Training run {run.pk} queued.", messages.SUCCESS)
@@ -374,7 +375,7 @@ class EncoderVersionAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
         for version in queryset:
             try:
                 verdict = promotion.start_promotion(version, force=force)
-            except promotion.PromotionRefused as exc:
+            except (promotion.PromotionRefused, BrokerUnavailable) as exc:
                 self.message_user(request, str(exc), messages.ERROR)
             else:
                 note = f" ({verdict.describe()})" if verdict else ""
@@ -404,7 +405,7 @@ class EncoderVersionAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
             try:
                 target = promotion.rollback_target(version)
                 promotion.start_promotion(target, gate=False)
-            except promotion.PromotionRefused as exc:
+            except (promotion.PromotionRefused, BrokerUnavailable) as exc:
                 self.message_user(request, str(exc), messages.ERROR)
             else:
                 self.message_user(request, f"Rolling back {version} to {target}.", messages.SUCCESS)

@@ -117,7 +117,7 @@ class EmbeddingAdminMixin:
                 content=f"{ref.label}.{ref.name}",
                 user=request.user,
             )
-        except (ValidationError, runs.RunConflict) as exc:
+        except (ValidationError, runs.RunConflict, ServiceUnavailable) as exc:
             self.message_user(
                 request, " ".join(getattr(exc, "messages", [str(exc)])), messages.ERROR
             )

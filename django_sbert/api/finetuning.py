@@ -304,7 +304,7 @@ class TrainingRunViewSet(
 
     @document(
         request=TrainingRunRequestSerializer,
-        responses={201: TrainingRunSerializer, **_errors(400, 403, 409, 413, 415)},
+        responses={201: TrainingRunSerializer, **_errors(400, 403, 409, 413, 415, 503)},
         description="Queue a run on the training queue. 409 while another run of the same "
         "encoder is queued or running.",
     )
@@ -428,7 +428,7 @@ class EncoderVersionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tr
         request=PromoteRequestSerializer,
         responses={
             202: EncoderVersionSerializer,
-            **_errors(400, 403, 404, 409, 413, 415),
+            **_errors(400, 403, 404, 409, 413, 415, 503),
         },
         description="Stage the version's vectors in the background, then switch every field "
         "of its encoder to them in one transaction. Follow staged_rows / total_rows. 409 when "
@@ -455,7 +455,7 @@ class EncoderVersionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tr
 
     @document(
         request=None,
-        responses={202: EncoderVersionSerializer, **_errors(403, 404, 409)},
+        responses={202: EncoderVersionSerializer, **_errors(403, 404, 409, 503)},
         description="Switch back to the version this active version replaced (instantly "
         "when its vectors are still kept).",
     )

@@ -28,6 +28,7 @@ from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
 from ..conf import sbert_settings
+from ..exceptions import BrokerUnavailable
 from ..indexing import FieldRef, field_refs
 from ..indexing.writes import content_type_id, stage_pending, unstaged
 from ..models import EncoderVersion, StagedEmbedding, VersionStatus
@@ -235,10 +236,29 @@ def start_promotion(
     if run_now:
         run_promotion(target.pk)
     else:
-        from .tasks import enqueue_promotion  # the allowed loop: this wing's tasks import us
-
-        transaction.on_commit(lambda: enqueue_promotion(target.pk))
+        _queue_on_commit(target)
     return verdict
+
+
+def _queue_on_commit(target: EncoderVersion) -> None:
+    """Publish the promotion's task after COMMIT; if the broker is unreachable, stop promoting
+    (back to candidate or retired) and raise ``BrokerUnavailable`` (logged instead, inside a
+    transaction, where it can no longer reach the caller). See ``runs._queue_on_commit``."""
+    from .tasks import enqueue_promotion  # the allowed loop: this wing's tasks import us
+
+    def publish() -> None:
+        try:
+            enqueue_promotion(target.pk)
+        except BrokerUnavailable as exc:
+            cancel_promotion(target)
+            EncoderVersion.objects.filter(pk=target.pk).update(
+                promotion_error=f"Not started: {exc}"
+            )
+            target.refresh_from_db()
+            raise
+
+    in_transaction = transaction.get_connection().in_atomic_block
+    transaction.on_commit(publish, robust=in_transaction)
 
 
 def rollback_target(active: EncoderVersion) -> EncoderVersion:
@@ -310,6 +330,10 @@ def run_promotion(pk: int) -> dict[str, int] | None:
         if not EncoderVersion.objects.filter(pk=pk, status=VersionStatus.PROMOTING).exists():
             return None  # cancelled meanwhile
         return switch(target)
+    except PromotionRefused:
+        # Not promoting any more at the switch: cancelled, or switched by a duplicate message
+        # (the sweep re-sends promotions that looked lost). Nothing failed.
+        return None
     except Exception as exc:
         EncoderVersion.objects.filter(pk=pk).update(
             promotion_error=describe_exception(exc), promotion_updated_at=timezone.now()

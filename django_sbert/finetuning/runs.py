@@ -22,7 +22,6 @@ import time
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -30,6 +29,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from ..conf import encoder_config, sbert_settings
+from ..exceptions import BrokerUnavailable
 from ..fields import encoder_dimensions
 from ..indexing import light_rows, resolve_targets
 from ..models import (
@@ -41,6 +41,7 @@ from ..models import (
     pair_kind_counts,
 )
 from ..serving import base_label, get_encoder, save_encoder, serving
+from . import recovery
 from .gate import eval_metrics
 
 logger = logging.getLogger(__name__)
@@ -240,24 +241,41 @@ def create_run(
             "for it to finish or cancel it."
         ) from exc
     if enqueue:
-        from .tasks import enqueue_training  # the allowed loop: this wing's tasks import us
-
-        transaction.on_commit(lambda: enqueue_training(run.pk))
+        _queue_on_commit(run)
     return run
 
 
+def _queue_on_commit(run: TrainingRun) -> None:
+    """Publish the run's task once its row is committed; if the broker is unreachable, fail
+    the run (so it holds no slot) and raise ``BrokerUnavailable``.
+
+    Outside a transaction this happens now and the caller gets the error (the API answers
+    503). Inside one (``ATOMIC_REQUESTS``) it happens at COMMIT, where an error can no longer
+    reach the caller: it is logged, and the run is failed all the same.
+    """
+    from .tasks import enqueue_training  # the allowed loop: this wing's tasks import us
+
+    def publish() -> None:
+        try:
+            enqueue_training(run.pk)
+        except BrokerUnavailable as exc:
+            TrainingRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
+                status=RunStatus.FAILED,
+                error=f"Not started: {exc}",
+                finished_at=timezone.now(),
+                updated_at=timezone.now(),
+            )
+            run.refresh_from_db()
+            raise
+
+    in_transaction = transaction.get_connection().in_atomic_block
+    transaction.on_commit(publish, robust=in_transaction)
+
+
 def _fail_stalled_runs(encoder_name: str) -> None:
-    """Fail runs marked running whose worker died: no progress written for
+    """Fail runs marked running whose worker died: no heartbeat written for
     ``SBERT["TRAINING_STALLED_SECONDS"]``. Frees the one-run-per-encoder slot."""
-    seconds = float(sbert_settings.TRAINING_STALLED_SECONDS)
-    cutoff = timezone.now() - timedelta(seconds=seconds)
-    TrainingRun.objects.filter(
-        encoder_name=encoder_name, status=RunStatus.RUNNING, updated_at__lt=cutoff
-    ).update(
-        status=RunStatus.FAILED,
-        error="The worker running this run stopped reporting (killed or lost).",
-        finished_at=timezone.now(),
-    )
+    recovery.fail_dead_runs(encoder_name)
 
 
 def cancel_run(run: TrainingRun) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_sbert.exceptions import BrokerUnavailable
 from django_sbert.finetuning import promotion, runs
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
 
@@ -55,7 +56,7 @@ class Command(BaseCommand):
             )
         except ValidationError as exc:
             raise CommandError(" ".join(exc.messages)) from exc
-        except runs.RunConflict as exc:
+        except (runs.RunConflict, BrokerUnavailable) as exc:
             raise CommandError(str(exc)) from exc
         if not options["sync"]:
             self.stdout.write(f"Queued training run {run.pk} ({loss}).")

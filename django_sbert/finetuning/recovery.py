@@ -1,0 +1,84 @@
+"""Find fine-tuning work that waits for a message nobody will deliver, or for a dead worker.
+
+A training run is queued, and a version marked promoting, in the database first; the task
+message is published after COMMIT. When the message is lost (a broker restarted without
+persistence, a purge) or the worker running it dies, the database row would wait for ever:
+a queued run holds the encoder's one-run slot, a promoting version turns off the serving
+version's cache and doubles indexing work. Every sweep therefore calls, through
+``tasks.recover_after_sweep``::
+
+    fail_dead_runs()        # running, silent for TRAINING_STALLED_SECONDS: failed
+    lost_runs()             # queued, untouched that long: claimed for re-sending
+    lost_promotions()       # promoting, no progress that long: claimed for re-sending
+
+Re-sending is safe: only a queued run starts (``runs.execute_run``) and a promotion is
+resumable and switches only a version still promoting. Claiming stamps the row, so concurrent
+sweeps send one message, and a run that waits behind a long task is re-sent at most once per
+``TRAINING_STALLED_SECONDS``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db.models import Q
+from django.utils import timezone
+
+from ..conf import sbert_settings
+from ..models import EncoderVersion, RunStatus, TrainingRun, VersionStatus
+
+DEAD_WORKER_ERROR = "The worker running this run stopped reporting (killed or lost)."
+
+
+def stalled_before() -> datetime:
+    """Rows that recorded nothing since this moment are stalled."""
+    return timezone.now() - timedelta(seconds=float(sbert_settings.TRAINING_STALLED_SECONDS))
+
+
+def fail_dead_runs(encoder_name: str | None = None) -> int:
+    """Fail running runs that wrote no heartbeat since ``stalled_before()``; returns how many.
+
+    Frees the one-run-per-encoder slot. The heartbeat is written during every phase of a run
+    (``runs.execute_run``), so a healthy long run is never failed here.
+    """
+    runs = TrainingRun.objects.filter(status=RunStatus.RUNNING, updated_at__lt=stalled_before())
+    if encoder_name is not None:
+        runs = runs.filter(encoder_name=encoder_name)
+    return runs.update(
+        status=RunStatus.FAILED, error=DEAD_WORKER_ERROR, finished_at=timezone.now()
+    )
+
+
+def lost_runs() -> list[int]:
+    """Queued runs untouched since ``stalled_before()``, each claimed (stamped) for re-sending."""
+    cutoff = stalled_before()
+    stale = Q(updated_at__lt=cutoff) | Q(updated_at__isnull=True, created_at__lt=cutoff)
+    claimed = []
+    for pk in TrainingRun.objects.filter(stale, status=RunStatus.QUEUED).values_list(
+        "pk", flat=True
+    ):
+        # One UPDATE per row with the condition repeated: a concurrent sweep claims none twice.
+        if (
+            TrainingRun.objects.filter(stale, pk=pk, status=RunStatus.QUEUED)
+            .update(updated_at=timezone.now())
+        ):
+            claimed.append(pk)
+    return claimed
+
+
+def lost_promotions() -> list[int]:
+    """Promoting versions with no progress since ``stalled_before()``, claimed for re-sending."""
+    cutoff = stalled_before()
+    stale = Q(promotion_updated_at__lt=cutoff) | Q(
+        promotion_updated_at__isnull=True, created_at__lt=cutoff
+    )
+    claimed = []
+    for pk in EncoderVersion.objects.filter(stale, status=VersionStatus.PROMOTING).values_list(
+        "pk", flat=True
+    ):
+        if (
+            EncoderVersion.objects.filter(stale, pk=pk, status=VersionStatus.PROMOTING)
+            .update(promotion_updated_at=timezone.now())
+        ):
+            claimed.append(pk)
+    return claimed
