@@ -72,6 +72,7 @@ def test_dimensions_follow_the_configured_model():
     assert encoder_dimensions("default") == 32
 
 
+@pytest.mark.django_db  # the serving version is read from the database
 def test_encoder_version_is_stable_and_tracks_the_weights(tmp_path):
     source = settings.SBERT["ENCODERS"]["default"]["MODEL"]
     version = encoder_version("default")
@@ -100,6 +101,7 @@ def test_encoder_version_is_stable_and_tracks_the_weights(tmp_path):
         assert encoder_version("default") == f"copy:{model_fingerprint(copy)[:16]}"
 
 
+@pytest.mark.django_db  # get_encoder() asks the database which version serves
 def test_compile_setting_reaches_the_encoder_and_excludes_quantize(tiny_model_dir):
     from django_sbert.serving import get_encoder
 
