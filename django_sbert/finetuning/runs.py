@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
 from ..conf import encoder_config, sbert_settings
@@ -290,6 +291,47 @@ def cancel_run(run: TrainingRun) -> bool:
 # --- running -----------------------------------------------------------------------------------
 
 
+class _Heartbeat:
+    """Write the run's ``updated_at`` from a thread while every phase of the run goes on.
+
+    Loading the base model, the evaluations before and after training and saving can each
+    take minutes on a large model or eval split, without a training step to report; the
+    heartbeat keeps ``updated_at`` fresh through all of them, so ``recovery.fail_dead_runs``
+    fails only a run whose worker is gone (the thread dies with the process). It beats three
+    times per ``TRAINING_STALLED_SECONDS`` at least, and never more often than progress is
+    written (``TRAINING_PROGRESS_SECONDS``).
+    """
+
+    def __init__(self, run_pk: int) -> None:
+        self.run_pk = run_pk
+        stalled = float(sbert_settings.TRAINING_STALLED_SECONDS)
+        progress = float(sbert_settings.TRAINING_PROGRESS_SECONDS)
+        self.every = max(0.05, min(progress, stalled / 3))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat, name=f"django-sbert-heartbeat-{run_pk}", daemon=True
+        )
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        try:
+            while not self._stop.wait(self.every):
+                TrainingRun.objects.filter(pk=self.run_pk, status=RunStatus.RUNNING).update(
+                    updated_at=timezone.now()
+                )
+        except Exception:  # a lost database connection: the run's own writes will report it
+            logger.exception("Heartbeat of training run %s stopped", self.run_pk)
+        finally:
+            connections.close_all()  # this thread's own connections
+
+
 class _Reporter:
     """Progress and loss history for the admin, written at most every few seconds."""
 
@@ -330,16 +372,23 @@ class _Reporter:
 def execute_run(run_id: int) -> str:
     """Run a queued training run to the end; returns its final status.
 
-    Only a ``queued`` run starts (a redelivered or cancelled one is left alone).
+    Only a ``queued`` run starts (a redelivered or cancelled one is left alone). While it
+    runs, a heartbeat thread keeps ``updated_at`` fresh (``_Heartbeat``).
     """
-    from ..encoder.training import TrainingCancelled, fit  # torch: only in the worker
-
     claimed = TrainingRun.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
         status=RunStatus.RUNNING, started_at=timezone.now(), updated_at=timezone.now()
     )
     if not claimed:
         return TrainingRun.objects.filter(pk=run_id).values_list("status", flat=True).first() or ""
     run = TrainingRun.objects.get(pk=run_id)
+    with _Heartbeat(run.pk):
+        return _train(run)
+
+
+def _train(run: TrainingRun) -> str:
+    """The body of ``execute_run`` for a claimed run: train, measure, save, record."""
+    from ..encoder.training import TrainingCancelled, fit  # torch: only in the worker
+
     reporter = _Reporter(run)
     try:
         current = serving(run.encoder_name, max_age=0)
