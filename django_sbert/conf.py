@@ -47,6 +47,7 @@ SEARCH_DEFAULTS: dict[str, Any] = {
     "KEYWORD_WEIGHT": 1.0,  # weight of the keyword side's 1 / (k + rank)
     "KEYWORD_MATCH": "any",  # keyword side of hybrid_search: "any" word or "all" words
     "KEYWORD_MAX_DF": 0.2,  # match="any" leaves out words found in more than this share of rows
+    "KEYWORD_MAX_ROWS": 10000,  # a keyword search ranks at most this many matching rows
 }
 
 DEFAULTS: dict[str, Any] = {

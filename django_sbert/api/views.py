@@ -22,7 +22,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ..query import SemanticQuerySet
+from ..query import SearchTimeout, SemanticQuerySet
 from ..serving import encode_texts
 from .errors import ServiceErrorsMixin
 from .parsers import BoundedJSONParser
@@ -142,6 +142,18 @@ class SemanticResultsView(ServiceErrorsMixin, GenericAPIView):
 
     def get_serializer_class(self) -> Any:
         return result_serializer_for(self.get_entry().serializer_class, self.search_mode)
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, SearchTimeout):
+            # What the client can do about it; the settings to change are the operator's
+            # business (docs/search.md). ServiceErrorsMixin answers 503 with Retry-After.
+            seconds = f" ({exc.seconds:g} s)" if exc.seconds else ""
+            exc = SearchTimeout(
+                f"The search ran longer than this site allows{seconds} and was cancelled. "
+                "Try a more specific query, or try again later.",
+                seconds=exc.seconds,
+            )
+        return super().handle_exception(exc)
 
     # -- results ----------------------------------------------------------------------------
 

@@ -18,12 +18,18 @@ applies to both candidate lists::
         FULL OUTER JOIN
              (SELECT pk, score, ROW_NUMBER() OVER (ORDER BY score DESC, pk) AS rank
               FROM (SELECT id, <keyword rank> FROM article WHERE <filters>
-                    AND embedding_tsv @@ :tsq ORDER BY 2 DESC, id LIMIT :n) c (pk, score)
+                    AND id = ANY(ARRAY(SELECT id FROM article WHERE <filters>
+                                       AND embedding_tsv @@ :tsq LIMIT :max_rows))
+                    ORDER BY 2 DESC, id LIMIT :n) c (pk, score)
              ) t                                         -- GIN index (fulltext.py)
         ON v.pk = t.pk
     ) f ON f.pk = article.id
     WHERE <filters>
     ORDER BY f.score DESC, article.id
+
+The keyword side ranks at most ``max_rows`` matching rows (``CappedMatch``, also what
+``keyword_search()`` filters with): however common the words, the costly part, ranking, stays
+bounded.
 
 The fused score of a row is ``sum over sides of weight / (rrf_k + rank)``, with rank 1 for the
 best row of a side; a row missing from a side's top-N gets nothing from it (Cormack, Clarke and
@@ -32,10 +38,19 @@ Buettcher 2009, with per-side weights).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Expression, F, FloatField, IntegerField, QuerySet, Value
+from django.db.models import (
+    BooleanField,
+    Expression,
+    F,
+    FloatField,
+    IntegerField,
+    QuerySet,
+    Value,
+)
 from django.db.models.sql.constants import INNER
 from django.db.models.sql.query import Query
 from django.db.models.sql.where import AND, WhereNode
@@ -64,6 +79,8 @@ class Fusion:
     # (column, value) pairs that keep the vector side to rows encoded by the query's encoder
     # version; empty for a vector passed in. A tuple, so that the dataclass stays hashable.
     vector_filter: tuple[tuple[str, str], ...] = ()
+    # The most rows the keyword side ranks (SBERT["SEARCH"]["KEYWORD_MAX_ROWS"]); None: all.
+    max_rows: int | None = None
 
 
 class FusedColumn(Expression):
@@ -154,7 +171,7 @@ class FusedJoin:
     # -- SQL --------------------------------------------------------------------------------
 
     def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
-        base = candidate_queryset(compiler.query, self.table_alias)
+        base = self._candidates(compiler.query)
         vector_sql, vector_params = self._vector_side(base, connection)
         keyword_sql, keyword_params = self._keyword_side(base, connection)
         qn = compiler.quote_name_unless_alias
@@ -183,6 +200,15 @@ class FusedJoin:
         ]
         return sql, params
 
+    def _candidates(self, outer: Query) -> QuerySet:
+        """The queryset's own rows, without the fused join and what refers to it."""
+        alias = self.table_alias
+        base = candidate_queryset(
+            outer, lambda node: isinstance(node, FusedColumn) and node.alias == alias
+        )
+        base.query.alias_refcount[alias] = 0
+        return base
+
     def _vector_side(self, base: QuerySet, connection: Any) -> tuple[str, tuple[Any, ...]]:
         f = self.fusion
         distance = CosineDistance(f.vector_column, Value(f.vector_literal))
@@ -199,6 +225,8 @@ class FusedJoin:
         matches, rank = fulltext.keyword_filter_and_rank(
             f.tsvector_column, f.text, f.config, f.match, f.terms
         )
+        if f.max_rows is not None and isinstance(matches, fulltext.Matches):
+            matches = CappedMatch(matches, f.max_rows)  # rank at most max_rows rows
         candidates = (
             base.filter(matches)
             .annotate(_sbert_rank=rank)
@@ -208,15 +236,16 @@ class FusedJoin:
         return candidates.query.get_compiler(connection=connection).as_sql()
 
 
-def candidate_queryset(outer: Query, alias: str) -> QuerySet:
-    """The rows ``outer`` filters, without the fused join and what refers to it.
+def candidate_queryset(outer: Query, leave_out: Callable[[Any], bool]) -> QuerySet:
+    """The rows ``outer`` filters, without the conditions for which ``leave_out`` is true.
 
-    Top-level conditions that refer to the fused table (``.filter(score__gt=...)``) are left to
-    the outer query: the candidate lists only get broader, never wrong.
+    Top-level conditions left out (those that refer to the fused table, ``.filter(score__gt=
+    ...)``, or a keyword search's own capped match) stay with the outer query: a candidate list
+    only gets broader, never wrong. Under an OR or a NOT nothing can be taken apart, and the
+    candidates are then all the table's rows.
     """
     query = outer.chain()
-    query.alias_refcount[alias] = 0
-    query.where = _without_references(query.where, alias)
+    query.where = _without(query.where, leave_out)
     query.clear_select_clause()
     query.clear_ordering(force=True)
     query.clear_limits()
@@ -227,28 +256,66 @@ def candidate_queryset(outer: Query, alias: str) -> QuerySet:
     query.annotations = {
         name: expression
         for name, expression in query.annotations.items()
-        if not _refers_to(expression, alias)
+        if not _refers_to(expression, leave_out)
     }
     return QuerySet(model=outer.model, query=query)
 
 
-def _refers_to(node: Any, alias: str) -> bool:
-    if isinstance(node, FusedColumn):
-        return node.alias == alias
+def _refers_to(node: Any, leave_out: Callable[[Any], bool]) -> bool:
+    if leave_out(node):
+        return True
     children = getattr(node, "children", None)
     if children is None:
         children = node.get_source_expressions() if hasattr(node, "get_source_expressions") else []
         lhs, rhs = getattr(node, "lhs", None), getattr(node, "rhs", None)
         children = [*children, lhs, rhs]
-    return any(child is not None and _refers_to(child, alias) for child in children)
+    return any(child is not None and _refers_to(child, leave_out) for child in children)
 
 
-def _without_references(where: WhereNode, alias: str) -> WhereNode:
-    if not _refers_to(where, alias):
+def _without(where: WhereNode, leave_out: Callable[[Any], bool]) -> WhereNode:
+    if not _refers_to(where, leave_out):
         return where
     if where.connector != AND or where.negated:
         return WhereNode()
-    return WhereNode([child for child in where.children if not _refers_to(child, alias)], AND)
+    return WhereNode([child for child in where.children if not _refers_to(child, leave_out)], AND)
+
+
+class CappedMatch(Expression):
+    """``pk IN (SELECT pk FROM <table> WHERE <the queryset's filters> AND <condition> LIMIT n)``.
+
+    What bounds the cost of a keyword search: the rank is computed for at most ``limit`` rows
+    that meet ``condition`` (a full-text match), however many rows hold the words. Like the
+    fused table, the sub-select is built when the query is compiled, from the queryset's
+    filters at that moment (chained before or after the search), so the rows it keeps are
+    rows the queryset can return. Which rows it keeps when more match is up to PostgreSQL
+    (the first it finds; no order is asked for, so that finding them stays cheap).
+    """
+
+    conditional = True
+    output_field = BooleanField()
+
+    def __init__(self, condition: Any, limit: int, pk: Any = None) -> None:
+        super().__init__()
+        self.condition = condition  # unresolved: resolved again in the sub-select's query
+        self.limit = int(limit)
+        self.pk = F("pk") if pk is None else pk
+
+    def get_source_expressions(self) -> list[Any]:
+        return [self.pk]
+
+    def set_source_expressions(self, exprs: list[Any]) -> None:
+        (self.pk,) = exprs
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
+        rows = candidate_queryset(compiler.query, _is_capped_match)
+        rows = rows.filter(self.condition).values("pk")[: self.limit]
+        sql, params = rows.query.get_compiler(connection=connection).as_sql()
+        pk_sql, pk_params = compiler.compile(self.pk)
+        return f"{pk_sql} = ANY(ARRAY({sql}))", (*pk_params, *params)
+
+
+def _is_capped_match(node: Any) -> bool:
+    return isinstance(node, CappedMatch)
 
 
 def fused_annotations(alias: str) -> dict[str, FusedColumn]:

@@ -28,7 +28,14 @@ QUERY_CANCELED = "57014"  # PostgreSQL's SQLSTATE for a statement cancelled by s
 
 
 class SearchTimeout(OperationalError, ServiceUnavailable):
-    """PostgreSQL cancelled a search statement at ``SBERT["SEARCH"]["STATEMENT_TIMEOUT"]``."""
+    """PostgreSQL cancelled a search statement at ``SBERT["SEARCH"]["STATEMENT_TIMEOUT"]``.
+
+    ``seconds`` is the timeout that was in force.
+    """
+
+    def __init__(self, message: str, seconds: float | None = None) -> None:
+        super().__init__(message)
+        self.seconds = seconds
 
 
 @dataclass(frozen=True)
@@ -110,7 +117,8 @@ def search_options(using: str, options: SearchOptions) -> Iterator[None]:
             f"The search ran longer than SBERT['SEARCH']['STATEMENT_TIMEOUT'] "
             f"({options.statement_timeout} s) and PostgreSQL cancelled it. Narrow it with "
             "filters that an index serves, make sure the HNSW index is used (explain()), or "
-            "raise the setting."
+            "raise the setting.",
+            seconds=options.statement_timeout,
         ) from exc
 
 
@@ -156,3 +164,13 @@ def keyword_max_df(max_df: float | None) -> float:
     if not 0 < float(max_df) <= 1:
         raise ValueError(f"max_df must be in (0, 1], got {max_df!r}.")
     return float(max_df)
+
+
+def keyword_max_rows() -> int:
+    """``SBERT["SEARCH"]["KEYWORD_MAX_ROWS"]``: the most rows one keyword search ranks."""
+    value = sbert_settings.SEARCH["KEYWORD_MAX_ROWS"]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"SBERT['SEARCH']['KEYWORD_MAX_ROWS'] must be a positive integer, got {value!r}."
+        )
+    return value

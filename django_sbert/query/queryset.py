@@ -29,11 +29,12 @@ How it stays fast and correct (see docs/search.md):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+from asgiref.sync import sync_to_async
 from django.db import connections, models
 from django.db.models import Value
 from pgvector import Vector
@@ -41,8 +42,15 @@ from pgvector import Vector
 from .. import fulltext
 from ..fields import EmbeddingField, embedding_fields, vector_literal
 from ..serving import query_vector
-from .fusion import FusedJoin, Fusion, fused_annotations
-from .options import SearchOptions, hybrid_settings, keyword_max_df, match_mode, search_options
+from .fusion import CappedMatch, FusedJoin, Fusion, fused_annotations
+from .options import (
+    SearchOptions,
+    hybrid_settings,
+    keyword_max_df,
+    keyword_max_rows,
+    match_mode,
+    search_options,
+)
 from .vectors import as_vector, cosine_distance, instance_vector, same_version
 
 
@@ -115,7 +123,9 @@ class SemanticQuerySet(models.QuerySet):
         default ``SBERT["SEARCH"]["KEYWORD_MAX_DF"]``, are left out). Each row gets
         ``keyword_score``. No vector is computed, and rows need no embedding. An empty or
         punctuation-only text matches nothing. ``match="any"`` reads the words' statistics
-        with one small query when called.
+        with one small query when called. At most ``SBERT["SEARCH"]["KEYWORD_MAX_ROWS"]``
+        matching rows are ranked (the first PostgreSQL finds that pass the filters), so a
+        word most rows hold costs no more than that; ``count()`` is at most that many.
         """
         fulltext.check_text(text)
         embedding = self._embedding_field(field, keyword=True)
@@ -124,6 +134,9 @@ class SemanticQuerySet(models.QuerySet):
         matches, rank = fulltext.keyword_filter_and_rank(
             embedding.tsvector_field_name, text, embedding.keyword_config, match, terms
         )
+        if isinstance(matches, fulltext.Matches):
+            # Rank at most KEYWORD_MAX_ROWS of the matching rows, however common the words.
+            matches = CappedMatch(matches, keyword_max_rows())
         qs = self.filter(matches).annotate(keyword_score=rank)
         qs = qs.order_by(models.F("keyword_score").desc(), "pk")
         qs = qs._searching(embedding, k=k, vector_settings=False)
@@ -198,6 +211,7 @@ class SemanticQuerySet(models.QuerySet):
             match=match,
             terms=terms,
             vector_filter=tuple(same_version(embedding, version).items()),
+            max_rows=keyword_max_rows(),
             **settings,
         )
         query = qs.query
@@ -256,19 +270,21 @@ class SemanticQuerySet(models.QuerySet):
     def _keyword_terms(
         self, embedding: EmbeddingField, text: str, match: str, max_df: float | None
     ) -> tuple[fulltext.Term, ...]:
-        """(lexeme, idf, df) of ``text`` for match="any" (one query); () for match="all"."""
+        """(lexeme, idf, df) of ``text`` for match="any" (one query, under the statement
+        timeout like the search); () for match="all"."""
         if match != "any" or not text.strip():
             return ()
         max_df = keyword_max_df(max_df)
         column = self.model._meta.get_field(embedding.tsvector_field_name).column
-        return fulltext.query_terms(
-            connections[self.db],
-            self.model._meta.db_table,
-            column,
-            embedding.keyword_config,
-            text,
-            max_df,
-        )
+        with search_options(self.db, SearchOptions.without_index_settings()):
+            return fulltext.query_terms(
+                connections[self.db],
+                self.model._meta.db_table,
+                column,
+                embedding.keyword_config,
+                text,
+                max_df,
+            )
 
     def _searching(
         self,
@@ -382,6 +398,23 @@ class SemanticQuerySet(models.QuerySet):
             return super().exists()
         with search_options(self.db, self._search):
             return super().exists()
+
+    def aggregate(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if self._search is None:
+            return super().aggregate(*args, **kwargs)
+        with search_options(self.db, self._search):  # over every matching row, like count()
+            return super().aggregate(*args, **kwargs)
+
+    async def aiterator(self, chunk_size: int = 2000) -> AsyncIterator[Any]:
+        if self._search is None:
+            async for row in super().aiterator(chunk_size):
+                yield row
+            return
+        # Django's aiterator() would bypass k and the search's settings and timeout: fetch the
+        # (bounded) rows with iterator() in one thread-sensitive call instead.
+        rows = await sync_to_async(lambda: list(self.iterator(chunk_size)))()
+        for row in rows:
+            yield row
 
 
 def _check_keyword_search(field: EmbeddingField) -> EmbeddingField:

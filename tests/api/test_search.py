@@ -264,3 +264,26 @@ def test_unsafe_methods_are_405(api_client, articles, registered):
     for method in ("post", "put", "patch", "delete"):
         response = getattr(api_client, method)(URL + "?model=testapp.article&q=dog")
         assert response.status_code == 405, method
+
+
+def test_keyword_mode_ranks_at_most_keyword_max_rows(api_client, articles, registered, settings):
+    """mode=keyword on a word most rows hold ranks at most SBERT["SEARCH"]["KEYWORD_MAX_ROWS"]
+    of them (issue 14, item 9): the capped sub-select is in the statement, and no more rows
+    than the cap come back even when k asks for more."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    registered()
+    Article.objects.bulk_create(
+        Article(title=f"market report {n}", body="the market is open", category="economy")
+        for n in range(12)
+    )
+    settings.SBERT = {**settings.SBERT, "SEARCH": {"KEYWORD_MAX_ROWS": 4}}
+    with CaptureQueriesContext(connection) as ctx:
+        response = search(api_client, q="market", mode="keyword", k=10, page_size=10)
+    assert response.status_code == 200, response.json()
+    assert len(response.json()["results"]) == 4
+    statement = next(q["sql"] for q in ctx.captured_queries if "ts_rank_cd" in q["sql"])
+    assert "= ANY(ARRAY(SELECT" in statement and "LIMIT 4))" in statement
+    settings.SBERT = {**settings.SBERT, "SEARCH": {}}
+    assert len(search(api_client, q="market", mode="keyword", k=10).json()["results"]) == 10

@@ -261,8 +261,10 @@ def test_search_settings_take_effect_inside_a_transaction(articles):
 # -- the encoder: once per process, thread-safe, LRU-cached queries ----------------------------
 
 
-def test_encoder_is_loaded_once_across_threads():
+def test_encoder_is_loaded_once_across_threads(db, settings):
+    settings.SBERT = {**settings.SBERT, "VERSION_CACHE_SECONDS": 60}
     serving.reset_encoders()
+    serving.serving("default")  # read here: the threads use the cached answer, not the database
     seen: list[object] = []
     barrier = threading.Barrier(6)
 
@@ -278,7 +280,7 @@ def test_encoder_is_loaded_once_across_threads():
     assert len(seen) == 6 and all(enc is seen[0] for enc in seen)
 
 
-def test_encoder_threads_setting_is_applied():
+def test_encoder_threads_setting_is_applied(db):
     import torch
 
     get_encoder("default")
@@ -286,7 +288,7 @@ def test_encoder_threads_setting_is_applied():
     assert torch.get_num_threads() == 1
 
 
-def test_query_vectors_are_cached_and_bounded():
+def test_query_vectors_are_cached_and_bounded(db):
     with override_settings(SBERT={**settings.SBERT, "QUERY_CACHE_SIZE": 2}):
         first = encode_query("rates rise")
         assert encode_query("rates rise") is first  # cache hit: no second forward pass
@@ -298,7 +300,7 @@ def test_query_vectors_are_cached_and_bounded():
         assert encode_query("rates rise") is not first  # evicted, least recently used
 
 
-def test_forked_child_loads_its_own_encoder():
+def test_forked_child_loads_its_own_encoder(db):
     parent = get_encoder("default")
     read, write = os.pipe()
     pid = os.fork()
@@ -328,7 +330,9 @@ def test_vector_column_is_deferred_unless_asked_for(articles):
     assert only.get_deferred_fields() >= {"body"} and "embedding" not in only.get_deferred_fields()
 
 
-def test_concurrent_queries_from_threads_agree_with_sequential_ones():
+def test_concurrent_queries_from_threads_agree_with_sequential_ones(db, settings):
+    settings.SBERT = {**settings.SBERT, "VERSION_CACHE_SECONDS": 60}
+    serving.serving("default")  # read here: the threads use the cached answer, not the database
     texts = [f"interest rates rise {i}" for i in range(12)]
     expected = {t: encode_texts([t])[0] for t in texts}
     results: dict[str, np.ndarray] = {}
