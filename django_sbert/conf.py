@@ -58,6 +58,8 @@ DEFAULTS: dict[str, Any] = {
     "SEARCH": dict(SEARCH_DEFAULTS),
     "QUERY_CACHE_SIZE": 256,  # query texts whose vectors each process keeps (LRU); 0 disables
     "SWEEP_BATCH_SIZE": 500,  # rows per task when the periodic sweep re-embeds stale rows
+    "SKIPPED_RETRY_SECONDS": 3600,  # the sweep retries an unchanged skipped row after this,
+    "SKIPPED_RETRY_MAX_SECONDS": 7 * 86400,  # doubling per failure up to this
     "LARGE_TABLE_ROWS": 10000,  # check W001: tables this large should have an HNSW index
     "API": {},  # the REST API's settings, read by django_sbert.api.settings (docs/api.md)
     # Fine-tuning (docs/fine-tuning.md)

@@ -11,6 +11,9 @@
 ``StagedEmbedding``
     Vectors of a version that is not serving: the candidate's while it is being promoted, the
     previous version's after a switch (so rollback needs no re-encoding).
+``SkippedRow``
+    A row indexing skipped because of an error of its own (its source raised, or the database
+    refused its vector), so that one bad row never blocks the others (docs/indexing.md).
 
 See docs/fine-tuning.md for the workflow and how promotion stays consistent.
 """
@@ -221,6 +224,45 @@ class StagedEmbedding(models.Model):
 
     def __str__(self) -> str:
         return f"{self.content_type_id}:{self.object_pk}.{self.field}@{self.version}"
+
+
+class SkipStage(models.TextChoices):
+    SOURCE = "source"  # building the row's text raised
+    WRITE = "write"  # the database refused the row's vector
+    STAGE = "stage"  # the database refused the row's vector for a version being promoted
+
+
+class SkippedRow(models.Model):
+    """A row of one EmbeddingField that indexing skipped after an error of its own.
+
+    Written by ``indexing.failures.record`` and removed when the row is next embedded (or
+    checked up to date, or deleted). The sweep leaves a row alone while its text hash and the
+    serving version are those recorded, until ``retry_after``; an edit sends it at once.
+    """
+
+    content_type = models.ForeignKey(ContentType, on_delete=models.CASCADE)
+    object_pk = models.TextField()  # str(pk): the same text as pk::text in SQL
+    field = models.CharField(max_length=100)
+    stage = models.CharField(max_length=10, choices=SkipStage.choices)
+    text_hash = models.CharField(max_length=64, blank=True, default="")  # "": text unreadable
+    version = models.CharField(max_length=100)  # the version it was being encoded with
+    error = models.CharField(max_length=200)  # the exception's class, e.g. "DataError"
+    message = models.TextField(blank=True, default="")
+    failures = models.PositiveIntegerField(default=1)
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    retry_after = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-last_seen"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["content_type", "field", "object_pk"], name="sbert_skipped_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.content_type_id}:{self.object_pk}.{self.field} ({self.error})"
 
 
 def pair_kind_counts(pairs: models.QuerySet[TrainingPair]) -> dict[str, Any]:

@@ -7,16 +7,18 @@ tasks.
     embed_pks(ref, [1, 2, 3])        # read, encode, write (skips rows already current)
     iter_stale_pks(ref)              # rows whose vector is missing or stale, a chunk at a time
     field_status(ref)                # counts for manage.py sbert_status
+    skipped_rows(ref)                # rows skipped after errors of their own (SkippedRow)
 
 Modules, in the order data flows: ``signals`` (post_save -> one task per transaction),
 ``tasks`` (Celery: embed_rows, sweep), ``embed`` (the loop), ``rows`` (read and encode),
-``writes`` (live and staged writes), ``staleness`` (what needs a vector), ``refs`` (which
-fields exist).
+``writes`` (live and staged writes), ``staleness`` (what needs a vector), ``failures`` (rows
+skipped after errors of their own), ``refs`` (which fields exist).
 """
 
 from __future__ import annotations
 
 from .embed import DEFAULT_CHUNK_ROWS, Progress, embed_pks, embed_stale
+from .failures import skipped_rows
 from .refs import FieldRef, check_configured, field_refs, get_ref, resolve_targets
 from .rows import EmbedStats, PendingRow, Pk, encode_rows, light_rows, read_pending
 from .staleness import (
@@ -28,7 +30,15 @@ from .staleness import (
     stale_condition,
     stale_queryset,
 )
-from .writes import VersionChanged, stage_pending, stage_vectors, unstaged, write_vectors
+from .writes import (
+    VersionChanged,
+    WriteOutcome,
+    stage_pending,
+    stage_vectors,
+    unstaged,
+    write_rows,
+    write_vectors,
+)
 
 __all__ = [
     "DEFAULT_CHUNK_ROWS",
@@ -39,6 +49,7 @@ __all__ = [
     "Pk",
     "Progress",
     "VersionChanged",
+    "WriteOutcome",
     "check_configured",
     "count_stale",
     "embed_pks",
@@ -52,10 +63,12 @@ __all__ = [
     "light_rows",
     "read_pending",
     "resolve_targets",
+    "skipped_rows",
     "stage_pending",
     "stage_vectors",
     "stale_condition",
     "stale_queryset",
     "unstaged",
+    "write_rows",
     "write_vectors",
 ]

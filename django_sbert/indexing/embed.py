@@ -13,6 +13,11 @@ Versions (docs/fine-tuning.md): "the current encoder" is the encoder's *serving*
 encoded with it and staged (``writes.stage_pending``); a write whose version stopped serving
 because the switch committed meanwhile is refused under the switch lock and the chunk is
 encoded again with the new version.
+
+One bad row never blocks the others: a row whose source raises or whose vector the database
+refuses is recorded in ``SkippedRow`` and skipped (``failures.py``); the rest of the chunk is
+written, and a recorded row that is later embedded (or found current, or deleted) loses its
+record.
 """
 
 from __future__ import annotations
@@ -22,11 +27,14 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from django.utils import timezone
+
 from ..serving import promoting_version
-from .refs import FieldRef
-from .rows import EmbedStats, Pk, chunks, encode_rows, read_pending
+from .failures import forget
+from .refs import FieldRef, Pk
+from .rows import EmbedStats, chunks, encode_rows, read_pending
 from .staleness import iter_stale_pks
-from .writes import VersionChanged, stage_pending, write_vectors
+from .writes import VersionChanged, stage_pending, write_rows
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +57,9 @@ def embed_pks(
     """Embed rows ``pks`` of one field: skip up-to-date rows, encode in batches, write safely.
 
     Works through the rows ``chunk_rows`` at a time (read, encode, write, commit), so a worker
-    killed part-way keeps what it finished. ``progress(n)`` is called after each chunk.
+    killed part-way keeps what it finished. ``progress(n)`` is called after each chunk. A row
+    whose source raises or whose vector the database refuses is recorded and skipped
+    (``stats.skipped``); the others are embedded.
     """
     ordered = list(dict.fromkeys(pks))
     version = ref.version()
@@ -58,6 +68,7 @@ def embed_pks(
     stats = EmbedStats()
     seconds = {"read": 0.0, "encode": 0.0, "write": 0.0}  # where the time goes (debug log)
     for chunk in chunks(ordered, max(1, chunk_rows)):
+        chunk_started = timezone.now()
         for _attempt in range(3):
             started = time.perf_counter()
             pending, chunk_stats = read_pending(ref, chunk, force=force, version=version)
@@ -69,7 +80,7 @@ def embed_pks(
             seconds["encode"] += time.perf_counter() - started
             started = time.perf_counter()
             try:
-                written = write_vectors(ref, pending, vectors, version)
+                outcome = write_rows(ref, pending, vectors, version)
             except VersionChanged as exc:
                 # A promotion switched versions while this chunk was encoded: redo the chunk
                 # with the version that serves now.
@@ -77,17 +88,28 @@ def embed_pks(
                 candidate = promoting_version(ref.encoder_name)
                 continue
             seconds["write"] += time.perf_counter() - started
-            chunk_stats.embedded = written
-            chunk_stats.changed = len(pending) - written
+            chunk_stats.embedded = outcome.written
+            chunk_stats.skipped += outcome.skipped
+            chunk_stats.changed = len(pending) - outcome.written - outcome.skipped
             if candidate is not None and candidate != version:
                 stage_pending(ref, pending, candidate, batch_size)
             break
         stats += chunk_stats
+        # Rows not recorded again in this chunk were embedded, current, changed or deleted.
+        forget(ref, chunk, before=chunk_started)
         if progress is not None:
             progress(len(chunk))
     if stats.changed:
         logger.info(
             "%s: %d rows changed while being encoded; left for their own task.", ref, stats.changed
+        )
+    if stats.skipped:
+        logger.info(
+            "%s: %d row(s) skipped after errors of their own (see manage.py sbert_status); "
+            "%d embedded.",
+            ref,
+            stats.skipped,
+            stats.embedded,
         )
     logger.debug(
         "%s: %d rows embedded, %d up to date; read %.3f s, encode %.3f s, write %.3f s",

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from django.apps import apps
+from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import ImproperlyConfigured
 from django.db import models, router
 
 from ..conf import encoder_config
 from ..fields import EmbeddingField, all_embedding_fields, embedding_fields
 from ..serving import encoder_version
+
+Pk = Any  # a primary key value: int, str, UUID...
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,15 @@ class FieldRef:
     def version(self) -> str:
         """The version string of the encoder this field uses now."""
         return encoder_version(self.encoder_name)
+
+
+def content_type_id(ref: FieldRef) -> int:
+    """The id of the model's (concrete) content type: side tables key their rows by it."""
+    return (
+        ContentType.objects.db_manager(ref.db_alias)
+        .get_for_model(ref.model, for_concrete_model=True)
+        .pk
+    )
 
 
 def field_refs(model: type[models.Model] | None = None) -> list[FieldRef]:

@@ -2,7 +2,8 @@
 encoding the ones that are not.
 
 Rows are read without their vector (parsing hundreds of floats per row is wasted work here)
-and annotated with whether they have one.
+and annotated with whether they have one. A row whose source raises is recorded and skipped
+(``failures.py``); the others go on.
 """
 
 from __future__ import annotations
@@ -18,9 +19,8 @@ from django.db.models import Q
 from ..conf import encoder_config
 from ..fields import text_hash
 from ..serving import get_encoder
-from .refs import FieldRef
-
-Pk = Any  # a primary key value: int, str, UUID...
+from .failures import RowFailure, read_text, record
+from .refs import FieldRef, Pk
 
 
 @dataclass
@@ -32,6 +32,7 @@ class EmbedStats:
     embedded: int = 0  # vectors written
     changed: int = 0  # encoded, but the row's text changed before the write: not written
     missing: int = 0  # asked for but deleted
+    skipped: int = 0  # not embedded: its source raised or the database refused its vector
 
     def __add__(self, other: EmbedStats) -> EmbedStats:
         return EmbedStats(
@@ -89,21 +90,28 @@ def read_pending(
 ) -> tuple[list[PendingRow], EmbedStats]:
     """Read rows ``pks``, build and hash their text, and keep those that need a vector.
 
-    With ``force`` every existing row is kept (re-embedding with an unchanged encoder).
+    With ``force`` every existing row is kept (re-embedding with an unchanged encoder). A row
+    whose source raises is logged, recorded (``SkippedRow``) and counted in ``stats.skipped``.
     """
     wanted = list(dict.fromkeys(pks))
     version = version or ref.version()
     stats = EmbedStats()
     pending: list[PendingRow] = []
+    failed: list[RowFailure] = []
     for instance in rows_queryset(ref, wanted):
         stats.examined += 1
-        text = ref.field.get_source_text(instance)
+        text = read_text(ref, instance)
+        if isinstance(text, RowFailure):
+            failed.append(text)
+            continue
         digest = text_hash(text)
         if not force and is_current(ref, instance, digest, version):
             stats.up_to_date += 1
             continue
         pending.append(PendingRow(instance.pk, text, digest))
     stats.missing = len(wanted) - stats.examined
+    stats.skipped = len(failed)
+    record(ref, failed, version)
     return pending, stats
 
 

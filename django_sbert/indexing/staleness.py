@@ -6,6 +6,10 @@ field's source is a tuple of field names, PostgreSQL computes the hash of the cu
 itself (``EmbeddingField.sql_text_hash_expression()``), so "which rows are stale" is one query
 that also catches ``queryset.update()`` and raw SQL edits. A callable source can only be
 evaluated in Python, so those fields are scanned in batches.
+
+The sweep asks ``iter_stale_pks(..., leave_skipped=True)``: rows that indexing skipped after an
+error of their own (``failures.py``) and that are unchanged since are left out until their
+retry time, so one bad row is not sent again at every sweep.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from django.db import models
 from django.db.models import Q
 
 from ..fields import text_hash
-from .refs import FieldRef
-from .rows import Pk, is_current, light_rows
+from .failures import RowFailure, read_text, skipped_rows, waiting_exists, waiting_hashes
+from .refs import FieldRef, Pk
+from .rows import is_current, light_rows
 
 
 @dataclass
@@ -33,6 +38,7 @@ class FieldStatus:
     stale: int  # missing, or vector present but text or encoder changed
     version: str
     versions: dict[str, int] = field(default_factory=dict)  # stored version -> rows
+    skipped: int = 0  # rows skipped after errors of their own (SkippedRow), counted in stale
 
 
 def _sql_hash(ref: FieldRef) -> Any | None:
@@ -75,12 +81,17 @@ def has_exact_sql_staleness(ref: FieldRef) -> bool:
 
 
 def iter_stale_pks(
-    ref: FieldRef, *, chunk_rows: int = 1000, limit: int | None = None
+    ref: FieldRef,
+    *,
+    chunk_rows: int = 1000,
+    limit: int | None = None,
+    leave_skipped: bool = False,
 ) -> Iterator[list[Pk]]:
     """Yield the primary keys of stale rows, a chunk at a time, in pk order.
 
     Keyset pagination (``pk > last``) so rows that stay stale (edited again meanwhile) are
-    not yielded twice and the walk always ends.
+    not yielded twice and the walk always ends. ``leave_skipped`` leaves out rows recorded as
+    skipped that are unchanged (same text hash and version) and not due for a retry yet.
     """
     version = ref.version()
     exact = has_exact_sql_staleness(ref)
@@ -90,6 +101,8 @@ def iter_stale_pks(
         size = chunk_rows if limit is None else min(chunk_rows, limit - yielded)
         if exact:
             qs = stale_queryset(ref, version)
+            if leave_skipped:
+                qs = qs.exclude(waiting_exists(ref, version, "_sbert_current_hash"))
             if last is not None:
                 qs = qs.filter(pk__gt=last)
             pks = list(qs.order_by("pk").values_list("pk", flat=True)[:size])
@@ -97,7 +110,7 @@ def iter_stale_pks(
                 return
             last = pks[-1]
         else:
-            pks, last, done = _scan_callable(ref, version, last, size)
+            pks, last, done = _scan_callable(ref, version, last, size, leave_skipped)
             if not pks and done:
                 return
         if pks:
@@ -106,19 +119,23 @@ def iter_stale_pks(
 
 
 def _scan_callable(
-    ref: FieldRef, version: str, after: Pk | None, size: int
+    ref: FieldRef, version: str, after: Pk | None, size: int, leave_skipped: bool = False
 ) -> tuple[list[Pk], Pk | None, bool]:
     """Check ``size`` rows after ``after`` in Python; return the stale ones, the last pk seen, and
-    whether the table is exhausted."""
+    whether the table is exhausted. A row whose source raises is stale (its task records it)."""
     qs = light_rows(ref, ref.manager.order_by("pk"))
     if after is not None:
         qs = qs.filter(pk__gt=after)
     instances = list(qs[:size])
-    stale = [
-        obj.pk
-        for obj in instances
-        if not is_current(ref, obj, text_hash(ref.field.get_source_text(obj)), version)
-    ]
+    waiting = waiting_hashes(ref, [obj.pk for obj in instances], version) if leave_skipped else {}
+    stale = []
+    for obj in instances:
+        text = read_text(ref, obj)
+        digest = "" if isinstance(text, RowFailure) else text_hash(text)
+        if waiting.get(str(obj.pk)) == digest:
+            continue  # skipped before, unchanged since, not due for a retry
+        if isinstance(text, RowFailure) or not is_current(ref, obj, digest, version):
+            stale.append(obj.pk)
     last = instances[-1].pk if instances else after
     return stale, last, len(instances) < size
 
@@ -151,4 +168,5 @@ def field_status(ref: FieldRef) -> FieldStatus:
         stale=count_stale(ref),
         version=version,
         versions=versions,
+        skipped=skipped_rows(ref).count(),
     )

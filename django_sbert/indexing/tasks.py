@@ -21,6 +21,10 @@ where Celery's autodiscovery finds them.
 
 ``acks_late`` + ``reject_on_worker_lost``: a worker killed mid-task leaves the message on the
 broker and another worker runs it again; whatever the killed one already wrote is skipped.
+
+A bad row fails neither task: a row whose source raises or whose vector the database refuses
+is recorded and skipped (``failures.py``), and the sweep does not send it again while it is
+unchanged; an error in one field does not stop the sweep of the others.
 """
 
 from __future__ import annotations
@@ -95,14 +99,26 @@ def sweep(self: Any, expires: float | None = None) -> dict[str, int]:
     ``expires`` (seconds) is given to the tasks it sends: with a beat interval as long, a
     backlog bigger than the workers can finish before the next sweep is not queued twice;
     what expires is still stale and is sent again by the next sweep.
+
+    Rows skipped after errors of their own are left out while unchanged, until their retry
+    time. A field that raises is logged and the other fields are swept; the first such error
+    is raised at the end, so the task is marked failed (and retried if the error is transient).
     """
     sent: dict[str, int] = {}
+    errors: list[Exception] = []
     for ref in field_refs():
-        rows = enqueue_stale(ref, expires=expires)
+        try:
+            rows = enqueue_stale(ref, expires=expires, leave_skipped=True)
+        except Exception as exc:
+            logger.exception("sweep: %s failed; the other fields are swept.", ref)
+            errors.append(exc)
+            continue
         if rows:
             sent[str(ref)] = rows
     if sent:
         logger.info("sweep: sent stale rows for embedding: %s", sent)
+    if errors:
+        raise errors[0]
     return sent
 
 
@@ -133,12 +149,20 @@ def enqueue_embed(
 
 
 def enqueue_stale(
-    ref: FieldRef, *, chunk_size: int | None = None, expires: float | None = None
+    ref: FieldRef,
+    *,
+    chunk_size: int | None = None,
+    expires: float | None = None,
+    leave_skipped: bool = False,
 ) -> int:
-    """Send tasks for every stale row of one field; returns how many rows were sent."""
+    """Send tasks for every stale row of one field; returns how many rows were sent.
+
+    ``leave_skipped``: not the rows skipped after errors of their own that are unchanged and
+    not due for a retry (what the sweep asks).
+    """
     size = int(chunk_size or sbert_settings.SWEEP_BATCH_SIZE)
     rows = 0
-    for pks in iter_stale_pks(ref, chunk_rows=size):
+    for pks in iter_stale_pks(ref, chunk_rows=size, leave_skipped=leave_skipped):
         enqueue_embed(ref, pks, chunk_size=size, expires=expires)
         rows += len(pks)
     return rows

@@ -9,6 +9,10 @@ task (or the sweep) embeds it; an older vector never overwrites a newer text.
 They are also guarded against a promotion's switch: a write whose version stopped serving
 because the switch committed meanwhile is refused (``VersionChanged``) under the switch lock.
 
+One bad row costs only itself: when the database refuses a batch because of one row
+(``DataError``, ``IntegrityError``), the rows are written one by one, each in its own
+savepoint, and the refused ones are recorded and skipped (``failures.py``).
+
 Staged writes put a candidate version's vectors in ``StagedEmbedding`` beside the live ones,
 keyed by content type, field, version and primary key; the promotion's switch copies them into
 the live columns in one transaction (``finetuning.promotion``).
@@ -17,31 +21,41 @@ the live columns in one transaction (``finetuning.promotion``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from django.contrib.contenttypes.models import ContentType
 from django.db import connections, transaction
 from django.utils import timezone
 
 from ..fields import text_hash, vector_literal
-from ..models import StagedEmbedding
+from ..models import SkipStage, StagedEmbedding
 from ..serving import serving, switch_lock
-from .refs import FieldRef
-from .rows import PendingRow, Pk, encode_rows, light_rows, rows_queryset
+from .failures import RowFailure, each_or_alone, read_text, record
+from .refs import FieldRef, Pk, content_type_id
+from .rows import PendingRow, encode_rows, light_rows, rows_queryset
 
 # --- live writes ------------------------------------------------------------------------------
 
 
-def write_vectors(
+@dataclass(frozen=True)
+class WriteOutcome:
+    """What ``write_rows`` did: vectors written, rows skipped (recorded in ``SkippedRow``)."""
+
+    written: int
+    skipped: int
+
+
+def write_rows(
     ref: FieldRef, rows: Sequence[PendingRow], vectors: np.ndarray, version: str | None = None
-) -> int:
+) -> WriteOutcome:
     """Store ``vectors[i]`` for ``rows[i]`` where the row's text still hashes to ``rows[i].hash``.
 
     In one transaction: lock the rows (``SELECT ... FOR UPDATE``, pk order), rebuild their text,
-    compare hashes, and write the matching ones with one ``UPDATE ... FROM unnest(...)``.
-    Returns how many vectors were written; rows edited or deleted since they were read are
-    left alone (their own task or the sweep embeds the new text).
+    compare hashes, and write the matching ones with one ``UPDATE ... FROM unnest(...)``. Rows
+    edited or deleted since they were read are left alone (their own task or the sweep embeds
+    the new text). A row whose source now raises, or whose vector the database refuses, is
+    recorded and skipped; the others are written.
 
     Raises ``VersionChanged`` (and writes nothing) when ``version`` stopped serving because a
     promotion switched versions meanwhile: checked under the switch lock, so no vector of the
@@ -50,20 +64,34 @@ def write_vectors(
     if len(rows) != len(vectors):
         raise ValueError(f"{len(rows)} rows but {len(vectors)} vectors.")
     if not rows:
-        return 0
+        return WriteOutcome(0, 0)
     version = version or ref.version()
     by_pk = {row.pk: (row, vector) for row, vector in zip(rows, vectors, strict=True)}
     alias = ref.db_alias
     with transaction.atomic(using=alias):
         _check_still_serving(ref, version, alias)
-        still_same = [
-            instance.pk
-            for instance in rows_queryset(ref, by_pk, lock=True)
-            if text_hash(ref.field.get_source_text(instance)) == by_pk[instance.pk][0].hash
-        ]
-        if still_same:
-            _update_rows(ref, [(pk, *by_pk[pk]) for pk in still_same], version)
-    return len(still_same)
+        still_same: list[tuple[Pk, PendingRow, np.ndarray]] = []
+        failed: list[RowFailure] = []
+        for instance in rows_queryset(ref, by_pk, lock=True):
+            row, vector = by_pk[instance.pk]
+            text = read_text(ref, instance)
+            if isinstance(text, RowFailure):
+                failed.append(text)
+            elif text_hash(text) == row.hash:
+                still_same.append((instance.pk, row, vector))
+        written, refused = each_or_alone(
+            alias, still_same, lambda items: _update_rows(ref, items, version)
+        )
+        failed += [RowFailure(pk, SkipStage.WRITE, exc, row.hash) for (pk, row, _), exc in refused]
+        record(ref, failed, version)
+    return WriteOutcome(len(written), len(failed))
+
+
+def write_vectors(
+    ref: FieldRef, rows: Sequence[PendingRow], vectors: np.ndarray, version: str | None = None
+) -> int:
+    """``write_rows`` returning only how many vectors were written."""
+    return write_rows(ref, rows, vectors, version).written
 
 
 class VersionChanged(Exception):
@@ -116,24 +144,32 @@ def _update_rows(
 # --- staged writes (a version being promoted) ---------------------------------------------
 
 
-def content_type_id(ref: FieldRef) -> int:
-    """The id of the model's (concrete) content type: staged rows are keyed by it."""
-    return (
-        ContentType.objects.db_manager(ref.db_alias)
-        .get_for_model(ref.model, for_concrete_model=True)
-        .pk
-    )
-
-
 def stage_vectors(
     ref: FieldRef,
     rows: Sequence[PendingRow],
     vectors: np.ndarray,
     version: str,
 ) -> int:
-    """Upsert ``vectors[i]`` as the ``version`` vector of ``rows[i]`` in the side table."""
+    """Upsert ``vectors[i]`` as the ``version`` vector of ``rows[i]`` in the side table.
+
+    Returns how many were staged; a row whose vector the database refuses is recorded and
+    skipped, and the others are staged.
+    """
     if not rows:
         return 0
+    items = list(zip(rows, vectors, strict=True))
+    with transaction.atomic(using=ref.db_alias):
+        staged, refused = each_or_alone(
+            ref.db_alias, items, lambda part: _insert_staged(ref, part, version)
+        )
+        failures = [RowFailure(row.pk, SkipStage.STAGE, exc, row.hash) for (row, _), exc in refused]
+        record(ref, failures, version)
+    return len(staged)
+
+
+def _insert_staged(
+    ref: FieldRef, items: Sequence[tuple[PendingRow, np.ndarray]], version: str
+) -> None:
     connection = connections[ref.db_alias]
     table = connection.ops.quote_name(StagedEmbedding._meta.db_table)
     sql = (
@@ -148,13 +184,12 @@ def stage_vectors(
         ref.name,
         version,
         timezone.now(),
-        [str(row.pk) for row in rows],
-        [row.hash for row in rows],
-        [vector_literal(vector) for vector in vectors],
+        [str(row.pk) for row, _ in items],
+        [row.hash for row, _ in items],
+        [vector_literal(vector) for _, vector in items],
     ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-    return len(rows)
 
 
 def stage_pending(
@@ -169,7 +204,10 @@ def stage_pending(
 
 
 def unstaged(ref: FieldRef, pks: Sequence[Any], version: str) -> list[PendingRow]:
-    """Rows among ``pks`` with no ``version`` vector staged from their current text."""
+    """Rows among ``pks`` with no ``version`` vector staged from their current text.
+
+    A row whose source raises is recorded and left out.
+    """
     staged = dict(
         StagedEmbedding.objects.using(ref.db_alias)
         .filter(
@@ -182,9 +220,14 @@ def unstaged(ref: FieldRef, pks: Sequence[Any], version: str) -> list[PendingRow
     )
     live = light_rows(ref, ref.manager.filter(pk__in=list(pks)).order_by("pk"))
     pending = []
+    failed: list[RowFailure] = []
     for instance in live:
-        text = ref.field.get_source_text(instance)
+        text = read_text(ref, instance)
+        if isinstance(text, RowFailure):
+            failed.append(text)
+            continue
         digest = text_hash(text)
         if staged.get(str(instance.pk)) != digest:
             pending.append(PendingRow(instance.pk, text, digest))
+    record(ref, failed, version)
     return pending

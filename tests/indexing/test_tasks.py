@@ -193,7 +193,14 @@ def test_sweep_embeds_rows_made_without_signals(eager):
 def test_embed_rows_task_returns_counts(eager):
     a, b = Article.objects.bulk_create([Article(title="a"), Article(title="b")])
     result = tasks.embed_rows.delay("testapp.Article", "embedding", [a.pk, b.pk, 10**9]).get()
-    assert result == {"examined": 2, "up_to_date": 0, "embedded": 2, "changed": 0, "missing": 1}
+    assert result == {
+        "examined": 2,
+        "up_to_date": 0,
+        "embedded": 2,
+        "changed": 0,
+        "missing": 1,
+        "skipped": 0,
+    }
     with pytest.raises(LookupError, match="not an EmbeddingField"):
         tasks.embed_rows.delay("testapp.Article", "title", [a.pk]).get()
 

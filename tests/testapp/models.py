@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from django.db import models
 from pgvector.django import HnswIndex
 
@@ -69,5 +71,19 @@ class Product(models.Model):
     name = models.CharField(max_length=100)
     description = models.TextField(blank=True)
     embedding = EmbeddingField(source=product_text)
+
+    objects = SemanticManager()
+
+
+def document_text(document: Document) -> str:
+    """The title inside a JSON payload: a payload that does not parse makes the source raise."""
+    return json.loads(document.payload)["title"]
+
+
+class Document(models.Model):
+    """A source that can raise for one row (tests/indexing/test_bad_rows.py)."""
+
+    payload = models.TextField()
+    embedding = EmbeddingField(source=document_text)
 
     objects = SemanticManager()

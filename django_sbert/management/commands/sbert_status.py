@@ -7,6 +7,12 @@
 
 ``stale`` counts rows that need a vector: missing ones, and those whose text or encoder
 changed since they were encoded. Fields with a callable source are scanned in Python.
+
+Rows that indexing skipped after an error of their own (their source raised, or the database
+refused their vector) are counted per field below the table, the newest few with their error::
+
+    blog.Article.embedding: 1 row(s) skipped after errors of their own (newest first):
+      pk=42  write  DataError: NaN not allowed in vector  (3 times, last 2026-05-01 12:00:00 UTC)
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from tqdm import tqdm
 from django_sbert import indexing
 
 COLUMNS = ("field", "encoder", "rows", "embedded", "stale", "missing", "version")
+SHOW_SKIPPED = 5  # skipped rows listed per field, newest first
 
 
 class Command(BaseCommand):
@@ -69,9 +76,25 @@ class Command(BaseCommand):
             others = {v: n for v, n in status.versions.items() if v != status.version}
             for version, count in sorted(others.items()):
                 notes.append(f"{ref}: {count} row(s) encoded by {version} (stale)")
+            if status.skipped:
+                notes.extend(self._skipped(ref, status.skipped))
         self._table(rows)
         for note in notes:
             self.stdout.write(note)
+
+    def _skipped(self, ref: indexing.FieldRef, count: int) -> list[str]:
+        """The count of rows skipped after errors of their own, and the newest few."""
+        lines = [f"{ref}: {count} row(s) skipped after errors of their own (newest first):"]
+        for row in indexing.skipped_rows(ref)[:SHOW_SKIPPED]:
+            message = (row.message.splitlines() or [""])[0][:200]
+            times = "once" if row.failures == 1 else f"{row.failures} times"
+            lines.append(
+                f"  pk={row.object_pk}  {row.stage}  {row.error}: {message}  "
+                f"({times}, last {row.last_seen:%Y-%m-%d %H:%M:%S %Z})"
+            )
+        if count > SHOW_SKIPPED:
+            lines.append(f"  ... and {count - SHOW_SKIPPED} more")
+        return lines
 
     def _table(self, rows: list[tuple[str, ...]]) -> None:
         widths = [max(len(r[i]) for r in [COLUMNS, *rows]) for i in range(len(COLUMNS))]
