@@ -31,6 +31,7 @@ ENCODER_DEFAULTS: dict[str, Any] = {
     "QUANTIZE": None,  # None or "int8": dynamic int8 quantization of linear layers (CPU)
     "COMPILE": False,  # encode through torch.compile: ~2x faster on a CPU, same vectors
     "LONG_TEXT": "truncate",  # what encode() does with texts over max_seq_length
+    "MAX_CHUNKS": 64,  # LONG_TEXT="chunk": windows encoded per text at most; None: no cap
 }
 
 # Search defaults for SemanticQuerySet.similar_to().

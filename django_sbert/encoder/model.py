@@ -369,6 +369,7 @@ class SentenceEncoder(nn.Module):
         prompt: str | None = None,
         long_text: LongText = "truncate",
         chunk_overlap: int = 32,
+        max_chunks: int | None = None,
         threads: int | None = None,
     ) -> np.ndarray:
         """Encode texts into float32 vectors ``(n, dimensions)`` (``(dimensions,)`` for one str).
@@ -377,7 +378,9 @@ class SentenceEncoder(nn.Module):
         output keeps the input order. ``normalize=True`` returns unit vectors (cosine = dot).
         ``long_text="truncate"`` cuts each text at ``max_seq_length`` tokens, as
         sentence-transformers does; ``"chunk"`` encodes overlapping windows over the whole
-        text and averages their unit vectors, so every part of a long document counts.
+        text and averages their unit vectors, so every part of a long document counts;
+        ``max_chunks`` caps the windows of one text (the first ones count, the rest is ignored
+        and not even tokenized), which bounds the time and memory any one text can take.
         ``threads`` sets torch's intra-op threads for this call only (see ``torch_threads``).
         """
         single = isinstance(texts, str)
@@ -390,7 +393,7 @@ class SentenceEncoder(nn.Module):
         if not items:
             return np.empty((0, self.dimensions), dtype=np.float32)
         if long_text == "chunk":
-            rows = self.tokenizer.windows(items, chunk_overlap, prompt)
+            rows = self.tokenizer.windows(items, chunk_overlap, prompt, max_chunks)
         else:
             rows = self.tokenizer.truncated(items, prompt)
         prompt_length = self.tokenizer.prompt_length(prompt) if prompt else 0

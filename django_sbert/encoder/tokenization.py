@@ -9,11 +9,20 @@ padding while another thread encodes raises "Already borrowed").
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
 from tokenizers import Tokenizer
+
+logger = logging.getLogger("django_sbert.encoder")
+
+# The tokenizer sees at most this many characters per token a text can still use: it tokenizes
+# a whole string before truncating, so a 20 MB text would cost seconds and gigabytes for 256
+# tokens. English runs at 4-5 characters per token; only texts with long runs of whitespace or
+# of one unsplittable "word" (one [UNK]) use more.
+CHARS_PER_TOKEN = 32
 
 
 @dataclass(frozen=True)
@@ -36,6 +45,11 @@ def _pack(sequences: list[list[int]], owner: np.ndarray) -> TokenRows:
         np.cumsum(lengths[:-1], out=starts[1:])
     ids = np.fromiter(chain.from_iterable(sequences), dtype=np.int64, count=int(lengths.sum()))
     return TokenRows(ids=ids, starts=starts, lengths=lengths, owner=owner)
+
+
+def _cut(texts: list[str], limit: int) -> list[str]:
+    """Each text cut to ``limit`` characters (the short ones as they are, not copied)."""
+    return [t[:limit] if len(t) > limit else t for t in texts]
 
 
 class TextTokenizer:
@@ -70,16 +84,31 @@ class TextTokenizer:
         return len(self._truncating.encode(self._prepare([prompt])[0]).ids) - len(self._trail)
 
     def truncated(self, texts: list[str], prompt: str | None = None) -> TokenRows:
-        """One row per text, cut to ``max_seq_length`` tokens."""
+        """One row per text, cut to ``max_seq_length`` tokens.
+
+        Only the first ``max_seq_length * CHARS_PER_TOKEN`` characters are tokenized.
+        """
+        texts = _cut(texts, self.max_seq_length * CHARS_PER_TOKEN)
         texts = self._prepare([prompt + t for t in texts] if prompt else texts)
         encodings = self._truncating.encode_batch(texts)
         return _pack([e.ids for e in encodings], np.arange(len(texts)))
 
-    def windows(self, texts: list[str], overlap: int, prompt: str | None = None) -> TokenRows:
+    def windows(
+        self,
+        texts: list[str],
+        overlap: int,
+        prompt: str | None = None,
+        max_windows: int | None = None,
+    ) -> TokenRows:
         """Split each text into ``max_seq_length`` windows that overlap by ``overlap`` tokens.
 
         A text that fits yields exactly the row ``truncated`` would give (without a prompt).
+        ``max_windows`` keeps the first windows of each text and ignores the rest (logged once
+        per call); only the characters those windows can use are tokenized
+        (``CHARS_PER_TOKEN`` per token), so memory and time stay bounded for any text length.
         """
+        if max_windows is not None and max_windows < 1:
+            raise ValueError(f"max_windows must be >= 1 or None, got {max_windows}.")
         prompt_ids: list[int] = []
         if prompt:
             encoded = self._full.encode(self._prepare([prompt])[0]).ids
@@ -90,15 +119,33 @@ class TextTokenizer:
         if not 0 <= overlap < width:
             raise ValueError(f"chunk_overlap must be in [0, {width}), got {overlap}.")
         stride = width - overlap
+        if max_windows is not None:
+            # Tokens the first max_windows windows cover: width, then stride per further window.
+            texts = _cut(texts, (width + (max_windows - 1) * stride) * CHARS_PER_TOKEN)
         head = self._lead + prompt_ids
         rows: list[list[int]] = []
         owner: list[int] = []
+        capped = 0
         for index, encoding in enumerate(self._full.encode_batch(self._prepare(texts))):
             ids = encoding.ids
             content = ids[len(self._lead) : len(ids) - len(self._trail)]
-            for start in range(0, max(len(content) - overlap, 1), stride):
+            starts = range(0, max(len(content) - overlap, 1), stride)
+            if max_windows is not None and len(starts) > max_windows:
+                starts = starts[:max_windows]
+                capped += 1
+            for start in starts:
                 rows.append(head + content[start : start + width] + self._trail)
                 owner.append(index)
+        if capped:
+            logger.warning(
+                "%d of %d text(s) run past %d windows of %d tokens; only their first %d windows "
+                "are encoded (max_chunks).",
+                capped,
+                len(texts),
+                max_windows,
+                self.max_seq_length,
+                max_windows,
+            )
         return _pack(rows, np.asarray(owner, dtype=np.int64))
 
     def pad(self, rows: TokenRows, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

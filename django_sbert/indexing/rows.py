@@ -123,14 +123,18 @@ def encode_rows(
 ) -> np.ndarray:
     """Encode the rows' texts with the field's encoder: unit vectors, ``(n, dims)`` float32.
 
-    ``version`` picks a version of the encoder (default: the serving one).
+    ``version`` picks a version of the encoder (default: the serving one). With
+    ``LONG_TEXT="chunk"`` a text counts at most ``MAX_CHUNKS`` windows, so no row's text can
+    make a task (and its redelivery) run out of memory.
     """
     config = encoder_config(ref.encoder_name)
+    max_chunks = config["MAX_CHUNKS"]
     return get_encoder(ref.encoder_name, version).encode(
         [row.text for row in rows],
         batch_size=int(batch_size or config["BATCH_SIZE"]),
         normalize=True,
         long_text=config["LONG_TEXT"],
+        max_chunks=int(max_chunks) if max_chunks is not None else None,
     )
 
 

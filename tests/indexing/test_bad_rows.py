@@ -1,4 +1,4 @@
-"""One bad row never blocks indexing.
+"""One bad row never blocks indexing, and no row's text can make a task run out of memory.
 
 Real parts only. A *source that raises*: ``testapp.Document`` builds its text from a JSON
 payload, and a payload that does not parse makes ``json.loads`` raise. A *vector the database
@@ -31,11 +31,13 @@ from django_sbert import indexing
 from django_sbert.fields import text_hash
 from django_sbert.indexing import tasks
 from django_sbert.models import SkippedRow
+from django_sbert.serving import get_encoder
 from tests.celery_app import app
 from tests.testapp.models import Article, Document, Product
 from tests.worker_process import Worker
 
 POISON = "war"  # a word of the tiny model's vocabulary: one token
+WORDS = ["bank", "rates", "rise", "music", "food", "dog", "cat", "peace", "tax", "city"]
 QUEUE = f"sbert-bad-rows-{uuid.uuid4().hex[:8]}"
 
 
@@ -314,3 +316,65 @@ def test_a_worker_skips_bad_rows_and_the_sweep_leaves_them(poisoned_worker):
         "its record was removed",
     )
     assert SkippedRow.objects.get().object_pk == str(bad_article.pk)
+
+
+# -- a documented cap on the text one row can make the encoder read --------------------------
+
+
+def one_token_words(n: int) -> list[str]:
+    return [WORDS[i % len(WORDS)] for i in range(n)]
+
+
+def test_chunk_mode_encodes_at_most_max_chunks_windows(tiny_encoder, caplog):
+    width = tiny_encoder.max_seq_length - 2  # [CLS] and [SEP] take two places of each window
+    overlap = 32
+    covered = width + 2 * (width - overlap)  # tokens the first 3 windows cover
+    words = one_token_words(300_000)  # ~1.7 MB of text, ~10,000 windows
+    text, head = " ".join(words), " ".join(words[:covered])
+    assert len(tiny_encoder.tokenizer.windows([head], overlap)) == 3
+
+    rows = tiny_encoder.tokenizer.windows([text], overlap, max_windows=3)
+    assert len(rows) == 3
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="django_sbert.encoder"):
+        capped = tiny_encoder.encode(text, long_text="chunk", max_chunks=3)
+    np.testing.assert_allclose(capped, tiny_encoder.encode(head, long_text="chunk"), atol=1e-6)
+    assert [r.getMessage() for r in caplog.records] == [
+        "1 of 1 text(s) run past 3 windows of 64 tokens; only their first 3 windows are encoded "
+        "(max_chunks)."
+    ]
+    with pytest.raises(ValueError, match="max_windows"):
+        tiny_encoder.encode(text, long_text="chunk", max_chunks=0)
+
+
+def test_the_tokenizer_reads_only_the_characters_it_can_use(tiny_encoder):
+    """At most 32 characters per usable token reach the tokenizer: a 20 MB row costs what its
+    first few kilobytes cost. Only a text with a run of thousands of spaces (no tokens) before
+    its next word can tell: the word after the run is past the cap."""
+    limit = tiny_encoder.max_seq_length * 32
+    far = "bank" + " " * limit + "rates"
+    np.testing.assert_allclose(tiny_encoder.encode(far), tiny_encoder.encode("bank"), atol=1e-6)
+    near = "bank" + " " * (limit - 100) + "rates"
+    np.testing.assert_allclose(
+        tiny_encoder.encode(near), tiny_encoder.encode("bank rates"), atol=1e-6
+    )
+
+
+@pytest.mark.django_db
+def test_a_huge_row_is_indexed_from_its_first_max_chunks_windows(settings):
+    default = settings.SBERT["ENCODERS"]["default"]
+    settings.SBERT = {
+        **settings.SBERT,
+        "ENCODERS": {"default": {**default, "LONG_TEXT": "chunk", "MAX_CHUNKS": 3}},
+    }
+    encoder = get_encoder("default")
+    width = encoder.max_seq_length - 2
+    covered = width + 2 * (width - 32)
+    words = one_token_words(400_000)  # ~2.3 MB in one row
+    article = Article.objects.create(title=words[0], body=" ".join(words[1:]))
+
+    stats = indexing.embed_pks(article_ref(), [article.pk])
+    assert stats.embedded == 1
+    article.refresh_from_db()
+    expected = encoder.encode(" ".join(words[:covered]), long_text="chunk")
+    np.testing.assert_allclose(np.asarray(article.embedding), expected, atol=1e-6)
