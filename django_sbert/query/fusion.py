@@ -49,7 +49,6 @@ from django.db.models import (
     FloatField,
     IntegerField,
     QuerySet,
-    Value,
 )
 from django.db.models.sql.constants import INNER
 from django.db.models.sql.query import Query
@@ -57,6 +56,7 @@ from django.db.models.sql.where import AND, WhereNode
 from pgvector.django import CosineDistance
 
 from .. import fulltext
+from .vectors import QuerySource, QueryVector
 
 TABLE_NAME = "sbert_hybrid"
 
@@ -78,7 +78,10 @@ class Fusion:
     candidates: int
     # (column, value) pairs that keep the vector side to rows encoded by the query's encoder
     # version; empty for a vector passed in. A tuple, so that the dataclass stays hashable.
-    vector_filter: tuple[tuple[str, str], ...] = ()
+    vector_filter: tuple[tuple[str, Any], ...] = ()
+    # Where the query vector came from (vectors.QuerySource), so a retry after a switch can
+    # compile the vector side with the new version's vector; None for a vector passed in.
+    source: QuerySource | None = None
     # The most rows the keyword side ranks (SBERT["SEARCH"]["KEYWORD_MAX_ROWS"]); None: all.
     max_rows: int | None = None
 
@@ -211,7 +214,7 @@ class FusedJoin:
 
     def _vector_side(self, base: QuerySet, connection: Any) -> tuple[str, tuple[Any, ...]]:
         f = self.fusion
-        distance = CosineDistance(f.vector_column, Value(f.vector_literal))
+        distance = CosineDistance(f.vector_column, QueryVector(f.vector_literal, f.source))
         candidates = (
             base.filter(**{f"{f.vector_column}__isnull": False}, **dict(f.vector_filter))
             .annotate(_sbert_distance=distance)

@@ -22,6 +22,10 @@ How it stays fast and correct (see docs/search.md):
 * iterative index scans (pgvector >= 0.8) keep scanning until a filtered top-k has k rows;
 * with ``relaxed_order`` scans the fetched rows are re-sorted by similarity in Python, since
   the index may return them slightly out of order.
+* a text or row search that comes back short because a promotion's switch committed after
+  its version was read runs once more, on a copy, with the new version (vectors.py);
+* a keyword search ranks at most ``KEYWORD_MAX_ROWS`` matching rows (fusion.CappedMatch), and
+  every statement runs under ``STATEMENT_TIMEOUT`` (options.py).
 
 ``hybrid_search()`` shares the encoding, the filtering and the index settings with
 ``similar_to()``; its SQL is described in fusion.py, the full-text pieces in fulltext.py.
@@ -51,7 +55,15 @@ from .options import (
     match_mode,
     search_options,
 )
-from .vectors import as_vector, cosine_distance, instance_vector, same_version
+from .vectors import (
+    QuerySource,
+    as_vector,
+    cosine_distance,
+    instance_vector,
+    rebind,
+    rebound_for,
+    same_version,
+)
 
 
 class SemanticQuerySet(models.QuerySet):
@@ -62,11 +74,14 @@ class SemanticQuerySet(models.QuerySet):
         self._search: SearchOptions | None = None
         # similar_to()'s ordering, to re-sort relaxed_order scans; None for the other searches.
         self._search_ordering: tuple[Any, ...] | None = ()
+        # Where the query vector came from (a text or a row), to search again after a switch.
+        self._search_source: QuerySource | None = None
 
     def _clone(self) -> SemanticQuerySet:
         clone = super()._clone()
         clone._search = self._search
         clone._search_ordering = self._search_ordering
+        clone._search_source = self._search_source
         return clone
 
     def similar_to(
@@ -89,10 +104,10 @@ class SemanticQuerySet(models.QuerySet):
         column itself is deferred; ``.defer(None)`` loads it with the rows.
         """
         embedding = self._embedding_field(field)
-        vector, exclude_pk, version = self._query_vector(query, embedding)
-        distance = cosine_distance(embedding, vector)
+        vector, exclude_pk, source = self._query_vector(query, embedding)
+        distance = cosine_distance(embedding, vector, source)
         qs = self.filter(
-            **{f"{embedding.attname}__isnull": False}, **same_version(embedding, version)
+            **{f"{embedding.attname}__isnull": False}, **same_version(embedding, source)
         )
         if exclude_pk is not None:
             qs = qs.exclude(pk=exclude_pk)
@@ -103,6 +118,7 @@ class SemanticQuerySet(models.QuerySet):
         qs = qs.annotate(similarity=1.0 - distance).order_by(distance)
         qs = qs._searching(embedding, k=k, ef_search=ef_search, iterative_scan=iterative_scan)
         qs._search_ordering = qs.query.order_by
+        qs._search_source = source
         return qs
 
     def keyword_search(
@@ -191,7 +207,7 @@ class SemanticQuerySet(models.QuerySet):
             keyword_weight=keyword_weight,
             match=match,
         )
-        vector, _, version = (
+        vector, _, source = (
             self._query_vector(text, embedding) if text.strip() else (None, None, None)
         )
         match = settings.pop("match")
@@ -210,7 +226,8 @@ class SemanticQuerySet(models.QuerySet):
             config=embedding.keyword_config,
             match=match,
             terms=terms,
-            vector_filter=tuple(same_version(embedding, version).items()),
+            vector_filter=tuple(same_version(embedding, source).items()),
+            source=source,
             max_rows=keyword_max_rows(),
             **settings,
         )
@@ -223,8 +240,8 @@ class SemanticQuerySet(models.QuerySet):
             # switch in progress): it gets no similarity rather than a meaningless one.
             annotations["similarity"] = models.Case(
                 models.When(
-                    models.Q(**same_version(embedding, version)),
-                    then=1.0 - cosine_distance(embedding, literal),
+                    models.Q(**same_version(embedding, source)),
+                    then=1.0 - cosine_distance(embedding, literal, source),
                 ),
                 default=None,
                 output_field=models.FloatField(),
@@ -234,28 +251,30 @@ class SemanticQuerySet(models.QuerySet):
         qs = qs.annotate(**annotations).order_by(models.F("score").desc(), "pk")
         qs = qs._searching(embedding, k=k, ef_search=ef_search, iterative_scan=iterative_scan)
         qs._search_ordering = None
+        qs._search_source = source
         return qs
 
     # -- what the searches share ------------------------------------------------------------
 
     def _query_vector(
         self, query: Any, embedding: EmbeddingField
-    ) -> tuple[np.ndarray, Any | None, str | None]:
+    ) -> tuple[np.ndarray, Any | None, QuerySource | None]:
         """The query as a vector of the field's size, the pk to leave out (more like this), and
-        the encoder version the vector belongs to (None for a vector passed in).
+        where the vector came from, with its encoder version (None for a vector passed in).
 
         Searches compare the vector only with rows of that version (``<field>_version``), so
         a query never mixes the vectors of two encoder versions, even while a promotion
         switches them (docs/fine-tuning.md).
         """
         exclude_pk = None
-        version = None
+        source = None
         if isinstance(query, models.Model):
-            vector, version = instance_vector(query, embedding)
+            vector, source = instance_vector(query, embedding)
             if query._meta.concrete_model is self.model._meta.concrete_model:
                 exclude_pk = query.pk
         elif isinstance(query, str):
             vector, version = query_vector(query, embedding.encoder)
+            source = QuerySource(encoder=embedding.encoder, version=version, text=query)
         else:
             vector = as_vector(query)
         dimensions = embedding.get_dimensions()
@@ -265,7 +284,7 @@ class SemanticQuerySet(models.QuerySet):
                 f"{embedding.name} holds {dimensions}; encode it with encoder "
                 f"{embedding.encoder!r}."
             )
-        return vector, exclude_pk, version
+        return vector, exclude_pk, source
 
     def _keyword_terms(
         self, embedding: EmbeddingField, text: str, match: str, max_df: float | None
@@ -363,6 +382,12 @@ class SemanticQuerySet(models.QuerySet):
             return super()._fetch_all()
         with self._running():
             super()._fetch_all()
+        if self._came_back_short(self._result_cache):
+            retry = self._after_switch()
+            if retry is not None:
+                retry._fetch_all()
+                self._result_cache = retry._result_cache
+                self._prefetch_done = retry._prefetch_done
         if self._search.iterative_scan == "relaxed_order" and self._ordered_by_distance():
             self._result_cache = _resorted(self._result_cache)
 
@@ -374,12 +399,61 @@ class SemanticQuerySet(models.QuerySet):
             and self.query.order_by == self._search_ordering
         )
 
+    # A search by a text or a row compares only rows of its vector's encoder version. When a
+    # promotion's switch commits between reading that version and running the statement,
+    # every row already carries the new one, and the search finds (almost) nothing. So a
+    # result that came back short is checked: if the version moved on, the search runs once
+    # more, on a copy of this queryset whose SQL carries the new version and its vector.
+
+    def _came_back_short(self, rows: list[Any]) -> bool:
+        """Fewer rows than asked for (a slice, or ``k``), or, for a hybrid search, none from
+        the vector side (or no way to tell, e.g. ``values_list()``)."""
+        if self._search_source is None:
+            return False
+        query = self.query
+        if query.high_mark is not None:
+            expected: int | None = query.high_mark - query.low_mark
+        else:
+            expected = None if self._search.k is None else int(self._search.k)
+        if not rows or (expected is not None and len(rows) < expected):
+            return True
+        return self._is_hybrid() and all(_vector_rank(row) is None for row in rows)
+
+    def _after_switch(self) -> SemanticQuerySet | None:
+        """A copy of this search bound to the version its rows moved on to, if they did since
+        the query vector was read; None otherwise, and for a copy that is already bound."""
+        source = self._search_source
+        if source is None or rebound_for(self.query, source) is not None:
+            return None  # a vector passed in, or the retry itself: once is enough
+        rebound = source.moved()
+        if rebound is None:
+            return None
+        retry = self._chain()
+        rebind(retry.query, source, rebound)
+        return retry
+
+    def _is_hybrid(self) -> bool:
+        return any(isinstance(join, FusedJoin) for join in self.query.alias_map.values())
+
     def iterator(self, chunk_size: int | None = None) -> Iterator[Any]:
         if self._search is None:
             yield from super().iterator(chunk_size)
             return
+        if self._is_hybrid():
+            # At most 2 * candidates rows: fetched whole, so that the vector side can be
+            # checked before any row is handed out.
+            rows = self._chain()
+            rows._fetch_all()
+            yield from rows._result_cache
+            return
+        found = False
         with self._running():
-            yield from super().iterator(chunk_size)
+            for row in super().iterator(chunk_size):
+                found = True
+                yield row
+        retry = None if found else self._after_switch()
+        if retry is not None:
+            yield from retry.iterator(chunk_size)
 
     def explain(self, *, format: str | None = None, **options: Any) -> str:
         if self._search is None:
@@ -391,13 +465,17 @@ class SemanticQuerySet(models.QuerySet):
         if self._search is None or self._result_cache is not None:
             return super().count()
         with search_options(self.db, self._search):  # a hybrid count runs the index scans
-            return super().count()
+            count = super().count()
+        retry = self._after_switch() if count == 0 else None
+        return count if retry is None else retry.count()
 
     def exists(self) -> bool:
         if self._search is None or self._result_cache is not None:
             return super().exists()
         with search_options(self.db, self._search):
-            return super().exists()
+            found = super().exists()
+        retry = None if found else self._after_switch()
+        return found if retry is None else retry.exists()
 
     def aggregate(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         if self._search is None:
@@ -425,6 +503,11 @@ def _check_keyword_search(field: EmbeddingField) -> EmbeddingField:
         f"EmbeddingField(..., keyword_search=True) and run makemigrations and migrate "
         f"(it adds the generated column {field.tsvector_field_name} and its GIN index)."
     )
+
+
+def _vector_rank(row: Any) -> Any:
+    """A hybrid result row's ``vector_rank``: None when absent or not carried (values_list)."""
+    return row.get("vector_rank") if isinstance(row, dict) else getattr(row, "vector_rank", None)
 
 
 def _resorted(rows: list[Any]) -> list[Any]:

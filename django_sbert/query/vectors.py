@@ -1,27 +1,125 @@
 """The query side of a vector search: a text, a row or a vector becomes one vector, and
 the SQL pieces that compare it with a column.
+
+A text or a row's vector belongs to one encoder version, and a search compares it only with
+rows of that version. If a promotion's switch commits between reading the version and running
+the statement, every row already carries the new version and the search finds (almost)
+nothing. ``QuerySource`` remembers where the vector came from so that the search can read it
+again (``moved()``: the text encoded with the new serving version, or the row's new vector);
+the vector and the version enter the SQL as ``QueryVector`` and ``SearchVersion``, which a
+query marked with ``rebind()`` compiles with the new ones. The queryset itself is not changed:
+the retry runs a marked copy (queryset.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from django.db import models
-from django.db.models import Value
+from django.db.models import CharField, Expression, TextField
+from django.db.models.sql.query import Query
 from pgvector import Vector
 from pgvector.django import CosineDistance
 
 from ..fields import EmbeddingField, embedding_fields, vector_literal
+from ..serving import encode_query, serving_changed
+
+REBOUND = "sbert_rebound"  # attribute of a Query: {QuerySource: Rebound} after a switch
 
 
-def cosine_distance(embedding: EmbeddingField, vector: np.ndarray | str) -> CosineDistance:
+@dataclass(frozen=True)
+class Rebound:
+    """The version and query vector (pgvector text) a search runs with after a switch."""
+
+    version: str
+    literal: str
+
+
+@dataclass(frozen=True)
+class QuerySource:
+    """Where a search's query vector came from: a text encoded with ``version``, or the stored
+    vector of one row (``model``, ``pk``), which carried ``version``."""
+
+    encoder: str
+    version: str
+    text: str | None = None
+    model: type[models.Model] | None = None
+    pk: Any = None
+    vector_attname: str = ""
+    version_attname: str = ""
+
+    def moved(self) -> Rebound | None:
+        """The version and vector to search with now, if the rows moved on from ``version``
+        (a switch committed since it was read); else None. One indexed query."""
+        if self.text is not None:
+            version = serving_changed(self.encoder, self.version)
+            if version is None:
+                return None
+            return Rebound(version, vector_literal(encode_query(self.text, self.encoder, version)))
+        if self.model is None or self.pk is None:
+            return None
+        row = (
+            self.model._base_manager.filter(pk=self.pk)
+            .values_list(self.vector_attname, self.version_attname)
+            .first()
+        )
+        if row is None or row[0] is None or row[1] in (None, self.version):
+            return None
+        return Rebound(row[1], vector_literal(as_vector(row[0])))
+
+
+def rebound_for(query: Query, source: QuerySource | None) -> Rebound | None:
+    """What ``source`` is rebound to in ``query`` (and the queries built from it), if any."""
+    bound = getattr(query, REBOUND, None)
+    return None if bound is None or source is None else bound.get(source)
+
+
+def rebind(query: Query, source: QuerySource, rebound: Rebound) -> None:
+    """Make ``query`` (and every clone made from it later) search with ``rebound``."""
+    setattr(query, REBOUND, {**(getattr(query, REBOUND, None) or {}), source: rebound})
+
+
+class QueryVector(Expression):
+    """The query vector as a parameter (pgvector text); in a rebound query, the new one."""
+
+    output_field = TextField()
+
+    def __init__(self, literal: str, source: QuerySource | None = None) -> None:
+        super().__init__()
+        self.literal = literal
+        self.source = source
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+        rebound = rebound_for(compiler.query, self.source)
+        return "%s", [rebound.literal if rebound is not None else self.literal]
+
+
+class SearchVersion(Expression):
+    """The encoder version rows must carry to be compared; in a rebound query, the new one."""
+
+    output_field = CharField()
+
+    def __init__(self, source: QuerySource) -> None:
+        super().__init__()
+        self.source = source
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+        rebound = rebound_for(compiler.query, self.source)
+        return "%s", [rebound.version if rebound is not None else self.source.version]
+
+
+def cosine_distance(
+    embedding: EmbeddingField, vector: np.ndarray | str, source: QuerySource | None = None
+) -> CosineDistance:
     """``embedding <=> query``: the operator an HNSW index with vector_cosine_ops serves.
 
-    ``vector`` may be given as its pgvector text already (``vector_literal``).
+    ``vector`` may be given as its pgvector text already (``vector_literal``); ``source`` says
+    where it came from, so that a search can run again with the vector of a new version.
     """
     literal = vector if isinstance(vector, str) else vector_literal(vector)
-    return CosineDistance(embedding.attname, Value(literal))
+    return CosineDistance(embedding.attname, QueryVector(literal, source))
 
 
 def as_vector(value: Any) -> np.ndarray:
@@ -44,14 +142,17 @@ def as_vector(value: Any) -> np.ndarray:
     return vector
 
 
-def same_version(field: EmbeddingField, version: str | None) -> dict[str, str]:
-    """Filter keywords that keep rows whose vector was encoded by ``version``."""
-    return {} if version is None else {field.version_field_name: version}
+def same_version(field: EmbeddingField, source: QuerySource | None) -> dict[str, Any]:
+    """Filter keywords that keep rows encoded by the version of the query's vector (none for
+    a vector passed in)."""
+    return {} if source is None else {field.version_field_name: SearchVersion(source)}
 
 
-def instance_vector(instance: models.Model, field: EmbeddingField) -> tuple[np.ndarray, str]:
-    """The stored vector of ``instance`` for a field compatible with ``field``, and its
-    encoder version (read together, so they belong to each other)."""
+def instance_vector(
+    instance: models.Model, field: EmbeddingField
+) -> tuple[np.ndarray, QuerySource | None]:
+    """The stored vector of ``instance`` for a field compatible with ``field``, and where it
+    came from: its row and encoder version (read together, so they belong to each other)."""
     candidates = [f for f in embedding_fields(type(instance)) if f.encoder == field.encoder]
     source = next((f for f in candidates if f.name == field.name), None) or (
         candidates[0] if len(candidates) == 1 else None
@@ -80,4 +181,13 @@ def instance_vector(instance: models.Model, field: EmbeddingField) -> tuple[np.n
             "nothing to compare with. Wait for the worker, or run "
             f"manage.py sbert_reindex {instance._meta.label} --stale --sync."
         )
-    return as_vector(value), version
+    if version is None:
+        return as_vector(value), None
+    return as_vector(value), QuerySource(
+        encoder=field.encoder,
+        version=version,
+        model=type(instance),
+        pk=instance.pk,
+        vector_attname=source.attname,
+        version_attname=source.version_field_name,
+    )
