@@ -195,12 +195,18 @@ def test_e005_malformed_settings():
 
 
 def test_e005_malformed_hybrid_settings():
-    bad = {"RRF_K": -1, "CANDIDATES": 0, "KEYWORD_MATCH": "some", "KEYWORD_MAX_DF": 2}
+    bad = {
+        "RRF_K": -1,
+        "CANDIDATES": 0,
+        "KEYWORD_MATCH": "some",
+        "KEYWORD_MAX_DF": 2,
+        "KEYWORD_MAX_ROWS": "all",
+    }
     with override_settings(SBERT={"SEARCH": bad}):
         messages = check_settings()
     text = " ".join(m.msg for m in messages)
-    assert set(ids(messages)) == {"django_sbert.E005"} and len(messages) == 4
-    for problem in ("'RRF_K'", "'CANDIDATES'", "'some'", "'KEYWORD_MAX_DF'"):
+    assert set(ids(messages)) == {"django_sbert.E005"} and len(messages) == 5
+    for problem in ("'RRF_K'", "'CANDIDATES'", "'some'", "'KEYWORD_MAX_DF'", "'KEYWORD_MAX_ROWS'"):
         assert problem in text
     with override_settings(SBERT={"SEARCH": {"RRF_K": 10, "KEYWORD_MATCH": "all"}}):
         assert check_settings() == []

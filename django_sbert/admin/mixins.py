@@ -47,6 +47,16 @@ class SemanticChangeList(ChangeList):
             return [*queryset.query.order_by, "-pk"]
         return super().get_ordering(request, queryset)
 
+    def get_results(self, request: HttpRequest) -> None:
+        """A search that cannot run now (over STATEMENT_TIMEOUT, model files missing) shows
+        an empty list and says why, instead of a server error."""
+        try:
+            super().get_results(request)
+        except ServiceUnavailable as exc:
+            messages.error(request, f"Semantic search is unavailable: {exc}")
+            self.queryset = self.queryset.none()
+            super().get_results(request)
+
 
 class EmbeddingAdminMixin:
     """Add to the ``ModelAdmin`` of a model with an ``EmbeddingField`` and a SemanticManager::
@@ -168,6 +178,9 @@ class EmbeddingAdminMixin:
                     queryset.similar_to(obj, k=self.similar_items, field=self.embedding_field)
                 )
             except ValueError:  # no vector yet
+                similar = []
+            except ServiceUnavailable as exc:  # e.g. over SBERT["SEARCH"]["STATEMENT_TIMEOUT"]
+                messages.warning(request, f"Similar items are unavailable: {exc}")
                 similar = []
         extra_context["sbert_similar"] = [
             (

@@ -145,6 +145,7 @@ def encode_texts(
     """
     config = encoder_config(encoder)
     model = get_encoder(encoder, version)
+    max_chunks = config["MAX_CHUNKS"]  # with LONG_TEXT="chunk": windows per text at most
     with _lock:
         lock = _encode_locks.setdefault(encoder, threading.Lock())
     with lock:
@@ -154,6 +155,7 @@ def encode_texts(
             normalize=normalize,
             long_text=config["LONG_TEXT"],
             threads=threads,
+            max_chunks=int(max_chunks) if max_chunks is not None else None,
         )
 
 

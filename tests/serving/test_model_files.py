@@ -9,6 +9,7 @@ searches would find nothing. "Another host" here is this process (or a worker su
 
 from __future__ import annotations
 
+import io
 import time
 import uuid
 from collections.abc import Iterator
@@ -111,6 +112,9 @@ def test_the_start_up_check_names_the_missing_version(model_dir, settings, tmp_p
     assert target.directory in errors[0].hint
     with pytest.raises(SystemCheckError, match="E012"):
         call_command("check", databases=["default"])
+    out = io.StringIO()
+    call_command("sbert_status", "--no-progress", stdout=out)
+    assert f"encoder 'default' serves {target.version}, but" in out.getvalue()
 
 
 @pytest.mark.django_db

@@ -13,6 +13,8 @@ refused their vector) are counted per field below the table, the newest few with
 
     blog.Article.embedding: 1 row(s) skipped after errors of their own (newest first):
       pk=42  write  DataError: NaN not allowed in vector  (3 times, last 2026-05-01 12:00:00 UTC)
+
+A host that lacks the files of the version the database says serves gets a line saying so.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
-from django_sbert import indexing
+from django_sbert import indexing, serving
 
 COLUMNS = ("field", "encoder", "rows", "embedded", "stale", "missing", "version")
 SHOW_SKIPPED = 5  # skipped rows listed per field, newest first
@@ -78,6 +80,8 @@ class Command(BaseCommand):
                 notes.append(f"{ref}: {count} row(s) encoded by {version} (stale)")
             if status.skipped:
                 notes.extend(self._skipped(ref, status.skipped))
+        for name in sorted({ref.encoder_name for ref in refs}):
+            notes.extend(self._files(name))
         self._table(rows)
         for note in notes:
             self.stdout.write(note)
@@ -95,6 +99,17 @@ class Command(BaseCommand):
         if count > SHOW_SKIPPED:
             lines.append(f"  ... and {count - SHOW_SKIPPED} more")
         return lines
+
+    def _files(self, name: str) -> list[str]:
+        """A line when this host lacks the files of the version the database says serves."""
+        current = serving.serving(name, max_age=0)
+        problem = None if current.is_base else serving.missing_version_files(current.directory)
+        if problem is None:
+            return []
+        return [
+            f"encoder {name!r} serves {current.version}, but {problem}: this host cannot "
+            "encode (check django_sbert.E012)"
+        ]
 
     def _table(self, rows: list[tuple[str, ...]]) -> None:
         widths = [max(len(r[i]) for r in [COLUMNS, *rows]) for i in range(len(COLUMNS))]
