@@ -32,6 +32,11 @@ ENCODER_DEFAULTS: dict[str, Any] = {
     "COMPILE": False,  # encode through torch.compile: ~2x faster on a CPU, same vectors
     "LONG_TEXT": "truncate",  # what encode() does with texts over max_seq_length
     "MAX_CHUNKS": 64,  # LONG_TEXT="chunk": windows encoded per text at most; None: no cap
+    # Texts put before search queries and before indexed rows (e5's "query: " / "passage: ").
+    # None: the model's named prompts ("query"; "document", "passage" or "corpus") from its
+    # config_sentence_transformers.json; "": no prompt, whatever the model declares.
+    "QUERY_PROMPT": None,
+    "DOCUMENT_PROMPT": None,
 }
 
 # Search defaults for SemanticQuerySet.similar_to().
@@ -157,6 +162,12 @@ def encoder_config(name: str = "default") -> dict[str, Any]:
             f"settings.SBERT['ENCODERS'][{name!r}] sets both COMPILE and QUANTIZE; choose one "
             "(COMPILE keeps float32 vectors, QUANTIZE trades a little accuracy for speed)."
         )
+    for key in ("QUERY_PROMPT", "DOCUMENT_PROMPT"):
+        if merged[key] is not None and not isinstance(merged[key], str):
+            raise ImproperlyConfigured(
+                f"settings.SBERT['ENCODERS'][{name!r}][{key!r}] must be a string (the text put "
+                f"before each text, e.g. 'query: ') or None, got {type(merged[key]).__name__}."
+            )
     return merged
 
 

@@ -291,6 +291,15 @@ class EmbedRequestSerializer(NoUnknownKeysMixin, serializers.Serializer):
     encoder = StrictCharField(
         default="default", help_text="Name of an encoder in SBERT['ENCODERS']."
     )
+    prompt = serializers.ChoiceField(
+        choices=["query", "document"],
+        allow_null=True,
+        default=None,
+        help_text="Put the encoder's query or document prompt before each text (QUERY_PROMPT / "
+        "DOCUMENT_PROMPT, else the model's own): 'query' gives the vectors searches compare, "
+        "'document' those indexing stores. null (default): the texts as given.",
+        error_messages={"invalid_choice": "prompt must be 'query', 'document' or null."},
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

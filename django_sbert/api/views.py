@@ -357,7 +357,9 @@ class EmbedView(ServiceErrorsMixin, GenericAPIView):
         # The shared path, normalized or not: one forward pass per encoder at a time, so a
         # request holds the encoder for at most EMBED_MAX_TEXTS x EMBED_MAX_TEXT_LENGTH
         # characters' worth of encoding (both checked by the serializer above).
-        vectors = encode_texts(data["texts"], name, normalize=data["normalize"])
+        vectors = encode_texts(
+            data["texts"], name, normalize=data["normalize"], role=data["prompt"]
+        )
         return Response(
             {"encoder": name, "dimensions": int(vectors.shape[1]), "vectors": vectors.tolist()}
         )

@@ -18,7 +18,7 @@ from django.db.models import Q
 
 from ..conf import encoder_config
 from ..fields import text_hash
-from ..serving import get_encoder
+from ..serving import get_encoder, role_prompt
 from .failures import RowFailure, read_text, record
 from .refs import FieldRef, Pk
 
@@ -123,18 +123,22 @@ def encode_rows(
 ) -> np.ndarray:
     """Encode the rows' texts with the field's encoder: unit vectors, ``(n, dims)`` float32.
 
+    Each text gets the encoder's document prompt (``serving.role_prompt``).
     ``version`` picks a version of the encoder (default: the serving one). With
     ``LONG_TEXT="chunk"`` a text counts at most ``MAX_CHUNKS`` windows, so no row's text can
     make a task (and its redelivery) run out of memory.
     """
     config = encoder_config(ref.encoder_name)
     max_chunks = config["MAX_CHUNKS"]
-    return get_encoder(ref.encoder_name, version).encode(
+    model = get_encoder(ref.encoder_name, version)
+    return model.encode(
         [row.text for row in rows],
         batch_size=int(batch_size or config["BATCH_SIZE"]),
         normalize=True,
         long_text=config["LONG_TEXT"],
         max_chunks=int(max_chunks) if max_chunks is not None else None,
+        # DOCUMENT_PROMPT, else the model's document/passage prompt (part of the version id).
+        prompt=role_prompt(ref.encoder_name, "document", model),
     )
 
 

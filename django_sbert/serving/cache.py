@@ -5,9 +5,15 @@ The Django layer reaches the ML core only through this module (re-exported by
 
     get_encoder("default")            # a SentenceEncoder, loaded on first use, then shared
     encode_texts(texts, "default")    # (n, dim) float32 with the encoder's batch size
-    encode_query("central banks")     # (dim,) float32, LRU-cached per process
+    encode_query("central banks")     # (dim,) float32, with the query prompt, LRU-cached
     encoder_version("default")        # version string of the serving model (see versions.py)
     query_vector("central banks")     # (vector, version it was encoded with), for searches
+    role_prompt("default", "document", model)   # the text put before each indexed row
+
+Queries and documents may take different prompts (e5's ``query: `` / ``passage: ``):
+``QUERY_PROMPT`` and ``DOCUMENT_PROMPT`` in the encoder's settings, else the prompts the model
+directory names ``query`` and ``document`` / ``passage`` / ``corpus``, as sentence-transformers'
+``encode_query`` / ``encode_document`` read them (``role_prompt``).
 
 Loading is guarded by a lock so that concurrent requests in a threaded server load the model
 once. Loaded encoders are dropped when ``settings.SBERT`` changes and in the child after
@@ -26,7 +32,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from django.core.exceptions import ImproperlyConfigured
@@ -36,7 +42,7 @@ from ..conf import SETTING_NAME, encoder_config, sbert_settings
 from ..exceptions import VersionUnavailable
 from .identity import forget_base_versions
 from .storage import missing_version_files, model_root
-from .versions import serving, serving_version, version_directory
+from .versions import Serving, serving, serving_version, version_directory
 
 if TYPE_CHECKING:
     from ..encoder import SentenceEncoder
@@ -52,14 +58,27 @@ _query_cache: OrderedDict[tuple[str, str, str], np.ndarray] = OrderedDict()
 # every configured thread inside one pass.
 _encode_locks: dict[str, threading.Lock] = {}
 
+Role = Literal["query", "document"]
+# The model's own prompt names for each role, in the order sentence-transformers tries them.
+PROMPT_NAMES: dict[str, tuple[str, ...]] = {
+    "query": ("query",),
+    "document": ("document", "passage", "corpus"),
+}
+
 
 def get_encoder(name: str = "default", version: str | None = None) -> SentenceEncoder:
     """Return the serving model of encoder ``name`` (or its ``version``), loading it once."""
     if version is None:
-        current = serving(name)
-        version, directory = current.version, current.directory
-    else:
-        directory = version_directory(name, version)
+        return encoder_for(serving(name))
+    return encoder_for(Serving(name, version, version_directory(name, version)))
+
+
+def encoder_for(current: Serving) -> SentenceEncoder:
+    """The model of a version already looked up (``serving()``), loading it once.
+
+    Reads no database, so it may run in any thread (the async searches encode in a pool).
+    """
+    name, version, directory = current.encoder, current.version, current.directory
     if directory is None:
         return _base_encoder(name)
     key = (name, version)
@@ -129,6 +148,26 @@ def _load(name: str, directory: str | None = None) -> SentenceEncoder:
     )
 
 
+def role_prompt(name: str, role: Role | None, model: SentenceEncoder) -> str | None:
+    """The prompt put before a query's (``"query"``) or a document's (``"document"``) text.
+
+    ``QUERY_PROMPT`` / ``DOCUMENT_PROMPT`` of encoder ``name`` when set (``""``: none), else
+    the prompt ``model``'s directory names for the role (``config_sentence_transformers.json``:
+    ``query``; ``document``, ``passage`` or ``corpus``). None when neither: ``encode()`` then
+    applies the model's ``default_prompt_name``, if it declares one, as sentence-transformers
+    does. ``role=None`` is a plain ``encode()`` too.
+    """
+    if role is None:
+        return None
+    if role not in PROMPT_NAMES:
+        raise ValueError(f"role must be 'query', 'document' or None, got {role!r}.")
+    configured = encoder_config(name)[f"{role.upper()}_PROMPT"]
+    if configured is not None:
+        return configured
+    prompts = getattr(model, "prompts", None) or {}
+    return next((prompts[key] for key in PROMPT_NAMES[role] if key in prompts), None)
+
+
 def encode_texts(
     texts: Sequence[str],
     encoder: str = "default",
@@ -136,15 +175,28 @@ def encode_texts(
     *,
     threads: int | None = None,
     normalize: bool = True,
+    role: Role | None = None,
 ) -> np.ndarray:
     """Encode ``texts`` with the named encoder's batch size: unit vectors, (n, dim) float32.
 
     ``version`` picks a version of the encoder; by default the serving one. ``threads`` sets
     torch's threads for this call only. ``normalize=False`` returns the vectors as pooled
-    (the embed API's option); every encode, either way, holds the encoder's lock.
+    (the embed API's option); every encode, either way, holds the encoder's lock. ``role``
+    puts the query or the document prompt before each text (``role_prompt``); None encodes
+    the texts as given (the model's default prompt, if it declares one, still applies).
     """
+    return _encode(get_encoder(encoder, version), encoder, texts, threads, normalize, role)
+
+
+def _encode(
+    model: SentenceEncoder,
+    encoder: str,
+    texts: Sequence[str],
+    threads: int | None,
+    normalize: bool,
+    role: Role | None,
+) -> np.ndarray:
     config = encoder_config(encoder)
-    model = get_encoder(encoder, version)
     max_chunks = config["MAX_CHUNKS"]  # with LONG_TEXT="chunk": windows per text at most
     with _lock:
         lock = _encode_locks.setdefault(encoder, threading.Lock())
@@ -156,32 +208,67 @@ def encode_texts(
             long_text=config["LONG_TEXT"],
             threads=threads,
             max_chunks=int(max_chunks) if max_chunks is not None else None,
+            prompt=role_prompt(encoder, role, model),
         )
 
 
 def encode_query(text: str, encoder: str = "default", version: str | None = None) -> np.ndarray:
     """Encode one search query, remembering the last ``QUERY_CACHE_SIZE`` queries per process.
 
-    The returned array is read-only because it is shared with later callers. Searches should
-    use ``query_vector``, which also says which version encoded the text.
+    The text gets the encoder's query prompt (``role_prompt``). The returned array is
+    read-only because it is shared with later callers. Searches should use ``query_vector``,
+    which also says which version encoded the text.
     """
     if version is None:
         version = serving_version(encoder)
+    cached = _cached_query(encoder, version, text)
+    if cached is not None:
+        return cached
+    return _encode_query(get_encoder(encoder, version), encoder, version, text)
+
+
+def encode_query_for(text: str, current: Serving) -> np.ndarray:
+    """``encode_query`` with a version already looked up (``serving()``): reads no database,
+    so it may run in any thread (the async searches' encoding pool)."""
+    cached = _cached_query(current.encoder, current.version, text)
+    if cached is not None:
+        return cached
+    return _encode_query(encoder_for(current), current.encoder, current.version, text)
+
+
+def peek_query_cache(text: str, current: Serving) -> np.ndarray | None:
+    """The cached vector of a query, if any, without ever waiting: None when the cache's lock
+    is busy (a model may be loading under it). For an event loop, which must not block."""
+    if not _lock.acquire(blocking=False):
+        return None
+    try:
+        cached = _query_cache.get((current.encoder, current.version, text))
+        if cached is not None:
+            _query_cache.move_to_end((current.encoder, current.version, text))
+        return cached
+    finally:
+        _lock.release()
+
+
+def _cached_query(encoder: str, version: str, text: str) -> np.ndarray | None:
     key = (encoder, version, text)
-    size = int(sbert_settings.QUERY_CACHE_SIZE or 0)
     with _lock:
         cached = _query_cache.get(key)
         if cached is not None:
             _query_cache.move_to_end(key)
-            return cached
+        return cached
+
+
+def _encode_query(model: SentenceEncoder, encoder: str, version: str, text: str) -> np.ndarray:
     # One short text gains little from more threads, and threads that spin after the forward
     # pass slow down a PostgreSQL server on the same cores (docs/settings.md, QUERY_THREADS).
     threads = encoder_config(encoder)["QUERY_THREADS"]
-    vector = encode_texts([text], encoder, version, threads=int(threads) if threads else None)[0]
+    vector = _encode(model, encoder, [text], int(threads) if threads else None, True, "query")[0]
     vector.flags.writeable = False
+    size = int(sbert_settings.QUERY_CACHE_SIZE or 0)
     if size > 0:
         with _lock:
-            _query_cache[key] = vector
+            _query_cache[(encoder, version, text)] = vector
             while len(_query_cache) > size:
                 _query_cache.popitem(last=False)
     return vector

@@ -4,6 +4,7 @@
 
     model_fingerprint("/models/x")   # sha256 hex of the config files and sampled weights
     base_version("default")          # "all-MiniLM-L6-v2:1a2b3c4d5e6f7a8b", the settings' model
+                                     # (and its DOCUMENT_PROMPT setting, when one is set)
     base_label("default")            # "all-MiniLM-L6-v2"
 
 The id never depends on where the files live, so every host holding the same model agrees on
@@ -59,12 +60,19 @@ def model_fingerprint(directory: str | os.PathLike[str]) -> str:
 def base_version(name: str = "default") -> str:
     """A short stable id of the settings' model, e.g. ``all-MiniLM-L6-v2:1a2b3c...``.
 
-    It does not depend on where the model lives on disk. Computed once per process.
+    It does not depend on where the model lives on disk. Computed once per process. Rows are
+    encoded with the document prompt, so a ``DOCUMENT_PROMPT`` setting is part of the id (a
+    new prompt makes every row stale); without that setting the id is the files' alone, as
+    before prompts could be set (prompts the model's own config declares are in its files).
     """
     version = _base_versions.get(name)
     if version is None:
-        model = str(encoder_config(name)["MODEL"])
-        fingerprint = model_fingerprint(resolve_model_path(model))
+        config = encoder_config(name)
+        fingerprint = model_fingerprint(resolve_model_path(str(config["MODEL"])))
+        prompt = config["DOCUMENT_PROMPT"]
+        if prompt is not None:
+            tagged = f"{fingerprint}\0DOCUMENT_PROMPT\0{prompt}".encode()
+            fingerprint = hashlib.sha256(tagged).hexdigest()
         version = f"{base_label(name)}:{fingerprint[:16]}"
         with _lock:
             _base_versions[name] = version
