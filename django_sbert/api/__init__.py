@@ -16,10 +16,21 @@ from __future__ import annotations
 
 import importlib.util
 
-if importlib.util.find_spec("rest_framework") is None:  # pragma: no cover
-    raise ImportError(
-        "django_sbert.api needs Django REST framework: pip install djangorestframework "
-        "(or pip install django-sbert[api])."
+from django.core.exceptions import ImproperlyConfigured
+
+
+class MissingAPIDependencies(ImproperlyConfigured, ImportError):
+    """The REST API was imported on a site installed without the ``api`` extra.
+
+    Also an ``ImportError``, so ``try: from django_sbert import api`` still works as a probe.
+    """
+
+
+if importlib.util.find_spec("rest_framework") is None:
+    raise MissingAPIDependencies(
+        "django_sbert.api needs Django REST framework, which is not installed: "
+        "pip install 'django-sbert[api]' (djangorestframework and drf-spectacular). "
+        "Searching from Python (similar_to(), the admin) needs neither."
     )
 
 from .registry import (  # noqa: E402

@@ -2,6 +2,8 @@
 
 Both take anything with ``encode(texts, batch_size=..., normalize=True) -> (n, dim) array``
 (a ``SentenceEncoder``), encode each distinct text once, and compare vectors by cosine.
+``spearman`` and ``average_ranks`` are the rank statistics, in numpy alone (scipy's
+``spearmanr`` and ``rankdata`` give the same numbers; the tests compare them).
 """
 
 from __future__ import annotations
@@ -15,6 +17,43 @@ import numpy as np
 
 class Encodes(Protocol):
     def encode(self, texts: list[str], batch_size: int = ..., normalize: bool = ...) -> Any: ...
+
+
+def average_ranks(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """1-based ranks of ``values``; tied values share the mean of the ranks they span.
+
+    ``average_ranks([10, 20, 20, 30]) -> [1.0, 2.5, 2.5, 4.0]`` (scipy's ``rankdata``).
+    """
+    data = np.asarray(values, dtype=np.float64).ravel()  # (n,)
+    order = np.argsort(data, kind="stable")
+    ordered = data[order]
+    # Start index of each run of equal values in sorted order, and one past the end.
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    ends = np.r_[starts[1:], len(data)]
+    # A run covering sorted positions s..e-1 holds ranks s+1..e, whose mean is (s + 1 + e) / 2.
+    run_ranks = (starts + 1 + ends) / 2.0
+    ranks = np.empty(len(data), dtype=np.float64)
+    ranks[order] = np.repeat(run_ranks, ends - starts)
+    return ranks
+
+
+def spearman(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> float:
+    """Spearman's rank correlation of ``x`` and ``y``: Pearson's r of their average ranks.
+
+    Ties get average ranks, as scipy's ``spearmanr`` gives them. NaN when either side is
+    constant (its ranks have no variance) or has fewer than two values.
+    """
+    a, b = average_ranks(x), average_ranks(y)
+    if a.shape != b.shape:
+        raise ValueError(f"spearman needs two sequences of one length, got {len(a)} and {len(b)}")
+    if len(a) < 2:
+        return float("nan")
+    a -= a.mean()
+    b -= b.mean()
+    denominator = math.sqrt(float(a @ a) * float(b @ b))
+    if denominator == 0.0:
+        return float("nan")
+    return max(-1.0, min(1.0, float(a @ b) / denominator))
 
 
 def _embed_unique(encoder: Encodes, texts: Iterable[str], batch_size: int) -> dict[str, np.ndarray]:
@@ -31,14 +70,12 @@ def sts_spearman(
     This is the SBERT paper's STS measure (it reports it x 100). Any score scale works, as
     only the ranks count.
     """
-    from scipy.stats import spearmanr
-
     if len(pairs) < 2:
         raise ValueError("sts_spearman needs at least two (sentence_a, sentence_b, score) pairs")
     vectors = _embed_unique(encoder, (text for a, b, _ in pairs for text in (a, b)), batch_size)
     cosines = [float(np.dot(vectors[a], vectors[b])) for a, b, _ in pairs]
     gold = [float(score) for _, _, score in pairs]
-    return float(spearmanr(cosines, gold).statistic)
+    return spearman(cosines, gold)
 
 
 def retrieval_metrics(

