@@ -22,7 +22,8 @@ import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+
+import dj_database_url
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE_DIR = ROOT / ".pytest_cache" / "django_sbert"
@@ -47,23 +48,20 @@ def _start_embedded_postgres() -> str:
 
 
 def database_from_url(url: str) -> dict[str, Any]:
-    """``postgresql://user:password@host:port/name?host=/socket/dir`` -> a DATABASES entry."""
-    parts = urlsplit(url)
-    if parts.scheme.split("+")[0] not in {"postgres", "postgresql", "pgsql"}:
+    """A DATABASES entry from ``DATABASE_URL``, parsed by dj-database-url.
+
+    pgserver's URLs name a Unix socket folder as ``?host=/socket/dir``; it becomes ``HOST``,
+    where Django's ``dbshell`` and anything reading the settings look for it.
+    """
+    config = dict(dj_database_url.parse(url))
+    if config["ENGINE"] != "django.db.backends.postgresql":
         raise ValueError(
             f"DATABASE_URL must be a postgresql:// URL (pgvector needs PostgreSQL): {url!r}"
         )
-    query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
-    host = query.pop("host", None) or unquote(parts.hostname or "")
-    return {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": unquote(parts.path.lstrip("/")) or "postgres",
-        "USER": unquote(parts.username or ""),
-        "PASSWORD": unquote(parts.password or ""),
-        "HOST": host,
-        "PORT": str(parts.port or ""),
-        "OPTIONS": query,
-    }
+    socket_dir = config["OPTIONS"].pop("host", None)
+    if socket_dir and not config["HOST"]:
+        config["HOST"] = socket_dir
+    return config
 
 
 def _tiny_model_dir() -> Path:

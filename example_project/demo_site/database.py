@@ -8,13 +8,13 @@ attach (pgserver keeps a list of the processes using it), and the last one to ex
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import warnings
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+
+import dj_database_url
 
 # pgserver's list of the processes using a server (it stops the server when the last one exits)
 HANDLES_FILE = ".handle_pids.json"
@@ -66,14 +66,14 @@ def _forget_dead_users(data_dir: Path) -> None:
 def stop_embedded_postgres(data_dir: Path) -> bool:
     """Release this process's handle on the server in ``data_dir``; True if it stopped.
 
-    pgserver stops the server when its last user releases it (``pg_ctl stop``); its exit
-    hook, which would do the same again, is removed.
+    ``cleanup()`` is pgserver's release of a handle: it stops the server (``pg_ctl stop``)
+    when no other process uses it (``cleanup_mode="stop"`` keeps the data). Its exit hook
+    finds the handle already released and does nothing.
     """
     server = _servers.pop(data_dir.resolve(), None)
     if server is None:
         return False
-    server._cleanup()  # pgserver's own release: stops the server if no other user is left
-    atexit.unregister(server._cleanup)
+    server.cleanup()
     return not (data_dir / "postmaster.pid").exists()
 
 
@@ -88,21 +88,16 @@ def database_url(var_dir: Path) -> str:
 
 
 def database_from_url(url: str) -> dict[str, Any]:
-    """``postgresql://user:password@host:port/name?host=/socket/dir`` -> a DATABASES entry."""
-    parts = urlsplit(url)
-    if parts.scheme.split("+")[0] not in {"postgres", "postgresql", "pgsql"}:
+    """A DATABASES entry from ``DATABASE_URL``, parsed by dj-database-url.
+
+    pgserver's URLs name a Unix socket folder as ``?host=/socket/dir``; it becomes ``HOST``.
+    """
+    config = dict(dj_database_url.parse(url, conn_max_age=60))
+    if config["ENGINE"] != "django.db.backends.postgresql":
         raise ValueError(
             f"DATABASE_URL must be a postgresql:// URL (pgvector needs PostgreSQL): {url!r}"
         )
-    query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
-    host = query.pop("host", None) or unquote(parts.hostname or "")
-    return {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": unquote(parts.path.lstrip("/")) or "postgres",
-        "USER": unquote(parts.username or ""),
-        "PASSWORD": unquote(parts.password or ""),
-        "HOST": host,
-        "PORT": str(parts.port or ""),
-        "OPTIONS": query,
-        "CONN_MAX_AGE": 60,
-    }
+    socket_dir = config["OPTIONS"].pop("host", None)
+    if socket_dir and not config["HOST"]:
+        config["HOST"] = socket_dir
+    return config
