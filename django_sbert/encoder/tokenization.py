@@ -83,6 +83,30 @@ class TextTokenizer:
         """Positions a prompt takes at the start of a row (leading specials included)."""
         return len(self._truncating.encode(self._prepare([prompt])[0]).ids) - len(self._trail)
 
+    def content_width(self, prompt: str | None = None) -> int:
+        """Tokens of text one row holds: ``max_seq_length`` less the special tokens and the
+        prompt's tokens."""
+        prompt_tokens = 0
+        if prompt:
+            encoded = self._full.encode(self._prepare([prompt])[0]).ids
+            prompt_tokens = len(encoded) - len(self._lead) - len(self._trail)
+        return self.max_seq_length - len(self._lead) - len(self._trail) - prompt_tokens
+
+    def token_spans(self, texts: list[str]) -> list[list[tuple[int, int]]]:
+        """The ``(start, end)`` characters of each text's tokens, special tokens left out.
+
+        Counted by the tokenizer the model reads with, on the whole text (no truncation), so
+        a passage cut from these spans holds the tokens the model will see. Offsets index the
+        text as given: lowercasing that changes a text's length is skipped for that text.
+        """
+        prepared = self._prepare(texts)
+        inputs = [p if len(p) == len(t) else t for p, t in zip(prepared, texts, strict=True)]
+        return [
+            [span for span, special in zip(e.offsets, e.special_tokens_mask, strict=True)
+             if not special]
+            for e in self._full.encode_batch(inputs)
+        ]  # fmt: skip
+
     def truncated(self, texts: list[str], prompt: str | None = None) -> TokenRows:
         """One row per text, cut to ``max_seq_length`` tokens.
 

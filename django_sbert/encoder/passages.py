@@ -1,0 +1,268 @@
+"""Split a long text into passages on sentence boundaries, each fitting the encoder's window.
+
+A bi-encoder reads a fixed number of tokens (all-MiniLM-L6-v2: 256); everything after that is
+invisible to a vector of the whole text. Indexing a document by its passages, and ranking it
+by its best passage (max-sim), keeps every part of it searchable::
+
+    spans = token_spans_of(text)        # (start, end) characters of each token, in order
+    split_passages(text, spans, max_tokens=254, overlap=32)
+    # [Passage(start=0, end=1203, text="..."), Passage(start=1108, end=2290, text="..."), ...]
+
+How a passage is made:
+
+* **Sentences are the units.** A text is cut after ``.``, ``!``, ``?`` (and their closing
+  quotes or brackets) when the next sentence starts with a capital, a digit or a quote, and at
+  every line break; common abbreviations and initials ("Mr.", "U.S.") do not end a sentence.
+  A text with no sentence punctuation is cut at line breaks only.
+* **Passages are greedy runs of whole sentences** whose tokens fit ``max_tokens`` (counted with
+  the encoder's own tokenizer, so the count is the one the model sees).
+* **A small overlap.** The next passage starts with the last sentences of the previous one that
+  fit in ``overlap`` tokens, so a statement that spans a cut is whole in one of the two.
+* **A sentence longer than the window** is cut into pieces of at most ``max_tokens`` tokens, at
+  word boundaries when there is one in the second half of the piece (inside a word otherwise),
+  the pieces overlapping by ``overlap`` tokens.
+* **Offsets slice back**: ``text[p.start:p.end] == p.text`` for every passage; leading and
+  trailing whitespace is never part of one. A text with no characters but whitespace gives
+  one empty passage covering it, so every row has at least one passage.
+
+This module is plain Python: the token spans come from the caller (``TextTokenizer
+.token_spans``), which keeps the splitter testable with any tokenizer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .tokenization import CHARS_PER_TOKEN, TextTokenizer
+
+# Words that end with a full stop without ending a sentence ("Mr. Smith", "Gen. Lee").
+ABBREVIATIONS = frozenset(
+    {
+        "mr",
+        "mrs",
+        "ms",
+        "dr",
+        "prof",
+        "sr",
+        "jr",
+        "st",
+        "mt",
+        "vs",
+        "etc",
+        "eg",
+        "ie",
+        "cf",
+        "al",
+        "vol",
+        "gen",
+        "gov",
+        "sen",
+        "rep",
+        "lt",
+        "col",
+        "capt",
+        "sgt",
+        "maj",
+        "inc",
+        "ltd",
+        "corp",
+        "dept",
+        "fig",
+        "approx",
+        "jan",
+        "feb",
+        "mar",
+        "apr",
+        "jun",
+        "jul",
+        "aug",
+        "sep",
+        "sept",
+        "oct",
+        "nov",
+        "dec",
+    }
+)
+
+# The end of a sentence: its punctuation, closing quotes or brackets, then whitespace before
+# a capital, a digit, an opening quote or bracket. Group "end" ends the sentence.
+_SENTENCE_END = re.compile(
+    r"(?P<end>[.!?\u2026\u3002\uff01\uff1f]+[\"'\u201d\u2019)\]]*)\s+"
+    r"(?=[\"'\u201c\u2018(\[]?[0-9A-Z\u00c0-\u00de\u0391-\u03a9\u0410-\u042f])"
+)
+_LINE_BREAK = re.compile(r"[ \t]*(?:\r\n|\r|\n)\s*")
+_WORD_BEFORE = re.compile(r"([A-Za-z][A-Za-z.]*)\.$")
+
+
+@dataclass(frozen=True)
+class Passage:
+    """A slice of a source text: ``source[start:end] == text`` (character offsets)."""
+
+    start: int
+    end: int
+    text: str
+
+
+def _is_abbreviation(text: str, end: int) -> bool:
+    """Whether the full stop just before ``end`` follows an abbreviation or an initial."""
+    if end < 1 or text[end - 1] != ".":
+        return False
+    match = _WORD_BEFORE.search(text, max(0, end - 12), end)
+    if match is None:
+        return False
+    word = match.group(1)
+    # "U.S." or "J." (initials), or a listed abbreviation ("Mr.", "e.g.").
+    if len(word.replace(".", "")) == 1 or re.fullmatch(r"(?:[A-Za-z]\.)+[A-Za-z]", word):
+        return True
+    return word.replace(".", "").lower() in ABBREVIATIONS
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of each sentence of ``text``, whitespace trimmed, in order.
+
+    Cuts at sentence punctuation followed by a likely sentence start, and at line breaks.
+    """
+    cuts = {0, len(text)}
+    for match in _SENTENCE_END.finditer(text):
+        end = match.end("end")
+        if not _is_abbreviation(text, end):
+            cuts.add(end)
+    for match in _LINE_BREAK.finditer(text):
+        cuts.add(match.start())
+    spans = []
+    edges = sorted(cuts)
+    for left, right in zip(edges, edges[1:], strict=False):
+        start, end = _trim(text, left, right)
+        if start < end:
+            spans.append((start, end))
+    return spans
+
+
+def _trim(text: str, start: int, end: int) -> tuple[int, int]:
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+def _pieces(
+    token_spans: Sequence[tuple[int, int]], first: int, last: int, max_tokens: int, overlap: int
+) -> list[tuple[int, int]]:
+    """Token ranges ``[a, b)`` covering tokens ``first..last`` in windows of ``max_tokens``,
+    cut before a token that starts a word when one lies in the window's second half."""
+    pieces = []
+    a = first
+    while True:
+        b = min(a + max_tokens, last)
+        if b < last:
+            # Cut before the last token in (a + max_tokens / 2, b] that follows whitespace.
+            for cut in range(b, a + max_tokens // 2, -1):
+                if token_spans[cut][0] > token_spans[cut - 1][1]:
+                    b = cut
+                    break
+        pieces.append((a, b))
+        if b >= last:
+            return pieces
+        a = max(b - overlap, a + 1)
+
+
+def split_passages(
+    text: str,
+    token_spans: Sequence[tuple[int, int]],
+    max_tokens: int,
+    overlap: int = 32,
+    max_passages: int | None = None,
+) -> list[Passage]:
+    """Split ``text`` into passages of whole sentences that hold at most ``max_tokens`` tokens.
+
+    ``token_spans`` are the ``(start, end)`` character offsets of the text's tokens in order
+    (special tokens left out), as the encoder's tokenizer produced them; a token belongs to
+    the sentence its first character falls in. ``overlap`` tokens of whole sentences (or of a
+    long sentence's pieces) repeat at the start of the next passage. ``max_passages`` keeps
+    the first passages only. See the module docstring for the rules.
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}.")
+    if not 0 <= overlap < max_tokens:
+        raise ValueError(f"overlap must be in [0, max_tokens), got {overlap}.")
+    if max_passages is not None and max_passages < 1:
+        raise ValueError(f"max_passages must be >= 1 or None, got {max_passages}.")
+    sentences = sentence_spans(text)
+    if not sentences or not token_spans:
+        start, end = _trim(text, 0, len(text))
+        if start == end:
+            return [Passage(0, len(text), text)]  # nothing to read: one passage, the text
+        return [Passage(start, end, text[start:end])]
+    starts = [span[0] for span in token_spans]
+    # Units: (first token, end token, start char, end char); a sentence over max_tokens is cut.
+    units: list[tuple[int, int, int, int]] = []
+    token = 0
+    for index, (s_start, s_end) in enumerate(sentences):
+        bound = sentences[index + 1][0] if index + 1 < len(sentences) else len(text) + 1
+        first = token
+        while token < len(starts) and starts[token] < bound:
+            token += 1
+        if token == first:  # a sentence with no token of its own (punctuation the model drops)
+            if units:
+                a, b, c_start, _ = units[-1]
+                units[-1] = (a, b, c_start, s_end)
+            else:
+                units.append((first, first, s_start, s_end))
+            continue
+        if token - first <= max_tokens:
+            units.append((first, token, s_start, s_end))
+            continue
+        for a, b in _pieces(token_spans, first, token, max_tokens, overlap):
+            c_start = s_start if a == first else token_spans[a][0]
+            c_end = s_end if b == token else token_spans[b - 1][1]
+            units.append((a, b, *_trim(text, c_start, c_end)))
+    passages: list[Passage] = []
+    i = 0
+    while i < len(units):
+        j = i + 1
+        while j < len(units) and units[j][1] - units[i][0] <= max_tokens:
+            j += 1
+        start, end = units[i][2], units[j - 1][3]
+        passages.append(Passage(start, end, text[start:end]))
+        if j >= len(units) or (max_passages is not None and len(passages) >= max_passages):
+            break
+        # The next passage starts with the last units of this one that fit in `overlap`.
+        k = j
+        while k - 1 > i and units[j - 1][1] - units[k - 1][0] <= overlap:
+            k -= 1
+        i = k
+    return passages
+
+
+def passages_of(
+    tokenizer: TextTokenizer,
+    texts: Sequence[str],
+    *,
+    max_tokens: int | None = None,
+    overlap: int = 32,
+    max_passages: int | None = None,
+    prompt: str | None = None,
+) -> list[list[Passage]]:
+    """Each text's passages, counted with ``tokenizer`` (a model's ``encoder.tokenizer``).
+
+    ``max_tokens`` defaults to the window: ``max_seq_length`` less the special tokens and
+    ``prompt``'s tokens (the prompt the passages will be encoded with); a larger value is cut
+    to it. With ``max_passages`` only the characters that many passages can hold are read
+    (``CHARS_PER_TOKEN`` per token), so a huge text costs no more than a long one.
+    """
+    width = tokenizer.content_width(prompt)
+    if width < 1:
+        raise ValueError("The prompt leaves no room for text within max_seq_length.")
+    limit = width if max_tokens is None else min(int(max_tokens), width)
+    texts = list(texts)
+    if max_passages is not None:
+        chars = max_passages * limit * CHARS_PER_TOKEN
+        texts = [text[:chars] for text in texts]
+    spans = tokenizer.token_spans(texts)
+    return [
+        split_passages(text, text_spans, limit, min(overlap, limit - 1), max_passages)
+        for text, text_spans in zip(texts, spans, strict=True)
+    ]
