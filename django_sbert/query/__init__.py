@@ -7,10 +7,12 @@
         objects = SemanticManager()
 
     Article.objects.similar_to("central banks raise rates")[:10]
+    await Article.objects.asimilar_to("central banks raise rates", k=10)   # in async code
 
 Modules: ``queryset`` (the queryset and manager), ``options`` (per-query settings, with their
 defaults from ``SBERT["SEARCH"]``), ``vectors`` (a text, row or vector becomes the query
-vector), ``fusion`` (hybrid search's reciprocal rank fusion in SQL). The full-text pieces are
+vector), ``aio`` (async searches encode their text off the event loop), ``fusion`` (hybrid
+search's reciprocal rank fusion in SQL). The full-text pieces are
 in ``django_sbert.fulltext``.
 """
 

@@ -11,6 +11,7 @@
     Article.objects.similar_to(vector, min_similarity=0.5).values("title", "similarity")
     Article.objects.keyword_search("XJ-9000 manual")[:10]                # PostgreSQL full text
     Article.objects.hybrid_search("ECB rate decision 2008", k=10)         # both, fused (RRF)
+    await Article.objects.asimilar_to("central banks", k=10)              # async code (aio.py)
 
 How it stays fast and correct (see docs/search.md):
 
@@ -45,7 +46,7 @@ from pgvector import Vector
 
 from .. import fulltext
 from ..fields import EmbeddingField, embedding_fields, vector_literal
-from ..serving import query_vector
+from .aio import encode_text, text_vector
 from .fusion import CappedMatch, FusedJoin, Fusion, fused_annotations
 from .options import (
     SearchOptions,
@@ -210,6 +211,7 @@ class SemanticQuerySet(models.QuerySet):
         vector, _, source = (
             self._query_vector(text, embedding) if text.strip() else (None, None, None)
         )
+        text = str(text)  # ahybrid_search() passes an EncodedText: from here on, the words
         match = settings.pop("match")
         terms = self._keyword_terms(embedding, text, match, max_df) if vector is not None else ()
         qs = self._chain()
@@ -254,6 +256,41 @@ class SemanticQuerySet(models.QuerySet):
         qs._search_source = source
         return qs
 
+    # -- async: the query text is encoded off the event loop (aio.py) ------------------------
+
+    async def asimilar_to(
+        self,
+        query: str | models.Model | Sequence[float] | np.ndarray | Vector,
+        k: int | None = None,
+        min_similarity: float | None = None,
+        field: str | None = None,
+        **options: Any,
+    ) -> SemanticQuerySet:
+        """``similar_to()`` for async code: ``await Article.objects.asimilar_to(text)``.
+
+        A text is encoded in a small pool of threads, never on the event loop; the queryset
+        is built in Django's thread for database work (a row's vector, the serving version).
+        Iterate the result with ``async for`` or ``aiterator()``, or call ``acount()``,
+        ``afirst()``...: ``k``, the pgvector settings and the statement timeout apply.
+        """
+        if isinstance(query, str):
+            query = await encode_text(query, self._embedding_field(field).encoder)
+        return await sync_to_async(self.similar_to)(query, k, min_similarity, field, **options)
+
+    async def ahybrid_search(
+        self, text: str, k: int | None = None, field: str | None = None, **options: Any
+    ) -> SemanticQuerySet:
+        """``hybrid_search()`` for async code; the text is encoded off the event loop."""
+        if isinstance(text, str):
+            text = await encode_text(text, self._embedding_field(field, keyword=True).encoder)
+        return await sync_to_async(self.hybrid_search)(text, k, field, **options)
+
+    async def akeyword_search(
+        self, text: str, k: int | None = None, field: str | None = None, **options: Any
+    ) -> SemanticQuerySet:
+        """``keyword_search()`` for async code (``match="any"`` reads word statistics)."""
+        return await sync_to_async(self.keyword_search)(text, k, field, **options)
+
     # -- what the searches share ------------------------------------------------------------
 
     def _query_vector(
@@ -273,8 +310,8 @@ class SemanticQuerySet(models.QuerySet):
             if query._meta.concrete_model is self.model._meta.concrete_model:
                 exclude_pk = query.pk
         elif isinstance(query, str):
-            vector, version = query_vector(query, embedding.encoder)
-            source = QuerySource(encoder=embedding.encoder, version=version, text=query)
+            vector, version = text_vector(query, embedding.encoder)  # or asimilar_to()'s (aio.py)
+            source = QuerySource(encoder=embedding.encoder, version=version, text=str(query))
         else:
             vector = as_vector(query)
         dimensions = embedding.get_dimensions()
@@ -488,10 +525,14 @@ class SemanticQuerySet(models.QuerySet):
             async for row in super().aiterator(chunk_size):
                 yield row
             return
-        # Django's aiterator() would bypass k and the search's settings and timeout: fetch the
-        # (bounded) rows with iterator() in one thread-sensitive call instead.
-        rows = await sync_to_async(lambda: list(self.iterator(chunk_size)))()
-        for row in rows:
+        # Django's aiterator() would bypass k and the search's settings and timeout. Nor can
+        # rows be streamed: the settings live in a transaction, which would stay open across
+        # awaits while other coroutines' queries run on the same connection. So the (bounded:
+        # k or a slice) rows are fetched in one thread-sensitive call, exactly as `async for`
+        # does: re-sorted after a relaxed_order scan, prefetched, retried after a switch.
+        rows = self._chain()
+        await sync_to_async(rows._fetch_all)()
+        for row in rows._result_cache:
             yield row
 
 

@@ -74,9 +74,7 @@ def index(*articles: Article) -> None:
     embed_pks(get_ref("testapp.Article", "embedding"), [a.pk for a in articles])
 
 
-def test_the_model_config_prompts_are_applied_to_documents_and_queries(
-    db, prompted_model, plain
-):
+def test_the_model_config_prompts_are_applied_to_documents_and_queries(db, prompted_model, plain):
     article = Article.objects.create(title="Central bank", body="rates rise")
     with encoder(prompted_model):
         index(article)
@@ -122,9 +120,7 @@ def test_settings_override_the_model_prompts(db, prompted_model, plain):
     np.testing.assert_allclose(document, plain.encode("Guitar music\na man plays"), atol=1e-5)
 
 
-def test_the_document_prompt_is_part_of_the_version_and_makes_rows_stale(
-    db, prompted_model, plain
-):
+def test_the_document_prompt_is_part_of_the_version_and_makes_rows_stale(db, prompted_model, plain):
     tiny = Path(settings.TINY_MODEL_DIR)
     ref = get_ref("testapp.Article", "embedding")
     article = Article.objects.create(title="Election", body="people vote")

@@ -1,0 +1,120 @@
+"""The async searches' query text: encoded off the event loop, in a small pool of threads.
+
+::
+
+    rows = await Article.objects.asimilar_to("central banks raise rates", k=5)
+    async for article in rows: ...
+
+``asimilar_to()`` and ``ahybrid_search()`` (queryset.py) call ``encode_text()`` first: it reads
+the serving version through ``sync_to_async`` (Django's thread for database work, cached for
+``VERSION_CACHE_SECONDS``), then encodes the text in ``ENCODE_THREADS`` dedicated threads and
+returns it as an ``EncodedText``, a ``str`` carrying its vector and version, which
+``similar_to()`` and ``hybrid_search()`` take as the text already encoded.
+
+Why a dedicated pool rather than ``sync_to_async``: with ``thread_sensitive=True`` the encode
+would run on the thread Django keeps for one request's database work (one thread per request
+under ASGI, so no bound at all; outside a request, the one thread every coroutine's queries
+share, so an encode would hold up all of them); with ``thread_sensitive=False`` it would take
+threads of the event loop's default executor, which other work (DNS lookups, file reads)
+needs. Encodes of one encoder run one at a time anyway (``serving.cache`` holds a lock per
+encoder around each forward pass), so a few threads keep the encoders busy; further queries
+wait in the pool's queue, not in threads of their own. Nothing in the pool reads the database
+(``serving.encode_query_for``), so no connection is opened outside Django's threads.
+
+A text search built in async code without these (``similar_to(text)`` on the event loop) would
+block the loop while it encodes: ``text_vector()`` refuses with ``SynchronousOnlyOperation``,
+as Django does for queries (``DJANGO_ALLOW_ASYNC_UNSAFE`` lifts both).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+
+import numpy as np
+from asgiref.sync import sync_to_async
+from django.core.exceptions import SynchronousOnlyOperation
+
+from ..serving import encode_query_for, peek_query_cache, query_vector, serving
+
+# Threads that encode query texts for async searches, per process. Each encoder runs one
+# forward pass at a time (its lock), so more threads would only wait on that lock.
+ENCODE_THREADS = 2
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+class EncodedText(str):
+    """A query text with its vector, encoded by ``encoder`` at ``version`` (a ``str``, so the
+    searches read it as the text it is)."""
+
+    encoder: str
+    vector: np.ndarray
+    version: str
+
+    def __new__(cls, text: str, encoder: str, vector: np.ndarray, version: str) -> EncodedText:
+        value = super().__new__(cls, text)
+        value.encoder, value.vector, value.version = encoder, vector, version
+        return value
+
+
+def encoding_pool() -> ThreadPoolExecutor:
+    """The process's pool of ``ENCODE_THREADS`` query-encoding threads, made on first use."""
+    global _pool
+    if _pool is None:
+        with _pool_lock:
+            if _pool is None:
+                _pool = ThreadPoolExecutor(ENCODE_THREADS, thread_name_prefix="sbert-query")
+    return _pool
+
+
+async def encode_text(text: str, encoder: str) -> str:
+    """``text`` as an ``EncodedText`` of ``encoder``'s serving version, encoded off the event
+    loop; a blank text or one encoded already is returned as it is."""
+    if isinstance(text, EncodedText) and text.encoder == encoder:
+        return text
+    if not isinstance(text, str) or not text.strip():
+        return text  # nothing to encode; the search says what is wrong with it, if anything
+    text = str(text)
+    current = await sync_to_async(serving)(encoder)  # a cached read; the database at most every 2 s
+    vector = peek_query_cache(text, current)  # never waits: the loop must not block
+    if vector is None:
+        encode = partial(encode_query_for, text, current)
+        vector = await asyncio.get_running_loop().run_in_executor(encoding_pool(), encode)
+    return EncodedText(text, encoder, vector, current.version)
+
+
+def text_vector(text: str, encoder: str) -> tuple[np.ndarray, str]:
+    """A query text's vector and the version that encoded it: an ``EncodedText``'s own, else
+    encoded here (``serving.query_vector``), which an event loop's thread may not do."""
+    if isinstance(text, EncodedText) and text.encoder == encoder:
+        return text.vector, text.version
+    if not os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE") and _in_event_loop():
+        raise SynchronousOnlyOperation(
+            "similar_to() and hybrid_search() encode a text query where they are called, which "
+            "would block the event loop: in async code use `await "
+            "Model.objects.asimilar_to(text)` or `ahybrid_search(text)`."
+        )
+    return query_vector(str(text), encoder)
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _forget_pool_after_fork() -> None:
+    # A forked child has none of its parent's threads: it makes its own pool on first use.
+    global _pool, _pool_lock
+    _pool = None
+    _pool_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_after_fork)
