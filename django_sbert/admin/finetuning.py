@@ -17,6 +17,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.shortcuts import get_object_or_404
@@ -37,6 +38,7 @@ from ..models import (
     VersionStatus,
     pair_kind_counts,
 )
+from ..queues import training_worker_hint
 from ..serving import forget_serving, serving_version
 from .display import loss_curve_svg, metrics_table, progress_bar
 from .mixins import ForbidMissingActionsMixin, require_permission
@@ -235,6 +237,30 @@ class TrainingRunAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # runs start from the pairs' action or manage.py sbert_train
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """The run's page; a queued run says so when no worker consumes the training queue."""
+        run = self.get_object(request, unquote(object_id))
+        context = {**(extra_context or {}), "worker_hint": self.worker_hint(run)}
+        return super().change_view(request, object_id, form_url, context)
+
+    def worker_hint(self, run: TrainingRun | None) -> str | None:
+        """Why a queued run may never start: no worker answered for the training queue.
+
+        Asked only for a queued run while no run is running (a running one shows that a worker
+        has the queue: busy, perhaps unable to answer); the answer is cached (``queues``).
+        """
+        if run is None or run.status != RunStatus.QUEUED:
+            return None
+        if TrainingRun.objects.filter(status=RunStatus.RUNNING).exists():
+            return None
+        return training_worker_hint()
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return _error_fields(request, super().get_fields(request, obj), "error")

@@ -14,7 +14,12 @@ refused their vector) are counted per field below the table, the newest few with
     blog.Article.embedding: 1 row(s) skipped after errors of their own (newest first):
       pk=42  write  DataError: NaN not allowed in vector  (3 times, last 2026-05-01 12:00:00 UTC)
 
-A host that lacks the files of the version the database says serves gets a line saying so.
+A host that lacks the files of the version the database says serves gets a line saying so, and
+so does a django-sbert queue that no Celery worker consumes (the workers are asked for about a
+second)::
+
+    No worker is consuming the training queue 'sbert-train': fine-tuning runs and promotions
+    wait until one starts (celery -A <project> worker -Q sbert-train).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
-from django_sbert import indexing, serving
+from django_sbert import indexing, queues, serving
 
 COLUMNS = ("field", "encoder", "rows", "embedded", "stale", "missing", "version")
 SHOW_SKIPPED = 5  # skipped rows listed per field, newest first
@@ -82,6 +87,7 @@ class Command(BaseCommand):
                 notes.extend(self._skipped(ref, status.skipped))
         for name in sorted({ref.encoder_name for ref in refs}):
             notes.extend(self._files(name))
+        notes.extend(queues.missing_workers(queues.ask_workers()))  # fresh, not the cached answer
         self._table(rows)
         for note in notes:
             self.stdout.write(note)

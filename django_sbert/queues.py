@@ -1,0 +1,104 @@
+"""Which Celery queues have a worker consuming them, asked of the workers and cached.
+
+::
+
+    consumed_queues()            # frozenset({"sbert", "sbert-train"}), or None: nobody to ask
+    queue_has_worker("sbert-train")   # True, False, or None when it cannot be known
+
+A queued training run waits silently when no worker listens on ``SBERT["TRAINING_QUEUE"]``;
+the admin's run page and ``sbert_status`` use this to say so. The workers are asked through
+Celery's remote control (``inspect().active_queues()``) for at most ``REPLY_SECONDS``, and the
+answer is kept in Django's cache for ``CACHE_SECONDS``, so a page asks at most once per
+interval and never waits long. A worker started with ``--pool solo`` answers only between
+tasks, so one busy with a long task looks absent until it finishes.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.core.cache import cache
+
+from .conf import sbert_settings
+
+logger = logging.getLogger(__name__)
+
+REPLY_SECONDS = 1.0  # how long the workers' replies are awaited
+CACHE_SECONDS = 30.0  # how long an answer is reused, in Django's cache
+CACHE_KEY = "django_sbert:consumed_queues"
+_UNKNOWN = "unknown"  # cached when the broker could not be asked (None is "not cached")
+
+
+def ask_workers(timeout: float = REPLY_SECONDS) -> frozenset[str] | None:
+    """The queues every worker that answers within ``timeout`` consumes, uncached.
+
+    None when there is nobody to ask: tasks run eagerly (``task_always_eager``), or the broker
+    cannot be reached.
+    """
+    from celery import current_app  # the project's app, configured once Django has loaded
+
+    if current_app.conf.task_always_eager:
+        return None
+    try:
+        with current_app.connection_for_write() as connection:
+            connection.ensure_connection(max_retries=0, timeout=timeout)
+            inspector = current_app.control.inspect(timeout=timeout, connection=connection)
+            replies = inspector.active_queues() or {}
+    except Exception as exc:  # kombu, redis and amqp raise many types for one outage
+        logger.info("Could not ask the Celery workers for their queues: %s", exc)
+        return None
+    return frozenset(
+        queue["name"] for queues in replies.values() for queue in queues or () if "name" in queue
+    )
+
+
+def consumed_queues() -> frozenset[str] | None:
+    """``ask_workers()``, answered from Django's cache when asked in the last CACHE_SECONDS."""
+    cached = cache.get(CACHE_KEY)
+    if cached is not None:
+        return None if cached == _UNKNOWN else frozenset(cached)
+    queues = ask_workers()
+    cache.set(CACHE_KEY, _UNKNOWN if queues is None else sorted(queues), CACHE_SECONDS)
+    return queues
+
+
+def queue_has_worker(queue: str) -> bool | None:
+    """Whether a worker consumes ``queue`` (cached); None when that cannot be known."""
+    queues = consumed_queues()
+    return None if queues is None else queue in queues
+
+
+def forget_consumed_queues() -> None:
+    """Drop the cached answer, so the next question asks the workers again."""
+    cache.delete(CACHE_KEY)
+
+
+def missing_workers(queues: frozenset[str] | None) -> list[str]:
+    """A sentence for each django-sbert queue that no worker in ``queues`` consumes.
+
+    Empty when ``queues`` is None (nobody could be asked): an unknown is not reported as absent.
+    """
+    if queues is None:
+        return []
+    wanted = (
+        (sbert_settings.QUEUE, "indexing", "saved rows wait to be embedded"),
+        (sbert_settings.TRAINING_QUEUE, "training", "fine-tuning runs and promotions wait"),
+    )
+    return [
+        f"No worker is consuming the {kind} queue {queue!r}: {waiting} until one starts "
+        f"(celery -A <project> worker -Q {queue})."
+        for queue, kind, waiting in wanted
+        if queue not in queues
+    ]
+
+
+def training_worker_hint() -> str | None:
+    """The training queue's sentence of ``missing_workers``, from the cached answer, or None."""
+    queue = sbert_settings.TRAINING_QUEUE
+    if queue_has_worker(queue) is not False:
+        return None
+    return (
+        f"No worker is consuming the training queue {queue!r}: this run waits until one starts "
+        f"(celery -A <project> worker -Q {queue}). Asked the workers at most "
+        f"{CACHE_SECONDS:.0f} s ago."
+    )
