@@ -95,7 +95,8 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
             f"SBERT['SEARCH']['ITERATIVE_SCAN'] is {scan!r}.",
             hint="Use 'relaxed_order' (default), 'strict_order' or 'off'.",
         )
-    for key in ("K", "EF_SEARCH", "MAX_SCAN_TUPLES", "CANDIDATES", "KEYWORD_MAX_ROWS"):
+    positive = ("K", "EF_SEARCH", "MAX_SCAN_TUPLES", "CANDIDATES", "KEYWORD_MAX_ROWS")
+    for key in (*positive, "PASSAGES_PER_ROW"):
         value = search.get(key)
         if value is not None and (not isinstance(value, int) or value < 1):
             error(f"SBERT['SEARCH'][{key!r}] must be a positive integer, got {value!r}.")

@@ -54,6 +54,8 @@ SEARCH_DEFAULTS: dict[str, Any] = {
     "KEYWORD_MATCH": "any",  # keyword side of hybrid_search: "any" word or "all" words
     "KEYWORD_MAX_DF": 0.2,  # match="any" leaves out words found in more than this share of rows
     "KEYWORD_MAX_ROWS": 10000,  # a keyword search ranks at most this many matching rows
+    # Fields with passages= (docs/passages.md): passages the HNSW scan fetches per row asked for
+    "PASSAGES_PER_ROW": 4,
 }
 
 DEFAULTS: dict[str, Any] = {

@@ -49,6 +49,7 @@ from pgvector.django import VectorField
 from . import fulltext
 from .conf import encoder_config
 from .encoder import ModelNotFoundError, UnsupportedModelError, describe
+from .passages import PassageConfig, make_passage_model, passage_config
 
 Source = tuple[str, ...] | str | Callable[[models.Model], str]
 
@@ -174,6 +175,7 @@ class EmbeddingField(VectorField):
         keyword_search: bool = False,
         keyword_config: str = fulltext.DEFAULT_CONFIG,
         keyword_weights: Sequence[str] | Mapping[str, str] | None = None,
+        passages: bool | PassageConfig = False,
         **kwargs: Any,
     ) -> None:
         """``keyword_search=True`` adds the generated ``<name>_tsv`` column and its GIN index.
@@ -181,6 +183,9 @@ class EmbeddingField(VectorField):
         ``keyword_config`` is the PostgreSQL text search configuration (stemming, stop words);
         ``keyword_weights`` a weight letter per source field (``("A", "B")`` or
         ``{"title": "A", "body": "B"}``); by default A, B, C, D in source order.
+        ``passages=True`` (or a ``PassageConfig``) also indexes the text by its passages, in a
+        passage table of its own, and text searches rank rows by their best passage
+        (docs/passages.md).
         """
         for key, value in self._defaults.items():
             kwargs.setdefault(key, value)
@@ -193,6 +198,8 @@ class EmbeddingField(VectorField):
         self.keyword_search = keyword_search
         self.keyword_config = keyword_config
         self.keyword_weights = keyword_weights
+        self.passages = passages
+        self.passage_model: type[models.Model] | None = None  # set when the model is ready
         super().__init__(dimensions=dimensions, **kwargs)
 
     # -- migrations -------------------------------------------------------------------------
@@ -213,6 +220,8 @@ class EmbeddingField(VectorField):
             kwargs["keyword_config"] = self.keyword_config
         if self.keyword_weights is not None:
             kwargs["keyword_weights"] = self.keyword_weights
+        if self.passages:
+            kwargs["passages"] = self.passages
         return name, path, args, kwargs
 
     def contribute_to_class(self, cls: type[models.Model], name: str, **kwargs: Any) -> None:
@@ -229,6 +238,13 @@ class EmbeddingField(VectorField):
             f.name for f in cls._meta.local_fields
         }:
             self._add_gin_index(cls)
+        if self.passage_config is not None:
+            # The passage table points at this model: made once the model class is complete.
+            models.signals.class_prepared.connect(self._add_passage_model, sender=cls, weak=False)
+
+    def _add_passage_model(self, sender: type[models.Model], **kwargs: Any) -> None:
+        if self.passage_model is None and isinstance(self.passage_config, PassageConfig):
+            self.passage_model = make_passage_model(sender, self)
 
     def _companions(self, cls: type[models.Model]) -> list[tuple[str, models.Field]]:
         companions: list[tuple[str, models.Field]] = [
@@ -283,6 +299,16 @@ class EmbeddingField(VectorField):
     @property
     def updated_at_field_name(self) -> str:
         return f"{self.name}_updated_at"
+
+    @property
+    def passage_config(self) -> PassageConfig | None:
+        """How the text is split into passages; None without ``passages=``."""
+        return passage_config(self.passages)
+
+    @property
+    def has_passages(self) -> bool:
+        """True when the field indexes its text by passages (and has its passage table)."""
+        return self.passage_model is not None
 
     @property
     def tsvector_field_name(self) -> str:
@@ -389,7 +415,29 @@ class EmbeddingField(VectorField):
             *super().check(**kwargs),
             *self._check_source(),
             *self._check_keyword_search(),
+            *self._check_passages(),
             *self._check_encoder(),
+        ]
+
+    def _check_passages(self) -> list[checks.CheckMessage]:
+        """E013: ``passages`` is True, False or a valid ``PassageConfig``."""
+        config = self.passage_config
+        if config is None:
+            return []
+        if not isinstance(config, PassageConfig):
+            problems = [f"passages must be True, False or a PassageConfig, not {config!r}"]
+        else:
+            problems = config.problems()
+        if not problems:
+            return []
+        return [
+            checks.Error(
+                f"{self._label()}: {'; '.join(problems)}.",
+                hint="E.g. passages=True, or passages=PassageConfig(max_tokens=128, overlap=16) "
+                "(from django_sbert.passages).",
+                obj=self,
+                id="django_sbert.E013",
+            )
         ]
 
     def _check_encoder(self) -> list[checks.CheckMessage]:

@@ -11,6 +11,8 @@
 ``StagedEmbedding``
     Vectors of a version that is not serving: the candidate's while it is being promoted, the
     previous version's after a switch (so rollback needs no re-encoding).
+``StagedPassage``
+    The passages of such a row, for fields indexed by passages (``passages=``).
 ``SkippedRow``
     A row indexing skipped because of an error of its own (its source raised, or the database
     refused its vector), so that one bad row never blocks the others (docs/indexing.md).
@@ -224,6 +226,32 @@ class StagedEmbedding(models.Model):
 
     def __str__(self) -> str:
         return f"{self.content_type_id}:{self.object_pk}.{self.field}@{self.version}"
+
+
+class StagedPassage(models.Model):
+    """One passage of one row for a field with ``passages=`` under a version that is not (yet,
+    or any more) serving: staged and switched together with the row's ``StagedEmbedding``."""
+
+    content_type = models.ForeignKey(ContentType, on_delete=models.CASCADE)
+    object_pk = models.CharField(max_length=255)
+    field = models.CharField(max_length=100)
+    version = models.CharField(max_length=100)
+    ordinal = models.PositiveIntegerField()
+    start = models.PositiveIntegerField()
+    end = models.PositiveIntegerField()
+    text = models.TextField()
+    vector = VectorField()  # no fixed size, like StagedEmbedding's
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["content_type", "field", "version", "object_pk", "ordinal"],
+                name="sbert_staged_passage_unique",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.content_type_id}:{self.object_pk}.{self.field}@{self.version}#{self.ordinal}"
 
 
 class SkipStage(models.TextChoices):

@@ -36,6 +36,7 @@ from ..serving import forget_serving, serving, switch_lock
 from .errors import describe_exception
 from .gate import GateResult
 from .gate import gate as evaluation_gate  # start_promotion() has a `gate` flag
+from .passages import switch_passages
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +119,8 @@ def _switch_field(ref: FieldRef, old: str, new: str) -> int:
             f"FROM {table} WHERE {vec} IS NOT NULL AND {hash_} IS NOT NULL AND {ver} = %s",
             [ct, ref.name, old, now, old],
         )
-        # 2. The new version's staged vectors go live.
+        # 2. The new version's staged vectors go live, with their passages (passages=).
+        switch_passages(ref, old, new)
         cursor.execute(
             f"UPDATE {table} SET {vec} = s.vector::{vector_type}, {hash_} = s.text_hash, "
             f"{ver} = %s, {upd} = %s FROM {staged} s WHERE s.content_type_id = %s "

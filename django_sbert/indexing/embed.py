@@ -31,8 +31,9 @@ from django.utils import timezone
 
 from ..serving import promoting_version
 from .failures import forget
+from .passages import encode_with_passages
 from .refs import FieldRef, Pk
-from .rows import EmbedStats, chunks, encode_rows, read_pending
+from .rows import EmbedStats, chunks, read_pending
 from .staleness import iter_stale_pks
 from .writes import VersionChanged, stage_pending, write_rows
 
@@ -76,11 +77,12 @@ def embed_pks(
             if not pending:
                 break
             started = time.perf_counter()
-            vectors = encode_rows(ref, pending, batch_size, version)
+            # A field with passages=: each row's passages too, and its vector derived from them.
+            vectors, passages = encode_with_passages(ref, pending, batch_size, version)
             seconds["encode"] += time.perf_counter() - started
             started = time.perf_counter()
             try:
-                outcome = write_rows(ref, pending, vectors, version)
+                outcome = write_rows(ref, pending, vectors, version, passages)
             except VersionChanged as exc:
                 # A promotion switched versions while this chunk was encoded: redo the chunk
                 # with the version that serves now.

@@ -18,6 +18,7 @@ from django.db.models import Q
 
 from ..conf import encoder_config
 from ..fields import text_hash
+from ..passages import passages_exist
 from ..serving import get_encoder, role_prompt
 from .failures import RowFailure, read_text, record
 from .refs import FieldRef, Pk
@@ -62,8 +63,10 @@ def light_rows(ref: FieldRef, qs: models.QuerySet) -> models.QuerySet:
         qs = qs.only(*sources, ref.hash_attname, ref.version_attname)
     else:
         qs = qs.defer(ref.field.attname)
+    # A field with passages=: its passages too (passages_exist is empty for other fields).
     has_vector = models.ExpressionWrapper(
-        Q(**{f"{ref.field.attname}__isnull": False}), output_field=models.BooleanField()
+        Q(**{f"{ref.field.attname}__isnull": False}) & passages_exist(ref.field),
+        output_field=models.BooleanField(),
     )
     return qs.annotate(_sbert_has_vector=has_vector)
 

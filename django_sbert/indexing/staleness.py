@@ -1,7 +1,8 @@
 """Which rows need a vector: missing, made from older text, or by another encoder version.
 
 A row is *stale* when its vector is NULL, or the hash of its current text differs from
-``<name>_hash``, or ``<name>_version`` differs from the serving encoder's version. When the
+``<name>_hash``, or ``<name>_version`` differs from the serving encoder's version; for a field
+with ``passages=``, also when it has no passages. When the
 field's source is a tuple of field names, PostgreSQL computes the hash of the current text
 itself (``EmbeddingField.sql_text_hash_expression()``), so "which rows are stale" is one query
 that also catches ``queryset.update()`` and raw SQL edits. A callable source can only be
@@ -22,6 +23,7 @@ from django.db import models
 from django.db.models import Q
 
 from ..fields import text_hash
+from ..passages import passages_exist
 from .failures import RowFailure, read_text, skipped_rows, waiting_exists, waiting_hashes
 from .refs import FieldRef, Pk
 from .rows import is_current, light_rows
@@ -60,6 +62,8 @@ def stale_condition(ref: FieldRef, version: str | None = None) -> Q:
     )
     if _sql_hash(ref) is not None:
         condition |= ~Q(**{ref.hash_attname: models.F("_sbert_current_hash")})
+    if getattr(ref.field, "has_passages", False):  # a vector without its passages
+        condition |= ~passages_exist(ref.field)
     return condition
 
 

@@ -32,8 +32,17 @@ from ..fields import text_hash, vector_literal
 from ..models import SkipStage, StagedEmbedding
 from ..serving import serving, switch_lock
 from .failures import RowFailure, each_or_alone, read_text, record
+from .passages import (
+    RowPassages,
+    encode_with_passages,
+    has_passages,
+    replace_passages,
+    stage_passages,
+    staged_with_passages,
+)
+from .passages import by_pk as passages_by_pk
 from .refs import FieldRef, Pk, content_type_id
-from .rows import PendingRow, encode_rows, light_rows, rows_queryset
+from .rows import PendingRow, light_rows, rows_queryset
 
 # --- live writes ------------------------------------------------------------------------------
 
@@ -47,7 +56,11 @@ class WriteOutcome:
 
 
 def write_rows(
-    ref: FieldRef, rows: Sequence[PendingRow], vectors: np.ndarray, version: str | None = None
+    ref: FieldRef,
+    rows: Sequence[PendingRow],
+    vectors: np.ndarray,
+    version: str | None = None,
+    passages: Sequence[RowPassages] | None = None,
 ) -> WriteOutcome:
     """Store ``vectors[i]`` for ``rows[i]`` where the row's text still hashes to ``rows[i].hash``.
 
@@ -59,7 +72,8 @@ def write_rows(
 
     Raises ``VersionChanged`` (and writes nothing) when ``version`` stopped serving because a
     promotion switched versions meanwhile: checked under the switch lock, so no vector of the
-    old version lands after the switch.
+    old version lands after the switch. ``passages`` (a field with ``passages=``) replace each
+    written row's passages in the same savepoint as its vector.
     """
     if len(rows) != len(vectors):
         raise ValueError(f"{len(rows)} rows but {len(vectors)} vectors.")
@@ -67,6 +81,7 @@ def write_rows(
         return WriteOutcome(0, 0)
     version = version or ref.version()
     by_pk = {row.pk: (row, vector) for row, vector in zip(rows, vectors, strict=True)}
+    row_passages = passages_by_pk(rows, passages)
     alias = ref.db_alias
     with transaction.atomic(using=alias):
         _check_still_serving(ref, version, alias)
@@ -80,7 +95,7 @@ def write_rows(
             elif text_hash(text) == row.hash:
                 still_same.append((instance.pk, row, vector))
         written, refused = each_or_alone(
-            alias, still_same, lambda items: _update_rows(ref, items, version)
+            alias, still_same, lambda items: _write_live(ref, items, version, row_passages)
         )
         failed += [RowFailure(pk, SkipStage.WRITE, exc, row.hash) for (pk, row, _), exc in refused]
         record(ref, failed, version)
@@ -109,6 +124,18 @@ def _check_still_serving(ref: FieldRef, version: str, alias: str) -> None:
     current = serving(ref.encoder_name, max_age=0).version
     if current != version:
         raise VersionChanged(ref, version, current)
+
+
+def _write_live(
+    ref: FieldRef,
+    items: Sequence[tuple[Pk, PendingRow, np.ndarray]],
+    version: str,
+    row_passages: dict[Pk, RowPassages],
+) -> None:
+    """The rows' vectors and bookkeeping, and their passages when the field has them."""
+    _update_rows(ref, items, version)
+    if row_passages:
+        replace_passages(ref, [(pk, row_passages[pk]) for pk, _, _ in items])
 
 
 def _update_rows(
@@ -149,22 +176,38 @@ def stage_vectors(
     rows: Sequence[PendingRow],
     vectors: np.ndarray,
     version: str,
+    passages: Sequence[RowPassages] | None = None,
 ) -> int:
     """Upsert ``vectors[i]`` as the ``version`` vector of ``rows[i]`` in the side table.
 
     Returns how many were staged; a row whose vector the database refuses is recorded and
-    skipped, and the others are staged.
+    skipped, and the others are staged. ``passages`` are staged with their rows, in the same
+    savepoint.
     """
     if not rows:
         return 0
     items = list(zip(rows, vectors, strict=True))
+    row_passages = passages_by_pk(rows, passages)
     with transaction.atomic(using=ref.db_alias):
         staged, refused = each_or_alone(
-            ref.db_alias, items, lambda part: _insert_staged(ref, part, version)
+            ref.db_alias,
+            items,
+            lambda part: _stage_part(ref, part, version, row_passages),
         )
         failures = [RowFailure(row.pk, SkipStage.STAGE, exc, row.hash) for (row, _), exc in refused]
         record(ref, failures, version)
     return len(staged)
+
+
+def _stage_part(
+    ref: FieldRef,
+    items: Sequence[tuple[PendingRow, np.ndarray]],
+    version: str,
+    row_passages: dict[Pk, RowPassages],
+) -> None:
+    _insert_staged(ref, items, version)
+    if row_passages:
+        stage_passages(ref, [(row.pk, row_passages[row.pk]) for row, _ in items], version)
 
 
 def _insert_staged(
@@ -199,8 +242,8 @@ def stage_pending(
     batch_size: int | None = None,
 ) -> int:
     """Encode ``rows`` with ``version`` and stage the vectors (rows saved during a promotion)."""
-    vectors = encode_rows(ref, rows, batch_size, version)
-    return stage_vectors(ref, rows, vectors, version)
+    vectors, passages = encode_with_passages(ref, rows, batch_size, version)
+    return stage_vectors(ref, rows, vectors, version, passages)
 
 
 def unstaged(ref: FieldRef, pks: Sequence[Any], version: str) -> list[PendingRow]:
@@ -218,6 +261,9 @@ def unstaged(ref: FieldRef, pks: Sequence[Any], version: str) -> list[PendingRow
         )
         .values_list("object_pk", "text_hash")
     )
+    if has_passages(ref):  # a row vector staged without its passages is staged again
+        with_passages = staged_with_passages(ref, list(staged), version)
+        staged = {pk: digest for pk, digest in staged.items() if pk in with_passages}
     live = light_rows(ref, ref.manager.filter(pk__in=list(pks)).order_by("pk"))
     pending = []
     failed: list[RowFailure] = []

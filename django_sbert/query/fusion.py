@@ -84,6 +84,9 @@ class Fusion:
     source: QuerySource | None = None
     # The most rows the keyword side ranks (SBERT["SEARCH"]["KEYWORD_MAX_ROWS"]); None: all.
     max_rows: int | None = None
+    # A field with passages=: the vector side ranks rows by their best passage
+    # (query/passages.PassageSearch); None: by the rows' own vectors.
+    passages: Any = None
 
 
 class FusedColumn(Expression):
@@ -214,10 +217,12 @@ class FusedJoin:
 
     def _vector_side(self, base: QuerySet, connection: Any) -> tuple[str, tuple[Any, ...]]:
         f = self.fusion
+        rows = base.filter(**{f"{f.vector_column}__isnull": False}, **dict(f.vector_filter))
+        if f.passages is not None:  # pk, distance of the rows with the best passages
+            return f.passages.ranked_rows(rows, rows.query, f.candidates, connection)
         distance = CosineDistance(f.vector_column, QueryVector(f.vector_literal, f.source))
         candidates = (
-            base.filter(**{f"{f.vector_column}__isnull": False}, **dict(f.vector_filter))
-            .annotate(_sbert_distance=distance)
+            rows.annotate(_sbert_distance=distance)
             .order_by(distance)  # the operator of the HNSW index (vector_cosine_ops)
             .values_list("pk", "_sbert_distance")[: f.candidates]
         )

@@ -56,6 +56,7 @@ from .options import (
     match_mode,
     search_options,
 )
+from .passages import PassageSearch, hybrid_annotations, join_passages, uses_passages
 from .vectors import (
     QuerySource,
     as_vector,
@@ -94,6 +95,7 @@ class SemanticQuerySet(models.QuerySet):
         *,
         ef_search: int | None = None,
         iterative_scan: str | None = None,
+        passages: bool | None = None,
     ) -> SemanticQuerySet:
         """Rows nearest to ``query`` by cosine similarity, nearest first.
 
@@ -103,6 +105,11 @@ class SemanticQuerySet(models.QuerySet):
         ``k`` caps the rows returned when the queryset is not sliced (default
         ``SBERT["SEARCH"]["K"]``); slicing, e.g. by a paginator, takes its place. The vector
         column itself is deferred; ``.defer(None)`` loads it with the rows.
+
+        On a field with ``passages=``, a text or a vector ranks rows by their best passage
+        (``passages=False``: by the row's own vector) and each row also gets ``passage``: the
+        best passage's ``text``, ``start`` and ``end`` in the source text, and ``index``
+        (query/passages.py, docs/passages.md).
         """
         embedding = self._embedding_field(field)
         vector, exclude_pk, source = self._query_vector(query, embedding)
@@ -112,11 +119,17 @@ class SemanticQuerySet(models.QuerySet):
         )
         if exclude_pk is not None:
             qs = qs.exclude(pk=exclude_pk)
+        ties: tuple[str, ...] = ()
+        if uses_passages(embedding, query, passages):
+            # Max-sim: each row's best passage, from the passage index (query/passages.py).
+            search = PassageSearch.for_field(embedding, vector_literal(vector), source)
+            qs, distance, passage = join_passages(qs, search)
+            qs, ties = qs.annotate(passage=passage), ("pk",)  # rows sharing a passage: by pk
         if min_similarity is not None:
             qs = qs.alias(_sbert_distance=distance).filter(
                 _sbert_distance__lte=1.0 - float(min_similarity)
             )
-        qs = qs.annotate(similarity=1.0 - distance).order_by(distance)
+        qs = qs.annotate(similarity=1.0 - distance).order_by(distance, *ties)
         qs = qs._searching(embedding, k=k, ef_search=ef_search, iterative_scan=iterative_scan)
         qs._search_ordering = qs.query.order_by
         qs._search_source = source
@@ -174,6 +187,7 @@ class SemanticQuerySet(models.QuerySet):
         max_df: float | None = None,
         ef_search: int | None = None,
         iterative_scan: str | None = None,
+        passages: bool | None = None,
     ) -> SemanticQuerySet:
         """Rows ranked by reciprocal rank fusion of vector and keyword search, best first.
 
@@ -187,7 +201,9 @@ class SemanticQuerySet(models.QuerySet):
         apply to both lists. Needs ``EmbeddingField(..., keyword_search=True)``; defaults come from
         ``SBERT["SEARCH"]`` (``RRF_K``, ``CANDIDATES``, ``VECTOR_WEIGHT``, ``KEYWORD_WEIGHT``,
         ``KEYWORD_MATCH``, ``KEYWORD_MAX_DF``); ``match`` and ``max_df`` work as in
-        ``keyword_search()``. A blank text returns no rows.
+        ``keyword_search()``. A blank text returns no rows. On a field with ``passages=`` the
+        vector side ranks rows by their best passage, and each row gets ``passage`` and the
+        best passage's ``similarity`` (``passages=False``: the row's own vector).
         """
         if not isinstance(text, str):
             raise TypeError(
@@ -220,6 +236,9 @@ class SemanticQuerySet(models.QuerySet):
             literal = "[]"
         else:
             literal = vector_literal(vector)
+        search = None
+        if vector is not None and uses_passages(embedding, text, passages):
+            search = PassageSearch.for_field(embedding, literal, source)  # query/passages.py
         fusion = Fusion(
             vector_column=embedding.attname,
             vector_literal=literal,
@@ -231,6 +250,7 @@ class SemanticQuerySet(models.QuerySet):
             vector_filter=tuple(same_version(embedding, source).items()),
             source=source,
             max_rows=keyword_max_rows(),
+            passages=search,
             **settings,
         )
         query = qs.query
@@ -250,6 +270,9 @@ class SemanticQuerySet(models.QuerySet):
             )
         else:
             annotations["similarity"] = Value(None, output_field=models.FloatField())
+        if search is not None:  # similarity and passage of each row's best passage
+            same = models.Q(**same_version(embedding, source))
+            annotations.update(hybrid_annotations(search, same))
         qs = qs.annotate(**annotations).order_by(models.F("score").desc(), "pk")
         qs = qs._searching(embedding, k=k, ef_search=ef_search, iterative_scan=iterative_scan)
         qs._search_ordering = None

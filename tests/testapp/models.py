@@ -8,6 +8,7 @@ from django.db import models
 from pgvector.django import HnswIndex
 
 from django_sbert.fields import EmbeddingField
+from django_sbert.passages import PassageConfig
 from django_sbert.query import SemanticManager
 
 
@@ -87,3 +88,34 @@ class Document(models.Model):
     embedding = EmbeddingField(source=document_text)
 
     objects = SemanticManager()
+
+
+class Report(models.Model):
+    """Long texts indexed by their passages: small passages, so that the tiny model's 64-token
+    window splits short test texts into several (tests/*/test_passages.py)."""
+
+    title = models.CharField(max_length=300)
+    body = models.TextField(blank=True)
+    category = models.CharField(max_length=50, blank=True, db_index=True)
+    embedding = EmbeddingField(
+        source=("title", "body"),
+        keyword_search=True,
+        passages=PassageConfig(max_tokens=24, overlap=6),
+    )
+
+    objects = SemanticManager()
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            HnswIndex(
+                name="report_embedding_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.title

@@ -1,0 +1,338 @@
+"""Rows ranked by their best passage (max-sim), in one SQL statement that uses the passage index.
+
+``similar_to(text)`` on a field with ``passages=`` joins the model's table to a derived table
+built when the query is compiled (like hybrid search's, fusion.py), so every filter of the
+queryset, chained before or after, applies to the passage scan::
+
+    SELECT article.*, 1 - b.distance AS similarity, b.passage
+    FROM article
+    INNER JOIN (
+        SELECT b.row_id AS pk, b.distance,
+               jsonb_build_object('text', p.text, 'start', p.start, 'end', p."end",
+                                  'index', p.ordinal) AS passage
+        FROM (SELECT DISTINCT ON (c.row_id) c.row_id, c.distance, c.ordinal  -- best per row
+              FROM (<pool>) AS c (row_id, distance, ordinal)
+              ORDER BY c.row_id, c.distance, c.ordinal) b
+        JOIN article_embedding_passage p ON p.row_id = b.row_id AND p.ordinal = b.ordinal
+    ) b ON b.pk = article.id
+    WHERE <filters> AND article.embedding_version = :v
+    ORDER BY b.distance, article.id
+    LIMIT :k
+
+The pool is the top N passages by the HNSW index, among the passages of rows the filters keep::
+
+    SELECT p.row_id, p.vector <=> :q, p.ordinal FROM article_embedding_passage p
+    WHERE p.row_id IN (SELECT id FROM article WHERE <filters> AND embedding_version = :v ...)
+    ORDER BY p.vector <=> :q LIMIT :n                    -- HNSW, iterative scans with filters
+
+How large N must be: ``k`` rows come back when the top N passages belong to at least ``k``
+rows. ``N = k * PASSAGES_PER_ROW`` (k counts from the first row, so an offset or a later page
+asks for more) almost always does; when those N passages name fewer than ``k`` rows and there
+were N of them (more passages exist), the same statement takes a wider pool of ``k *
+max_passages`` passages instead (at most that many passages of one row can crowd the others
+out), which certainly holds ``k`` rows when they exist. PostgreSQL runs the wide scan only
+then (a one-time filter on the narrow pool's counts)::
+
+    WITH narrow AS MATERIALIZED (<scan LIMIT n>)
+    SELECT * FROM narrow WHERE <narrow is enough>
+    UNION ALL
+    SELECT * FROM (<scan LIMIT k * max_passages>) w WHERE NOT <narrow is enough>
+
+Without a limit (``count()``, an unsliced ``iterator()``) every passage of the rows the filters
+keep is compared: exact, and as costly as a scan of the passage table.
+
+``hybrid_search()`` takes its vector side's rows from the same pool, ranked by best passage;
+each of its rows is then annotated with its own best passage by ``BestPassage`` (a correlated
+sub-select over that row's passages, exact).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import models
+from django.db.models import Expression, F, FloatField, JSONField, QuerySet
+from django.db.models.sql.constants import INNER
+from django.db.models.sql.query import Query
+from pgvector.django import CosineDistance
+
+from ..conf import sbert_settings
+from ..fields import EmbeddingField
+from ..passages import max_passages
+from .fusion import FusedColumn, candidate_queryset
+from .vectors import REBOUND, QuerySource, QueryVector
+
+TABLE_NAME = "sbert_passages"
+
+
+@dataclass(frozen=True)
+class PassageSearch:
+    """What a passage scan needs: the field's passage table and the query vector."""
+
+    model: type[models.Model]  # the field's passage model
+    vector_literal: str  # the query vector as pgvector text
+    source: QuerySource | None  # where it came from, so a retry after a switch can rebind it
+    per_row: int  # PASSAGES_PER_ROW: passages fetched per row asked for
+    max_per_row: int  # passages one row holds at most: the wide pool's factor
+
+    @classmethod
+    def for_field(
+        cls, field: EmbeddingField, literal: str, source: QuerySource | None
+    ) -> PassageSearch:
+        return cls(
+            model=field.passage_model,
+            vector_literal=literal,
+            source=source,
+            per_row=passages_per_row(),
+            max_per_row=max_passages(field.passage_config, field.encoder),
+        )
+
+    # -- SQL --------------------------------------------------------------------------------
+
+    def _scan(self, base: QuerySet, outer: Query, limit: int | None, connection: Any) -> tuple:
+        """``row_id, distance, ordinal`` of the top ``limit`` passages of the rows of ``base``
+        (all of them, unordered, when ``limit`` is None)."""
+        distance = CosineDistance("vector", QueryVector(self.vector_literal, self.source))
+        scan = self.model._base_manager.filter(row__in=base.values("pk")).annotate(
+            _sbert_distance=distance
+        )
+        # The operator of the HNSW index (vector_cosine_ops), ascending: the index serves it.
+        scan = scan.order_by(distance) if limit is not None else scan.order_by()
+        scan = scan.values_list("row_id", "_sbert_distance", "ordinal")
+        if limit is not None:
+            scan = scan[:limit]
+        rebound = getattr(outer, REBOUND, None)
+        if rebound:  # a retry after a switch: the scan's query vector is the new version's
+            setattr(scan.query, REBOUND, rebound)
+        return scan.query.get_compiler(connection=connection).as_sql()
+
+    def pool(self, base: QuerySet, outer: Query, depth: int | None, connection: Any) -> tuple:
+        """SQL and params of the passage pool for ``depth`` rows (module docstring)."""
+        if depth is None:
+            return self._scan(base, outer, None, connection)
+        depth = max(1, int(depth))
+        narrow_n = depth * self.per_row
+        wide_n = depth * self.max_per_row
+        narrow_sql, narrow_params = self._scan(base, outer, narrow_n, connection)
+        if wide_n <= narrow_n:
+            return narrow_sql, narrow_params
+        wide_sql, wide_params = self._scan(base, outer, wide_n, connection)
+        enough = (
+            "((SELECT count(DISTINCT n.row_id) FROM narrow n) >= %s "
+            "OR (SELECT count(*) FROM narrow n) < %s)"
+        )
+        sql = (
+            f"WITH narrow (row_id, distance, ordinal) AS MATERIALIZED ({narrow_sql}) "
+            f"SELECT row_id, distance, ordinal FROM narrow WHERE {enough} "
+            f"UNION ALL SELECT w.row_id, w.distance, w.ordinal "
+            f"FROM ({wide_sql}) AS w (row_id, distance, ordinal) WHERE NOT {enough}"
+        )
+        return sql, (*narrow_params, depth, narrow_n, *wide_params, depth, narrow_n)
+
+    def best_per_row(
+        self, base: QuerySet, outer: Query, depth: int | None, connection: Any
+    ) -> tuple:
+        """``row_id, distance, ordinal`` of each row's best passage in the pool."""
+        pool_sql, params = self.pool(base, outer, depth, connection)
+        sql = (
+            "SELECT DISTINCT ON (c.row_id) c.row_id, c.distance, c.ordinal "
+            f"FROM ({pool_sql}) AS c (row_id, distance, ordinal) "
+            "ORDER BY c.row_id, c.distance, c.ordinal"
+        )
+        return sql, params
+
+    def ranked_rows(self, base: QuerySet, outer: Query, limit: int, connection: Any) -> tuple:
+        """``pk, distance`` of the ``limit`` rows with the best passages, best first: hybrid
+        search's vector side."""
+        sql, params = self.best_per_row(base, outer, limit, connection)
+        return (
+            f"SELECT b.row_id, b.distance FROM ({sql}) AS b ORDER BY b.distance, b.row_id LIMIT %s",
+            (*params, int(limit)),
+        )
+
+    def _columns(self, connection: Any) -> dict[str, str]:
+        quote = connection.ops.quote_name
+        return {f.name: quote(f.column) for f in self.model._meta.concrete_fields}
+
+    def passage_json(self, alias: str, connection: Any) -> str:
+        """``jsonb_build_object(...)`` of a passage row aliased ``alias``: the annotation."""
+        c = self._columns(connection)
+        return (
+            f"jsonb_build_object('text', {alias}.{c['text']}, 'start', {alias}.{c['start']}, "
+            f"'end', {alias}.{c['end']}, 'index', {alias}.{c['ordinal']})"
+        )
+
+
+class PassageJoin:
+    """``INNER JOIN (<each row's best passage>) alias ON alias.pk = <table>.pk``.
+
+    An entry of ``Query.alias_map`` (the interface of Django's ``Join``, like ``FusedJoin``).
+    Its SQL is built when the query is compiled, from the query's WHERE clause and limits at
+    that moment: the rows asked for (``k``, a slice, a page) set the pool's size.
+    """
+
+    filtered_relation = None
+    nullable = False
+
+    def __init__(
+        self,
+        search: PassageSearch,
+        pk_column: str,
+        parent_alias: str,
+        table_alias: str | None = None,
+        join_type: str = INNER,
+    ) -> None:
+        self.search = search
+        self.pk_column = pk_column
+        self.table_name = TABLE_NAME
+        self.parent_alias = parent_alias
+        self.table_alias = table_alias
+        self.join_type = join_type
+
+    def relabeled_clone(self, change_map: dict[str, str]) -> PassageJoin:
+        return PassageJoin(
+            self.search,
+            self.pk_column,
+            change_map.get(self.parent_alias, self.parent_alias),
+            change_map.get(self.table_alias, self.table_alias),
+            self.join_type,
+        )
+
+    @property
+    def identity(self) -> tuple[Any, ...]:
+        return (type(self), self.search, self.parent_alias, self.table_alias)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PassageJoin):
+            return NotImplemented
+        return self.identity == other.identity
+
+    def __hash__(self) -> int:
+        return hash(self.identity)
+
+    def promote(self) -> PassageJoin:
+        return self  # every row of the result has a best passage: the join stays INNER
+
+    def demote(self) -> PassageJoin:
+        return self
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+        outer = compiler.query
+        alias = self.table_alias
+        base = candidate_queryset(
+            outer, lambda node: isinstance(node, FusedColumn) and node.alias == alias
+        )
+        base.query.alias_refcount[alias] = 0
+        # The last row asked for, counted from the first (offset included); None: no limit.
+        depth = outer.high_mark
+        best_sql, params = self.search.best_per_row(base, outer, depth, connection)
+        c = self.search._columns(connection)
+        table = connection.ops.quote_name(self.search.model._meta.db_table)
+        qn = compiler.quote_name_unless_alias
+        sql = (
+            f"INNER JOIN (SELECT b.row_id AS pk, b.distance AS distance, "
+            f"{self.search.passage_json('p', connection)} AS passage "
+            f"FROM ({best_sql}) AS b JOIN {table} p "
+            f"ON p.{c['row']} = b.row_id AND p.{c['ordinal']} = b.ordinal) {qn(alias)} "
+            f"ON ({qn(alias)}.pk = {qn(self.parent_alias)}."
+            f"{connection.ops.quote_name(self.pk_column)})"
+        )
+        return sql, list(params)
+
+
+def join_passages(qs: QuerySet, search: PassageSearch) -> tuple[QuerySet, FusedColumn, FusedColumn]:
+    """Join ``qs`` to its rows' best passages; returns it with the distance and passage columns."""
+    query = qs.query
+    parent = query.get_initial_alias()
+    alias = query.join(PassageJoin(search, qs.model._meta.pk.column, parent))
+    return (
+        qs,
+        FusedColumn(alias, "distance", FloatField()),
+        FusedColumn(alias, "passage", JSONField()),
+    )
+
+
+class BestPassage(Expression):
+    """One row's best passage for a query vector (``"passage"``: the JSON annotation) or its
+    similarity (``"similarity"``), by a sub-select over that row's passages only.
+
+    The sub-select orders by ``1 - distance`` (descending), never by the index's operator, so
+    PostgreSQL reads the row's few passages by their row index instead of walking the HNSW
+    index for them. Compiled with the outer query's compiler, so a search run again after a
+    switch compares with the new version's query vector.
+    """
+
+    def __init__(self, search: PassageSearch, what: str, pk: Any = None) -> None:
+        if what not in ("passage", "similarity"):
+            raise ValueError(f"what must be 'passage' or 'similarity', not {what!r}.")
+        super().__init__(output_field=JSONField() if what == "passage" else FloatField())
+        self.search = search
+        self.what = what
+        self.pk = F("pk") if pk is None else pk
+
+    def get_source_expressions(self) -> list[Any]:
+        return [self.pk]
+
+    def set_source_expressions(self, exprs: list[Any]) -> None:
+        (self.pk,) = exprs
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
+        pk_sql, pk_params = compiler.compile(self.pk)
+        vector_sql, vector_params = compiler.compile(
+            QueryVector(self.search.vector_literal, self.search.source)
+        )
+        c = self.search._columns(connection)
+        table = connection.ops.quote_name(self.search.model._meta.db_table)
+        similarity = f"1 - (p.{c['vector']} <=> {vector_sql}::vector)"
+        selected = (
+            self.search.passage_json("p", connection) if self.what == "passage" else similarity
+        )
+        sql = (
+            f"(SELECT {selected} FROM {table} p WHERE p.{c['row']} = {pk_sql} "
+            f"ORDER BY {similarity} DESC, p.{c['ordinal']} LIMIT 1)"
+        )
+        selected_params = () if self.what == "passage" else vector_params
+        return sql, (*selected_params, *pk_params, *vector_params)
+
+
+def passages_per_row() -> int:
+    """``SBERT["SEARCH"]["PASSAGES_PER_ROW"]``: passages the index scan fetches per row."""
+    value = sbert_settings.SEARCH["PASSAGES_PER_ROW"]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"SBERT['SEARCH']['PASSAGES_PER_ROW'] must be a positive integer, got {value!r}."
+        )
+    return value
+
+
+def uses_passages(field: EmbeddingField, query: Any, passages: bool | None) -> bool:
+    """Whether a search ranks by passages: ``passages`` when given, else for a field with
+    passages and a query that is a text or a vector (a row's own vector, more like this,
+    is compared with the rows' own vectors, as before)."""
+    if passages is None:
+        return field.has_passages and not isinstance(query, models.Model)
+    if passages and not field.has_passages:
+        label = f"{field.model._meta.label}.{field.name}"
+        raise ValueError(
+            f"{label} has no passages: declare it with EmbeddingField(..., passages=True) and run "
+            "makemigrations and migrate (it adds the passage table), then index the rows."
+        )
+    return bool(passages)
+
+
+def hybrid_annotations(search: PassageSearch, same_version: models.Q) -> dict[str, Any]:
+    """``similarity`` and ``passage`` of a hybrid search's rows from their best passage; None
+    for a row of another encoder version (a switch in progress) or without passages."""
+    return {
+        "similarity": models.Case(
+            models.When(same_version, then=BestPassage(search, "similarity")),
+            default=None,
+            output_field=FloatField(),
+        ),
+        "passage": models.Case(
+            models.When(same_version, then=BestPassage(search, "passage")),
+            default=None,
+            output_field=JSONField(),
+        ),
+    }
