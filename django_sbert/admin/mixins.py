@@ -17,6 +17,7 @@ from ..exceptions import ServiceUnavailable
 from ..finetuning import runs
 from ..finetuning.pairs import content_pairs
 from ..indexing import field_refs
+from ..indexing.passages import passage_rows
 from ..indexing.tasks import enqueue_embed
 from ..query import as_semantic
 
@@ -69,7 +70,8 @@ class EmbeddingAdminMixin:
     * the changelist search box ranks rows by similarity to the text typed (rows without a
       vector yet are left out); set ``semantic_search = False`` for Django's own search;
     * the change page lists the ``similar_items`` most similar rows among those
-      ``get_queryset(request)`` lets the user see (any manager: the queryset is made semantic).
+      ``get_queryset(request)`` lets the user see (any manager: the queryset is made semantic),
+      and, for a field with ``passages=``, the row's passages with their offsets.
     """
 
     semantic_search = True
@@ -192,4 +194,10 @@ class EmbeddingAdminMixin:
             )
             for item in similar
         ]
+        if obj is not None:  # fields with passages=: how the row's text was split
+            extra_context["sbert_passages"] = [
+                (ref.name, passage_rows(ref, obj.pk))
+                for ref in field_refs(self.model)
+                if ref.field.has_passages
+            ]
         return super().change_view(request, object_id, form_url, extra_context)

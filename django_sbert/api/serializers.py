@@ -14,6 +14,7 @@ from typing import Any
 
 from django.core.validators import MaxLengthValidator, MaxValueValidator
 from rest_framework import serializers
+from rest_framework.fields import SkipField
 
 from ..conf import sbert_settings
 from .schema import extend_schema_field
@@ -189,6 +190,42 @@ class PrimaryKeyField(serializers.ReadOnlyField):
     """The row's primary key as it is (an integer, or a string for UUID and text keys)."""
 
 
+class PassageSerializer(serializers.Serializer):
+    """The passage of a row's text that matched the query best (fields with passages=)."""
+
+    text = serializers.CharField(read_only=True, help_text="The passage.")
+    start = serializers.IntegerField(
+        read_only=True, help_text="Offset of its first character in the row's source text."
+    )
+    end = serializers.IntegerField(
+        read_only=True, help_text="Offset just after its last character: text[start:end]."
+    )
+    index = serializers.IntegerField(
+        read_only=True, help_text="Its position among the row's passages, from 0."
+    )
+
+    def get_attribute(self, instance: Any) -> Any:
+        # Left out of the results of a field without passages (the row has no such value);
+        # null for a row that has none (a hybrid result found by its words alone).
+        if isinstance(instance, Mapping):
+            present = "passage" in instance
+        else:
+            present = hasattr(instance, "passage")
+        if not present:
+            raise SkipField()
+        return super().get_attribute(instance)
+
+
+def passage_field() -> PassageSerializer:
+    return PassageSerializer(
+        read_only=True,
+        required=False,
+        allow_null=True,
+        help_text="Only for a field with passages=: the row's best passage for q and where it "
+        "lies in the row's text (its similarity is the row's); null when the row has none.",
+    )
+
+
 class SearchResultSerializer(serializers.Serializer):
     """One result: the row's primary key, its cosine similarity, the registered fields."""
 
@@ -196,6 +233,7 @@ class SearchResultSerializer(serializers.Serializer):
     similarity = serializers.FloatField(
         read_only=True, help_text="Cosine similarity with the query, -1 to 1; higher is closer."
     )
+    passage = passage_field()
     object = serializers.DictField(
         read_only=True, help_text="The fields the model was registered with."
     )
@@ -242,6 +280,7 @@ class HybridResultSerializer(serializers.Serializer):
         allow_null=True,
         help_text="PostgreSQL ts_rank_cd of the row; null when not among the full-text candidates.",
     )
+    passage = passage_field()
     object = serializers.DictField(
         read_only=True, help_text="The fields the model was registered with."
     )

@@ -251,3 +251,14 @@ def test_hybrid_search_ranks_its_vector_side_by_best_passage():
         assert row.passage["text"] == stored.text
     plain = list(Report.objects.hybrid_search(text, k=5, passages=False))
     assert not hasattr(plain[0], "passage")
+
+
+def test_best_sentences_points_at_the_sentence_nearest_to_the_query():
+    from django_sbert.query.highlight import best_sentences
+
+    passage = " ".join(SENTENCES[:6])
+    target = SENTENCES[4]
+    (mark, none) = best_sentences(target, [passage, None])
+    assert passage[mark.start : mark.end] == target
+    assert mark.similarity == pytest.approx(1.0, abs=1e-5)  # the same text, no prompts
+    assert none is None

@@ -1,4 +1,4 @@
-"""Admin of the test models: Article uses EmbeddingAdminMixin (tests/admin/test_admin.py)."""
+"""Admin of the test models: Article and Report use EmbeddingAdminMixin (tests/admin/)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from django.contrib import admin
 
 from django_sbert.admin import EmbeddingAdminMixin
 
-from .models import Article
+from .models import Article, Report
 
 
 @admin.register(Article)
@@ -14,3 +14,8 @@ class ArticleAdmin(EmbeddingAdminMixin, admin.ModelAdmin):
     list_display = ("title", "category")
     search_fields = ("title", "body")
     sbert_pair_fields = ("title", "body")
+
+
+@admin.register(Report)
+class ReportAdmin(EmbeddingAdminMixin, admin.ModelAdmin):
+    list_display = ("title", "category")
