@@ -44,9 +44,7 @@ def fail_dead_runs(encoder_name: str | None = None) -> int:
     runs = TrainingRun.objects.filter(status=RunStatus.RUNNING, updated_at__lt=stalled_before())
     if encoder_name is not None:
         runs = runs.filter(encoder_name=encoder_name)
-    return runs.update(
-        status=RunStatus.FAILED, error=DEAD_WORKER_ERROR, finished_at=timezone.now()
-    )
+    return runs.update(status=RunStatus.FAILED, error=DEAD_WORKER_ERROR, finished_at=timezone.now())
 
 
 def lost_runs() -> list[int]:
@@ -58,9 +56,8 @@ def lost_runs() -> list[int]:
         "pk", flat=True
     ):
         # One UPDATE per row with the condition repeated: a concurrent sweep claims none twice.
-        if (
-            TrainingRun.objects.filter(stale, pk=pk, status=RunStatus.QUEUED)
-            .update(updated_at=timezone.now())
+        if TrainingRun.objects.filter(stale, pk=pk, status=RunStatus.QUEUED).update(
+            updated_at=timezone.now()
         ):
             claimed.append(pk)
     return claimed
@@ -76,9 +73,8 @@ def lost_promotions() -> list[int]:
     for pk in EncoderVersion.objects.filter(stale, status=VersionStatus.PROMOTING).values_list(
         "pk", flat=True
     ):
-        if (
-            EncoderVersion.objects.filter(stale, pk=pk, status=VersionStatus.PROMOTING)
-            .update(promotion_updated_at=timezone.now())
+        if EncoderVersion.objects.filter(stale, pk=pk, status=VersionStatus.PROMOTING).update(
+            promotion_updated_at=timezone.now()
         ):
             claimed.append(pk)
     return claimed
