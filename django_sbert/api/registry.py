@@ -59,6 +59,8 @@ class SearchEntry:
     serializer_class: type[serializers.BaseSerializer]
     queryset: QuerySetSource = None
     permission_classes: tuple[type[BasePermission], ...] | None = None
+    # Results of a field with passages= carry the best passage's text (register(passages=)).
+    show_passages: bool = False
 
     @property
     def label(self) -> str:
@@ -117,6 +119,7 @@ class SearchRegistry:
         queryset: QuerySetSource = None,
         permission_classes: Sequence[type[BasePermission]] | None = None,
         serializer_class: type[serializers.BaseSerializer] | None = None,
+        passages: bool | None = None,
     ) -> SearchEntry:
         """Make ``model`` searchable through search/ and similar/; see the module docstring.
 
@@ -125,6 +128,9 @@ class SearchRegistry:
         two is required. ``queryset`` is a QuerySet, a Manager, or a callable taking the request
         and returning a QuerySet (per-user visibility); default: every row.
         ``permission_classes`` default to SBERT["API"]["SEARCH_PERMISSION_CLASSES"].
+        ``passages``: whether results of a field with ``passages=`` show the best passage (its
+        text is a piece of the field's source text). None: only when every source field is
+        among ``fields``, so a passage never shows text the listed fields do not.
         """
         if not (isinstance(model, type) and issubclass(model, models.Model)):
             raise TypeError(f"register() takes a model class, got {model!r}.")
@@ -180,7 +186,9 @@ class SearchRegistry:
                 f"queryset for {label} must be a QuerySet, a Manager or a callable taking the "
                 f"request, got {type(queryset).__name__}."
             )
-        entry = SearchEntry(model, serializer_class, queryset, permission_classes)
+        if passages is None:
+            passages = fields is not None and _sources_listed(model, fields)
+        entry = SearchEntry(model, serializer_class, queryset, permission_classes, passages)
         self._entries[model._meta.label_lower] = entry
         return entry
 
@@ -207,6 +215,17 @@ class SearchRegistry:
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+def _sources_listed(model: type[models.Model], fields: Sequence[str]) -> bool:
+    """Whether every field with passages= builds its text from fields among ``fields``."""
+    for field in embedding_fields(model):
+        if field.passage_config is None:
+            continue
+        sources = field.source_fields
+        if sources is None or not set(sources) <= set(fields):
+            return False
+    return True
 
 
 def _model_serializer(

@@ -181,6 +181,9 @@ class SemanticResultsView(ServiceErrorsMixin, GenericAPIView):
         wide = [f.attname for f in fields]  # vectors and tsvectors are never shown
         wide += [f.tsvector_field_name for f in fields if f.has_keyword_search]
         rows = list(queryset.defer(*wide)[:k])
+        if not self.get_entry().show_passages:  # a passage is text the listed fields may not show
+            for row in rows:
+                row.__dict__.pop("passage", None)
         page = self.paginate_queryset(rows)
         serializer = self.get_serializer(rows if page is None else page, many=True)
         if page is None:

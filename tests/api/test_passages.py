@@ -1,5 +1,6 @@
 """search/ on a model whose field has passages=: each result carries its best passage and
-where it lies in the row's text, in vector and hybrid mode (tests.testapp.models.Report)."""
+where it lies in the row's text, in vector and hybrid mode, when the registration may show it
+(tests.testapp.models.Report, whose text is its title and body)."""
 
 from __future__ import annotations
 
@@ -26,12 +27,12 @@ def reports() -> list[Report]:
         Report(title=f"report {i}", body=body * 3) for i, body in enumerate(BODIES)
     )
     indexing.embed_stale(indexing.get_ref("testapp.Report", "embedding"))
-    registry.register(Report, fields=["id", "title"])
     return rows
 
 
 @pytest.mark.parametrize("mode", ["vector", "hybrid"])
 def test_results_carry_the_best_passage_and_its_offsets(api_client, reports, mode):
+    registry.register(Report, fields=["id", "title", "body"])  # the whole source is listed
     text = "the dog runs fast"
     response = api_client.get(URL, {"model": "testapp.report", "q": text, "k": 4, "mode": mode})
     assert response.status_code == 200, response.json()
@@ -49,7 +50,18 @@ def test_results_carry_the_best_passage_and_its_offsets(api_client, reports, mod
         source = f"{row.title}\n{row.body}"
         assert source[passage["start"] : passage["end"]] == passage["text"]
         assert result["similarity"] == pytest.approx(row.similarity, abs=1e-6)
-        assert set(result["object"]) == {"id", "title"}
+        assert set(result["object"]) == {"id", "title", "body"}
+
+
+@pytest.mark.parametrize("passages", [None, True])
+def test_a_passage_shows_only_what_the_registration_allows(api_client, reports, passages):
+    """The body is not listed: by default no passage (it is text of the body), unless the
+    registration says passages=True."""
+    registry.register(Report, fields=["id", "title"], passages=passages)
+    response = api_client.get(URL, {"model": "testapp.report", "q": "the dog", "k": 3})
+    results = response.json()["results"]
+    assert len(results) == 3
+    assert all(("passage" in result) is bool(passages) for result in results)
 
 
 def test_a_field_without_passages_has_no_passage_in_its_results(api_client, articles, registered):
