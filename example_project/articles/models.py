@@ -23,8 +23,10 @@ class Article(models.Model):
     published = models.DateField(null=True, blank=True)
     url = models.URLField(max_length=500, unique=True, help_text="The article on Wikinews.")
 
-    # Encoded by a Celery worker on save (django_sbert.tasks.embed_rows); 384 numbers.
-    embedding = EmbeddingField(source=("title", "body"))
+    # Encoded by a Celery worker on save (django_sbert.tasks.embed_rows): the article is split
+    # into passages that fit the model's window, each encoded (384 numbers), and a search ranks
+    # articles by their best passage; the row keeps the mean of its passages' vectors.
+    embedding = EmbeddingField(source=("title", "body"), passages=True)
 
     objects = SemanticManager()
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db.models import Count, Q, QuerySet
+
+from django_sbert.query.highlight import best_sentences
 
 from .models import Article, Category
 
 MAX_RESULTS = 50  # the top of one ranking, split into pages
 SNIPPET_CHARS = 280
+CONTEXT_CHARS = 140  # of the best passage, shown on each side of its best sentence
 
 # The category filter; an article filed under both matches either.
 CATEGORY_FILTERS: dict[str, Q] = {
@@ -58,3 +62,31 @@ def search(
     """
     results = filtered(category).similar_to(query)[:limit]
     return list(results.only("id", "title", "body", "category", "published"))
+
+
+@dataclass(frozen=True)
+class Snippet:
+    """What a result shows of its best passage: the sentence that matches the query best
+    (``match``), with a little of the passage around it."""
+
+    before: str
+    match: str
+    after: str
+
+
+def highlight(hits: Iterable[Article], query: str) -> None:
+    """Give each hit found by its best passage a ``snippet``: the passage's sentence nearest to
+    the query, marked, in its context. Only for the hits shown (one encode of their sentences)."""
+    hits = [hit for hit in hits if getattr(hit, "passage", None)]
+    marks = best_sentences(query, [hit.passage["text"] for hit in hits])
+    for hit, mark in zip(hits, marks, strict=True):
+        text = hit.passage["text"]
+        if mark is None:
+            continue
+        before = text[max(0, mark.start - CONTEXT_CHARS) : mark.start]
+        after = text[mark.end : mark.end + CONTEXT_CHARS]
+        if mark.start > CONTEXT_CHARS:  # cut at a word, and say so
+            before = "…" + before.split(" ", 1)[-1]
+        if len(text) - mark.end > CONTEXT_CHARS:
+            after = after.rsplit(" ", 1)[0] + "…"
+        hit.snippet = Snippet(before, text[mark.start : mark.end], after)

@@ -41,6 +41,8 @@ def search_page(request: HttpRequest) -> HttpResponse:
     page = None
     if results is not None:
         page = Paginator(results, PAGE_SIZE).get_page(request.GET.get("page"))
+        if like is None:  # a text search: show where in each article it matched
+            search.highlight(page.object_list, query)
     return render(
         request,
         "articles/search.html",
