@@ -12,26 +12,35 @@ again (``manage.py sbert_reindex --all`` re-splits every row).
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any
 
 from django.utils.deconstruct import deconstructible
 
 from ..conf import encoder_config
+from ..encoder import describe
 
 DOCUMENT_VECTORS = ("mean", "first")
-DEFAULT_MAX_PASSAGES = 64  # when neither PassageConfig.max_passages nor MAX_CHUNKS is set
+DEFAULT_WINDOWS = 64  # MAX_CHUNKS when it is None: the text budget of one row, in windows
+# Passages of about two sentences by default: on deep-content retrieval they find a sentence in
+# a long article far more often than passages that fill the window (docs/passages.md).
+DEFAULT_MAX_TOKENS = 64
+DEFAULT_OVERLAP = 16
 
 
 @deconstructible(path="django_sbert.passages.PassageConfig")
 class PassageConfig:
     """How a field's text is split into passages, and what the row's own vector holds.
 
-    * ``max_tokens``: tokens of text per passage at most; None (the default) fills the
+    * ``max_tokens``: tokens of text per passage at most (default 64); None fills the
       encoder's window (``max_seq_length`` less the special tokens and the document prompt).
       A larger value is cut to the window.
-    * ``overlap``: tokens of whole sentences repeated at the start of the next passage.
+    * ``overlap``: tokens of whole sentences repeated at the start of the next passage
+      (default 16).
     * ``max_passages``: passages per row at most (the rest of a longer text is not read);
-      None: the encoder's ``MAX_CHUNKS`` (64), so no row can make a task run out of memory.
+      None: as many as hold the text of the encoder's ``MAX_CHUNKS`` windows, so a row costs
+      at most what ``LONG_TEXT="chunk"`` would and no row can make a task run out of memory.
     * ``document``: what the row's own vector column holds: ``"mean"`` (the normalized mean
       of its passage vectors: the whole text, for more-like-this) or ``"first"`` (the first
       passage's vector: what ``LONG_TEXT="truncate"`` would store).
@@ -39,8 +48,8 @@ class PassageConfig:
 
     def __init__(
         self,
-        max_tokens: int | None = None,
-        overlap: int = 32,
+        max_tokens: int | None = DEFAULT_MAX_TOKENS,
+        overlap: int = DEFAULT_OVERLAP,
         max_passages: int | None = None,
         document: str = "mean",
     ) -> None:
@@ -97,12 +106,23 @@ def passage_config(value: bool | PassageConfig | None) -> PassageConfig | None:
     return value
 
 
+@functools.lru_cache(maxsize=64)
+def _max_seq_length(model: str) -> int:
+    return describe(model).max_seq_length
+
+
 def max_passages(config: PassageConfig, encoder: str) -> int:
-    """Passages one row holds at most: ``config.max_passages``, else the encoder's MAX_CHUNKS.
+    """Passages one row holds at most: ``config.max_passages``, else as many as hold the text
+    of the encoder's ``MAX_CHUNKS`` windows (64 x 256 tokens for all-MiniLM-L6-v2: 342
+    passages of 64 tokens that overlap by 16).
 
     Indexing stops a text there; a passage search that must find k rows fetches at most k
-    times this many passages."""
+    times this many passages. Reads the model's JSON config only (no torch)."""
     if config.max_passages is not None:
         return int(config.max_passages)
-    chunks = encoder_config(encoder)["MAX_CHUNKS"]
-    return int(chunks) if chunks is not None else DEFAULT_MAX_PASSAGES
+    settings = encoder_config(encoder)
+    windows = settings["MAX_CHUNKS"] if settings["MAX_CHUNKS"] is not None else DEFAULT_WINDOWS
+    window = _max_seq_length(str(settings["MODEL"]))
+    size = min(config.max_tokens or window, window)
+    step = max(1, size - config.overlap)  # new tokens per passage
+    return max(1, math.ceil(int(windows) * window / step))

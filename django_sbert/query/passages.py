@@ -8,35 +8,40 @@ queryset, chained before or after, applies to the passage scan::
     FROM article
     INNER JOIN (
         SELECT b.row_id AS pk, b.distance,
-               jsonb_build_object('text', p.text, 'start', p.start, 'end', p."end",
-                                  'index', p.ordinal) AS passage
-        FROM (SELECT DISTINCT ON (c.row_id) c.row_id, c.distance, c.ordinal  -- best per row
-              FROM (<pool>) AS c (row_id, distance, ordinal)
-              ORDER BY c.row_id, c.distance, c.ordinal) b
-        JOIN article_embedding_passage p ON p.row_id = b.row_id AND p.ordinal = b.ordinal
+               jsonb_build_object('text', b.text, 'start', b.start, 'end', b.stop,
+                                  'index', b.ordinal) AS passage
+        FROM (SELECT DISTINCT ON (c.row_id) row_id, distance, ordinal, start, stop, text
+              FROM (<pool>) AS c (row_id, distance, ordinal, start, stop, text)
+              ORDER BY c.row_id, c.distance, c.ordinal) b      -- each row's best passage
     ) b ON b.pk = article.id
     WHERE <filters> AND article.embedding_version = :v
     ORDER BY b.distance, article.id
     LIMIT :k
 
-The pool is the top N passages by the HNSW index, among the passages of rows the filters keep::
+The pool is the top N passages by the HNSW index, among the passages of rows the filters keep
+(their offsets and text come with them, from the heap tuples the index scan reads anyway)::
 
-    SELECT p.row_id, p.vector <=> :q, p.ordinal FROM article_embedding_passage p
+    SELECT p.row_id, p.vector <=> :q, p.ordinal, p.start, p."end", p.text
+    FROM article_embedding_passage p
     WHERE p.row_id IN (SELECT id FROM article WHERE <filters> AND embedding_version = :v ...)
     ORDER BY p.vector <=> :q LIMIT :n                    -- HNSW, iterative scans with filters
 
 How large N must be: ``k`` rows come back when the top N passages belong to at least ``k``
 rows. ``N = k * PASSAGES_PER_ROW`` (k counts from the first row, so an offset or a later page
-asks for more) almost always does; when those N passages name fewer than ``k`` rows and there
-were N of them (more passages exist), the same statement takes a wider pool of ``k *
-max_passages`` passages instead (at most that many passages of one row can crowd the others
-out), which certainly holds ``k`` rows when they exist. PostgreSQL runs the wide scan only
-then (a one-time filter on the narrow pool's counts)::
+asks for more) almost always does (99% of the benchmark's queries); when those N passages
+name fewer than ``k`` rows and there were N of them (more passages exist), the same statement
+takes a pool four times as large, and if that is not enough either, ``k * max_passages``
+passages (at most that many passages of one row can crowd the others out), which certainly
+holds ``k`` rows when they exist. PostgreSQL runs a larger pool's scan only then (InitPlans
+run when first read, and a false gate stops before reading the next)::
 
-    WITH narrow AS MATERIALIZED (<scan LIMIT n>)
-    SELECT * FROM narrow WHERE <narrow is enough>
-    UNION ALL
-    SELECT * FROM (<scan LIMIT k * max_passages>) w WHERE NOT <narrow is enough>
+    WITH pool0 AS MATERIALIZED (<scan LIMIT n>),
+         ok0 AS (SELECT count(DISTINCT row_id) >= k OR count(*) < n AS done FROM pool0),
+         pool1 AS MATERIALIZED (<scan LIMIT 4n>), ok1 AS (...)
+    SELECT * FROM pool0 WHERE (SELECT done FROM ok0)
+    UNION ALL SELECT * FROM pool1 WHERE NOT (SELECT done FROM ok0) AND (SELECT done FROM ok1)
+    UNION ALL SELECT * FROM (<scan LIMIT k * max_passages>) w
+              WHERE NOT (SELECT done FROM ok0) AND NOT (SELECT done FROM ok1)
 
 Without a limit (``count()``, an unsliced ``iterator()``) every passage of the rows the filters
 keep is compared: exact, and as costly as a scan of the passage table.
@@ -90,54 +95,81 @@ class PassageSearch:
 
     # -- SQL --------------------------------------------------------------------------------
 
-    def _scan(self, base: QuerySet, outer: Query, limit: int | None, connection: Any) -> tuple:
-        """``row_id, distance, ordinal`` of the top ``limit`` passages of the rows of ``base``
-        (all of them, unordered, when ``limit`` is None)."""
+    # The columns every pool and best-per-row table has, in this order.
+    COLUMNS = "row_id, distance, ordinal, start, stop, text"
+
+    def _scan(self, base: QuerySet, outer: Query, ordered: bool, connection: Any) -> tuple:
+        """The passages of the rows of ``base`` with their distance (``COLUMNS``), nearest
+        first when ``ordered`` (a LIMIT is added by the caller), unordered otherwise.
+
+        A passage's offsets and text come with it from the heap tuple the index scan reads
+        anyway, so the best passages need no second lookup.
+        """
         distance = CosineDistance("vector", QueryVector(self.vector_literal, self.source))
         scan = self.model._base_manager.filter(row__in=base.values("pk")).annotate(
             _sbert_distance=distance
         )
         # The operator of the HNSW index (vector_cosine_ops), ascending: the index serves it.
-        scan = scan.order_by(distance) if limit is not None else scan.order_by()
-        scan = scan.values_list("row_id", "_sbert_distance", "ordinal")
-        if limit is not None:
-            scan = scan[:limit]
+        scan = scan.order_by(distance) if ordered else scan.order_by()
+        scan = scan.values_list("row_id", "_sbert_distance", "ordinal", "start", "end", "text")
         rebound = getattr(outer, REBOUND, None)
         if rebound:  # a retry after a switch: the scan's query vector is the new version's
             setattr(scan.query, REBOUND, rebound)
         return scan.query.get_compiler(connection=connection).as_sql()
 
+    def tiers(self, depth: int) -> list[int]:
+        """Pool sizes tried in turn for ``depth`` rows: k x PASSAGES_PER_ROW, four times that,
+        then k x max_passages (which always holds k rows when they exist)."""
+        full = depth * self.max_per_row
+        sizes = [depth * self.per_row, depth * self.per_row * 4]
+        return [n for n in sizes if n < full] + [full]
+
     def pool(self, base: QuerySet, outer: Query, depth: int | None, connection: Any) -> tuple:
         """SQL and params of the passage pool for ``depth`` rows (module docstring)."""
         if depth is None:
-            return self._scan(base, outer, None, connection)
+            return self._scan(base, outer, False, connection)
         depth = max(1, int(depth))
-        narrow_n = depth * self.per_row
-        wide_n = depth * self.max_per_row
-        narrow_sql, narrow_params = self._scan(base, outer, narrow_n, connection)
-        if wide_n <= narrow_n:
-            return narrow_sql, narrow_params
-        wide_sql, wide_params = self._scan(base, outer, wide_n, connection)
-        enough = (
-            "((SELECT count(DISTINCT n.row_id) FROM narrow n) >= %s "
-            "OR (SELECT count(*) FROM narrow n) < %s)"
-        )
-        sql = (
-            f"WITH narrow (row_id, distance, ordinal) AS MATERIALIZED ({narrow_sql}) "
-            f"SELECT row_id, distance, ordinal FROM narrow WHERE {enough} "
-            f"UNION ALL SELECT w.row_id, w.distance, w.ordinal "
-            f"FROM ({wide_sql}) AS w (row_id, distance, ordinal) WHERE NOT {enough}"
-        )
-        return sql, (*narrow_params, depth, narrow_n, *wide_params, depth, narrow_n)
+        # One compiled scan, its LIMIT a parameter, for every pool size.
+        scan_sql, scan_params = self._scan(base, outer, True, connection)
+        *smaller, full = self.tiers(depth)
+        if not smaller:
+            return f"{scan_sql} LIMIT %s", (*scan_params, full)
+        columns = self.COLUMNS
+        ctes, params = [], []
+        for i, n in enumerate(smaller):
+            # Enough: the pool names k rows, or holds fewer passages than asked (all there are).
+            ctes.append(
+                f"pool{i} ({columns}) AS MATERIALIZED ({scan_sql} LIMIT %s), "
+                f"ok{i} (done) AS (SELECT count(DISTINCT row_id) >= %s OR count(*) < %s "
+                f"FROM pool{i})"
+            )
+            params += [*scan_params, n, depth, n]
+        branches, branch_params = [], []
+        for i in range(len(smaller) + 1):
+            # A pool is read only when every smaller one was not enough (InitPlans run lazily,
+            # and AND stops at the first false: a larger pool's scan runs only when needed).
+            gate = " AND ".join(
+                [f"NOT (SELECT done FROM ok{j})" for j in range(i)]
+                + ([f"(SELECT done FROM ok{i})"] if i < len(smaller) else [])
+            )
+            if i < len(smaller):
+                branches.append(f"SELECT {columns} FROM pool{i} WHERE {gate}")
+            else:
+                branches.append(
+                    f"SELECT {columns} FROM ({scan_sql} LIMIT %s) AS w ({columns}) WHERE {gate}"
+                )
+                branch_params += [*scan_params, full]
+        sql = f"WITH {', '.join(ctes)} " + " UNION ALL ".join(branches)
+        return sql, (*params, *branch_params)
 
     def best_per_row(
         self, base: QuerySet, outer: Query, depth: int | None, connection: Any
     ) -> tuple:
-        """``row_id, distance, ordinal`` of each row's best passage in the pool."""
+        """``COLUMNS`` of each row's best passage in the pool."""
         pool_sql, params = self.pool(base, outer, depth, connection)
         sql = (
-            "SELECT DISTINCT ON (c.row_id) c.row_id, c.distance, c.ordinal "
-            f"FROM ({pool_sql}) AS c (row_id, distance, ordinal) "
+            f"SELECT DISTINCT ON (c.row_id) {self.COLUMNS} "
+            f"FROM ({pool_sql}) AS c ({self.COLUMNS}) "
             "ORDER BY c.row_id, c.distance, c.ordinal"
         )
         return sql, params
@@ -227,14 +259,11 @@ class PassageJoin:
         # The last row asked for, counted from the first (offset included); None: no limit.
         depth = outer.high_mark
         best_sql, params = self.search.best_per_row(base, outer, depth, connection)
-        c = self.search._columns(connection)
-        table = connection.ops.quote_name(self.search.model._meta.db_table)
         qn = compiler.quote_name_unless_alias
         sql = (
             f"INNER JOIN (SELECT b.row_id AS pk, b.distance AS distance, "
-            f"{self.search.passage_json('p', connection)} AS passage "
-            f"FROM ({best_sql}) AS b JOIN {table} p "
-            f"ON p.{c['row']} = b.row_id AND p.{c['ordinal']} = b.ordinal) {qn(alias)} "
+            "jsonb_build_object('text', b.text, 'start', b.start, 'end', b.stop, "
+            f"'index', b.ordinal) AS passage FROM ({best_sql}) AS b) {qn(alias)} "
             f"ON ({qn(alias)}.pk = {qn(self.parent_alias)}."
             f"{connection.ops.quote_name(self.pk_column)})"
         )

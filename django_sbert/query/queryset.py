@@ -113,7 +113,8 @@ class SemanticQuerySet(models.QuerySet):
         """
         embedding = self._embedding_field(field)
         vector, exclude_pk, source = self._query_vector(query, embedding)
-        distance = cosine_distance(embedding, vector, source)
+        literal = vector_literal(vector)  # pgvector text, written once for every use below
+        distance = cosine_distance(embedding, literal, source)
         qs = self.filter(
             **{f"{embedding.attname}__isnull": False}, **same_version(embedding, source)
         )
@@ -122,7 +123,7 @@ class SemanticQuerySet(models.QuerySet):
         ties: tuple[str, ...] = ()
         if uses_passages(embedding, query, passages):
             # Max-sim: each row's best passage, from the passage index (query/passages.py).
-            search = PassageSearch.for_field(embedding, vector_literal(vector), source)
+            search = PassageSearch.for_field(embedding, literal, source)
             qs, distance, passage = join_passages(qs, search)
             qs, ties = qs.annotate(passage=passage), ("pk",)  # rows sharing a passage: by pk
         if min_similarity is not None:

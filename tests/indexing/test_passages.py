@@ -17,7 +17,7 @@ from django.db import transaction
 from django_sbert import indexing
 from django_sbert.fields import text_hash
 from django_sbert.indexing import tasks
-from django_sbert.indexing.passages import encode_with_passages, split_rows
+from django_sbert.indexing.passages import encode_with_passages, max_passages, split_rows
 from django_sbert.indexing.rows import PendingRow
 from django_sbert.indexing.writes import write_rows
 from django_sbert.serving import encode_texts, get_encoder
@@ -200,9 +200,12 @@ def test_splitting_follows_the_field_settings(ref, settings):
         assert len(model.tokenizer.token_spans([passage.text])[0]) <= 24
     settings.SBERT = {
         **settings.SBERT,
-        "ENCODERS": {"default": {**settings.SBERT["ENCODERS"]["default"], "MAX_CHUNKS": 2}},
+        "ENCODERS": {"default": {**settings.SBERT["ENCODERS"]["default"], "MAX_CHUNKS": 1}},
     }
-    assert len(split_rows(ref, [text])[0]) == 2  # max_passages: the encoder's MAX_CHUNKS
+    # max_passages: as many passages as hold one 64-token window of text, 18 new tokens each
+    assert max_passages(ref) == 4
+    (capped,) = split_rows(ref, [text])
+    assert len(capped) == 4 and [p.text for p in capped] == [p.text for p in split[:4]]
 
 
 @pytest.mark.django_db
