@@ -10,6 +10,7 @@ import os
 import sys
 import tempfile
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,16 @@ def embedded_database_url() -> str:
     return os.environ["DATABASE_URL"]
 
 
-def setup_django(sbert: dict[str, Any], *, migrate: bool = True, **settings: Any) -> None:
-    """Configure Django with ``SBERT=sbert`` (and any other ``settings``), then migrate."""
+def setup_django(
+    sbert: dict[str, Any],
+    *,
+    migrate: bool = True,
+    apps: Sequence[str] = ("tests.testapp",),
+    **settings: Any,
+) -> None:
+    """Configure Django with ``SBERT=sbert`` (and any other ``settings``), then migrate.
+
+    ``apps`` are the project's apps besides django-sbert (default: the test app's models)."""
     import django
     from django.conf import settings as django_settings
 
@@ -42,7 +51,7 @@ def setup_django(sbert: dict[str, Any], *, migrate: bool = True, **settings: Any
             "django.contrib.contenttypes",
             "django.contrib.auth",
             "django_sbert",
-            "tests.testapp",
+            *apps,
         ],
         DATABASES={"default": database_from_url(url)},
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
