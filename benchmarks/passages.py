@@ -137,7 +137,7 @@ def cached(name: str, texts: list[str], encode: Any) -> np.ndarray:
     """``encode(texts)``, each distinct text encoded once and kept under artifacts/bench (per
     ``name`` and model): a later run, or another passage size, encodes only new texts."""
     from django_sbert.encoder import resolve_model_path
-    from django_sbert.serving import model_fingerprint
+    from django_sbert.encoder.fingerprint import model_fingerprint
 
     path = CACHE / "passages" / f"{name}-{model_fingerprint(resolve_model_path(MODEL))[:8]}.npy"
     index = path.with_suffix(".json")

@@ -83,7 +83,7 @@ def encode_cached(texts: list[str], rows: int, threads: int) -> np.ndarray:
     """Vectors of ``texts[:rows]``, encoded with the real model in resumable 5,000-row chunks
     cached under artifacts/bench (keyed by the corpus texts and the model fingerprint)."""
     from django_sbert.encoder import SentenceEncoder, resolve_model_path
-    from django_sbert.serving import model_fingerprint
+    from django_sbert.encoder.fingerprint import model_fingerprint
 
     key = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:12]
     key += "-" + model_fingerprint(resolve_model_path(MODEL))[:8]
