@@ -12,6 +12,4 @@ class ArticlesConfig(AppConfig):
 
         from .models import Article
 
-        api.register(
-            Article, fields=["id", "title", "category", "published", "url"], passages=True
-        )
+        api.register(Article, fields=["id", "title", "category", "published", "url"], passages=True)
