@@ -120,36 +120,33 @@ class FusedColumn(Expression):
         return hash((type(self), self.alias, self.column))
 
 
-class FusedJoin:
-    """``INNER JOIN (<fused top-N of both sides>) alias ON alias.pk = <table>.pk``.
-
-    An entry of ``Query.alias_map`` (the interface of Django's ``Join``). Its SQL is built
-    when the query is compiled, from the query's WHERE clause at that moment.
+class DerivedTableJoin:
+    """``INNER JOIN (<a derived table>) alias ON alias.pk = <table>.pk``: the interface of
+    Django's ``Join`` for an entry of ``Query.alias_map`` whose SQL (``as_sql``, in each
+    subclass) is built when the query is compiled, from ``source``: what the table is made of.
     """
 
     filtered_relation = None
     nullable = False
+    table_name = ""  # each subclass names its derived table
 
     def __init__(
         self,
-        fusion: Fusion,
+        source: Any,
         pk_column: str,
         parent_alias: str,
         table_alias: str | None = None,
         join_type: str = INNER,
     ) -> None:
-        self.fusion = fusion
+        self.source = source
         self.pk_column = pk_column
-        self.table_name = TABLE_NAME
         self.parent_alias = parent_alias
         self.table_alias = table_alias
         self.join_type = join_type
 
-    # -- the Join interface -----------------------------------------------------------------
-
-    def relabeled_clone(self, change_map: dict[str, str]) -> FusedJoin:
-        return FusedJoin(
-            self.fusion,
+    def relabeled_clone(self, change_map: dict[str, str]) -> DerivedTableJoin:
+        return type(self)(
+            self.source,
             self.pk_column,
             change_map.get(self.parent_alias, self.parent_alias),
             change_map.get(self.table_alias, self.table_alias),
@@ -158,21 +155,38 @@ class FusedJoin:
 
     @property
     def identity(self) -> tuple[Any, ...]:
-        return (type(self), self.fusion, self.parent_alias, self.table_alias)
+        return (type(self), self.source, self.parent_alias, self.table_alias)
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, FusedJoin):
+        if not isinstance(other, DerivedTableJoin):
             return NotImplemented
         return self.identity == other.identity
 
     def __hash__(self) -> int:
         return hash(self.identity)
 
-    def promote(self) -> FusedJoin:
-        return self  # every row of the result is in the fused table: the join stays INNER
+    def promote(self) -> DerivedTableJoin:
+        return self  # every row of the result is in the derived table: the join stays INNER
 
-    def demote(self) -> FusedJoin:
+    def demote(self) -> DerivedTableJoin:
         return self
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+        raise NotImplementedError
+
+
+class FusedJoin(DerivedTableJoin):
+    """``INNER JOIN (<fused top-N of both sides>) alias ON alias.pk = <table>.pk``.
+
+    An entry of ``Query.alias_map`` (the interface of Django's ``Join``). Its SQL is built
+    when the query is compiled, from the query's WHERE clause at that moment.
+    """
+
+    table_name = TABLE_NAME
+
+    @property
+    def fusion(self) -> Fusion:
+        return self.source
 
     # -- SQL --------------------------------------------------------------------------------
 

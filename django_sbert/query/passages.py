@@ -58,14 +58,13 @@ from typing import Any
 
 from django.db import models
 from django.db.models import Expression, F, FloatField, JSONField, QuerySet
-from django.db.models.sql.constants import INNER
 from django.db.models.sql.query import Query
 from pgvector.django import CosineDistance
 
 from ..conf import sbert_settings
 from ..fields import EmbeddingField
 from ..passages import max_passages
-from .fusion import FusedColumn, candidate_queryset
+from .fusion import DerivedTableJoin, FusedColumn, candidate_queryset
 from .vectors import REBOUND, QuerySource, QueryVector
 
 TABLE_NAME = "sbert_passages"
@@ -196,7 +195,7 @@ class PassageSearch:
         )
 
 
-class PassageJoin:
+class PassageJoin(DerivedTableJoin):
     """``INNER JOIN (<each row's best passage>) alias ON alias.pk = <table>.pk``.
 
     An entry of ``Query.alias_map`` (the interface of Django's ``Join``, like ``FusedJoin``).
@@ -204,50 +203,11 @@ class PassageJoin:
     that moment: the rows asked for (``k``, a slice, a page) set the pool's size.
     """
 
-    filtered_relation = None
-    nullable = False
-
-    def __init__(
-        self,
-        search: PassageSearch,
-        pk_column: str,
-        parent_alias: str,
-        table_alias: str | None = None,
-        join_type: str = INNER,
-    ) -> None:
-        self.search = search
-        self.pk_column = pk_column
-        self.table_name = TABLE_NAME
-        self.parent_alias = parent_alias
-        self.table_alias = table_alias
-        self.join_type = join_type
-
-    def relabeled_clone(self, change_map: dict[str, str]) -> PassageJoin:
-        return PassageJoin(
-            self.search,
-            self.pk_column,
-            change_map.get(self.parent_alias, self.parent_alias),
-            change_map.get(self.table_alias, self.table_alias),
-            self.join_type,
-        )
+    table_name = TABLE_NAME
 
     @property
-    def identity(self) -> tuple[Any, ...]:
-        return (type(self), self.search, self.parent_alias, self.table_alias)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, PassageJoin):
-            return NotImplemented
-        return self.identity == other.identity
-
-    def __hash__(self) -> int:
-        return hash(self.identity)
-
-    def promote(self) -> PassageJoin:
-        return self  # every row of the result has a best passage: the join stays INNER
-
-    def demote(self) -> PassageJoin:
-        return self
+    def search(self) -> PassageSearch:
+        return self.source
 
     def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
         outer = compiler.query
