@@ -97,7 +97,7 @@ def database_from_url(url: str) -> dict[str, Any]:
         raise ValueError(
             f"DATABASE_URL must be a postgresql:// URL (pgvector needs PostgreSQL): {url!r}"
         )
-    socket_dir = config["OPTIONS"].pop("host", None)
+    socket_dir = config.get("OPTIONS", {}).pop("host", None)  # no query string: no OPTIONS
     if socket_dir and not config["HOST"]:
         config["HOST"] = socket_dir
     return config
