@@ -226,7 +226,7 @@ def create_run(
         raise ValidationError(str(exc)) from exc
     if len(examples) < 2:
         raise ValidationError(f"{len(examples)} training example: at least 2 are needed.")
-    _fail_stalled_runs(encoder_name)
+    recovery.fail_dead_runs(encoder_name)  # frees the slot a dead worker's run still holds
     try:
         with transaction.atomic():
             run = TrainingRun.objects.create(
@@ -271,12 +271,6 @@ def _queue_on_commit(run: TrainingRun) -> None:
 
     in_transaction = transaction.get_connection().in_atomic_block
     transaction.on_commit(publish, robust=in_transaction)
-
-
-def _fail_stalled_runs(encoder_name: str) -> None:
-    """Fail runs marked running whose worker died: no heartbeat written for
-    ``SBERT["TRAINING_STALLED_SECONDS"]``. Frees the one-run-per-encoder slot."""
-    recovery.fail_dead_runs(encoder_name)
 
 
 def cancel_run(run: TrainingRun) -> bool:
