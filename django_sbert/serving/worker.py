@@ -26,7 +26,7 @@ from django.apps import apps
 
 from ..conf import encoder_config
 from ..fields import all_embedding_fields
-from .cache import get_encoder
+from .warmup import warm
 
 logger = logging.getLogger(__name__)
 
@@ -68,19 +68,13 @@ def set_torch_threads(threads: int) -> None:
 
 
 def _warm_up(names: list[str], threads: int) -> None:
-    try:
-        import torch  # in the child process only, after fork
+    import torch  # in the child process only, after fork
 
-        torch.set_num_threads(threads)  # a process-wide value, picked up by every thread
-        for name in names:
-            # One tiny forward pass too: the first one pays for kernel selection and memory
-            # pools, which should not land on the first task.
-            encoder = get_encoder(name)
-            encoder.encode(["warm up"], batch_size=1)
-            if encoder.compiled:  # batches have their own compiled graph: build it now too
-                encoder.encode(["warm up", "a batch of two"], batch_size=2)
-    except Exception:  # a broken encoder must not kill the worker: its tasks report the error
-        logger.exception("django-sbert: could not load encoders %s in worker process.", names)
+    torch.set_num_threads(threads)  # a process-wide value, picked up by every thread
+    # Both shapes: the sweep and promotions encode batches, a saved row is a batch of one.
+    states = warm(names, role="both")
+    failed = [state for state in states.values() if state.error]
+    if failed:  # warm() logged the traceback: a broken encoder must not kill the worker
         return
     logger.info(
         "django-sbert: worker process %d loaded encoders %s with %d torch threads.",

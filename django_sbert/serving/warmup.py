@@ -1,0 +1,108 @@
+"""Load and warm this process's serving encoders before it takes traffic.
+
+The first forward pass of a process pays for kernel selection, memory pools and (with
+``COMPILE``) building the compiled graph; none of that should land on a user's query or on the
+first task of a worker. A process calls ``warm()`` once at start-up (a Celery worker process in
+``serving.worker``; a web process from its server's start-up hook), and a readiness check asks
+``warm_state()`` whether the version that serves now is the one this process warmed::
+
+    warm(["default"], role="query")     # web process: the single-query path
+    warm(["default"], role="document")  # encoding worker: the batch path
+    warm_state()["default"].version     # which version this process warmed, and when
+
+``role`` says which shapes to run: ``"query"`` runs one text (what a search encodes),
+``"document"`` runs a batch of two (what indexing encodes), ``"both"`` runs both.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from .cache import encode_texts, encoder_for
+from .versions import serving
+
+logger = logging.getLogger(__name__)
+
+WarmRole = Literal["query", "document", "both"]
+
+WARM_TEXTS = ("warm up", "a batch of two texts")
+
+
+@dataclass(frozen=True)
+class WarmState:
+    """What ``warm()`` did for one encoder name in this process."""
+
+    encoder: str
+    version: str  # the version warmed (the serving one when warm() ran)
+    role: WarmRole
+    seconds: float  # how long loading and the warm-up passes took
+    warmed_at: float  # time.time() when it finished
+    error: str | None = None  # why it failed; None when the encoder is warm
+
+
+_lock = threading.Lock()
+_state: dict[str, WarmState] = {}
+
+
+def warm(names: Iterable[str], role: WarmRole = "both") -> dict[str, WarmState]:
+    """Load the serving version of each encoder and run the forward passes of ``role``.
+
+    Never raises for a broken encoder: the failure is logged and kept in ``warm_state()`` (a
+    readiness check reports it; a request that needs the encoder gets the error itself).
+    """
+    results: dict[str, WarmState] = {}
+    for name in names:
+        started = time.perf_counter()
+        version = ""
+        error: str | None = None
+        try:
+            current = serving(name)
+            version = current.version
+            encoder_for(current)  # load once, before the passes below time anything
+            if role in ("query", "both"):
+                encode_texts(WARM_TEXTS[:1], name, version, role="query")
+            if role in ("document", "both"):
+                encode_texts(WARM_TEXTS, name, version, role="document")
+        except Exception as exc:  # reported, not raised: see the docstring
+            error = f"{type(exc).__name__}: {exc}"
+            logger.exception("django-sbert: could not warm encoder %r.", name)
+        state = WarmState(
+            encoder=name,
+            version=version,
+            role=role,
+            seconds=time.perf_counter() - started,
+            warmed_at=time.time(),
+            error=error,
+        )
+        with _lock:
+            _state[name] = state
+        results[name] = state
+    return results
+
+
+def warm_state() -> dict[str, WarmState]:
+    """What ``warm()`` last did for each encoder name in this process (empty: never ran)."""
+    with _lock:
+        return dict(_state)
+
+
+def forget_warm_state() -> None:
+    """Forget what was warmed (tests; after ``fork()`` a child must warm its own encoders)."""
+    with _lock:
+        _state.clear()
+
+
+def _reset_after_fork() -> None:
+    # A child warms its own encoders; the parent's lock may have been held at fork time.
+    global _lock
+    _lock = threading.Lock()
+    _state.clear()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
