@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from io import StringIO
 from pathlib import Path
 from typing import Any
 from urllib.error import HTTPError
@@ -266,3 +267,52 @@ def test_a_host_that_cannot_verify_the_serving_version_is_unready_and_does_not_s
     assert second.process.returncode != 0
     assert "django_sbert.E012" in second.output() and version in second.output()
     assert "web process warmed" not in second.output()
+
+
+# --- a worker host's probe -------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_sbert_health_probes_a_host_without_a_web_process(
+    settings, tmp_path, tiny_encoder, monkeypatch
+):
+    from django.core.management import CommandError, call_command
+
+    store = tmp_path / "training-writes-here"
+    settings.STORAGES = {
+        **global_settings.STORAGES,
+        "sbert_models": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(store)},
+        },
+    }
+    settings.SBERT = {
+        **settings.SBERT,
+        "MODEL_STORAGE": "sbert_models",
+        "MODEL_CACHE": str(tmp_path / "training-side-cache"),
+        "VERSION_CACHE_SECONDS": 0.1,
+    }
+    serving.forget_serving()
+    serving.reset_encoders()
+    out = StringIO()
+    call_command("sbert_health", "--broker", stdout=out)
+    assert json.loads(out.getvalue())["checks"] == {
+        "database:default": "ok",
+        "encoder:default": "ok",
+        "broker": "ok",
+    }
+
+    target = promote(perturbed(tiny_encoder, seed=3), "tiny")  # verified on the training side
+    weights = store / target.directory / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    settings.SBERT = {**settings.SBERT, "MODEL_CACHE": str(tmp_path / "worker-host-cache")}
+    serving.forget_serving()
+    monkeypatch.setenv("CELERY_BROKER_URL", "redis://127.0.0.1:1/0")  # read before settings
+    with pytest.raises(CommandError) as info:
+        call_command("sbert_health", "--broker")
+    checks = json.loads(str(info.value))["checks"]
+    assert checks["database:default"] == "ok"
+    assert target.version in checks["encoder:default"] and "sha256" in checks["encoder:default"]
+    assert checks["broker"].startswith("the broker did not answer")
+    serving.forget_serving()
+    serving.reset_encoders()
