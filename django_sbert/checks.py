@@ -11,7 +11,7 @@ django_sbert.E005         settings.SBERT is malformed
 django_sbert.E006         an EmbeddingField's source is not a field, method or function
 django_sbert.E010         keyword_search=True with a source that is not text fields
 django_sbert.E011         keyword_weights do not give one of A-D per source field
-django_sbert.E012         the serving version's files are missing on this host (database check)
+django_sbert.E012         the serving version cannot be fetched or verified here (database check)
 django_sbert.W001         a large table has no HNSW index the search can use (database check)
 django_sbert.W002         pgvector is older than 0.8: filtered searches may return < k rows
 ========================  ======================================================================
@@ -36,7 +36,7 @@ from django.db.migrations.recorder import MigrationRecorder
 from .conf import ENCODER_DEFAULTS, encoder_config, sbert_settings
 from .fields import EmbeddingField, all_embedding_fields
 from .models import EncoderVersion, VersionStatus
-from .serving.storage import missing_version_files, model_root, resolve_directory
+from .serving.model_cache import unavailable_reason
 
 TAG = "django_sbert"
 ITERATIVE_SCAN_VERSION = (0, 8, 0)
@@ -306,7 +306,8 @@ def check_local_files(
     databases: Iterable[str] | None = None,
     **kwargs: Any,
 ) -> list[Any]:
-    """E012: every active fine-tuned version that the database names has its files here.
+    """E012: every active fine-tuned version that the database names is usable on this host:
+    fetched from the model storage into this host's cache and verified (once per host).
 
     Run at deployment with ``manage.py check --database default`` (``migrate`` runs it too): a
     host that would answer every search with ``VersionUnavailable`` is caught before traffic.
@@ -324,14 +325,14 @@ def check_local_files(
         return []  # not migrated yet: no version can be active
     errors: list[checks.CheckMessage] = []
     for name, version, directory in active:
-        problem = missing_version_files(resolve_directory(directory))
+        problem = unavailable_reason(name, version, directory)  # fetches into the cache once
         if problem is not None:
             errors.append(
                 checks.Error(
-                    f"Encoder {name!r} serves version {version!r} (the database says so), but "
-                    f"{problem}: this host cannot encode documents or queries.",
-                    hint=f"Make SBERT['MODEL_DIR'] (here {model_root()}) hold the directory "
-                    f"{directory!r} the training worker saved: a shared mount, or a copy.",
+                    f"{problem} This host cannot encode documents or queries.",
+                    hint="Give this host the model storage the training worker saves to "
+                    "(SBERT['MODEL_STORAGE'], docs/deployment.md) and a writable "
+                    "SBERT['MODEL_CACHE']; manage.py check --database default retries.",
                     id="django_sbert.E012",
                 )
             )

@@ -72,6 +72,10 @@ DEFAULTS: dict[str, Any] = {
     "API": {},  # the REST API's settings, read by django_sbert.api.settings (docs/api.md)
     # Fine-tuning (docs/fine-tuning.md)
     "MODEL_DIR": None,  # where fine-tuned versions are saved; None: <BASE_DIR>/sbert_models
+    # Several hosts (docs/deployment.md): the STORAGES key versions are written to (None: a
+    # FileSystemStorage under MODEL_DIR) and this host's verified copies (None: MODEL_DIR/.cache)
+    "MODEL_STORAGE": None,
+    "MODEL_CACHE": None,
     "VERSION_CACHE_SECONDS": 2.0,  # how long a process trusts its idea of the serving version
     "TRAINING_PROGRESS_SECONDS": 2.0,  # at most one progress write per run this often
     "TRAINING_STALLED_SECONDS": 600,  # a running run silent this long lost its worker

@@ -10,7 +10,8 @@ these names::
     encoder_version("default")      # the version string rows store in <field>_version
     serving("default")              # Serving(encoder, version, directory)
 
-Modules: ``identity`` (what a version is), ``storage`` (where its files live), ``versions``
+Modules: ``identity`` (what a version is), ``storage`` (where its files live: a Django storage
+backend), ``model_cache`` (each host's verified copy of them), ``versions``
 (which one serves, the switch lock), ``cache`` (loaded encoders, query vectors), ``worker``
 (Celery worker process set-up).
 """
@@ -36,7 +37,15 @@ from .cache import (
     role_prompt,
 )
 from .identity import base_label, base_version, model_fingerprint
-from .storage import missing_version_files, model_root, resolve_directory, save_encoder
+from .model_cache import cache_root, local_directory, unavailable_reason
+from .storage import (
+    missing_version_files,
+    model_root,
+    model_storage,
+    read_manifest,
+    resolve_directory,
+    save_encoder,
+)
 from .versions import (
     Serving,
     forget_serving,
@@ -54,6 +63,7 @@ __all__ = [
     "Role",
     "Serving",
     "base_label",
+    "cache_root",
     "base_version",
     "clear_query_cache",
     "encode_query",
@@ -64,13 +74,16 @@ __all__ = [
     "encoder_version",
     "forget_serving",
     "get_encoder",
+    "local_directory",
     "missing_version_files",
     "model_fingerprint",
     "model_root",
+    "model_storage",
     "peek_query_cache",
     "promoting_version",
     "query_cache_info",
     "query_vector",
+    "read_manifest",
     "reset_encoders",
     "resolve_directory",
     "role_prompt",
@@ -79,5 +92,6 @@ __all__ = [
     "serving_changed",
     "serving_version",
     "switch_lock",
+    "unavailable_reason",
     "version_directory",
 ]

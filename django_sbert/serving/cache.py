@@ -41,7 +41,7 @@ from django.core.signals import setting_changed
 from ..conf import SETTING_NAME, encoder_config, sbert_settings
 from ..exceptions import VersionUnavailable
 from .identity import forget_base_versions
-from .storage import missing_version_files, model_root
+from .model_cache import local_directory
 from .versions import Serving, serving, serving_version, version_directory
 
 if TYPE_CHECKING:
@@ -108,24 +108,22 @@ def _base_encoder(name: str) -> SentenceEncoder:
 
 
 def _load_version(name: str, version: str, directory: str) -> SentenceEncoder:
-    """Load a fine-tuned version from its directory, or say why this host cannot.
+    """Load a fine-tuned version from this host's verified copy, or say why this host cannot.
 
-    Never falls back to another version: a host that encoded with the base model while the
-    database says a fine-tuned version serves would write (and search) vectors of the wrong
-    version.
+    ``directory`` is the version's storage key (``EncoderVersion.directory``); the files come
+    through ``model_cache.local_directory``, fetched and checked once per host. Never falls back
+    to another version: a host that encoded with the base model while the database says a
+    fine-tuned version serves would write (and search) vectors of the wrong version.
     """
-    problem = missing_version_files(directory)
-    if problem is None:
-        try:
-            return _load(name, directory)
-        except (OSError, ValueError) as exc:  # unreadable or corrupt files
-            problem = f"loading {directory} failed: {type(exc).__name__}: {exc}"
-    raise VersionUnavailable(
-        f"Encoder {name!r} must encode with version {version!r} (the database says it serves), "
-        f"but {problem}. Every web and worker host needs that version's files under "
-        f"SBERT['MODEL_DIR'] (here {model_root()}): mount the directory the training worker "
-        "saves to, or copy it there. Nothing is encoded with another version meanwhile."
-    )
+    local = local_directory(name, version, directory)  # VersionUnavailable says why not
+    try:
+        return _load(name, str(local))
+    except (OSError, ValueError) as exc:  # files that verified but do not load
+        raise VersionUnavailable(
+            f"Encoder {name!r} must encode with version {version!r} (the database says it "
+            f"serves), but loading its verified copy {local} failed: {type(exc).__name__}: "
+            f"{exc}. Nothing is encoded with another version meanwhile."
+        ) from exc
 
 
 def _load(name: str, directory: str | None = None) -> SentenceEncoder:

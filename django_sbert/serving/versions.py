@@ -51,7 +51,6 @@ from django.db import ProgrammingError, connections, router, transaction
 from ..conf import SETTING_NAME, sbert_settings
 from ..models import EncoderVersion, VersionStatus
 from .identity import base_version
-from .storage import resolve_directory
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +66,9 @@ class Serving:
 
     encoder: str
     version: str
-    directory: str | None  # absolute path of a fine-tuned version; None: the settings' model
+    # Storage key of a fine-tuned version's files (model_cache fetches them), or an absolute
+    # local directory for rows saved before SBERT["MODEL_STORAGE"]; None: the settings' model.
+    directory: str | None
 
     @property
     def is_base(self) -> bool:
@@ -133,7 +134,7 @@ def serving(
     if row is None or row[2]:
         value = Serving(name, base_version(name), None)
     else:
-        value = Serving(name, row[0], str(resolve_directory(row[1])))
+        value = Serving(name, row[0], row[1])
     with _lock:
         if promoting:
             _cache.pop(key, None)
@@ -167,7 +168,8 @@ def forget_serving(name: str | None = None) -> None:
 
 
 def version_directory(name: str, version: str) -> str | None:
-    """Model directory of ``version`` of encoder ``name``; None for the settings' model."""
+    """Storage key of ``version`` of encoder ``name`` (see ``Serving.directory``); None for the
+    settings' model."""
     if version == base_version(name):
         return None
     row = (
@@ -178,7 +180,7 @@ def version_directory(name: str, version: str) -> str | None:
     )
     if row is None:
         raise LookupError(f"Encoder {name!r} has no version {version!r}.")
-    return None if row[1] else str(resolve_directory(row[0]))
+    return None if row[1] else row[0]
 
 
 def promoting_version(name: str) -> str | None:

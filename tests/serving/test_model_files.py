@@ -1,10 +1,11 @@
 """A host without the serving version's files refuses to encode; it never falls back.
 
-The database says which version serves. A web host or worker whose ``SBERT["MODEL_DIR"]`` lacks
-that version's directory (an unmounted volume, a copy not made yet) must not encode with the
+The database says which version serves. A web host or worker whose model storage lacks that
+version's files (an unmounted volume, the wrong storage) must not encode with the
 settings' model instead: its sweep would overwrite promoted vectors with base ones, and its text
 searches would find nothing. "Another host" here is this process (or a worker subprocess) with
-``MODEL_DIR`` pointed at an empty directory.
+``MODEL_DIR`` (the default model storage, and the default cache under it) pointed at an empty
+directory.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def test_a_host_without_the_files_serves_the_database_version_and_refuses_to_enc
         list(Article.objects.similar_to("central bank"))
     message = str(info.value)
     assert target.version in message
-    assert str(elsewhere / target.directory) in message
+    # ... and the storage it looked in, and what it lacked there.
+    assert str(elsewhere) in message and f"{target.directory}/manifest.json" in message
     with pytest.raises(VersionUnavailable):
         serving.encode_texts(["storm"])
     # Searches that need no encoding still work, on the promoted rows.
@@ -109,12 +111,13 @@ def test_the_start_up_check_names_the_missing_version(model_dir, settings, tmp_p
     errors = check_local_files(databases=["default"])
     assert [e.id for e in errors] == ["django_sbert.E012"]
     assert target.version in errors[0].msg
-    assert target.directory in errors[0].hint
+    assert target.directory in errors[0].msg and "MODEL_STORAGE" in errors[0].hint
     with pytest.raises(SystemCheckError, match="E012"):
         call_command("check", databases=["default"])
     out = io.StringIO()
     call_command("sbert_status", "--no-progress", stdout=out)
-    assert f"encoder 'default' serves {target.version}, but" in out.getvalue()
+    line = f"Encoder 'default' must encode with version {target.version!r}"
+    assert line in out.getvalue() and "(check django_sbert.E012)" in out.getvalue()
 
 
 @pytest.mark.django_db

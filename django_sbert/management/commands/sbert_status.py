@@ -14,7 +14,7 @@ refused their vector) are counted per field below the table, the newest few with
     blog.Article.embedding: 1 row(s) skipped after errors of their own (newest first):
       pk=42  write  DataError: NaN not allowed in vector  (3 times, last 2026-05-01 12:00:00 UTC)
 
-A host that lacks the files of the version the database says serves gets a line saying so, and
+A host that cannot fetch or verify the version the database says serves gets a line saying so, and
 so does a django-sbert queue that no Celery worker consumes (the workers are asked for about a
 second)::
 
@@ -107,15 +107,12 @@ class Command(BaseCommand):
         return lines
 
     def _files(self, name: str) -> list[str]:
-        """A line when this host lacks the files of the version the database says serves."""
+        """A line when this host cannot fetch or verify the version the database says serves."""
         current = serving.serving(name, max_age=0)
-        problem = None if current.is_base else serving.missing_version_files(current.directory)
-        if problem is None:
+        if current.is_base or current.directory is None:
             return []
-        return [
-            f"encoder {name!r} serves {current.version}, but {problem}: this host cannot "
-            "encode (check django_sbert.E012)"
-        ]
+        problem = serving.unavailable_reason(name, current.version, current.directory)
+        return [] if problem is None else [f"{problem} (check django_sbert.E012)"]
 
     def _table(self, rows: list[tuple[str, ...]]) -> None:
         widths = [max(len(r[i]) for r in [COLUMNS, *rows]) for i in range(len(COLUMNS))]
