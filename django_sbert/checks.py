@@ -14,10 +14,13 @@ django_sbert.E011         keyword_weights do not give one of A-D per source fiel
 django_sbert.E012         the serving version cannot be fetched or verified here (database check)
 django_sbert.W001         a large table has no HNSW index the search can use (database check)
 django_sbert.W002         pgvector is older than 0.8: filtered searches may return < k rows
+django_sbert.W030         a database searches read opens a connection per request (--deploy)
+django_sbert.W031         a queue holds messages that no live worker consumes (--deploy)
 ========================  ======================================================================
 
-Checks read only configuration and JSON files: no model weights are loaded, no torch import,
-and nothing connects to the broker.
+Checks read only configuration and JSON files: no model weights are loaded and no torch
+import. Only W031, a deployment check (``manage.py check --deploy``), asks the broker and the
+workers (about a second at most).
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections, router
 from django.db.migrations.recorder import MigrationRecorder
 
+from . import queues
 from .conf import ENCODER_DEFAULTS, encoder_config, sbert_settings
 from .fields import EmbeddingField, all_embedding_fields
+from .health import serving_databases
 from .models import EncoderVersion, VersionStatus
 from .serving.model_cache import unavailable_reason
 
@@ -49,6 +54,8 @@ def register() -> None:
     checks.register(check_broker, TAG)
     checks.register(check_database, TAG, checks.Tags.database)
     checks.register(check_local_files, TAG, checks.Tags.database)
+    checks.register(check_connections, TAG, deploy=True)
+    checks.register(check_workers, TAG, deploy=True)
 
 
 def _fields(app_configs: Sequence[Any] | None) -> list[tuple[type, EmbeddingField]]:
@@ -337,3 +344,39 @@ def check_local_files(
                 )
             )
     return errors
+
+
+def check_connections(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[Any]:
+    """W030: every database searches read keeps its connections (``CONN_MAX_AGE``) or pools
+    them (``OPTIONS["pool"]``): a search costs milliseconds, a new connection as much again."""
+    warnings: list[checks.CheckMessage] = []
+    for alias in serving_databases():
+        config = settings.DATABASES.get(alias, {})
+        max_age = config.get("CONN_MAX_AGE", 0)
+        if (config.get("OPTIONS") or {}).get("pool") or max_age is None or max_age > 0:
+            continue
+        warnings.append(
+            checks.Warning(
+                f"Database {alias!r} serves searches but opens a new connection for every "
+                "request (CONN_MAX_AGE=0, no pool): connecting costs as much as the search.",
+                hint=f"Set DATABASES[{alias!r}]['CONN_MAX_AGE'] = 600 (persistent connections, "
+                "with CONN_HEALTH_CHECKS = True), or on Django 5.1+ with psycopg[pool] "
+                f"DATABASES[{alias!r}]['OPTIONS'] = {{'pool': True}} (docs/deployment.md).",
+                id="django_sbert.W030",
+            )
+        )
+    return warnings
+
+
+def check_workers(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[Any]:
+    """W031: a django-sbert queue holds messages but no live worker consumes it (asked of the
+    workers and the broker for about a second; silent when they cannot be asked)."""
+    return [
+        checks.Warning(
+            f"The {kind} queue {queue!r} holds {count} message(s) but no live Celery worker "
+            "consumes it: they wait until one starts.",
+            hint=f"Start one: celery -A <project> worker -Q {queue} (docs/deployment.md).",
+            id="django_sbert.W031",
+        )
+        for queue, kind, count in queues.waiting_without_worker()
+    ]

@@ -1,9 +1,12 @@
-"""Which Celery queues have a worker consuming them, asked of the workers and cached.
+"""Which Celery queues have a worker consuming them (asked of the workers and cached), and how
+many messages wait in them.
 
 ::
 
     consumed_queues()            # frozenset({"sbert", "sbert-train"}), or None: nobody to ask
     queue_has_worker("sbert-train")   # True, False, or None when it cannot be known
+    queue_lengths(["sbert-train"])    # {"sbert-train": 3}: messages waiting, from the broker
+    waiting_without_worker()     # [("sbert-train", "training", 3)]: messages nobody will take
 
 A queued training run waits silently when no worker listens on ``SBERT["TRAINING_QUEUE"]``;
 the admin's run page and ``sbert_status`` use this to say so. The workers are asked through
@@ -16,6 +19,7 @@ tasks, so one busy with a long task looks absent until it finishes.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 
 from django.core.cache import cache
 
@@ -73,22 +77,77 @@ def forget_consumed_queues() -> None:
     cache.delete(CACHE_KEY)
 
 
-def missing_workers(queues: frozenset[str] | None) -> list[str]:
-    """A sentence for each django-sbert queue that no worker in ``queues`` consumes.
+def queue_lengths(names: Iterable[str], timeout: float = REPLY_SECONDS) -> dict[str, int] | None:
+    """Messages waiting in each queue, as the broker counts them (a Redis list's length).
+
+    A queue the broker does not know holds nothing. None when the broker cannot be asked.
+    """
+    from amqp.exceptions import ChannelError  # kombu raises amqp's errors for every transport
+    from celery import current_app  # the project's app, configured once Django has loaded
+
+    if current_app.conf.task_always_eager:
+        return None
+    lengths: dict[str, int] = {}
+    try:
+        with current_app.connection_for_write() as connection:
+            connection.ensure_connection(max_retries=0, timeout=timeout)
+            for name in names:
+                channel = connection.channel()
+                try:
+                    lengths[name] = int(channel.queue_declare(queue=name, passive=True)[1])
+                except ChannelError:  # 404: no such queue (kombu's Redis raises the base class)
+                    lengths[name] = 0
+                finally:
+                    channel.close()
+    except Exception as exc:  # kombu, redis and amqp raise many types for one outage
+        logger.info("Could not ask the broker for queue lengths: %s", exc)
+        return None
+    return lengths
+
+
+def _wanted() -> tuple[tuple[str, str, str], ...]:
+    return (
+        (sbert_settings.QUEUE, "indexing", "saved rows wait to be embedded"),
+        (sbert_settings.TRAINING_QUEUE, "training", "fine-tuning runs and promotions wait"),
+    )
+
+
+def missing_workers(
+    queues: frozenset[str] | None, lengths: Mapping[str, int] | None = None
+) -> list[str]:
+    """A sentence for each django-sbert queue that no worker in ``queues`` consumes, with the
+    messages waiting in it when ``lengths`` (``queue_lengths()``) says.
 
     Empty when ``queues`` is None (nobody could be asked): an unknown is not reported as absent.
     """
     if queues is None:
         return []
-    wanted = (
-        (sbert_settings.QUEUE, "indexing", "saved rows wait to be embedded"),
-        (sbert_settings.TRAINING_QUEUE, "training", "fine-tuning runs and promotions wait"),
-    )
+    lines = []
+    for queue, kind, waiting in _wanted():
+        if queue in queues:
+            continue
+        count = (lengths or {}).get(queue)
+        held = "" if count is None else f" ({count} message{'s' if count != 1 else ''} waiting)"
+        lines.append(
+            f"No worker is consuming the {kind} queue {queue!r}{held}: {waiting} until one "
+            f"starts (celery -A <project> worker -Q {queue})."
+        )
+    return lines
+
+
+def waiting_without_worker() -> list[tuple[str, str, int]]:
+    """(queue, kind, messages) of each django-sbert queue that holds messages no live worker
+    consumes; empty when the workers or the broker cannot be asked. Uncached."""
+    consumed = ask_workers()
+    if consumed is None:
+        return []
+    lengths = queue_lengths([queue for queue, _, _ in _wanted() if queue not in consumed])
+    if lengths is None:
+        return []
     return [
-        f"No worker is consuming the {kind} queue {queue!r}: {waiting} until one starts "
-        f"(celery -A <project> worker -Q {queue})."
-        for queue, kind, waiting in wanted
-        if queue not in queues
+        (queue, kind, lengths[queue])
+        for queue, kind, _ in _wanted()
+        if queue not in consumed and lengths.get(queue, 0) > 0
     ]
 
 

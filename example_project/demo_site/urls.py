@@ -1,4 +1,5 @@
-"""The search page, the article pages, the admin, and the REST API at api/sbert/."""
+"""The search page, the article pages, the admin, the REST API at api/sbert/, and the
+readiness view at sbert/health/."""
 
 from __future__ import annotations
 
@@ -46,5 +47,6 @@ urlpatterns = [
     path("api/sbert/", api_root, name="api-root"),
     path("api/sbert/", include("django_sbert.api.urls")),
     path("api-auth/", include("rest_framework.urls")),
+    path("sbert/", include("django_sbert.urls")),  # GET sbert/health/: readiness
     path("", include("articles.urls")),
 ]

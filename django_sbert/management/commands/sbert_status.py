@@ -18,8 +18,8 @@ A host that cannot fetch or verify the version the database says serves gets a l
 so does a django-sbert queue that no Celery worker consumes (the workers are asked for about a
 second)::
 
-    No worker is consuming the training queue 'sbert-train': fine-tuning runs and promotions
-    wait until one starts (celery -A <project> worker -Q sbert-train).
+    No worker is consuming the training queue 'sbert-train' (1 message waiting): fine-tuning
+    runs and promotions wait until one starts (celery -A <project> worker -Q sbert-train).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from django_sbert import indexing, queues, serving
+from django_sbert.conf import sbert_settings
 
 COLUMNS = ("field", "encoder", "rows", "embedded", "stale", "missing", "version")
 SHOW_SKIPPED = 5  # skipped rows listed per field, newest first
@@ -87,7 +88,9 @@ class Command(BaseCommand):
                 notes.extend(self._skipped(ref, status.skipped))
         for name in sorted({ref.encoder_name for ref in refs}):
             notes.extend(self._files(name))
-        notes.extend(queues.missing_workers(queues.ask_workers()))  # fresh, not the cached answer
+        consumed = queues.ask_workers()  # fresh, not the cached answer
+        lengths = queues.queue_lengths([sbert_settings.QUEUE, sbert_settings.TRAINING_QUEUE])
+        notes.extend(queues.missing_workers(consumed, lengths))
         self._table(rows)
         for note in notes:
             self.stdout.write(note)

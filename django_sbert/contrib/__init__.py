@@ -1,0 +1,1 @@
+"""Glue for the servers and tools a site runs django-sbert under (``contrib.gunicorn``)."""

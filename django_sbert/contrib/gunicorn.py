@@ -1,0 +1,54 @@
+"""Gunicorn hooks: system checks before the first worker forks, encoders warmed in each worker.
+
+In the site's ``gunicorn.conf.py`` (docs/deployment.md)::
+
+    from django_sbert.contrib.gunicorn import on_starting, post_worker_init  # noqa: F401
+
+    wsgi_app = "proj.wsgi"
+    workers = 2          # processes; each loads its own encoder (no preload_app: see below)
+    timeout = 60         # loading and warming happen before a worker's first heartbeat
+
+* ``on_starting`` (the master, once): runs Django's system checks with the database ones, as
+  ``manage.py check --database <alias>`` would, so a host that cannot fetch or verify the
+  serving version (``django_sbert.E012``) or has broken settings refuses to start with the
+  reason instead of answering 503s. It imports Django but not torch, and closes its database
+  connections before any worker forks.
+* ``post_worker_init`` (each worker, after the application loaded): gives torch its share of
+  the CPUs (``THREADS``, else the CPUs divided by ``workers``), loads and warms the query
+  encoders (``serving.web.prepare_web_process``) and starts the watcher that warms promoted
+  versions off the request path. The worker takes requests only after that.
+
+Do not set ``preload_app = True``: torch state inherited across ``fork()`` can hang or
+oversubscribe cores; each worker loads the model itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+def on_starting(server: Any) -> None:
+    """Run the system checks, database checks included, in the master before forking."""
+    # gunicorn imports this module with its config, before Django is set up
+    import django
+    from django.conf import settings
+    from django.core.management import call_command
+    from django.db import connections
+
+    django.setup()
+    try:
+        # Raises SystemCheckError (listing every error) when a check fails: gunicorn stops.
+        call_command("check", databases=list(settings.DATABASES))
+    finally:
+        connections.close_all()  # a forked worker must not share the master's sockets
+
+
+def post_worker_init(worker: Any) -> None:
+    """Warm this worker's encoders before it accepts a request."""
+    # needs Django's apps loaded, which the worker did just before this hook
+    from django_sbert.serving.web import prepare_web_process
+
+    prepare_web_process(processes=int(getattr(worker.cfg, "workers", 1) or 1))

@@ -1,0 +1,115 @@
+"""Is this process ready for traffic? The database, the warmed encoders and (workers) the broker.
+
+::
+
+    report = check()                  # a web process: databases and warmed query encoders
+    report = check(broker=True)       # a worker process: the broker too
+    report.ok, report.as_dict()       # {"status": "ok", "checks": {"database:default": "ok",
+                                      #  "encoder:default": "ok"}, "versions": {"default": ...}}
+
+An encoder is ready when the version the database says serves is the one ``warm()`` loaded
+and ran in this process, without error (``serving.warmup.warm_state()``): a process that has
+not warmed, that warmed another version (a switch it has not caught up with yet), or that
+cannot fetch or verify the serving version (``VersionUnavailable``) is not ready. Served by
+``django_sbert.views.health`` (``GET sbert/health/``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connections, router
+
+from .fields import all_embedding_fields
+from .models import EncoderVersion
+from .serving.versions import serving
+from .serving.warmup import warm_state
+from .serving.web import served_encoders
+
+OK = "ok"
+BROKER_SECONDS = 1.0  # how long the broker may take to answer
+
+
+@dataclass
+class HealthReport:
+    """Each check's outcome: ``"ok"``, or the reason it failed."""
+
+    checks: dict[str, str] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)  # encoder -> the version warmed here
+
+    @property
+    def ok(self) -> bool:
+        return all(value == OK for value in self.checks.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "status": "ok" if self.ok else "unavailable",
+            "checks": dict(self.checks),
+            "versions": dict(self.versions),
+        }
+
+
+def check(names: Sequence[str] | None = None, *, broker: bool = False) -> HealthReport:
+    """Run every check of this process (``names``: encoders; default: those fields use)."""
+    report = HealthReport()
+    for alias in serving_databases():
+        report.checks[f"database:{alias}"] = _database(alias)
+    database_ok = report.ok
+    for name in names if names is not None else served_encoders():
+        if not database_ok:  # which version serves is read from the database
+            report.checks[f"encoder:{name}"] = "unknown: the database did not answer"
+            continue
+        report.checks[f"encoder:{name}"] = _encoder(name)
+        if report.checks[f"encoder:{name}"] == OK:
+            report.versions[name] = warm_state()[name].version
+    if broker:
+        report.checks["broker"] = _broker()
+    return report
+
+
+def serving_databases() -> list[str]:
+    """Aliases of the databases searches and version lookups read from, sorted."""
+    aliases = {router.db_for_read(EncoderVersion)}
+    aliases.update(router.db_for_read(model) for model, _ in all_embedding_fields())
+    return sorted(aliases)
+
+
+def _database(alias: str) -> str:
+    try:
+        with connections[alias].cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    except Exception as exc:  # any driver error: the database does not answer
+        return f"the database {alias!r} did not answer: {type(exc).__name__}: {exc}".strip()
+    return OK
+
+
+def _encoder(name: str) -> str:
+    try:
+        current = serving(name)
+    except Exception as exc:
+        return f"could not read the serving version: {type(exc).__name__}: {exc}"
+    state = warm_state().get(name)
+    if state is None:
+        return (
+            f"serves {current.version}, not warmed in this process yet (web processes warm at "
+            "start: django_sbert.contrib.gunicorn, docs/deployment.md)"
+        )
+    if state.version != current.version:
+        return f"serves {current.version}; this process warmed {state.version or 'nothing'}"
+    if state.error:
+        return f"serves {current.version}, which failed to warm here: {state.error}"
+    return OK
+
+
+def _broker() -> str:
+    from celery import current_app  # the project's app, configured once Django has loaded
+
+    try:
+        with current_app.connection_for_write() as connection:
+            connection.ensure_connection(max_retries=0, timeout=BROKER_SECONDS)
+    except Exception as exc:  # kombu, redis and amqp raise many types for one outage
+        return f"the broker did not answer: {type(exc).__name__}: {exc}"
+    return OK

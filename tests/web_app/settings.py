@@ -1,0 +1,16 @@
+"""Settings of the gunicorn test site: one web host of a multi-host site (``tests.host_settings``:
+the model storage and this host's cache from the environment) with its own URLs, no rate
+limits, and django-sbert's INFO logs on the console (the tests read what the processes did)."""
+
+from tests.host_settings import *  # noqa: F403
+from tests.host_settings import SBERT as _BASE
+
+ROOT_URLCONF = "tests.web_app.urls"
+ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+SBERT = {**_BASE, "API": {"THROTTLE_RATES": {"search": None, "embed": None, "schema": None}}}
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_sbert": {"handlers": ["console"], "level": "INFO"}},
+}
