@@ -119,7 +119,10 @@ def primary_lsn(host: str, port: int, user: str) -> str:
 
 def start_standby(*, host: str, port: int, user: str, directory: Path) -> Standby:
     """Base-backup the primary at ``host``/``port`` into ``directory`` and start it as a hot
-    standby streaming from it; returns once it accepts read-only connections."""
+    standby streaming from it; returns once it accepts read-only connections.
+
+    Run as root, the server runs as pgserver's system user, which must be able to reach
+    ``directory`` (a fresh ``tempfile.mkdtemp()`` is fine; a folder inside one is not)."""
     _, system_user = _pg()
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
