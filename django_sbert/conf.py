@@ -81,6 +81,8 @@ DEFAULTS: dict[str, Any] = {
     "TRAINING_STALLED_SECONDS": 600,  # a running run silent this long lost its worker
     "EVAL_GATE_TOLERANCE": 0.0,  # promote refuses a candidate worse than active by more than this
     "PAIRS_MAX_FILE_BYTES": 20 * 1024 * 1024,  # largest pairs file an import reads; None: any
+    # Read replicas (docs/deployment.md)
+    "SEARCH_DATABASE": None,  # alias searches read rows and version from; None: Django's router
 }
 
 # Keys whose value is a dict merged over the default dict rather than replacing it: a project

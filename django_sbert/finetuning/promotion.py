@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, connections, router, transaction
 from django.utils import timezone
 
 from ..conf import sbert_settings
@@ -144,7 +144,8 @@ def switch(target: EncoderVersion) -> dict[str, int]:
     """
     name = target.encoder_name
     refs = fields_of(name)
-    aliases = {ref.db_alias for ref in refs} | {EncoderVersion.objects.db}
+    # The primary: where versions are written (a replica router's db_for_read may differ).
+    aliases = {ref.db_alias for ref in refs} | {router.db_for_write(EncoderVersion)}
     if len(aliases) > 1:
         raise ImproperlyConfigured(
             f"Encoder {name!r} is used by tables on several databases ({sorted(aliases)}); "
@@ -156,7 +157,7 @@ def switch(target: EncoderVersion) -> dict[str, int]:
         target = EncoderVersion.objects.select_for_update().get(pk=target.pk)
         if target.status != VersionStatus.PROMOTING:
             raise PromotionRefused(f"{target} is {target.status}, not being promoted.")
-        old = serving(name, max_age=0).version
+        old = serving(name, max_age=0, using=alias).version
         switched = {str(ref): _switch_field(ref, old, target.version) for ref in refs}
         previous = EncoderVersion.objects.select_for_update().filter(
             encoder_name=name, status=VersionStatus.ACTIVE

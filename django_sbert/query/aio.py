@@ -72,15 +72,17 @@ def encoding_pool() -> ThreadPoolExecutor:
     return _pool
 
 
-async def encode_text(text: str, encoder: str) -> str:
-    """``text`` as an ``EncodedText`` of ``encoder``'s serving version, encoded off the event
-    loop; a blank text or one encoded already is returned as it is."""
+async def encode_text(text: str, encoder: str, using: str | None = None) -> str:
+    """``text`` as an ``EncodedText`` of ``encoder``'s serving version on database ``using``
+    (the search's), encoded off the event loop; a blank text or one encoded already is
+    returned as it is."""
     if isinstance(text, EncodedText) and text.encoder == encoder:
         return text
     if not isinstance(text, str) or not text.strip():
         return text  # nothing to encode; the search says what is wrong with it, if anything
     text = str(text)
-    current = await sync_to_async(serving)(encoder)  # a cached read; the database at most every 2 s
+    # A cached read; the database at most every 2 s.
+    current = await sync_to_async(serving)(encoder, using=using)
     vector = peek_query_cache(text, current)  # never waits: the loop must not block
     if vector is None:
         encode = partial(encode_query_for, text, current)
@@ -88,9 +90,10 @@ async def encode_text(text: str, encoder: str) -> str:
     return EncodedText(text, encoder, vector, current.version)
 
 
-def text_vector(text: str, encoder: str) -> tuple[np.ndarray, str]:
+def text_vector(text: str, encoder: str, using: str | None = None) -> tuple[np.ndarray, str]:
     """A query text's vector and the version that encoded it: an ``EncodedText``'s own, else
-    encoded here (``serving.query_vector``), which an event loop's thread may not do."""
+    encoded here with the version serving on database ``using`` (``serving.query_vector``),
+    which an event loop's thread may not do."""
     if isinstance(text, EncodedText) and text.encoder == encoder:
         return text.vector, text.version
     if not os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE") and _in_event_loop():
@@ -99,7 +102,7 @@ def text_vector(text: str, encoder: str) -> tuple[np.ndarray, str]:
             "would block the event loop: in async code use `await "
             "Model.objects.asimilar_to(text)` or `ahybrid_search(text)`."
         )
-    return query_vector(str(text), encoder)
+    return query_vector(str(text), encoder, using)
 
 
 def _in_event_loop() -> bool:

@@ -57,6 +57,7 @@ from .options import (
     search_options,
 )
 from .passages import PassageSearch, hybrid_annotations, join_passages, uses_passages
+from .replicas import search_database
 from .vectors import (
     QuerySource,
     as_vector,
@@ -112,10 +113,11 @@ class SemanticQuerySet(models.QuerySet):
         (query/passages.py, docs/passages.md).
         """
         embedding = self._embedding_field(field)
-        vector, exclude_pk, source = self._query_vector(query, embedding)
+        pinned = self._pinned()  # rows and version from one database (query/replicas.py)
+        vector, exclude_pk, source = pinned._query_vector(query, embedding)
         literal = vector_literal(vector)  # pgvector text, written once for every use below
         distance = cosine_distance(embedding, literal, source)
-        qs = self.filter(
+        qs = pinned.filter(
             **{f"{embedding.attname}__isnull": False}, **same_version(embedding, source)
         )
         if exclude_pk is not None:
@@ -161,14 +163,15 @@ class SemanticQuerySet(models.QuerySet):
         fulltext.check_text(text)
         embedding = self._embedding_field(field, keyword=True)
         match = match_mode(match)
-        terms = self._keyword_terms(embedding, text, match, max_df)
+        pinned = self._pinned()
+        terms = pinned._keyword_terms(embedding, text, match, max_df)
         matches, rank = fulltext.keyword_filter_and_rank(
             embedding.tsvector_field_name, text, embedding.keyword_config, match, terms
         )
         if isinstance(matches, fulltext.Matches):
             # Rank at most KEYWORD_MAX_ROWS of the matching rows, however common the words.
             matches = CappedMatch(matches, keyword_max_rows())
-        qs = self.filter(matches).annotate(keyword_score=rank)
+        qs = pinned.filter(matches).annotate(keyword_score=rank)
         qs = qs.order_by(models.F("keyword_score").desc(), "pk")
         qs = qs._searching(embedding, k=k, vector_settings=False)
         qs._search_ordering = None
@@ -225,13 +228,13 @@ class SemanticQuerySet(models.QuerySet):
             keyword_weight=keyword_weight,
             match=match,
         )
+        qs = self._pinned()  # rows and version from one database (query/replicas.py)
         vector, _, source = (
-            self._query_vector(text, embedding) if text.strip() else (None, None, None)
+            qs._query_vector(text, embedding) if text.strip() else (None, None, None)
         )
         text = str(text)  # ahybrid_search() passes an EncodedText: from here on, the words
         match = settings.pop("match")
-        terms = self._keyword_terms(embedding, text, match, max_df) if vector is not None else ()
-        qs = self._chain()
+        terms = qs._keyword_terms(embedding, text, match, max_df) if vector is not None else ()
         if vector is None:
             qs = qs.none()
             literal = "[]"
@@ -297,17 +300,20 @@ class SemanticQuerySet(models.QuerySet):
         Iterate the result with ``async for`` or ``aiterator()``, or call ``acount()``,
         ``afirst()``...: ``k``, the pgvector settings and the statement timeout apply.
         """
+        qs = self._pinned()  # the text is encoded with the version of the database searched
         if isinstance(query, str):
-            query = await encode_text(query, self._embedding_field(field).encoder)
-        return await sync_to_async(self.similar_to)(query, k, min_similarity, field, **options)
+            query = await encode_text(query, qs._embedding_field(field).encoder, qs.db)
+        return await sync_to_async(qs.similar_to)(query, k, min_similarity, field, **options)
 
     async def ahybrid_search(
         self, text: str, k: int | None = None, field: str | None = None, **options: Any
     ) -> SemanticQuerySet:
         """``hybrid_search()`` for async code; the text is encoded off the event loop."""
+        qs = self._pinned()
         if isinstance(text, str):
-            text = await encode_text(text, self._embedding_field(field, keyword=True).encoder)
-        return await sync_to_async(self.hybrid_search)(text, k, field, **options)
+            encoder = qs._embedding_field(field, keyword=True).encoder
+            text = await encode_text(text, encoder, qs.db)
+        return await sync_to_async(qs.hybrid_search)(text, k, field, **options)
 
     async def akeyword_search(
         self, text: str, k: int | None = None, field: str | None = None, **options: Any
@@ -330,12 +336,15 @@ class SemanticQuerySet(models.QuerySet):
         exclude_pk = None
         source = None
         if isinstance(query, models.Model):
-            vector, source = instance_vector(query, embedding)
+            vector, source = instance_vector(query, embedding, self.db)
             if query._meta.concrete_model is self.model._meta.concrete_model:
                 exclude_pk = query.pk
         elif isinstance(query, str):
-            vector, version = text_vector(query, embedding.encoder)  # or asimilar_to()'s (aio.py)
-            source = QuerySource(encoder=embedding.encoder, version=version, text=str(query))
+            # The version serving on this queryset's database (a replica's own); or asimilar_to()'s
+            vector, version = text_vector(query, embedding.encoder, self.db)
+            source = QuerySource(
+                encoder=embedding.encoder, version=version, text=str(query), database=self.db
+            )
         else:
             vector = as_vector(query)
         dimensions = embedding.get_dimensions()
@@ -393,6 +402,10 @@ class SemanticQuerySet(models.QuerySet):
         else:
             qs._search = SearchOptions.without_index_settings(k)
         return qs
+
+    def _pinned(self) -> SemanticQuerySet:
+        """This queryset on the one database the search reads (query/replicas.py)."""
+        return self if self._db is not None else self.using(search_database(self))
 
     def _embedding_field(self, name: str | None, keyword: bool = False) -> EmbeddingField:
         fields = embedding_fields(self.model)

@@ -49,19 +49,21 @@ class QuerySource:
     pk: Any = None
     vector_attname: str = ""
     version_attname: str = ""
+    database: str | None = None  # the search's database, which said which version serves
 
     def moved(self) -> Rebound | None:
         """The version and vector to search with now, if the rows moved on from ``version``
         (a switch committed since it was read); else None. One indexed query."""
         if self.text is not None:
-            version = serving_changed(self.encoder, self.version)
+            version = serving_changed(self.encoder, self.version, self.database)
             if version is None:
                 return None
             return Rebound(version, vector_literal(encode_query(self.text, self.encoder, version)))
         if self.model is None or self.pk is None:
             return None
         row = (
-            self.model._base_manager.filter(pk=self.pk)
+            self.model._base_manager.using(self.database)
+            .filter(pk=self.pk)
             .values_list(self.vector_attname, self.version_attname)
             .first()
         )
@@ -149,10 +151,11 @@ def same_version(field: EmbeddingField, source: QuerySource | None) -> dict[str,
 
 
 def instance_vector(
-    instance: models.Model, field: EmbeddingField
+    instance: models.Model, field: EmbeddingField, using: str | None = None
 ) -> tuple[np.ndarray, QuerySource | None]:
     """The stored vector of ``instance`` for a field compatible with ``field``, and where it
-    came from: its row and encoder version (read together, so they belong to each other)."""
+    came from: its row and encoder version (read together, so they belong to each other).
+    ``using``: the search's database, where a vector not loaded with the instance is read."""
     candidates = [f for f in embedding_fields(type(instance)) if f.encoder == field.encoder]
     source = next((f for f in candidates if f.name == field.name), None) or (
         candidates[0] if len(candidates) == 1 else None
@@ -171,7 +174,8 @@ def instance_vector(
     if value is None and instance.pk is not None:
         value, version = (
             type(instance)
-            ._base_manager.filter(pk=instance.pk)
+            ._base_manager.using(using)
+            .filter(pk=instance.pk)
             .values_list(source.attname, source.version_field_name)
             .first()
         ) or (None, None)
@@ -190,4 +194,5 @@ def instance_vector(
         pk=instance.pk,
         vector_attname=source.attname,
         version_attname=source.version_field_name,
+        database=using,
     )

@@ -272,14 +272,18 @@ def _encode_query(model: SentenceEncoder, encoder: str, version: str, text: str)
     return vector
 
 
-def query_vector(text: str, encoder: str = "default") -> tuple[np.ndarray, str]:
+def query_vector(
+    text: str, encoder: str = "default", using: str | None = None
+) -> tuple[np.ndarray, str]:
     """Encode a search query with the serving version; return ``(vector, version)``.
 
     A search compares the vector only with rows whose ``<field>_version`` equals ``version``,
-    so it never mixes two versions' vectors (see docs/fine-tuning.md).
+    so it never mixes two versions' vectors (see docs/fine-tuning.md). ``using``: the database
+    the search reads its rows from, which also says which version serves (a read replica
+    answers with its own; ``versions.serving``).
     """
-    version = serving_version(encoder)
-    return encode_query(text, encoder, version), version
+    current = serving(encoder, using=using)
+    return encode_query_for(text, current), current.version
 
 
 def clear_query_cache() -> None:

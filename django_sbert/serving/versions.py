@@ -24,6 +24,15 @@ holds the same lock exclusively (``finetuning.promotion.switch``). ``promoting_v
 tells the write path which version, if any, is being promoted, so rows saved meanwhile get its
 vectors too.
 
+Which database answers: the primary (``router.db_for_write(EncoderVersion)``) unless the caller
+names one. Indexing, the sweep and the promotion switch read and lock there. A search reads the
+version from the database its rows come from (``serving(name, using=queryset.db)``): a read
+replica that lags answers with its own version and its own rows, consistently, never zero rows
+because the primary moved on. The cache is kept per (database, encoder)::
+
+    primary  ── switch commits v2 ──► WAL ──► replica (replays v2 a moment later)
+    search on the replica: version v1 and rows of v1 until v2 is replayed, then v2 and v2's rows
+
 Version identity (``base_version``, fingerprints) is in ``identity.py``; where the files of
 fine-tuned versions live is in ``storage.py``.
 """
@@ -48,7 +57,7 @@ logger = logging.getLogger(__name__)
 UNDEFINED_TABLE = "42P01"  # PostgreSQL's SQLSTATE for a relation that does not exist
 
 _lock = threading.Lock()
-_cache: dict[str, tuple[float, Serving]] = {}
+_cache: dict[tuple[str, str], tuple[float, Serving]] = {}  # (alias, encoder) -> (read at, value)
 
 
 @dataclass(frozen=True)
@@ -66,22 +75,23 @@ class Serving:
         return self.directory is None
 
 
-def _db() -> str:
-    return router.db_for_read(EncoderVersion)
+def _db(using: str | None = None) -> str:
+    """``using``, or the primary: the database the switch writes and writers lock on."""
+    return using or router.db_for_write(EncoderVersion)
 
 
-def _read_active(name: str) -> tuple[tuple[str, str, bool] | None, bool]:
+def _read_active(name: str, alias: str) -> tuple[tuple[str, str, bool] | None, bool]:
     """(version, directory, is_base) of the active version or None, and whether a version of
-    the encoder is being promoted; one indexed query."""
-    qs = EncoderVersion.objects.using(_db()).filter(
+    the encoder is being promoted; one indexed query on database ``alias``."""
+    qs = EncoderVersion.objects.using(alias).filter(
         encoder_name=name, status__in=[VersionStatus.ACTIVE, VersionStatus.PROMOTING]
     )
     fields = ("version", "directory", "is_base", "status")
     try:
-        if connections[_db()].in_atomic_block:
+        if connections[alias].in_atomic_block:
             # In a caller's transaction (a data migration, a test), a failing lookup must not
             # break that transaction: isolate it in a savepoint.
-            with transaction.atomic(using=_db()):
+            with transaction.atomic(using=alias):
                 rows = list(qs.values_list(*fields))
         else:
             rows = list(qs.values_list(*fields))
@@ -100,9 +110,14 @@ def _sqlstate(exc: BaseException) -> str | None:
     return getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
 
 
-def serving(name: str = "default", *, max_age: float | None = None) -> Serving:
+def serving(
+    name: str = "default", *, max_age: float | None = None, using: str | None = None
+) -> Serving:
     """The serving version of encoder ``name``, read from the database at most every
     ``max_age`` seconds (default ``SBERT["VERSION_CACHE_SECONDS"]``).
+
+    ``using``: the database to read it from (a search passes the one its rows come from);
+    default the primary, ``router.db_for_write(EncoderVersion)``.
 
     ``max_age=0`` always reads the database (writers check this way under the switch lock).
     While a version of the encoder is being promoted the answer is not cached at all, so that
@@ -110,45 +125,46 @@ def serving(name: str = "default", *, max_age: float | None = None) -> Serving:
     ``VERSION_CACHE_SECONDS`` after the promotion began before switching).
     """
     ttl = float(sbert_settings.VERSION_CACHE_SECONDS if max_age is None else max_age)
+    key = (_db(using), name)
     now = time.monotonic()
-    hit = _cache.get(name)
+    hit = _cache.get(key)
     if hit is not None and ttl > 0 and now - hit[0] < ttl:
         return hit[1]
-    row, promoting = _read_active(name)
+    row, promoting = _read_active(name, key[0])
     if row is None or row[2]:
         value = Serving(name, base_version(name), None)
     else:
         value = Serving(name, row[0], row[1])
     with _lock:
         if promoting:
-            _cache.pop(name, None)
+            _cache.pop(key, None)
         else:
-            _cache[name] = (now, value)
+            _cache[key] = (now, value)
     return value
 
 
-def serving_version(name: str = "default") -> str:
+def serving_version(name: str = "default", using: str | None = None) -> str:
     """The version string that rows encoded by the serving model carry in ``<field>_version``."""
-    return serving(name).version
+    return serving(name, using=using).version
 
 
-def serving_changed(name: str, version: str) -> str | None:
+def serving_changed(name: str, version: str, using: str | None = None) -> str | None:
     """Re-read the serving version now; return it if it is no longer ``version``, else None.
 
     For a search that encoded its text with a cached ``version`` and found nothing: if a
-    promotion switched meanwhile, encode again with the returned version and retry.
+    promotion switched meanwhile, encode again with the returned version and retry. ``using``:
+    the search's database.
     """
-    current = serving(name, max_age=0).version
+    current = serving(name, max_age=0, using=using).version
     return current if current != version else None
 
 
 def forget_serving(name: str | None = None) -> None:
-    """Drop this process's cached serving version(s): the next call reads the database."""
+    """Drop this process's cached serving version(s), on every database: the next call reads
+    the database."""
     with _lock:
-        if name is None:
-            _cache.clear()
-        else:
-            _cache.pop(name, None)
+        for key in [key for key in _cache if name is None or key[1] == name]:
+            del _cache[key]
 
 
 def version_directory(name: str, version: str) -> str | None:

@@ -1,0 +1,19 @@
+"""What a process serves now: its pid and the version its next search or indexing task uses."""
+
+from __future__ import annotations
+
+import os
+
+from django_sbert.conf import sbert_settings
+from django_sbert.serving import serving
+
+
+def probe() -> dict[str, object]:
+    """A web process searches with the version of the search database (the replica); a
+    worker indexes with the primary's. Both through the process's cached read, as they do."""
+    alias = sbert_settings.SEARCH_DATABASE
+    return {
+        "pid": os.getpid(),
+        "search_version": serving("default", using=alias).version,
+        "index_version": serving("default").version,
+    }
