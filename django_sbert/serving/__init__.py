@@ -11,8 +11,9 @@ these names::
     serving("default")              # Serving(encoder, version, directory)
 
 Modules: ``identity`` (what a version is), ``storage`` (where its files live), ``versions``
-(which one serves, the switch lock), ``cache`` (loaded encoders, query vectors), ``worker``
-(Celery worker process set-up).
+(which one serves, the switch lock), ``cache`` (loaded encoders, query vectors), ``paths``
+(which inference path each encoder takes here, and why), ``worker`` (Celery worker process
+set-up).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from .cache import (
     role_prompt,
 )
 from .identity import base_label, base_version, model_fingerprint
+from .paths import encoder_path, path_report
 from .storage import missing_version_files, model_root, resolve_directory, save_encoder
 from .versions import (
     Serving,
@@ -61,12 +63,14 @@ __all__ = [
     "encode_texts",
     "encoder_dimensions",
     "encoder_for",
+    "encoder_path",
     "encoder_version",
     "forget_serving",
     "get_encoder",
     "missing_version_files",
     "model_fingerprint",
     "model_root",
+    "path_report",
     "peek_query_cache",
     "promoting_version",
     "query_cache_info",

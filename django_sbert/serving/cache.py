@@ -41,6 +41,7 @@ from django.core.signals import setting_changed
 from ..conf import SETTING_NAME, encoder_config, sbert_settings
 from ..exceptions import VersionUnavailable
 from .identity import forget_base_versions
+from .paths import encoder_path
 from .storage import missing_version_files, model_root
 from .versions import Serving, serving, serving_version, version_directory
 
@@ -137,13 +138,16 @@ def _load(name: str, directory: str | None = None) -> SentenceEncoder:
             "django-sbert needs torch to encode text: pip install torch "
             "(the CPU build: pip install torch --index-url https://download.pytorch.org/whl/cpu)."
         ) from exc
+    # COMPILE / PRECISION / QUANTIZE, applied to this host's CPU and compiler (paths.py).
+    path = encoder_path(name)
     # THREADS sets torch.set_num_threads() for this process: each forked worker loads its own
     # encoder after fork (see _reset_after_fork) and so sets its own thread count.
     return SentenceEncoder.load(
         directory or config["MODEL"],
         device=config["DEVICE"],
-        quantize=config["QUANTIZE"],
-        compile=bool(config["COMPILE"]),
+        quantize=path.quantize,
+        dtype=None if path.dtype == "float32" else path.dtype,
+        compile=path.compile,
         threads=int(config["THREADS"]) if config["THREADS"] else None,
     )
 
