@@ -1,17 +1,26 @@
 """Encoding throughput of SentenceEncoder against sentence-transformers, same texts, same process.
 
-    .venv/bin/python benchmarks/encode.py [--model DIR] [--n 2000] [--repeats 5]
+    .venv/bin/python benchmarks/encode.py [--model DIR] [--n 2000] [--repeats 5] [--long]
+        [--onnx]
 
 ``--model`` takes any model directory (or a packaged name or cached hub id; default
 all-MiniLM-L6-v2); sentence-transformers loads the same directory. Runs alternate (peer, ours
 fp32, ours int8, ours fp32 through torch.compile, ...) so machine noise hits all alike; prints
 the CPU, each variant's median sentences/s and its median ratio to sentence-transformers fp32,
 the largest difference from the peer's vectors, and STSb dev Spearman for each variant.
+
+``default`` is what a project gets with no settings: the path ``serving.paths`` chooses for an
+encoding worker on this host (``encoder.paths.choose_path``, printed with its reason).
+``--long`` times Wikinews articles (truncated at 256 tokens) instead of STSb sentences.
+``--onnx`` adds sentence-transformers' ONNX backend (``backend="onnx"``, exported from the
+local model directory into a temporary copy) and its dynamically quantized int8 export; it
+needs ``optimum-onnx[onnxruntime]`` importable (docs/benchmarks.md says how).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -24,6 +33,7 @@ from _data import SHARED, sts_pairs, sts_sentences
 from scipy.stats import spearmanr
 
 from django_sbert.encoder import SentenceEncoder, resolve_model_path
+from django_sbert.encoder.paths import choose_path, compiler_available, cpu_features
 
 # CPU features that decide which kernels run: AVX2/AVX-512 for fp32 and int8, AVX-512 BF16 and
 # AMX for bfloat16.
@@ -53,6 +63,40 @@ def spearman(encode, pairs) -> float:
     return 100 * spearmanr((a * b).sum(axis=1), [p[2] for p in pairs]).statistic
 
 
+PEER = "sentence-transformers"
+
+
+def long_texts(limit: int) -> list[str]:
+    """Wikinews articles (title and text): each longer than the 256 tokens kept."""
+    articles = []
+    with (SHARED / "data/wikinews/wikinews_economy.jsonl").open(encoding="utf-8") as handle:
+        for line in handle:
+            row = json.loads(line)
+            articles.append(f"{row['title']}\n{row['text']}")
+    return [a for a in articles if len(a) > 2000][:limit]
+
+
+def onnx_peers(model: Path, cpu) -> dict:
+    """sentence-transformers' ONNX backend (fp32, and its int8 export) on a copy of ``model``."""
+    import shutil
+    import tempfile
+
+    from sentence_transformers import SentenceTransformer, export_dynamic_quantized_onnx_model
+
+    copy = Path(tempfile.mkdtemp(prefix="sbert-onnx-")) / "model"
+    shutil.copytree(model, copy)
+    peers = {"st onnx": SentenceTransformer(str(copy), device="cpu", backend="onnx")}
+    config = "avx512_vnni" if "avx512_vnni" in cpu.flags else "avx2"
+    export_dynamic_quantized_onnx_model(peers["st onnx"], config, str(copy))
+    peers["st onnx int8"] = SentenceTransformer(
+        str(copy),
+        device="cpu",
+        backend="onnx",
+        model_kwargs={"file_name": f"onnx/model_qint8_{config}.onnx"},
+    )
+    return peers
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -68,6 +112,9 @@ def main() -> None:
     parser.add_argument("--bf16", action="store_true", help="also time dtype=bfloat16")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     parser.add_argument("--no-compile", action="store_true", help="skip the compiled variant")
+    parser.add_argument("--no-int8", action="store_true", help="skip the int8 variant")
+    parser.add_argument("--long", action="store_true", help="Wikinews articles, not sentences")
+    parser.add_argument("--onnx", action="store_true", help="also sentence-transformers ONNX")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -75,34 +122,46 @@ def main() -> None:
 
     model = resolve_model_path(args.model)
     print(cpu_line())
+    cpu = cpu_features()
+    print(f"torch capability {cpu.capability}, native bf16: {cpu.native_bf16}")
     print(f"model: {model}")
-    texts = sts_sentences(args.n)
+    texts = long_texts(args.n) if args.long else sts_sentences(args.n)
     peer = SentenceTransformer(str(model), device="cpu")
+    path = choose_path("document", cpu=cpu, compiler=compiler_available())
+    print(f"default path: {path.label} ({path.reason})")
+    dtype = None if path.dtype == "float32" else path.dtype
     variants = {
+        "default": SentenceEncoder.load(model, compile=path.compile, dtype=dtype),
         "fp32": SentenceEncoder.load(model),
-        "int8": SentenceEncoder.load(model, quantize="int8"),
     }
+    if not args.no_int8:
+        variants["int8"] = SentenceEncoder.load(model, quantize="int8")
     print(
         f"{type(variants['fp32'].transformer).__name__}, "
         f"attention {variants['fp32'].transformer.config._attn_implementation}, "
         f"{variants['fp32'].dimensions} dimensions, max_seq_length "
         f"{variants['fp32'].max_seq_length} (peer {peer.max_seq_length})"
     )
-    if not args.no_compile:
+    if not args.no_compile and not (path.compile and path.dtype == "float32"):
         # Compiles on its first encode below, before any timed run.
         variants["fp32 compiled"] = SentenceEncoder.load(model, compile=True)
     if args.bf16:
         variants["bf16"] = SentenceEncoder.load(model, dtype="bfloat16")
+        variants["bf16 compiled"] = SentenceEncoder.load(model, dtype="bfloat16", compile=True)
     encoders = {"sentence-transformers": lambda t: peer.encode(t, batch_size=args.batch_size)}
+    if args.onnx:
+        for name, onnx_peer in onnx_peers(model, cpu).items():
+            encoders[name] = lambda t, p=onnx_peer: p.encode(t, batch_size=args.batch_size)
     for name, encoder in variants.items():
         encoders[name] = lambda t, e=encoder: e.encode(t, batch_size=args.batch_size)
 
     reference = encoders["sentence-transformers"](texts)
-    for name in variants:
-        print(f"max |ours {name} - peer| = {np.abs(encoders[name](texts) - reference).max():.2e}")
+    for name in encoders:  # also compiles the compiled variants, before any timed run
+        difference = np.abs(encoders[name](texts) - reference).max()
+        print(f"max |{name} - peer| = {difference:.2e}", flush=True)
 
     rates: dict[str, list[float]] = {name: [] for name in encoders}
-    ratios: dict[str, list[float]] = {name: [] for name in variants}
+    ratios: dict[str, list[float]] = {name: [] for name in encoders if name != PEER}
     for repeat in range(args.repeats):
         seconds = {}
         for name, encode in encoders.items():
@@ -110,16 +169,18 @@ def main() -> None:
             encode(texts)
             seconds[name] = time.perf_counter() - start
             rates[name].append(len(texts) / seconds[name])
-        for name in variants:
-            ratios[name].append(seconds["sentence-transformers"] / seconds[name])
+        for name in ratios:
+            ratios[name].append(seconds[PEER] / seconds[name])
         print(
             f"run {repeat + 1}: "
-            + ", ".join(f"{k} {len(texts) / v:.0f}/s" for k, v in seconds.items())
+            + ", ".join(f"{k} {len(texts) / v:.0f}/s" for k, v in seconds.items()),
+            flush=True,
         )
 
     dev = sts_pairs(SHARED / "data/stsbenchmark/sts-dev.csv")
     print(
-        f"\n{len(texts)} STSb sentences, batch {args.batch_size}, "
+        f"\n{len(texts)} {'Wikinews articles' if args.long else 'STSb sentences'}, "
+        f"batch {args.batch_size}, "
         f"{torch.get_num_threads()} threads, "
         f"median of {args.repeats} alternating runs"
     )

@@ -238,7 +238,7 @@ def main() -> None:
     if args.prepare_only:
         return
 
-    setup_django(args.threads, args.ef_search, None)
+    setup_django(args.threads, 1, args.ef_search, None, None)  # QUERY_THREADS 1, default path
     build = load_corpus(rows, vectors)
     ids = [row["id"] for row in rows]
     queries = queries_with_qrels()

@@ -1,7 +1,14 @@
-"""Process memory over repeated encodes: does RSS stay flat?
+"""Process memory over repeated encodes: does RSS stay flat? And what a warm process holds.
 
     .venv/bin/python benchmarks/memory.py [--model all-MiniLM-L6-v2] [--n 10000] [--repeats 50]
         [--threads 2]
+    .venv/bin/python benchmarks/memory.py --role web      # default path, warm, 200 queries
+    .venv/bin/python benchmarks/memory.py --role worker   # default path, 1,000 batches of 32
+
+``--role`` loads the encoder on the path a web process (``query``) or an encoding worker
+(``document``) takes by default (``encoder.paths``), warms it, and prints RSS after warming
+and after the queries or batches, and whether the training code (``django_sbert.encoder.
+training``, an optimizer) was imported: a web process should not carry it.
 
 Encodes the same ``--n`` texts ``--repeats`` times and prints the resident set size after the
 first encode and after the last, and the largest growth seen in between. Target: growth within
@@ -34,14 +41,60 @@ def texts(n: int) -> list[str]:
     return [articles[i % len(articles)] if i % 10 == 0 else short[i % len(short)] for i in range(n)]
 
 
+def warm_process(role: str, model: str, threads: int) -> None:
+    import sys
+
+    from encode import cpu_line
+
+    from django_sbert.encoder.paths import choose_path, compiler_available, cpu_features
+
+    print(cpu_line())
+    process = psutil.Process()
+    path = choose_path(
+        "query" if role == "web" else "document", cpu=cpu_features(), compiler=compiler_available()
+    )
+    dtype = None if path.dtype == "float32" else path.dtype
+    encoder = SentenceEncoder.load(model, compile=path.compile, dtype=dtype)
+    data = texts(32_000)
+    start = time.perf_counter()
+    if role == "web":
+        encoder.encode("warm up", threads=1)
+        warm = process.memory_info().rss
+        for text in data[:200]:
+            encoder.encode(text[:200], threads=1)
+        what = "200 queries"
+    else:
+        encoder.encode(["warm up", "a batch of two"])
+        encoder.encode("warm up")
+        warm = process.memory_info().rss
+        for batch in range(1000):
+            encoder.encode(data[batch * 32 : (batch + 1) * 32], batch_size=32)
+            if (batch + 1) % 200 == 0:
+                rss = process.memory_info().rss
+                print(f"batch {batch + 1}: rss {rss / 2**20:.0f} MB", flush=True)
+        what = "1,000 batches of 32"
+    gc.collect()
+    final = process.memory_info().rss
+    training = sorted(m for m in sys.modules if m.startswith("django_sbert.encoder.training"))
+    print(
+        f"{role} process ({path.label}, {threads} threads): rss warm {warm / 2**20:.0f} MB, "
+        f"after {what} {final / 2**20:.0f} MB ({time.perf_counter() - start:.0f} s); "
+        f"training code imported: {training or 'no'}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default="all-MiniLM-L6-v2")
     parser.add_argument("--n", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    parser.add_argument("--role", choices=["web", "worker"], help="a warm process's RSS")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.role:
+        warm_process(args.role, args.model, args.threads)
+        return
     encoder = SentenceEncoder.load(args.model)
     data = texts(args.n)
     process = psutil.Process()

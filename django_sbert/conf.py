@@ -29,7 +29,12 @@ ENCODER_DEFAULTS: dict[str, Any] = {
     "THREADS": None,  # torch.set_num_threads() in each process; None leaves torch's default
     "QUERY_THREADS": 1,  # torch threads while encoding one search query; None: as THREADS
     "QUANTIZE": None,  # None or "int8": dynamic int8 quantization of linear layers (CPU)
-    "COMPILE": False,  # encode through torch.compile: ~2x faster on a CPU, same vectors
+    # The inference path (docs/encoder.md, "Which path"): "auto" chooses per CPU and host;
+    # explicit values are obeyed. COMPILE: "auto" | True | False (torch.compile, ~2x faster on
+    # a CPU, same vectors); PRECISION: "auto" | "float32" | "bfloat16" ("auto": bf16 only on a
+    # CPU with native bf16, for a model measured to keep its quality).
+    "COMPILE": "auto",
+    "PRECISION": "auto",
     "LONG_TEXT": "truncate",  # what encode() does with texts over max_seq_length
     "MAX_CHUNKS": 64,  # LONG_TEXT="chunk": windows encoded per text at most; None: no cap
     # Texts put before search queries and before indexed rows (e5's "query: " / "passage: ").
@@ -165,10 +170,21 @@ def encoder_config(name: str = "default") -> dict[str, Any]:
             f"valid keys are {sorted(ENCODER_DEFAULTS)}."
         )
     merged = {**ENCODER_DEFAULTS, **config}
-    if merged["COMPILE"] and merged["QUANTIZE"]:
+    if merged["COMPILE"] not in ("auto", True, False):
         raise ImproperlyConfigured(
-            f"settings.SBERT['ENCODERS'][{name!r}] sets both COMPILE and QUANTIZE; choose one "
-            "(COMPILE keeps float32 vectors, QUANTIZE trades a little accuracy for speed)."
+            f"settings.SBERT['ENCODERS'][{name!r}]['COMPILE'] must be 'auto', True or False, "
+            f"got {merged['COMPILE']!r}."
+        )
+    if merged["PRECISION"] not in ("auto", "float32", "bfloat16"):
+        raise ImproperlyConfigured(
+            f"settings.SBERT['ENCODERS'][{name!r}]['PRECISION'] must be 'auto', 'float32' or "
+            f"'bfloat16', got {merged['PRECISION']!r}."
+        )
+    if merged["QUANTIZE"] and (merged["COMPILE"] is True or merged["PRECISION"] == "bfloat16"):
+        raise ImproperlyConfigured(
+            f"settings.SBERT['ENCODERS'][{name!r}] sets QUANTIZE with COMPILE=True or "
+            "PRECISION='bfloat16'; choose one (COMPILE keeps float32 vectors, QUANTIZE trades "
+            "a little accuracy for speed), or leave COMPILE and PRECISION at 'auto'."
         )
     for key in ("QUERY_PROMPT", "DOCUMENT_PROMPT"):
         if merged[key] is not None and not isinstance(merged[key], str):

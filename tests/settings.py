@@ -132,7 +132,15 @@ DATABASES = {"default": database_from_url(os.environ["DATABASE_URL"])}
 
 SBERT = {
     "ENCODERS": {
-        "default": {"MODEL": str(TINY_MODEL_DIR), "DEVICE": "cpu", "BATCH_SIZE": 16, "THREADS": 1},
+        # COMPILE=False: compiling the tiny model in every test process would slow the suite
+        # down; the default ("auto") is tested in tests/serving/test_paths.py.
+        "default": {
+            "MODEL": str(TINY_MODEL_DIR),
+            "DEVICE": "cpu",
+            "BATCH_SIZE": 16,
+            "THREADS": 1,
+            "COMPILE": False,
+        },
     },
 }
 

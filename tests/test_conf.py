@@ -108,10 +108,11 @@ def test_compile_setting_reaches_the_encoder_and_excludes_quantize(tiny_model_di
     compiled = {"default": {"MODEL": str(tiny_model_dir), "COMPILE": True}}
     with override_settings(SBERT={"ENCODERS": compiled}):
         assert get_encoder().compiled
-    both = {"default": {"MODEL": str(tiny_model_dir), "COMPILE": True, "QUANTIZE": "int8"}}
-    with (
-        override_settings(SBERT={"ENCODERS": both}),
-        pytest.raises(ImproperlyConfigured, match="both COMPILE and QUANTIZE"),
-    ):
-        encoder_config("default")
-    assert encoder_config("default")["COMPILE"] is False
+    for clash in ({"COMPILE": True}, {"PRECISION": "bfloat16"}):
+        both = {"default": {"MODEL": str(tiny_model_dir), "QUANTIZE": "int8", **clash}}
+        with (
+            override_settings(SBERT={"ENCODERS": both}),
+            pytest.raises(ImproperlyConfigured, match="sets QUANTIZE with COMPILE=True or"),
+        ):
+            encoder_config("default")
+    assert encoder_config("default")["COMPILE"] is False  # the test settings opt out

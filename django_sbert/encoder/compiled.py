@@ -1,25 +1,31 @@
 """Inference through ``torch.compile``: the same network, about twice as fast on a CPU.
 
-Eager PyTorch runs a BERT layer as a dozen separate kernels and packs each weight matrix for
-the matrix multiply on every call, which dominates for short inputs such as one search query.
-Inductor with ``freezing`` treats the (inference-only) weights as constants: it pre-packs them
-once, fuses the element-wise work (GELU, layer norm, residual adds) into generated C++ and
-removes the Python overhead between modules. On the 2-core benchmark machine that is ~2x the
-sentences/s of eager mode and half the latency of one query, with vectors equal to eager ones
-within 1e-6 (docs/benchmarks.md).
+Eager PyTorch runs a BERT layer as a dozen separate kernels and pays Python overhead between
+them, which dominates for short inputs such as one search query. Inductor fuses the
+element-wise work (GELU, layer norm, residual adds) into generated C++ and removes the Python
+overhead between modules. On the 2-core benchmark machine that is ~2x the sentences/s of eager
+mode and half the latency of one query, with vectors equal to eager ones within 1e-5
+(docs/benchmarks.md).
 
-The costs, which is why it is opt-in (``SentenceEncoder.load(..., compile=True)`` or
-``encoder.compile_for_inference()``):
+**One graph per architecture, not per model.** Every encoder of a process goes through one
+compiled function that takes the transformer as an argument, so its weights are graph inputs,
+not constants frozen into the graph. A fine-tuned version of the same architecture (a
+promotion) reuses the graphs already built: switching versions costs no compile. Freezing the
+weights would pre-pack them for the matrix multiplies (a few per cent faster) but made every
+version compile afresh, 15-25 s per shape on 2 cores. Inductor's on-disk cache
+(``TORCHINDUCTOR_CACHE_DIR``, by default under ``/tmp``) holds the generated code, keyed by the
+graph and torch version, not by weights, so a new process of the same architecture skips code
+generation too.
 
-* it needs a C++ compiler at run time (``g++``/``clang++``, as Inductor does on a CPU);
-* each process compiles on first use: 10-15 s per input shape family on 2 cores (one graph
-  for batches, one for a single text), less once Inductor's on-disk cache holds the graphs;
-* weights are frozen into the compiled graph, so it only serves inference: training works on
-  a copy (``fit``), ``train()`` switches compiling off, and moving the model to another
-  device or loading a state dict drops the compiled graph.
+**Shapes.** Compiled with dynamic shapes: one graph serves every batch size >= 2 and every
+sequence length, a second one a single text (torch specializes sizes of 1). Warm both before
+traffic (``serving.warmup``) and no input length triggers a compile afterwards.
 
-If compiling fails (no compiler, unsupported platform), a warning says why and the encoder
-carries on in eager mode: compiling is a speed-up, never a new way to fail.
+The costs: a C++ compiler at run time (``g++``/``clang++``, as Inductor needs on a CPU), and
+the first call of each shape family in a process traces the model (a few seconds with a warm
+on-disk cache, 10-30 s without). If compiling fails (no compiler, unsupported platform), a
+warning says why and the encoder carries on in eager mode: compiling is a speed-up, never a
+new way to fail.
 """
 
 from __future__ import annotations
@@ -39,21 +45,49 @@ logger = logging.getLogger("django_sbert.encoder")
 Transformer = Callable[..., Any]
 
 
+# Graphs one process may hold for the shared function below: two shape families (a batch, a
+# single text) per architecture and thread setting. torch's default of 8 per function would
+# silently send a process with several encoders back to eager mode.
+RECOMPILE_LIMIT = 64
+
+_shared_lock = threading.Lock()
+_shared: Transformer | None = None
+
+
+def _run(transformer: nn.Module, **inputs: torch.Tensor) -> Any:
+    return transformer(**inputs)
+
+
+def shared_compiled() -> Transformer:
+    """The process's one compiled function: ``(transformer, **inputs) -> transformer(**inputs)``.
+
+    The transformer is an argument, so its parameters are graph inputs and every model of the
+    same architecture (a fine-tuned version of the serving one) runs through the same graphs.
+    """
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = torch.compile(_run, dynamic=True)
+        return _shared
+
+
 class CompiledTransformer:
     """A transformer's inference path through ``torch.compile``, with an eager fallback.
 
     Call it like the transformer (``input_ids=..., attention_mask=...``) inside
-    ``torch.inference_mode()``. The compiled graph is built on the first call of each input
-    shape family (dynamic shapes: one graph for every batch size >= 2 and sequence length,
-    one for a single text).
+    ``torch.inference_mode()``. The graphs are built on the first call of each input shape
+    family (dynamic shapes: one graph for every batch size >= 2 and sequence length, one for a
+    single text) and shared with every other transformer of the same architecture.
     """
 
     def __init__(self, transformer: nn.Module) -> None:
-        import torch._inductor.config  # ~1 s to import: only when compiling is asked for
+        import torch._dynamo.config  # ~1 s to import: only when compiling is asked for
+        import torch._inductor.config
 
+        self._dynamo_config = torch._dynamo.config
         self._inductor_config = torch._inductor.config
         self.transformer = transformer
-        self._compiled: Transformer | None = torch.compile(transformer, dynamic=True)
+        self._compiled: Transformer | None = shared_compiled()
         self._lock = threading.Lock()
         self.failure: str | None = None  # why compiling failed, once it has
 
@@ -67,14 +101,15 @@ class CompiledTransformer:
         if compiled is None:
             return self.transformer(**inputs)
         try:
-            # freezing: weights as constants, pre-packed for the matrix multiplies (inference
-            # only). dynamic_threads: kernels use the caller's torch thread count rather than
-            # the one at compile time, so QUERY_THREADS holds whichever call compiled first.
-            # Patched around the call, where compiling happens, rather than set for the whole
-            # process (the patch is thread-local); torch.compile(options=...) does not reach
-            # the step that freezes parameters.
-            with self._inductor_config.patch({"freezing": True, "cpp.dynamic_threads": True}):
-                return compiled(**inputs)
+            # dynamic_threads: kernels use the caller's torch thread count rather than the one
+            # at compile time, so QUERY_THREADS holds whichever call compiled first. No
+            # freezing: the weights stay graph inputs (see the module docstring). Patched
+            # around the call, where compiling happens, rather than set for the whole process.
+            with (
+                self._inductor_config.patch({"freezing": False, "cpp.dynamic_threads": True}),
+                self._dynamo_config.patch(recompile_limit=RECOMPILE_LIMIT),
+            ):
+                return compiled(self.transformer, **inputs)
         except torch._dynamo.exc.TorchDynamoException as exc:
             outside = external_cause(exc)
             if outside is not None:

@@ -165,10 +165,11 @@ class SentenceEncoder(nn.Module):
         """Run ``encode`` through ``torch.compile`` from now on; returns the encoder.
 
         About twice the throughput and half the latency of eager mode on a CPU, with the same
-        vectors (within 1e-6). It needs a C++ compiler, and the first call of each shape family
-        (batches, a single text) compiles for 10-15 s; a failed compile warns and falls back
-        to eager mode. The graph freezes the weights: ``fit`` trains an uncompiled copy, and
-        ``train()`` on this encoder switches compiling off. See
+        vectors (within 1e-5). It needs a C++ compiler, and the first call of each shape
+        family (batches, a single text) in a process traces and compiles the model; the
+        graphs take the weights as inputs, so they serve every model of the same
+        architecture (another version) and see weights changed in place (training,
+        ``load_state_dict``). A failed compile warns and falls back to eager mode. See
         ``django_sbert/encoder/compiled.py``. (Not ``nn.Module.compile``, which compiles the
         whole module for training and inference alike.)
         """
@@ -185,43 +186,25 @@ class SentenceEncoder(nn.Module):
         """Whether ``encode`` runs through ``torch.compile`` (False after a failed compile)."""
         return self.compile_requested and (self._compiled is None or self._compiled.active)
 
+    @property
+    def compile_failure(self) -> str | None:
+        """Why compiling failed in this process (the encoder then runs eager), else None."""
+        return self._compiled.failure if self._compiled is not None else None
+
     def _inference_transformer(self) -> Any:
-        """The transformer ``encode`` calls: the compiled one when requested, built once."""
+        """The transformer ``encode`` calls: the compiled one when requested, built once.
+
+        Training runs the eager module (no inference mode), so gradients flow as usual.
+        """
         if not self.compile_requested or not torch.is_inference_mode_enabled():
             return self.transformer
         compiled = self._compiled
-        if compiled is None:
+        if compiled is None or compiled.transformer is not self.transformer:
             with self._compile_lock:
-                if self._compiled is None:
+                if self._compiled is None or self._compiled.transformer is not self.transformer:
                     self._compiled = CompiledTransformer(self.transformer)
                 compiled = self._compiled
         return compiled
-
-    def train(self, mode: bool = True) -> SentenceEncoder:
-        if mode and self.compile_requested:
-            # Training changes weights in place, which a frozen graph would never see.
-            self.compile_requested, self._compiled = False, None
-            warnings.warn(
-                "train() switched torch.compile off for this encoder: the compiled graph "
-                "froze the weights. Train a copy (fit() does), or call "
-                "compile_for_inference() again after training.",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-        return super().train(mode)
-
-    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
-        self._compiled = None  # new weights: the next encode compiles them afresh
-        if self.compile_requested:
-            import torch._dynamo
-
-            torch._dynamo.reset()  # compiled code is cached per code object, not per wrapper
-        return super().load_state_dict(*args, **kwargs)
-
-    def _apply(self, fn: Any, recurse: bool = True) -> SentenceEncoder:
-        # .to(), .half()... change the weights the compiled graph froze: rebuild on next use.
-        self._compiled = None
-        return super()._apply(fn, recurse)
 
     def __getstate__(self) -> dict[str, Any]:
         # Copies (fit() trains one) and pickles carry the weights, never a compiled graph.

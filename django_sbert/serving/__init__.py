@@ -12,7 +12,8 @@ these names::
 
 Modules: ``identity`` (what a version is), ``storage`` (where its files live: a Django storage
 backend), ``model_cache`` (each host's verified copy of them), ``versions``
-(which one serves, the switch lock), ``cache`` (loaded encoders, query vectors), ``warmup``
+(which one serves, the switch lock), ``cache`` (loaded encoders, query vectors), ``paths``
+(which inference path each encoder takes here, and why), ``warmup``
 (warming them before traffic), ``worker`` (Celery worker process set-up), ``web`` (web process
 set-up and the version watcher).
 """
@@ -39,6 +40,7 @@ from .cache import (
 )
 from .identity import base_label, base_version, model_fingerprint
 from .model_cache import cache_root, local_directory, unavailable_reason
+from .paths import encoder_path, path_report
 from .storage import (
     missing_version_files,
     model_root,
@@ -72,6 +74,7 @@ __all__ = [
     "encode_texts",
     "encoder_dimensions",
     "encoder_for",
+    "encoder_path",
     "encoder_version",
     "forget_serving",
     "get_encoder",
@@ -80,6 +83,7 @@ __all__ = [
     "model_fingerprint",
     "model_root",
     "model_storage",
+    "path_report",
     "peek_query_cache",
     "promoting_version",
     "query_cache_info",

@@ -42,6 +42,7 @@ from ..conf import SETTING_NAME, encoder_config, sbert_settings
 from ..exceptions import VersionUnavailable
 from .identity import forget_base_versions
 from .model_cache import local_directory
+from .paths import encoder_path
 from .versions import Serving, serving, serving_version, version_directory
 
 if TYPE_CHECKING:
@@ -135,13 +136,16 @@ def _load(name: str, directory: str | None = None) -> SentenceEncoder:
             "django-sbert needs torch to encode text: pip install torch "
             "(the CPU build: pip install torch --index-url https://download.pytorch.org/whl/cpu)."
         ) from exc
+    # COMPILE / PRECISION / QUANTIZE, applied to this host's CPU and compiler (paths.py).
+    path = encoder_path(name)
     # THREADS sets torch.set_num_threads() for this process: each forked worker loads its own
     # encoder after fork (see _reset_after_fork) and so sets its own thread count.
     return SentenceEncoder.load(
         directory or config["MODEL"],
         device=config["DEVICE"],
-        quantize=config["QUANTIZE"],
-        compile=bool(config["COMPILE"]),
+        quantize=path.quantize,
+        dtype=None if path.dtype == "float32" else path.dtype,
+        compile=path.compile,
         threads=int(config["THREADS"]) if config["THREADS"] else None,
     )
 

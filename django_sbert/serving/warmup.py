@@ -11,7 +11,12 @@ first task of a worker. A process calls ``warm()`` once at start-up (a Celery wo
     warm_state()["default"].version     # which version this process warmed, and when
 
 ``role`` says which shapes to run: ``"query"`` runs one text (what a search encodes),
-``"document"`` runs a batch of two (what indexing encodes), ``"both"`` runs both.
+``"document"`` runs a batch of two (what indexing encodes), ``"both"`` runs both. With the
+compiled path (``COMPILE="auto"`` on a CPU with a C++ compiler) these passes build the
+compiled graphs, so no request or task waits for a compile; the graphs take the weights as
+inputs, so a version promoted later runs through them without compiling again
+(``encoder/compiled.py``). ``WarmState.path`` and ``reason`` say which path each encoder
+took and why (``serving.paths``).
 """
 
 from __future__ import annotations
@@ -22,10 +27,14 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .cache import encode_texts, encoder_for
+from .paths import encoder_path
 from .versions import serving
+
+if TYPE_CHECKING:
+    from ..encoder import SentenceEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +53,8 @@ class WarmState:
     seconds: float  # how long loading and the warm-up passes took
     warmed_at: float  # time.time() when it finished
     error: str | None = None  # why it failed; None when the encoder is warm
+    path: str = ""  # the inference path it runs: "compiled float32", "eager int8"...
+    reason: str = ""  # why that path (serving.paths), and a failed compile's cause if any
 
 
 _lock = threading.Lock()
@@ -59,16 +70,17 @@ def warm(names: Iterable[str], role: WarmRole = "both") -> dict[str, WarmState]:
     results: dict[str, WarmState] = {}
     for name in names:
         started = time.perf_counter()
-        version = ""
+        version = path = reason = ""
         error: str | None = None
         try:
             current = serving(name)
             version = current.version
-            encoder_for(current)  # load once, before the passes below time anything
+            model = encoder_for(current)  # load once, before the passes below time anything
             if role in ("query", "both"):
                 encode_texts(WARM_TEXTS[:1], name, version, role="query")
             if role in ("document", "both"):
                 encode_texts(WARM_TEXTS, name, version, role="document")
+            path, reason = _path_taken(name, role, model)
         except Exception as exc:  # reported, not raised: see the docstring
             error = f"{type(exc).__name__}: {exc}"
             logger.exception("django-sbert: could not warm encoder %r.", name)
@@ -79,11 +91,22 @@ def warm(names: Iterable[str], role: WarmRole = "both") -> dict[str, WarmState]:
             seconds=time.perf_counter() - started,
             warmed_at=time.time(),
             error=error,
+            path=path,
+            reason=reason,
         )
         with _lock:
             _state[name] = state
         results[name] = state
     return results
+
+
+def _path_taken(name: str, role: WarmRole, model: SentenceEncoder) -> tuple[str, str]:
+    """The path the warmed encoder runs, and why: the chosen one, unless compiling failed."""
+    chosen = encoder_path(name, role)
+    failure = model.compile_failure
+    if chosen.compile and failure:
+        return f"eager {chosen.dtype}", f"torch.compile failed, so eager: {failure}"
+    return chosen.label, chosen.reason
 
 
 def warm_state() -> dict[str, WarmState]:

@@ -1,8 +1,10 @@
-"""encode() through torch.compile: the same vectors as eager mode, never a new way to fail."""
+"""encode() through torch.compile: the same vectors as eager mode, never a new way to fail,
+one compile per architecture (not per version) and none after warm-up whatever the lengths."""
 
 from __future__ import annotations
 
 import pickle
+import random
 import subprocess
 
 import numpy as np
@@ -28,16 +30,22 @@ def compiled_tiny(tiny_model_dir):
     return SentenceEncoder.load(tiny_model_dir, compile=True)
 
 
+def graphs() -> int:
+    """Graphs torch.compile has built in this process (each one is a compile)."""
+    return counters["stats"]["unique_graphs"]
+
+
 def test_compiled_vectors_equal_eager_ones(compiled_tiny, tiny_encoder):
     assert compiled_tiny.compiled and compiled_tiny._compiled is None  # built on first use
-    graphs = counters["stats"]["unique_graphs"]
+    torch._dynamo.reset()  # graphs of the tiny model that earlier tests built are forgotten
+    before = graphs()
     batches = compiled_tiny.encode(TEXTS, batch_size=4)  # batches of 4 and 2: one graph
-    assert counters["stats"]["unique_graphs"] == graphs + 1  # really compiled, in one piece
+    assert graphs() == before + 1  # really compiled, in one piece
     assert not counters["graph_break"]
     assert compiled_tiny._compiled is not None and compiled_tiny._compiled.active
     np.testing.assert_allclose(batches, tiny_encoder.encode(TEXTS, batch_size=4), atol=1e-5)
     single = compiled_tiny.encode(TEXTS[0])  # a single text: its own graph
-    assert counters["stats"]["unique_graphs"] == graphs + 2
+    assert graphs() == before + 2
     np.testing.assert_allclose(single, tiny_encoder.encode(TEXTS[0]), atol=1e-5)
     # Another thread count (QUERY_THREADS) gives the same vectors.
     again = compiled_tiny.encode(TEXTS, batch_size=4, threads=1)
@@ -51,13 +59,23 @@ def test_copies_and_pickles_are_not_compiled(compiled_tiny):
     assert compiled_tiny.compiled
 
 
-def test_training_switches_compiling_off(tiny_model_dir):
+def test_training_a_compiled_encoder_reaches_its_graph(tiny_model_dir, tiny_encoder):
     encoder = SentenceEncoder.load(tiny_model_dir, compile=True)
-    with pytest.warns(RuntimeWarning, match="train\\(\\) switched torch.compile off"):
-        encoder.train()
-    assert not encoder.compiled
-    encoder(encoder.tokenize(TEXTS[:3])).sum().backward()  # gradients flow, eager
+    encoder.encode(TEXTS, batch_size=4)  # compiled
+    encoder.train()  # training runs the eager module: gradients flow
+    encoder(encoder.tokenize(TEXTS[:3])).sum().backward()
     assert any(p.grad is not None for p in encoder.transformer.parameters())
+    with torch.no_grad():
+        for parameter in encoder.transformer.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    encoder.eval()
+    reference = tiny_encoder.copy()
+    reference.load_state_dict(encoder.state_dict())
+    # The weights are graph inputs: the compiled graph sees the trained weights.
+    np.testing.assert_allclose(
+        encoder.encode(TEXTS, batch_size=4), reference.encode(TEXTS, batch_size=4), atol=1e-5
+    )
+    assert encoder.compiled and encoder._compiled is not None
 
 
 def test_new_weights_reach_the_compiled_encoder(tiny_model_dir, tiny_encoder):
@@ -72,11 +90,46 @@ def test_new_weights_reach_the_compiled_encoder(tiny_model_dir, tiny_encoder):
     np.testing.assert_allclose(after, reference.encode(TEXTS, batch_size=4), atol=1e-5)
 
 
-def test_moving_the_model_drops_the_frozen_graph(compiled_tiny):
-    with torch.inference_mode():
-        assert compiled_tiny._inference_transformer() is compiled_tiny._compiled
-    compiled_tiny.to("cpu")
-    assert compiled_tiny._compiled is None and compiled_tiny.compiled  # rebuilt on next encode
+def test_another_version_of_the_architecture_compiles_nothing(tiny_model_dir, tmp_path):
+    """A promoted version is a new encoder of the same architecture: the graphs serve it."""
+    first = SentenceEncoder.load(tiny_model_dir, compile=True)
+    first.encode(TEXTS, batch_size=4)
+    first.encode(TEXTS[0])
+    tuned = SentenceEncoder.load(tiny_model_dir)
+    with torch.no_grad():
+        for parameter in tuned.transformer.parameters():
+            parameter.mul_(1.3)
+    tuned.save(tmp_path / "tuned")
+    eager = SentenceEncoder.load(tmp_path / "tuned")
+    version = SentenceEncoder.load(tmp_path / "tuned", compile=True)
+    before = graphs()
+    batches, single = version.encode(TEXTS, batch_size=4), version.encode(TEXTS[0])
+    assert graphs() == before  # no compile for the new version
+    assert version.compiled and version._compiled.active
+    np.testing.assert_allclose(batches, eager.encode(TEXTS, batch_size=4), atol=1e-5)
+    np.testing.assert_allclose(single, eager.encode(TEXTS[0]), atol=1e-5)
+    assert np.abs(batches - first.encode(TEXTS, batch_size=4)).max() > 1e-3  # its own weights
+
+
+def test_no_compile_after_warm_up_over_mixed_lengths(compiled_tiny, tiny_encoder):
+    """1,000 texts of random lengths, in batches of random sizes: dynamic shapes, no compile."""
+    compiled_tiny.encode(["warm up", "a batch of two texts"])
+    compiled_tiny.encode("warm up")
+    words = ["the", "bank", "raised", "interest", "rates", "while", "markets", "fell"]
+    rng = random.Random(7)
+    texts = [" ".join(rng.choices(words, k=rng.randint(0, 300))) for _ in range(1000)]
+    before = graphs()
+    done, vectors = 0, []
+    while done < len(texts):
+        size = rng.choice([1, 1, 2, 3, 7, 16, 32])
+        part = texts[done : done + size]
+        vectors.append(compiled_tiny.encode(part, batch_size=rng.choice([4, 16, 32])))
+        done += size
+    assert graphs() == before, "a text length or batch size made torch.compile build a graph"
+    assert compiled_tiny.compiled
+    np.testing.assert_allclose(
+        np.concatenate(vectors), tiny_encoder.encode(texts, batch_size=32), atol=1e-5
+    )
 
 
 def test_a_failed_compile_warns_once_and_falls_back_to_eager(tiny_model_dir, tiny_encoder):

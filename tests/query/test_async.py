@@ -233,7 +233,7 @@ def test_the_event_loop_keeps_ticking_while_queries_encode(minilm):
             app_label = "testapp"
 
     titles = ["Interest rates rise", "A cat on a mat", "Markets fall", "Rain tomorrow"]
-    model = {"MODEL": "all-MiniLM-L6-v2", "THREADS": 1, "LONG_TEXT": "chunk"}
+    model = {"MODEL": "all-MiniLM-L6-v2", "THREADS": 1, "LONG_TEXT": "chunk", "COMPILE": False}
     with connection.schema_editor() as editor:
         editor.create_model(Paper)
     try:

@@ -384,7 +384,7 @@ def test_a_paraphrase_without_shared_words_is_found_by_vector_and_hybrid(minilm)
     rows = [Paper.objects.create(title=t, body=b) for t, b in texts]
     vectors = minilm.encode([f"{t}\n{b}" for t, b in texts], normalize=True)
     query = "medical staff caring for ill people"  # no word in common with the first row
-    ml = {"ENCODERS": {"default": {"MODEL": "all-MiniLM-L6-v2", "THREADS": 1}}}
+    ml = {"ENCODERS": {"default": {"MODEL": "all-MiniLM-L6-v2", "THREADS": 1, "COMPILE": False}}}
     with override_settings(SBERT={**settings.SBERT, **ml}):
         for row, vector in zip(rows, vectors, strict=True):
             Paper.objects.filter(pk=row.pk).update(

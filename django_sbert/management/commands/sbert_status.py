@@ -14,6 +14,13 @@ refused their vector) are counted per field below the table, the newest few with
     blog.Article.embedding: 1 row(s) skipped after errors of their own (newest first):
       pk=42  write  DataError: NaN not allowed in vector  (3 times, last 2026-05-01 12:00:00 UTC)
 
+Each encoder's inference path on this host, and why (``serving.path_report``: the same
+decision web processes and workers here make when they load it)::
+
+    encoder 'default': compiled float32 (float32: no native bf16 on this CPU (torch AVX2); the
+    compiled batch and single-query path (COMPILE='auto', C++ compiler found))
+      chosen for this host's CPU: AMD EPYC (torch AVX2; avx2)
+
 A host that cannot fetch or verify the version the database says serves gets a line saying so, and
 so does a django-sbert queue that no Celery worker consumes (the workers are asked for about a
 second)::
@@ -86,8 +93,10 @@ class Command(BaseCommand):
                 notes.append(f"{ref}: {count} row(s) encoded by {version} (stale)")
             if status.skipped:
                 notes.extend(self._skipped(ref, status.skipped))
-        for name in sorted({ref.encoder_name for ref in refs}):
+        names = sorted({ref.encoder_name for ref in refs})
+        for name in names:
             notes.extend(self._files(name))
+        notes.extend(self._paths(names))
         consumed = queues.ask_workers()  # fresh, not the cached answer
         lengths = queues.queue_lengths([sbert_settings.QUEUE, sbert_settings.TRAINING_QUEUE])
         notes.extend(queues.missing_workers(consumed, lengths))
@@ -116,6 +125,14 @@ class Command(BaseCommand):
             return []
         problem = serving.unavailable_reason(name, current.version, current.directory)
         return [] if problem is None else [f"{problem} (check django_sbert.E012)"]
+
+    def _paths(self, names: list[str]) -> list[str]:
+        """Which inference path each encoder takes on this host, and why (serving.paths)."""
+        reports = [serving.path_report(name) for name in names]
+        lines = [f"encoder {r['encoder']!r}: {r['path']} ({r['reason']})" for r in reports]
+        if reports:
+            lines.append(f"  chosen for this host's CPU: {reports[0]['cpu']}")
+        return lines
 
     def _table(self, rows: list[tuple[str, ...]]) -> None:
         widths = [max(len(r[i]) for r in [COLUMNS, *rows]) for i in range(len(COLUMNS))]

@@ -1,0 +1,174 @@
+"""Which inference path an encoder takes on this CPU: compiled or eager, float32 or bfloat16.
+
+A pure function decides (``choose_path``), from the settings and from what the CPU and the
+torch build say about themselves, so the decision can be tested with capability strings and
+shown to an operator with its reason (``sbert_status``, the health view)::
+
+    cpu = cpu_features()       # torch.backends.cpu.get_cpu_capability() + /proc/cpuinfo flags
+    path = choose_path("query", cpu=cpu, compiler=compiler_available())
+    path.compile, path.dtype, path.reason
+
+The rules, in order:
+
+* ``QUANTIZE="int8"`` runs the int8 kernels, eager (int8 is never chosen for you: its vectors
+  differ from float32 ones by up to a few hundredths);
+* ``COMPILE="auto"`` compiles on a CPU when a C++ compiler is found (Inductor needs one), and
+  runs eager otherwise (a GPU or MPS device runs eager: the compiled path was measured on CPUs);
+* ``PRECISION="auto"`` runs bfloat16 only where the CPU has native bf16 instructions (AVX-512
+  BF16 or AMX, and a torch build that uses AVX-512) *and* bf16 was measured to keep the
+  model's quality (``BF16_MEASURED``); everywhere else float32, because emulated bf16 is
+  several times slower than float32.
+
+The role decides the shapes warmed before traffic: a web process (``"query"``) warms the
+single-text graph, an encoding worker (``"document"``) the batch graph (and the single-text
+one, since a saved row is a batch of one).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+Role = Literal["query", "document", "both"]
+Setting = bool | str | None
+
+# CPU flags (/proc/cpuinfo) of native bfloat16 arithmetic: AVX-512 BF16 (Cooper Lake, Zen 4
+# and later) and AMX (Sapphire Rapids and later). torch's own capability string must say
+# AVX512 too: a build or an ATEN_CPU_CAPABILITY that stops at AVX2 never runs those kernels.
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+BF16_CAPABILITIES = frozenset({"AVX512"})
+
+# Whether bf16 kept STSb dev Spearman within 0.1 point of float32 for all-MiniLM-L6-v2, as
+# measured by benchmarks/encode.py --bf16 (docs/benchmarks.md). PRECISION="auto" picks bf16
+# only when this is True; "bfloat16" asks for it explicitly.
+BF16_MEASURED = False
+BF16_MEASURED_NOTE = "bf16 was not measured within 0.1 STSb point of float32"
+
+
+@dataclass(frozen=True)
+class CpuFeatures:
+    """What the CPU and the torch build offer: torch's capability string and the CPU flags."""
+
+    capability: str  # torch.backends.cpu.get_cpu_capability(): "AVX2", "AVX512", "DEFAULT"...
+    flags: frozenset[str] = field(default_factory=frozenset)  # /proc/cpuinfo "flags"
+    model: str = ""  # /proc/cpuinfo "model name"
+
+    @property
+    def native_bf16(self) -> bool:
+        """Whether bf16 matrix multiplies run on bf16 units rather than being emulated."""
+        return bool(self.flags & BF16_FLAGS) and self.capability.upper() in BF16_CAPABILITIES
+
+    def describe(self) -> str:
+        shown = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in self.flags]
+        return f"{self.model or 'CPU'} (torch {self.capability}; {' '.join(shown) or 'no AVX'})"
+
+
+@dataclass(frozen=True)
+class EncoderPath:
+    """The path chosen for one encoder: what ``SentenceEncoder.load`` is given, and why."""
+
+    compile: bool
+    dtype: Literal["float32", "bfloat16"]
+    quantize: str | None
+    reason: str
+
+    @property
+    def label(self) -> str:
+        """Short name: ``compiled float32``, ``eager bfloat16``, ``eager int8``..."""
+        kind = self.quantize or self.dtype
+        return f"{'compiled' if self.compile else 'eager'} {kind}"
+
+
+def choose_path(
+    role: Role,
+    *,
+    compile: Setting = "auto",
+    precision: str = "auto",
+    quantize: str | None = None,
+    device: str = "cpu",
+    cpu: CpuFeatures,
+    compiler: bool,
+    bf16_measured: bool = BF16_MEASURED,
+) -> EncoderPath:
+    """The path an encoder with these settings takes on ``cpu``, with the reason in words.
+
+    ``compile``: ``"auto"``, True or False (``COMPILE``); ``precision``: ``"auto"``,
+    ``"float32"`` or ``"bfloat16"`` (``PRECISION``); ``compiler``: whether a C++ compiler is
+    on the host. ``role`` only enters the reason: it decides the shapes warmed, not the path.
+    """
+    if compile not in ("auto", True, False, None):
+        raise ValueError(f"COMPILE must be 'auto', True or False, got {compile!r}.")
+    if precision not in ("auto", "float32", "bfloat16"):
+        raise ValueError(f"PRECISION must be 'auto', 'float32' or 'bfloat16', got {precision!r}.")
+    shapes = {"query": "single-query", "document": "batch", "both": "batch and single-query"}
+    on_cpu = str(device).split(":")[0] == "cpu"
+    if quantize:
+        reason = f"QUANTIZE={quantize!r}: int8 kernels, eager (int8 is never chosen for you)"
+        return EncoderPath(False, "float32", quantize, reason)
+
+    reasons: list[str] = []
+    if precision == "bfloat16":
+        dtype = "bfloat16"
+        reasons.append("PRECISION='bfloat16'")
+    elif precision == "float32":
+        dtype = "float32"
+        reasons.append("PRECISION='float32'")
+    elif not on_cpu:
+        dtype = "float32"
+        reasons.append(f"float32 on {device}")
+    elif not cpu.native_bf16:
+        dtype = "float32"
+        reasons.append(f"float32: no native bf16 on this CPU (torch {cpu.capability})")
+    elif not bf16_measured:
+        dtype = "float32"
+        reasons.append(f"float32: the CPU has native bf16, but {BF16_MEASURED_NOTE}")
+    else:
+        dtype = "bfloat16"
+        reasons.append("bfloat16: native bf16 on this CPU, quality measured within 0.1 point")
+
+    if compile is True:
+        compiled = True
+        reasons.append(f"COMPILE=True: the compiled {shapes[role]} path")
+    elif compile in (False, None):
+        compiled = False
+        reasons.append("COMPILE=False: eager")
+    elif not on_cpu:
+        compiled = False
+        reasons.append(f"eager on {device} (the compiled path is for CPUs)")
+    elif not compiler:
+        compiled = False
+        reasons.append("eager: no C++ compiler found for torch.compile (install g++)")
+    else:
+        compiled = True
+        reasons.append(f"the compiled {shapes[role]} path (COMPILE='auto', C++ compiler found)")
+    return EncoderPath(compiled, dtype, None, "; ".join(reasons))
+
+
+def cpu_features() -> CpuFeatures:
+    """This machine's ``CpuFeatures``: torch's capability string, /proc/cpuinfo flags (Linux)."""
+    import torch  # the capability depends on the torch build: asked only when choosing a path
+
+    capability = str(torch.backends.cpu.get_cpu_capability())
+    flags: frozenset[str] = frozenset()
+    model = ""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and not model:
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = frozenset(value.split())
+            if model and flags:
+                break
+    return CpuFeatures(capability, flags, model)
+
+
+def compiler_available() -> bool:
+    """Whether the C++ compiler Inductor would use is on the PATH (``CXX``, else g++/clang++)."""
+    import os
+
+    names = [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "clang++", "c++"]
+    return any(shutil.which(name) for name in names)

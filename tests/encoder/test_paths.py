@@ -1,0 +1,101 @@
+"""encoder.paths: the inference path chosen from the settings, the CPU and the host's compiler."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from django_sbert.encoder.paths import (
+    BF16_MEASURED,
+    CpuFeatures,
+    choose_path,
+    compiler_available,
+    cpu_features,
+)
+
+AVX2_ONLY = CpuFeatures("AVX2", frozenset({"avx", "avx2", "fma"}), "AMD EPYC")
+AVX512_NO_BF16 = CpuFeatures("AVX512", frozenset({"avx2", "avx512f", "avx512_vnni"}))
+AVX512_BF16 = CpuFeatures("AVX512", frozenset({"avx2", "avx512f", "avx512_bf16"}), "Zen 4")
+AMX = CpuFeatures("AVX512", frozenset({"avx2", "avx512f", "amx_tile", "amx_bf16"}), "SPR")
+# A CPU with bf16 units under a torch build (or ATEN_CPU_CAPABILITY) that stops at AVX2.
+BF16_FLAGS_AVX2_TORCH = CpuFeatures("AVX2", frozenset({"avx2", "avx512f", "avx512_bf16"}))
+NO_SIMD = CpuFeatures("DEFAULT", frozenset())
+
+
+@pytest.mark.parametrize("cpu", [AVX2_ONLY, AVX512_NO_BF16, BF16_FLAGS_AVX2_TORCH, NO_SIMD])
+@pytest.mark.parametrize("role", ["query", "document", "both"])
+def test_bf16_is_never_chosen_without_native_bf16(cpu, role):
+    assert not cpu.native_bf16
+    # Even if bf16 had been measured to keep quality: emulated bf16 is several times slower.
+    path = choose_path(role, cpu=cpu, compiler=True, bf16_measured=True)
+    assert path.dtype == "float32"
+    assert "no native bf16" in path.reason
+
+
+@pytest.mark.parametrize("cpu", [AVX512_BF16, AMX])
+def test_bf16_on_native_bf16_only_when_measured_to_keep_quality(cpu):
+    assert cpu.native_bf16
+    assert choose_path("document", cpu=cpu, compiler=True, bf16_measured=True).dtype == "bfloat16"
+    kept = choose_path("document", cpu=cpu, compiler=True, bf16_measured=False)
+    assert kept.dtype == "float32" and "has native bf16, but" in kept.reason
+
+
+def test_auto_compiles_on_a_cpu_with_a_compiler_per_role():
+    web = choose_path("query", cpu=AVX2_ONLY, compiler=True)
+    worker = choose_path("document", cpu=AVX2_ONLY, compiler=True)
+    assert (web.compile, web.dtype, web.label) == (True, "float32", "compiled float32")
+    assert "single-query" in web.reason and "batch" in worker.reason and worker.compile
+
+
+def test_no_compiler_means_eager_with_the_reason():
+    path = choose_path("query", cpu=AVX2_ONLY, compiler=False)
+    assert not path.compile and "no C++ compiler" in path.reason and path.label == "eager float32"
+
+
+def test_explicit_settings_win_over_auto():
+    assert not choose_path("query", compile=False, cpu=AVX2_ONLY, compiler=True).compile
+    # True is obeyed without a compiler found: the load then warns and falls back to eager.
+    assert choose_path("query", compile=True, cpu=AVX2_ONLY, compiler=False).compile
+    forced = choose_path("query", precision="bfloat16", cpu=AVX2_ONLY, compiler=True)
+    assert forced.dtype == "bfloat16" and "PRECISION='bfloat16'" in forced.reason
+    fp32 = choose_path("query", precision="float32", cpu=AMX, compiler=True, bf16_measured=True)
+    assert fp32.dtype == "float32"
+
+
+def test_int8_stays_opt_in_and_runs_eager():
+    for cpu in (AVX2_ONLY, AMX):
+        assert choose_path("document", cpu=cpu, compiler=True).quantize is None
+    int8 = choose_path("document", quantize="int8", cpu=AMX, compiler=True, bf16_measured=True)
+    assert (int8.compile, int8.dtype, int8.quantize, int8.label) == (
+        False,
+        "float32",
+        "int8",
+        "eager int8",
+    )
+
+
+def test_other_devices_run_eager_float32():
+    path = choose_path("query", device="cuda:0", cpu=AMX, compiler=True, bf16_measured=True)
+    assert (path.compile, path.dtype) == (False, "float32")
+
+
+def test_bad_values_are_refused():
+    with pytest.raises(ValueError, match="COMPILE must be"):
+        choose_path("query", compile="yes", cpu=AVX2_ONLY, compiler=True)
+    with pytest.raises(ValueError, match="PRECISION must be"):
+        choose_path("query", precision="fp16", cpu=AVX2_ONLY, compiler=True)
+
+
+def test_this_machine():
+    """The real path here: torch's capability string and /proc/cpuinfo, never bf16 without it."""
+    cpu = cpu_features()
+    assert cpu.capability == torch.backends.cpu.get_cpu_capability()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        assert cpu.flags and cpu.flags <= set(cpuinfo.read_text().split())
+    path = choose_path("document", cpu=cpu, compiler=compiler_available())
+    expected = "bfloat16" if cpu.native_bf16 and BF16_MEASURED else "float32"
+    assert path.dtype == expected, (cpu.describe(), path.reason)
+    assert path.compile == compiler_available()
