@@ -1,0 +1,53 @@
+"""Models of the storage options for large tables (docs/scale.md): halfvec columns and the
+binary-quantized index, each with what every search path needs (full text, passages)."""
+
+from __future__ import annotations
+
+from django.db import models
+from pgvector.django import HnswIndex
+
+from django_sbert.fields import EmbeddingField
+from django_sbert.passages import PassageConfig
+from django_sbert.query import SemanticManager
+
+
+class HalfArticle(models.Model):
+    """``precision="float16"``: a ``halfvec`` column and its HNSW index (halfvec_cosine_ops)."""
+
+    title = models.CharField(max_length=300)
+    category = models.CharField(max_length=50, blank=True)
+    embedding = EmbeddingField(
+        source=("title",),
+        precision="float16",
+        keyword_search=True,
+        passages=PassageConfig(max_tokens=24, overlap=6),
+    )
+
+    objects = SemanticManager()
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            HnswIndex(
+                name="halfarticle_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["halfvec_cosine_ops"],
+            )
+        ]
+
+
+class BinaryArticle(models.Model):
+    """``binary_index=True`` on a halfvec column: no float index, only the binary codes'."""
+
+    title = models.CharField(max_length=300)
+    category = models.CharField(max_length=50, blank=True)
+    embedding = EmbeddingField(
+        source=("title",), precision="float16", binary_index=True, keyword_search=True
+    )
+
+    objects = SemanticManager()
+
+    class Meta:
+        ordering = ["id"]
