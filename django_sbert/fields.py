@@ -307,13 +307,8 @@ class EmbeddingField(VectorField):
     def _add_binary_index(self, cls: type[models.Model]) -> None:
         """The HNSW index over the binary codes (indexes.py), unless Meta.indexes names it."""
         name = binary_index_name(cls._meta.label_lower, self.name)
-        if any(index.name == name for index in cls._meta.indexes):
-            return
-        try:
-            dimensions = self.get_dimensions()
-        except ImproperlyConfigured:
-            return  # the encoder cannot be read: check E003 says so
-        _add_index(cls, binary_index(self.attname, dimensions, name))
+        if not any(index.name == name for index in cls._meta.indexes):
+            _add_index(cls, binary_index(self.attname, name, self.dimensions))
 
     @property
     def binary_index_name(self) -> str:

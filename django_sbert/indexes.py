@@ -51,29 +51,39 @@ def binary_index_name(label_lower: str, field_name: str) -> str:
 class BinaryQuantizedIndex(HnswIndex):
     """``CREATE INDEX ... USING hnsw ((binary_quantize(<column>)::bit(n)) bit_hamming_ops)``.
 
+    ``n`` is ``dimensions``, or the field's own size when the index is created (read from its
+    encoder, like the column's type), so a migration does not freeze the test model's width.
     Django writes an operator class for an index expression only through
-    ``django.contrib.postgres``'s ``OpClass`` when that app is installed; this index writes
-    its one expression and operator class itself, so it needs no extra app.
+    ``django.contrib.postgres``'s ``OpClass`` when that app is installed; this index writes its
+    expression and operator class itself, so it needs no extra app.
     """
 
-    def __init__(self, *, field: str, dimensions: int, name: str, **kwargs: Any) -> None:
+    def __init__(
+        self, *, field: str, name: str, dimensions: int | None = None, **kwargs: Any
+    ) -> None:
         self.field_name = field
-        self.dimensions = int(dimensions)
-        super().__init__(binary_code(field, self.dimensions), name=name, **kwargs)
+        self.dimensions = None if dimensions is None else int(dimensions)
+        super().__init__(fields=[field], name=name, **kwargs)
 
     def deconstruct(self) -> tuple[Any, Any, Any]:
-        path, _, kwargs = super().deconstruct()
-        return path, (), {**kwargs, "field": self.field_name, "dimensions": self.dimensions}
+        path, args, kwargs = super().deconstruct()
+        kwargs.pop("fields", None)
+        kwargs["field"] = self.field_name
+        if self.dimensions is not None:
+            kwargs["dimensions"] = self.dimensions
+        return path, args, kwargs
 
     def create_sql(self, model: Any, schema_editor: Any, using: str = "", **kwargs: Any) -> Any:
         statement = super().create_sql(model, schema_editor, using=using, **kwargs)
-        column = schema_editor.quote_name(model._meta.get_field(self.field_name).column)
+        field = model._meta.get_field(self.field_name)
+        dimensions = self.dimensions or field.get_dimensions()
+        column = schema_editor.quote_name(field.column)
         statement.parts["columns"] = (
-            f"(binary_quantize({column})::bit({self.dimensions})) {HAMMING_OPCLASS}"
+            f"(binary_quantize({column})::bit({dimensions})) {HAMMING_OPCLASS}"
         )
         return statement
 
 
-def binary_index(attname: str, dimensions: int, name: str, **options: Any) -> HnswIndex:
+def binary_index(attname: str, name: str, dimensions: int | None = None) -> HnswIndex:
     """The HNSW index (Hamming distance) over the binary codes of the column ``attname``."""
-    return BinaryQuantizedIndex(field=attname, dimensions=dimensions, name=name, **options)
+    return BinaryQuantizedIndex(field=attname, name=name, dimensions=dimensions)

@@ -152,6 +152,6 @@ def test_w021_counts_rows_with_a_vector_but_no_version(settings):
 def test_w022_warns_when_the_indexes_outgrow_the_memory(settings):
     settings.SBERT = {**settings.SBERT, "INDEX_MEMORY": "1kB"}
     warnings = [m for m in check_scale(databases=["default"]) if m.id == "django_sbert.W022"]
-    assert len(warnings) == 1 and "article_embedding_hnsw" in warnings[0].msg
+    assert len(warnings) == 1 and "The HNSW indexes of database 'default' take" in warnings[0].msg
     settings.SBERT = {**settings.SBERT, "INDEX_MEMORY": None}  # effective_cache_size: 4GB
     assert not [m for m in check_scale(databases=["default"]) if m.id == "django_sbert.W022"]

@@ -1,5 +1,6 @@
 """Models of the storage options for large tables (docs/scale.md): halfvec columns and the
-binary-quantized index, each with what every search path needs (full text, passages)."""
+binary-quantized index, with what every search path needs (full text, passages). The scale
+benchmark (benchmarks/scale.py) loads them too."""
 
 from __future__ import annotations
 
@@ -16,12 +17,7 @@ class HalfArticle(models.Model):
 
     title = models.CharField(max_length=300)
     category = models.CharField(max_length=50, blank=True)
-    embedding = EmbeddingField(
-        source=("title",),
-        precision="float16",
-        keyword_search=True,
-        passages=PassageConfig(max_tokens=24, overlap=6),
-    )
+    embedding = EmbeddingField(source=("title",), precision="float16", keyword_search=True)
 
     objects = SemanticManager()
 
@@ -34,6 +30,25 @@ class HalfArticle(models.Model):
                 m=16,
                 ef_construction=64,
                 opclasses=["halfvec_cosine_ops"],
+            )
+        ]
+
+
+class HalfReport(models.Model):
+    """A halfvec field with passages: the passage table keeps float32 vectors (``vector``)."""
+
+    title = models.CharField(max_length=300)
+    embedding = EmbeddingField(
+        source=("title",), precision="float16", passages=PassageConfig(max_tokens=24, overlap=6)
+    )
+
+    objects = SemanticManager()
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            HnswIndex(
+                name="halfreport_hnsw", fields=["embedding"], opclasses=["halfvec_cosine_ops"]
             )
         ]
 
