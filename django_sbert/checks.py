@@ -14,6 +14,10 @@ django_sbert.E011         keyword_weights do not give one of A-D per source fiel
 django_sbert.E012         the serving version cannot be fetched or verified here (database check)
 django_sbert.W001         a large table has no HNSW index the search can use (database check)
 django_sbert.W002         pgvector is older than 0.8: filtered searches may return < k rows
+django_sbert.E020         an EmbeddingField's precision is not "float32" or "float16"
+django_sbert.W021         rows hold a vector but no encoder version (database check, sizing.py)
+django_sbert.W022         vector indexes larger than the memory that caches them (database
+                          check, sizing.py)
 django_sbert.W030         a database searches read opens a connection per request (--deploy)
 django_sbert.W031         a queue holds messages that no live worker consumes (--deploy)
 ========================  ======================================================================
@@ -42,6 +46,7 @@ from .fields import EmbeddingField, all_embedding_fields
 from .health import serving_databases
 from .models import EncoderVersion, VersionStatus
 from .serving.model_cache import unavailable_reason
+from .sizing import check_scale
 
 TAG = "django_sbert"
 ITERATIVE_SCAN_VERSION = (0, 8, 0)
@@ -56,6 +61,7 @@ def register() -> None:
     checks.register(check_local_files, TAG, checks.Tags.database)
     checks.register(check_connections, TAG, deploy=True)
     checks.register(check_workers, TAG, deploy=True)
+    checks.register(check_scale, TAG, checks.Tags.database)  # W021, W022 (sizing.py)
 
 
 def _fields(app_configs: Sequence[Any] | None) -> list[tuple[type, EmbeddingField]]:
@@ -259,26 +265,31 @@ def _check_table(cursor: Any, model: type, field: EmbeddingField) -> list[checks
     if row is not None and row[0] > 0 and expected is not None and row[0] != expected:
         messages.append(
             checks.Error(
-                f"Column {table}.{column} holds vector({row[0]}) but {label}'s encoder "
-                f"{field.encoder!r} produces {expected} dimensions.",
+                f"Column {table}.{column} holds {field.vector_type}({row[0]}) but {label}'s "
+                f"encoder {field.encoder!r} produces {expected} dimensions.",
                 hint=f"Configure the encoder the column was built for, or change the column in a "
                 f"migration: RunSQL('ALTER TABLE {table} ALTER COLUMN {column} TYPE "
-                f"vector({expected}) USING NULL'), then manage.py sbert_reindex --all.",
+                f"{field.vector_type}({expected}) USING NULL'), then manage.py sbert_reindex "
+                "--all.",
                 obj=field,
                 id="django_sbert.E002",
             )
         )
+    opclass = f"{field.vector_type}_cosine_ops"
+    binary_name = field.binary_index_name if field.binary_index else ""
     cursor.execute(
         """
-        SELECT count(*) FILTER (WHERE opc.opcname = 'vector_cosine_ops'), count(*)
+        SELECT count(*) FILTER (WHERE opc.opcname = %s OR ic.relname = %s), count(*)
         FROM pg_index i
         JOIN pg_class ic ON ic.oid = i.indexrelid
         JOIN pg_am am ON am.oid = ic.relam AND am.amname = 'hnsw'
-        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+        LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
         JOIN pg_opclass opc ON opc.oid = i.indclass[0]
-        WHERE i.indrelid = %s::regclass AND a.attname = %s
+        WHERE i.indrelid = %s::regclass AND (a.attname = %s OR ic.relname = %s)
         """,
-        [connection_quote(table), column],
+        # The operator class of the column's type (vector / halfvec), or the binary-quantized
+        # index of binary_index=True (an index on an expression: found by its name).
+        [opclass, binary_name, connection_quote(table), column, binary_name],
     )
     cosine_indexes, hnsw_indexes = cursor.fetchone()
     cursor.execute(
@@ -290,11 +301,11 @@ def _check_table(cursor: Any, model: type, field: EmbeddingField) -> list[checks
         wrong = " (its HNSW index uses another operator class)" if hnsw_indexes else ""
         messages.append(
             checks.Warning(
-                f"{table} has about {rows} rows but no HNSW index with vector_cosine_ops on "
+                f"{table} has about {rows} rows but no HNSW index with {opclass} on "
                 f"{column}{wrong}: similar_to() scans every row.",
                 hint="Add to the model's Meta: indexes = [HnswIndex(name='...', "
                 f"fields=['{field.name}'], m=16, ef_construction=64, "
-                "opclasses=['vector_cosine_ops'])] (from pgvector.django), then makemigrations "
+                f"opclasses=['{opclass}'])] (from pgvector.django), then makemigrations "
                 "and migrate.",
                 obj=model,
                 id="django_sbert.W001",

@@ -61,6 +61,9 @@ SEARCH_DEFAULTS: dict[str, Any] = {
     "KEYWORD_MAX_ROWS": 10000,  # a keyword search ranks at most this many matching rows
     # Fields with passages= (docs/passages.md): passages the HNSW scan fetches per row asked for
     "PASSAGES_PER_ROW": 4,
+    # Fields with binary_index=True (docs/scale.md): rows taken by Hamming distance per row
+    # asked for, then re-ranked by exact cosine; 0 searches the float vectors instead
+    "BINARY_OVERSAMPLE": 4,
 }
 
 DEFAULTS: dict[str, Any] = {
@@ -89,6 +92,19 @@ DEFAULTS: dict[str, Any] = {
     # Read replicas (docs/deployment.md)
     "SEARCH_DATABASE": None,  # alias searches read rows and version from; None: Django's router
 }
+
+# Large tables (docs/scale.md): building vector indexes (manage.py sbert_index) and sizing them.
+DEFAULTS.update(
+    {
+        # maintenance_work_mem of an index build (a PostgreSQL size); None: the server's
+        "INDEX_MAINTENANCE_WORK_MEM": "1GB",
+        # max_parallel_maintenance_workers of an index build; None: the server's
+        "INDEX_PARALLEL_WORKERS": None,
+        # check W022: bytes (or "12GB") the HNSW indexes should fit in; None: the server's
+        # effective_cache_size (its estimate of shared_buffers + the OS cache)
+        "INDEX_MEMORY": None,
+    }
+)
 
 # Keys whose value is a dict merged over the default dict rather than replacing it: a project
 # that adds an encoder keeps "default", and SEARCH={"K": 5} keeps the other search defaults.

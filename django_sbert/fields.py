@@ -49,9 +49,13 @@ from pgvector.django import VectorField
 from . import fulltext
 from .conf import encoder_config
 from .encoder import ModelNotFoundError, UnsupportedModelError, describe
+from .indexes import binary_index, binary_index_name
 from .passages import PassageConfig, make_passage_model, passage_config
 
 Source = tuple[str, ...] | str | Callable[[models.Model], str]
+
+# EmbeddingField(precision=...): the pgvector type that stores each precision.
+PRECISIONS = {"float32": "vector", "float16": "halfvec"}
 
 # Fields whose Python str() and PostgreSQL ::text agree, so the SQL hash matches text_hash().
 TEXT_FIELD_TYPES = (models.CharField, models.TextField)
@@ -176,6 +180,8 @@ class EmbeddingField(VectorField):
         keyword_config: str = fulltext.DEFAULT_CONFIG,
         keyword_weights: Sequence[str] | Mapping[str, str] | None = None,
         passages: bool | PassageConfig = False,
+        precision: str = "float32",
+        binary_index: bool = False,
         **kwargs: Any,
     ) -> None:
         """``keyword_search=True`` adds the generated ``<name>_tsv`` column and its GIN index.
@@ -186,6 +192,11 @@ class EmbeddingField(VectorField):
         ``passages=True`` (or a ``PassageConfig``) also indexes the text by its passages, in a
         passage table of its own, and text searches rank rows by their best passage
         (docs/passages.md).
+        ``precision="float16"`` stores the vector as pgvector's ``halfvec`` (half the bytes;
+        pair it with an HNSW index using ``halfvec_cosine_ops``); ``"float32"``, the default,
+        as ``vector`` (docs/scale.md). ``binary_index=True`` adds an HNSW index over the
+        vectors' 1-bit codes and makes searches take the top ``k x oversample`` rows by
+        Hamming distance, re-ranked by exact cosine (query/binary.py, docs/scale.md).
         """
         for key, value in self._defaults.items():
             kwargs.setdefault(key, value)
@@ -199,6 +210,8 @@ class EmbeddingField(VectorField):
         self.keyword_config = keyword_config
         self.keyword_weights = keyword_weights
         self.passages = passages
+        self.precision = precision
+        self.binary_index = binary_index
         self.passage_model: type[models.Model] | None = None  # set when the model is ready
         super().__init__(dimensions=dimensions, **kwargs)
 
@@ -222,6 +235,10 @@ class EmbeddingField(VectorField):
             kwargs["keyword_weights"] = self.keyword_weights
         if self.passages:
             kwargs["passages"] = self.passages
+        if self.precision != "float32":
+            kwargs["precision"] = self.precision
+        if self.binary_index:
+            kwargs["binary_index"] = True
         return name, path, args, kwargs
 
     def contribute_to_class(self, cls: type[models.Model], name: str, **kwargs: Any) -> None:
@@ -238,6 +255,8 @@ class EmbeddingField(VectorField):
             f.name for f in cls._meta.local_fields
         }:
             self._add_gin_index(cls)
+        if self.binary_index:
+            self._add_binary_index(cls)
         if self.passage_config is not None:
             # The passage table points at this model: made once the model class is complete.
             models.signals.class_prepared.connect(self._add_passage_model, sender=cls, weak=False)
@@ -283,8 +302,18 @@ class EmbeddingField(VectorField):
             return
         index = GinIndex(fields=[column])
         index.set_name_with_model(cls)
-        # A new list: Meta.indexes may be shared with other models through Meta inheritance.
-        cls._meta.indexes = [*cls._meta.indexes, index]
+        _add_index(cls, index)
+
+    def _add_binary_index(self, cls: type[models.Model]) -> None:
+        """The HNSW index over the binary codes (indexes.py), unless Meta.indexes names it."""
+        name = binary_index_name(cls._meta.label_lower, self.name)
+        if not any(index.name == name for index in cls._meta.indexes):
+            _add_index(cls, binary_index(self.attname, name, self.dimensions))
+
+    @property
+    def binary_index_name(self) -> str:
+        """The name of the binary-quantized index ``binary_index=True`` adds."""
+        return binary_index_name(self.model._meta.label_lower, self.name)
 
     _companion_kwargs = {"null": True, "blank": True, "editable": False}
 
@@ -342,8 +371,13 @@ class EmbeddingField(VectorField):
                 "dimensions=... to the EmbeddingField."
             ) from exc
 
+    @property
+    def vector_type(self) -> str:
+        """The pgvector type of the column: ``vector`` (float32) or ``halfvec`` (float16)."""
+        return PRECISIONS.get(self.precision, "vector")
+
     def db_type(self, connection: Any) -> str:
-        return f"vector({self.get_dimensions()})"
+        return f"{self.vector_type}({self.get_dimensions()})"
 
     # -- source text ------------------------------------------------------------------------
 
@@ -417,6 +451,22 @@ class EmbeddingField(VectorField):
             *self._check_keyword_search(),
             *self._check_passages(),
             *self._check_encoder(),
+            *self._check_precision(),
+        ]
+
+    def _check_precision(self) -> list[checks.CheckMessage]:
+        """E020: ``precision`` is one of PRECISIONS."""
+        if self.precision in PRECISIONS:
+            return []
+        return [
+            checks.Error(
+                f"{self._label()}: precision must be one of {', '.join(map(repr, PRECISIONS))}, "
+                f"not {self.precision!r}.",
+                hint="precision='float32' stores pgvector's vector, 'float16' its halfvec "
+                "(half the size; docs/scale.md).",
+                obj=self,
+                id="django_sbert.E020",
+            )
         ]
 
     def _check_passages(self) -> list[checks.CheckMessage]:
@@ -577,6 +627,14 @@ class EmbeddingField(VectorField):
     def _label(self) -> str:
         model = getattr(self, "model", None)
         return f"{model._meta.label}.{self.name}" if model is not None else "EmbeddingField"
+
+
+def _add_index(cls: type[models.Model], index: models.Index) -> None:
+    """Append ``index`` to the model's indexes, where migrations see it too."""
+    # A new list: Meta.indexes may be shared with other models through Meta inheritance.
+    cls._meta.indexes = [*cls._meta.indexes, index]
+    # Migrations read a model's indexes only when its Meta declared some (original_attrs).
+    cls._meta.original_attrs["indexes"] = cls._meta.indexes
 
 
 def _text(value: Any) -> str:

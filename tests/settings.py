@@ -104,6 +104,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django_sbert",
     "tests.testapp",
+    "tests.scaleapp",
 ]
 
 MIDDLEWARE = [

@@ -8,15 +8,18 @@ tasks.
     iter_stale_pks(ref)              # rows whose vector is missing or stale, a chunk at a time
     field_status(ref)                # counts for manage.py sbert_status
     skipped_rows(ref)                # rows skipped after errors of their own (SkippedRow)
+    bulk_load(objs, vectors)         # insert rows with vectors computed elsewhere (COPY)
 
 Modules, in the order data flows: ``signals`` (post_save -> one task per transaction),
 ``tasks`` (Celery: embed_rows, sweep), ``embed`` (the loop), ``rows`` (read and encode),
-``writes`` (live and staged writes), ``staleness`` (what needs a vector), ``failures`` (rows
-skipped after errors of their own), ``refs`` (which fields exist).
+``writes`` (live and staged writes), ``bulk`` (rows loaded with their vectors by COPY),
+``staleness`` (what needs a vector), ``failures`` (rows skipped after errors of their own),
+``refs`` (which fields exist).
 """
 
 from __future__ import annotations
 
+from .bulk import bulk_load
 from .embed import DEFAULT_CHUNK_ROWS, Progress, embed_pks, embed_stale
 from .failures import skipped_rows
 from .refs import FieldRef, check_configured, field_refs, get_ref, resolve_targets
@@ -50,6 +53,7 @@ __all__ = [
     "Progress",
     "VersionChanged",
     "WriteOutcome",
+    "bulk_load",
     "check_configured",
     "count_stale",
     "embed_pks",

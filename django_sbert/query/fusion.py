@@ -56,7 +56,7 @@ from django.db.models.sql.where import AND, WhereNode
 from pgvector.django import CosineDistance
 
 from .. import fulltext
-from .vectors import QuerySource, QueryVector
+from .vectors import QuerySource, query_vector
 
 TABLE_NAME = "sbert_hybrid"
 
@@ -87,6 +87,10 @@ class Fusion:
     # A field with passages=: the vector side ranks rows by their best passage
     # (query/passages.PassageSearch); None: by the rows' own vectors.
     passages: Any = None
+    # A field with binary_index=True: (condition, distance) of query/binary.reranked(), which
+    # take the candidates by Hamming distance and rank them by exact cosine; None: the float
+    # vectors, through their own index.
+    binary: Any = None
 
 
 class FusedColumn(Expression):
@@ -234,7 +238,13 @@ class FusedJoin(DerivedTableJoin):
         rows = base.filter(**{f"{f.vector_column}__isnull": False}, **dict(f.vector_filter))
         if f.passages is not None:  # pk, distance of the rows with the best passages
             return f.passages.ranked_rows(rows, rows.query, f.candidates, connection)
-        distance = CosineDistance(f.vector_column, QueryVector(f.vector_literal, f.source))
+        if f.binary is not None:
+            within, distance = f.binary
+            rows = rows.filter(within)
+        else:
+            field = base.model._meta.get_field(f.vector_column)
+            vector = query_vector(field, f.vector_literal, f.source)
+            distance = CosineDistance(f.vector_column, vector)
         candidates = (
             rows.annotate(_sbert_distance=distance)
             .order_by(distance)  # the operator of the HNSW index (vector_cosine_ops)

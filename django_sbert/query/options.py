@@ -174,3 +174,23 @@ def keyword_max_rows() -> int:
             f"SBERT['SEARCH']['KEYWORD_MAX_ROWS'] must be a positive integer, got {value!r}."
         )
     return value
+
+
+def binary_oversample(field: Any, oversample: int | None) -> int | None:
+    """How many candidates per row asked for a search of ``field`` takes by Hamming distance
+    before re-ranking (``oversample``, else ``SBERT["SEARCH"]["BINARY_OVERSAMPLE"]``); None for
+    a search of the float vectors (a field without ``binary_index=True``, or 0)."""
+    if not field.binary_index:
+        if oversample:
+            raise ValueError(
+                f"oversample={oversample!r} needs a binary-quantized index: declare the field "
+                "with EmbeddingField(..., binary_index=True) and run makemigrations and migrate."
+            )
+        return None
+    value = sbert_settings.SEARCH["BINARY_OVERSAMPLE"] if oversample is None else oversample
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(
+            f"oversample must be a non-negative integer, got {value!r} "
+            "(check SBERT['SEARCH']['BINARY_OVERSAMPLE'])."
+        )
+    return value or None

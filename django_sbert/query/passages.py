@@ -65,7 +65,7 @@ from ..conf import sbert_settings
 from ..fields import EmbeddingField
 from ..passages import max_passages
 from .fusion import DerivedTableJoin, FusedColumn, candidate_queryset
-from .vectors import REBOUND, QuerySource, QueryVector
+from .vectors import REBOUND, QuerySource, query_vector
 
 TABLE_NAME = "sbert_passages"
 
@@ -104,7 +104,10 @@ class PassageSearch:
         A passage's offsets and text come with it from the heap tuple the index scan reads
         anyway, so the best passages need no second lookup.
         """
-        distance = CosineDistance("vector", QueryVector(self.vector_literal, self.source))
+        vector = query_vector(
+            self.model._meta.get_field("vector"), self.vector_literal, self.source
+        )
+        distance = CosineDistance("vector", vector)
         scan = self.model._base_manager.filter(row__in=base.values("pk")).annotate(
             _sbert_distance=distance
         )
@@ -269,11 +272,15 @@ class BestPassage(Expression):
     def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
         pk_sql, pk_params = compiler.compile(self.pk)
         vector_sql, vector_params = compiler.compile(
-            QueryVector(self.search.vector_literal, self.search.source)
+            query_vector(
+                self.search.model._meta.get_field("vector"),
+                self.search.vector_literal,
+                self.search.source,
+            )
         )
         c = self.search._columns(connection)
         table = connection.ops.quote_name(self.search.model._meta.db_table)
-        similarity = f"1 - (p.{c['vector']} <=> {vector_sql}::vector)"
+        similarity = f"1 - (p.{c['vector']} <=> {vector_sql})"
         selected = (
             self.search.passage_json("p", connection) if self.what == "passage" else similarity
         )

@@ -47,9 +47,11 @@ from pgvector import Vector
 from .. import fulltext
 from ..fields import EmbeddingField, embedding_fields, vector_literal
 from .aio import encode_text, text_vector
+from .binary import reranked
 from .fusion import CappedMatch, FusedJoin, Fusion, fused_annotations
 from .options import (
     SearchOptions,
+    binary_oversample,
     hybrid_settings,
     keyword_max_df,
     keyword_max_rows,
@@ -97,6 +99,7 @@ class SemanticQuerySet(models.QuerySet):
         ef_search: int | None = None,
         iterative_scan: str | None = None,
         passages: bool | None = None,
+        oversample: int | None = None,
     ) -> SemanticQuerySet:
         """Rows nearest to ``query`` by cosine similarity, nearest first.
 
@@ -111,8 +114,13 @@ class SemanticQuerySet(models.QuerySet):
         (``passages=False``: by the row's own vector) and each row also gets ``passage``: the
         best passage's ``text``, ``start`` and ``end`` in the source text, and ``index``
         (query/passages.py, docs/passages.md).
+
+        On a field with ``binary_index=True`` the rows are the top ``k x oversample`` by the
+        Hamming distance of their binary codes, re-ranked by exact cosine (query/binary.py;
+        default ``SBERT["SEARCH"]["BINARY_OVERSAMPLE"]``, 0: search the float vectors).
         """
         embedding = self._embedding_field(field)
+        binary = binary_oversample(embedding, oversample)
         pinned = self._pinned()  # rows and version from one database (query/replicas.py)
         vector, exclude_pk, source = pinned._query_vector(query, embedding)
         literal = vector_literal(vector)  # pgvector text, written once for every use below
@@ -128,6 +136,10 @@ class SemanticQuerySet(models.QuerySet):
             search = PassageSearch.for_field(embedding, literal, source)
             qs, distance, passage = join_passages(qs, search)
             qs, ties = qs.annotate(passage=passage), ("pk",)  # rows sharing a passage: by pk
+        elif binary:
+            # Hamming top-N on the binary index, re-ranked exactly (query/binary.py).
+            candidates, distance = reranked(embedding, literal, source, binary)
+            qs, ties = qs.filter(candidates), ("pk",)
         if min_similarity is not None:
             qs = qs.alias(_sbert_distance=distance).filter(
                 _sbert_distance__lte=1.0 - float(min_similarity)
@@ -255,6 +267,7 @@ class SemanticQuerySet(models.QuerySet):
             source=source,
             max_rows=keyword_max_rows(),
             passages=search,
+            binary=self._binary_vector_side(embedding, literal, source, settings["candidates"]),
             **settings,
         )
         query = qs.query
@@ -355,6 +368,20 @@ class SemanticQuerySet(models.QuerySet):
                 f"{embedding.encoder!r}."
             )
         return vector, exclude_pk, source
+
+    def _binary_vector_side(
+        self,
+        embedding: EmbeddingField,
+        literal: str,
+        source: QuerySource | None,
+        candidates: int,
+    ) -> tuple[Any, Any] | None:
+        """hybrid_search()'s vector side on a field with ``binary_index=True``: its top
+        ``candidates`` come from ``candidates x oversample`` rows by Hamming distance."""
+        oversample = binary_oversample(embedding, None)
+        if oversample is None:
+            return None
+        return reranked(embedding, literal, source, oversample, candidates * oversample)
 
     def _keyword_terms(
         self, embedding: EmbeddingField, text: str, match: str, max_df: float | None

@@ -84,18 +84,34 @@ def rebind(query: Query, source: QuerySource, rebound: Rebound) -> None:
 
 
 class QueryVector(Expression):
-    """The query vector as a parameter (pgvector text); in a rebound query, the new one."""
+    """The query vector as a parameter (pgvector text) cast to the type of ``column``, the
+    field it is compared with; in a rebound query, the new one.
+
+    The cast (``::vector(384)``, ``::halfvec(384)``) makes ``<=>`` see the column's own type
+    on both sides, which the column's HNSW index (``vector_cosine_ops`` /
+    ``halfvec_cosine_ops``) needs to serve the ORDER BY. Every search path builds its query
+    vector here (``query_vector()``).
+    """
 
     output_field = TextField()
 
-    def __init__(self, literal: str, source: QuerySource | None = None) -> None:
+    def __init__(self, literal: str, source: QuerySource | None = None, column: Any = None) -> None:
         super().__init__()
         self.literal = literal
         self.source = source
+        self.column = column
 
     def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
         rebound = rebound_for(compiler.query, self.source)
-        return "%s", [rebound.literal if rebound is not None else self.literal]
+        cast = "" if self.column is None else f"::{self.column.db_type(connection)}"
+        return f"%s{cast}", [rebound.literal if rebound is not None else self.literal]
+
+
+def query_vector(
+    column: models.Field, literal: str, source: QuerySource | None = None
+) -> QueryVector:
+    """The query vector typed like ``column`` (the vector field a search compares it with)."""
+    return QueryVector(literal, source, column)
 
 
 class SearchVersion(Expression):
@@ -121,7 +137,7 @@ def cosine_distance(
     where it came from, so that a search can run again with the vector of a new version.
     """
     literal = vector if isinstance(vector, str) else vector_literal(vector)
-    return CosineDistance(embedding.attname, QueryVector(literal, source))
+    return CosineDistance(embedding.attname, query_vector(embedding, literal, source))
 
 
 def as_vector(value: Any) -> np.ndarray:

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class ScaleappConfig(AppConfig):
+    name = "tests.scaleapp"
+    label = "scaleapp"
+    default_auto_field = "django.db.models.BigAutoField"
