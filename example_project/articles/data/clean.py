@@ -262,22 +262,20 @@ def join_suffixes(lexicon: Lexicon) -> Callable[[str], tuple[str, int]]:
     joined word elsewhere, so "Japan an aggressor", "From an update" and "Prawo i
     Sprawiedliwość" stay."""
 
-    def repl(match: re.Match[str]) -> str:
-        base, joined = match.group(1), match.group(1) + match.group(2)
-        # A name: the corpus rarely writes it in lowercase ("Europe", not "Or an artist").
-        name = lexicon.words[base.lower()] * 20 < lexicon.words[base]
-        return joined if name and lexicon.words[joined] > 0 else match.group(0)
-
     def apply(text: str) -> tuple[str, int]:
-        count = 0
+        joined_here = 0
 
-        def counted(match: re.Match[str]) -> str:
-            nonlocal count
-            out = repl(match)
-            count += out != match.group(0)
-            return out
+        def join(match: re.Match[str]) -> str:
+            nonlocal joined_here
+            base, joined = match.group(1), match.group(1) + match.group(2)
+            # A name: the corpus rarely writes it in lowercase ("Europe", not "Or an artist").
+            name = lexicon.words[base.lower()] * 20 < lexicon.words[base]
+            if name and lexicon.words[joined] > 0:
+                joined_here += 1
+                return joined
+            return match.group(0)
 
-        return SUFFIX.sub(counted, text), count
+        return SUFFIX.sub(join, text), joined_here
 
     return apply
 
@@ -286,8 +284,8 @@ def strip_lead(lexicon: Lexicon) -> Callable[[str], tuple[str, int]]:
     """Drop the template captions and markup tokens printed before an article's first sentence.
 
     A markup token or an infobox phrase always goes. A known caption (``Lexicon.captions``, or
-    a Wikinews topic) goes when what follows cannot continue it: a sentence opener, another
-    caption, or a capitalised word that never follows it anywhere else in the corpus
+    a Wikinews topic) goes when what follows cannot continue it: a sentence opener, a repeat,
+    more markup, or a capitalised word that never follows it anywhere else in the corpus
     ("New Zealand Harry Doynhoven" goes; "United States President George W. Bush" stays, and
     "Iran is ..." or "United States officials said" are never touched: lowercase follows).
     """
@@ -295,7 +293,7 @@ def strip_lead(lexicon: Lexicon) -> Callable[[str], tuple[str, int]]:
 
     def caption_at_start(text: str) -> int:
         """The length of the caption that ``text`` starts with, or 0."""
-        words = text.split(" ", 6)
+        words = text.split(" ", 7)  # up to 5 caption words, the next two, the rest
         for n in range(min(5, len(words) - 1), 0, -1):
             head = " ".join(words[:n])
             if head.lower() not in lexicon.captions and not topic.fullmatch(head):
