@@ -26,7 +26,9 @@ class Article(models.Model):
     # Encoded by a Celery worker on save (django_sbert.tasks.embed_rows): the article is split
     # into passages that fit the model's window, each encoded (384 numbers), and a search ranks
     # articles by their best passage; the row keeps the mean of its passages' vectors.
-    embedding = EmbeddingField(source=("title", "body"), passages=True)
+    # keyword_search: PostgreSQL also keeps a full-text column of title (weight A) and body
+    # (B) with a GIN index, for keyword_search() and hybrid_search() (docs/hybrid.md).
+    embedding = EmbeddingField(source=("title", "body"), passages=True, keyword_search=True)
 
     objects = SemanticManager()
 

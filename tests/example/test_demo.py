@@ -10,6 +10,7 @@ the "N of M embedded" notice; the screenshots are kept in ``artifacts/screenshot
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -76,6 +77,46 @@ def _results(browser) -> tuple[list[str], list[float]]:
     return titles, scores
 
 
+def _timing(browser) -> tuple[float, float | None, float]:
+    """The timings line under the results: (total, encoding or None, database query) in ms."""
+    from selenium.webdriver.common.by import By
+
+    text = browser.find_element(By.ID, "timings").text
+    match = re.search(
+        r"Search took ([\d.]+) ms: (?:encoding the query ([\d.]+) ms(?: \(cached\))?|"
+        r"no query to encode), the database query ([\d.]+) ms",
+        text,
+    )
+    assert match, text
+    total, encode, query = match.groups()
+    return float(total), float(encode) if encode else None, float(query)
+
+
+def _switch_mode(browser, label: str, mode: str) -> None:
+    """Click a mode of the switch: the page searches again in that mode at once."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    old = browser.find_element(By.ID, "timings")
+    browser.find_element(
+        By.XPATH, f"//fieldset[@id='modes']//label[contains(., '{label}')]"
+    ).click()
+    WebDriverWait(browser, 60).until(lambda b: f"mode={mode}" in b.current_url)
+    WebDriverWait(browser, 60).until(lambda b: not _is_attached(old))
+    checked = browser.find_element(By.CSS_SELECTOR, "#modes input:checked")
+    assert checked.get_attribute("value") == mode
+
+
+def _is_attached(element) -> bool:
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return False
+    return True
+
+
 def test_search_in_a_browser(demo: DemoProcess, browser) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -83,22 +124,48 @@ def test_search_in_a_browser(demo: DemoProcess, browser) -> None:
 
     browser.get(f"{demo.url}/")
     assert f"Search {DEMO_ARTICLES} news articles by meaning" in browser.page_source
+    assert (
+        browser.find_element(By.CSS_SELECTOR, "#modes input:checked").get_attribute("value")
+        == "hybrid"
+    )  # the default mode
     box = browser.find_element(By.NAME, "q")
     box.send_keys(QUERY, Keys.ENTER)
     WebDriverWait(browser, 60).until(lambda b: b.find_elements(By.CSS_SELECTOR, ".result"))
 
+    # Hybrid: each result shows its similarity and its place in each fused list.
     titles, scores = _results(browser)
     assert len(titles) == 10, titles  # the first page of the ranking
-    assert scores == sorted(scores, reverse=True), scores
     assert EXPECTED in titles[:3], titles  # no word of the query is in the title
+    ranks = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".result .ranks")]
+    place = re.compile(r"meaning (#\d+|–) · words (#\d+|–)")
+    assert len(ranks) == 10 and all(place.search(r) for r in ranks), ranks
+    assert any("meaning #" in r for r in ranks) and any("words #" in r for r in ranks), ranks
+    total, encode, query = _timing(browser)
+    assert encode is not None and query > 0 and total == pytest.approx(encode + query, abs=0.11)
     bars = browser.find_elements(By.CSS_SELECTOR, ".result .bar span")
     assert bars[0].get_attribute("style").startswith("width: ")
     (ARTIFACTS / "screenshots").mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(ARTIFACTS / "screenshots" / "search.png"))
 
+    # Meaning (vector search): nearest first, no ranks; the query vector is cached by now.
+    _switch_mode(browser, "Meaning", "vector")
+    titles, scores = _results(browser)
+    assert len(titles) == 10 and EXPECTED in titles[:3], titles
+    assert scores == sorted(scores, reverse=True), scores
+    assert not browser.find_elements(By.CSS_SELECTOR, ".result .ranks")
+    assert "(cached)" in browser.find_element(By.ID, "timings").text
+
+    # Words (keyword search): PostgreSQL full text alone, nothing to encode.
+    _switch_mode(browser, "Words", "keyword")
+    _, keyword_scores = _results(browser)
+    assert keyword_scores == sorted(keyword_scores, reverse=True), keyword_scores
+    assert _timing(browser)[1] is None
+    _switch_mode(browser, "Meaning", "vector")
+
     # Page 2 continues the same ranking.
     browser.find_element(By.LINK_TEXT, "2").click()
     WebDriverWait(browser, 60).until(lambda b: "page=2" in b.current_url)
+    assert "mode=vector" in browser.current_url
     page_two, page_two_scores = _results(browser)
     assert page_two and not set(page_two) & set(titles)
     assert max(page_two_scores) <= min(scores)
@@ -115,6 +182,7 @@ def test_search_in_a_browser(demo: DemoProcess, browser) -> None:
     browser.find_element(By.CSS_SELECTOR, ".result .more").click()
     WebDriverWait(browser, 60).until(lambda b: "like=" in b.current_url)
     assert "Articles like" in browser.find_element(By.CSS_SELECTOR, ".summary").text
+    assert _timing(browser)[1] is None  # the article's stored vector: nothing to encode
     browser.find_element(By.CSS_SELECTOR, ".summary a").click()
     WebDriverWait(browser, 60).until(lambda b: "/articles/" in b.current_url)
     credit = browser.find_element(By.CSS_SELECTOR, ".credit a")
@@ -146,6 +214,90 @@ def test_admin_with_the_printed_login(demo: DemoProcess, browser) -> None:
     assert "Django site admin" in browser.title, browser.title
     browser.get(f"{demo.url}/api/sbert/")
     assert "search" in browser.page_source and "Django REST framework" in browser.page_source
+
+
+def _http(
+    demo: DemoProcess, path: str, body: dict | None = None, login: str | None = None
+) -> tuple[int, dict, dict]:
+    """(status, JSON body, headers) of a request to the running demo; ``login`` is the admin's
+    password, sent with HTTP Basic authentication."""
+    import base64
+    import json
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"{demo.url}{path}")
+    request.add_header("Accept", "application/json")
+    if body is not None:
+        request.data = json.dumps(body).encode()
+        request.add_header("Content-Type", "application/json")
+    if login is not None:
+        token = base64.b64encode(f"admin:{login}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read() or b"{}"), dict(response.headers)
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}"), dict(error.headers)
+
+
+def test_api_search_modes_and_who_may_do_what(demo: DemoProcess) -> None:
+    """Over HTTP: anyone may search (hybrid too, now that the model has keyword search);
+    embed/ needs a login, the fine-tuning endpoints a staff login; static files are served
+    with DEBUG off."""
+    search = f"/api/sbert/search/?model=articles.article&q={QUERY.replace(' ', '+')}"
+    status, body, _ = _http(demo, f"{search}&mode=hybrid")
+    assert status == 200, body
+    hits = body["results"]
+    assert EXPECTED in [hit["object"]["title"] for hit in hits[:3]], hits
+    assert {"score", "similarity", "vector_rank", "keyword_rank"} <= set(hits[0]), hits[0]
+    status, body, _ = _http(demo, f"{search}&mode=keyword")
+    assert status == 200 and all("keyword_score" in hit for hit in body["results"]), body
+    assert _http(demo, "/api/sbert/")[0] == 200  # the API root lists the endpoints
+
+    status, body, _ = _http(demo, "/api/sbert/embed/", {"texts": ["interest rates"]})
+    assert status == 403 and "credentials were not provided" in body["detail"], body
+    assert _http(demo, "/api/sbert/training-runs/")[0] == 403
+    assert _http(demo, "/api/sbert/pairs/")[0] == 403
+
+    password = demo.wait_for(r"Admin login: admin / (\S+)", timeout=5)[1]
+    status, body, _ = _http(demo, "/api/sbert/embed/", {"texts": ["interest rates"]}, password)
+    assert status == 200 and len(body["vectors"][0]) == 384, body
+    assert _http(demo, "/api/sbert/training-runs/", login=password)[0] == 200
+
+    # DEBUG is off (the demo's default), so runserver serves no static files: WhiteNoise does.
+    status, _, headers = _http_raw(demo, "/static/articles/site.css")
+    assert status == 200 and "text/css" in headers.get("Content-Type", ""), headers
+    status, _, _ = _http_raw(demo, "/no-such-page/")
+    assert status == 404
+
+
+def test_anonymous_api_searches_are_rate_limited(demo: DemoProcess) -> None:
+    """SBERT_SEARCH_RATE (60/minute by default): an anonymous client gets 429 with
+    Retry-After once over it, while a logged-in user is counted apart."""
+    path = "/api/sbert/search/?model=articles.article&mode=keyword&q=oil+prices"
+    statuses = []
+    for _ in range(70):
+        status, _, headers = _http(demo, path)
+        statuses.append(status)
+        if status == 429:
+            break
+    assert statuses[-1] == 429, statuses
+    assert set(statuses[:-1]) == {200} and len(statuses) <= 61, statuses
+    assert int(headers["Retry-After"]) > 0
+    password = demo.wait_for(r"Admin login: admin / (\S+)", timeout=5)[1]
+    assert _http(demo, path, login=password)[0] == 200
+
+
+def _http_raw(demo: DemoProcess, path: str) -> tuple[int, bytes, dict]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{demo.url}{path}", timeout=60) as response:
+            return response.status, response.read(), dict(response.headers)
+    except urllib.error.HTTPError as error:
+        return error.code, error.read(), dict(error.headers)
 
 
 def _unembed(demo: DemoProcess, rows: int) -> list[int]:

@@ -1,8 +1,9 @@
 """``manage.py prepare_demo``: what ``demo.py`` runs before starting the worker and server.
 
-Migrates, loads the corpus on the first run, makes sure the demo superuser exists (its random
-password is printed once, when it is created), and queues every article that still has no
-current vector (a worker stopped mid-way loses the task it was running; this resends it).
+Migrates, collects the static files (served by WhiteNoise, as in production), loads the corpus
+on the first run, makes sure the demo superuser exists (its random password is printed once,
+when it is created), and queues every article that still has no current vector (a worker
+stopped mid-way loses the task it was running; this resends it).
 """
 
 from __future__ import annotations
@@ -22,13 +23,18 @@ DEMO_USER = "admin"
 
 
 class Command(BaseCommand):
-    help = "Migrate, load the demo corpus, create the demo superuser, queue stale rows."
+    help = (
+        "Migrate, collect static files, load the demo corpus, create the demo superuser, "
+        "queue stale rows."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--limit", type=int, default=None, help="Load only the N newest.")
 
     def handle(self, *args: Any, limit: int | None, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
+        # Copies only what changed since the last run: a second start stays fast.
+        call_command("collectstatic", interactive=False, verbosity=0)
         if not Article.objects.exists():
             added = corpus.load(limit=limit)
             self.stdout.write(f"Loaded {added} Wikinews articles.")
