@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -151,8 +152,9 @@ def web_host(settings, tmp_path) -> Iterator[Callable[[str], Gunicorn]]:
     serving.reset_encoders()
     hosts: list[Gunicorn] = []
 
-    def start(name: str) -> Gunicorn:
+    def start(name: str, **extra: str) -> Gunicorn:
         env = {
+            **extra,
             "SBERT_TEST_STORAGE_OPTIONS": json.dumps({"location": str(store)}),
             "SBERT_TEST_MODEL_CACHE": str(tmp_path / f"{name}-cache"),
             "SBERT_TEST_VERSION_CACHE_SECONDS": "0.2",
@@ -267,6 +269,34 @@ def test_a_host_that_cannot_verify_the_serving_version_is_unready_and_does_not_s
     assert second.process.returncode != 0
     assert "django_sbert.E012" in second.output() and version in second.output()
     assert "web process warmed" not in second.output()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_workers_forked_after_the_start_up_checks_get_pooled_connections(web_host):
+    """The master's checks used Django's psycopg pool; a worker forked after them must not
+    inherit it (its threads do not survive fork()): requests get connections at once."""
+    Article.objects.bulk_create(Article(title=t, body="story") for t in TITLES)
+    indexing.embed_stale(indexing.get_ref("testapp.Article", "embedding"))
+    host = web_host("pooled", SBERT_TEST_DB_POOL="1")
+    host.wait_for_log("web process warmed", count=2, timeout=120)
+
+    version = serving.serving_version("default")
+    pids = pids_answering(
+        host, lambda status, body: status == 200 and body["versions"] == {"default": version}, 10
+    )
+    assert len(pids) == 2
+    # Both processes at once: had they inherited the master's pooled connection, they would
+    # share one socket and answer with each other's rows, errors or nothing.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        answers = list(
+            pool.map(
+                lambda n: host.get("/api/sbert/search/", model="testapp.article", q=TITLES[n % 3]),
+                range(40),
+            )
+        )
+    assert [status for status, _ in answers] == [200] * 40
+    for n, (_, body) in enumerate(answers):
+        assert body["results"][0]["object"]["title"] == TITLES[n % 3]
 
 
 # --- a worker host's probe -------------------------------------------------------------------
