@@ -115,6 +115,7 @@ def main() -> None:
     parser.add_argument("--no-int8", action="store_true", help="skip the int8 variant")
     parser.add_argument("--long", action="store_true", help="Wikinews articles, not sentences")
     parser.add_argument("--onnx", action="store_true", help="also sentence-transformers ONNX")
+    parser.add_argument("--no-sts", action="store_true", help="skip STSb dev Spearman")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -187,10 +188,8 @@ def main() -> None:
     print(f"{'variant':<22}{'sent/s':>8}{'x peer':>8}{'STSb dev':>10}")
     for name, encode in encoders.items():
         ratio = statistics.median(ratios[name]) if name in ratios else 1.0
-        print(
-            f"{name:<22}{statistics.median(rates[name]):>8.0f}{ratio:>8.2f}"
-            f"{spearman(encode, dev):>10.2f}"
-        )
+        sts = "" if args.no_sts else f"{spearman(encode, dev):>10.2f}"
+        print(f"{name:<22}{statistics.median(rates[name]):>8.0f}{ratio:>8.2f}{sts}", flush=True)
 
 
 if __name__ == "__main__":

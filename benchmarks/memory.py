@@ -4,6 +4,7 @@
         [--threads 2]
     .venv/bin/python benchmarks/memory.py --role web      # default path, warm, 200 queries
     .venv/bin/python benchmarks/memory.py --role worker   # default path, 1,000 batches of 32
+        [--batches 1000] [--batch-size 32]
 
 ``--role`` loads the encoder on the path a web process (``query``) or an encoding worker
 (``document``) takes by default (``encoder.paths``), warms it, and prints RSS after warming
@@ -41,7 +42,7 @@ def texts(n: int) -> list[str]:
     return [articles[i % len(articles)] if i % 10 == 0 else short[i % len(short)] for i in range(n)]
 
 
-def warm_process(role: str, model: str, threads: int) -> None:
+def warm_process(role: str, model: str, threads: int, batches: int, size: int) -> None:
     import sys
 
     from encode import cpu_line
@@ -55,7 +56,7 @@ def warm_process(role: str, model: str, threads: int) -> None:
     )
     dtype = None if path.dtype == "float32" else path.dtype
     encoder = SentenceEncoder.load(model, compile=path.compile, dtype=dtype)
-    data = texts(32_000)
+    data = texts(batches * size)
     start = time.perf_counter()
     if role == "web":
         encoder.encode("warm up", threads=1)
@@ -67,12 +68,12 @@ def warm_process(role: str, model: str, threads: int) -> None:
         encoder.encode(["warm up", "a batch of two"])
         encoder.encode("warm up")
         warm = process.memory_info().rss
-        for batch in range(1000):
-            encoder.encode(data[batch * 32 : (batch + 1) * 32], batch_size=32)
+        for batch in range(batches):
+            encoder.encode(data[batch * size : (batch + 1) * size], batch_size=size)
             if (batch + 1) % 200 == 0:
                 rss = process.memory_info().rss
                 print(f"batch {batch + 1}: rss {rss / 2**20:.0f} MB", flush=True)
-        what = "1,000 batches of 32"
+        what = f"{batches} batches of {size}"
     gc.collect()
     final = process.memory_info().rss
     training = sorted(m for m in sys.modules if m.startswith("django_sbert.encoder.training"))
@@ -90,10 +91,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     parser.add_argument("--role", choices=["web", "worker"], help="a warm process's RSS")
+    parser.add_argument("--batches", type=int, default=1000, help="--role worker: batches")
+    parser.add_argument("--batch-size", type=int, default=32, help="--role worker: texts each")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.role:
-        warm_process(args.role, args.model, args.threads)
+        warm_process(args.role, args.model, args.threads, args.batches, args.batch_size)
         return
     encoder = SentenceEncoder.load(args.model)
     data = texts(args.n)

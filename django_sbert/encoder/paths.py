@@ -16,8 +16,8 @@ The rules, in order:
   runs eager otherwise (a GPU or MPS device runs eager: the compiled path was measured on CPUs);
 * ``PRECISION="auto"`` runs bfloat16 only where the CPU has native bf16 instructions (AVX-512
   BF16 or AMX, and a torch build that uses AVX-512) *and* bf16 was measured to keep the
-  model's quality (``BF16_MEASURED``); everywhere else float32, because emulated bf16 is
-  several times slower than float32.
+  model's quality (``BF16_MEASURED_MODELS``); everywhere else float32, because emulated bf16
+  is several times slower than float32.
 
 The role decides the shapes warmed before traffic: a web process (``"query"``) warms the
 single-text graph, an encoding worker (``"document"``) the batch graph (and the single-text
@@ -40,11 +40,17 @@ Setting = bool | str | None
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 BF16_CAPABILITIES = frozenset({"AVX512"})
 
-# Whether bf16 kept STSb dev Spearman within 0.1 point of float32 for all-MiniLM-L6-v2, as
-# measured by benchmarks/encode.py --bf16 (docs/benchmarks.md). PRECISION="auto" picks bf16
-# only when this is True; "bfloat16" asks for it explicitly.
-BF16_MEASURED = False
-BF16_MEASURED_NOTE = "bf16 was not measured within 0.1 STSb point of float32"
+# Models whose bf16 vectors were measured to keep STSb dev Spearman within 0.1 point of
+# float32 (benchmarks/encode.py --bf16, docs/benchmarks.md), by the MODEL setting that names
+# them (fine-tuned versions of a model count as that model). PRECISION="auto" picks bf16 only
+# for these; PRECISION="bfloat16" asks for it for any model.
+BF16_MEASURED_MODELS: frozenset[str] = frozenset()
+BF16_MEASURED_NOTE = "bf16 was not measured within 0.1 STSb point of float32 for this model"
+
+
+def bf16_measured(model: str) -> bool:
+    """Whether ``model`` (a MODEL setting) was measured to keep its quality in bf16."""
+    return str(model) in BF16_MEASURED_MODELS
 
 
 @dataclass(frozen=True)
@@ -90,7 +96,7 @@ def choose_path(
     device: str = "cpu",
     cpu: CpuFeatures,
     compiler: bool,
-    bf16_measured: bool = BF16_MEASURED,
+    bf16_measured: bool = False,
 ) -> EncoderPath:
     """The path an encoder with these settings takes on ``cpu``, with the reason in words.
 

@@ -19,6 +19,7 @@ from ..encoder.paths import (
     CpuFeatures,
     EncoderPath,
     Role,
+    bf16_measured,
     choose_path,
     compiler_available,
     cpu_features,
@@ -43,6 +44,7 @@ def encoder_path(name: str = "default", role: Role = "both") -> EncoderPath:
         device=str(config["DEVICE"] or "cpu"),
         cpu=cpu,
         compiler=compiler,
+        bf16_measured=bf16_measured(config["MODEL"]),
     )
 
 

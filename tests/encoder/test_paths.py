@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from django_sbert.encoder.paths import (
-    BF16_MEASURED,
     CpuFeatures,
+    bf16_measured,
     choose_path,
     compiler_available,
     cpu_features,
@@ -95,7 +95,13 @@ def test_this_machine():
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
         assert cpu.flags and cpu.flags <= set(cpuinfo.read_text().split())
-    path = choose_path("document", cpu=cpu, compiler=compiler_available())
-    expected = "bfloat16" if cpu.native_bf16 and BF16_MEASURED else "float32"
+    measured = bf16_measured("all-MiniLM-L6-v2")
+    path = choose_path("document", cpu=cpu, compiler=compiler_available(), bf16_measured=measured)
+    expected = "bfloat16" if cpu.native_bf16 and measured else "float32"
     assert path.dtype == expected, (cpu.describe(), path.reason)
     assert path.compile == compiler_available()
+    # A model nobody measured in bf16 stays float32 here, whatever the CPU.
+    unmeasured = choose_path(
+        "document", cpu=cpu, compiler=True, bf16_measured=bf16_measured("/some/other/model")
+    )
+    assert unmeasured.dtype == "float32"

@@ -120,8 +120,10 @@ def test_a_promotion_is_served_without_a_recompile(defaults, tmp_path):
     assert served == version != base_version
     assert graphs() == before  # neither the promotion's batches nor the query compiled
     assert serving.get_encoder("default").compiled
-    eager = SentenceEncoder.load(directory).encode("central banks raise interest rates")
-    np.testing.assert_allclose(vector, eager, atol=1e-5)
+    eager = SentenceEncoder.load(serving.resolve_directory(directory))
+    np.testing.assert_allclose(
+        vector, eager.encode("central banks raise interest rates"), atol=1e-5
+    )
 
 
 @pytest.mark.django_db
