@@ -9,7 +9,7 @@ Real parts only:
 * The "default" encoder is the tiny random BERT of ``tests/tiny_model.py``, built once into
   ``.pytest_cache`` (keyed by the builder's source, so editing it rebuilds) and shared with
   subprocesses through ``SBERT_TEST_MODEL_DIR``.
-* Celery talks to Redis on 127.0.0.1:6379 (database 15) unless ``CELERY_BROKER_URL`` says
+* Celery talks to Redis on 127.0.0.1:6379 (database 15) unless ``SBERT_TEST_BROKER_URL`` says
   otherwise.
 """
 
@@ -145,7 +145,9 @@ SBERT = {
     },
 }
 
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
+# Not CELERY_BROKER_URL: Celery lets that environment variable win over its configuration, so
+# the tests that point the app at a broker that is down would still reach this one.
+CELERY_BROKER_URL = os.environ.get("SBERT_TEST_BROKER_URL", "redis://127.0.0.1:6379/15")
 
 LOGGING = {
     "version": 1,
