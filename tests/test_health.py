@@ -27,7 +27,6 @@ from urllib.request import urlopen
 
 import pytest
 from django.conf import global_settings
-from django.test import override_settings
 
 from django_sbert import indexing, serving
 from django_sbert.finetuning import promotion
@@ -51,9 +50,9 @@ def cold_process() -> Iterator[None]:
 
 
 @pytest.mark.django_db
-@override_settings(ROOT_URLCONF="tests.web_app.urls")
+@pytest.mark.urls("django_sbert.urls")
 def test_the_view_is_503_until_this_process_warmed_the_serving_version(client, cold_process):
-    response = client.get("/sbert/health/")
+    response = client.get("/health/")
     assert response.status_code == 503
     body = response.json()
     assert body["status"] == "unavailable"
@@ -62,7 +61,7 @@ def test_the_view_is_503_until_this_process_warmed_the_serving_version(client, c
     assert body["checks"]["encoder:default"].startswith(f"serves {version}, not warmed")
 
     warm(["default"], role="query")
-    response = client.get("/sbert/health/")
+    response = client.get("/health/")
     assert response.status_code == 200, response.json()
     assert response.json() == {
         "status": "ok",

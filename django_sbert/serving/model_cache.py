@@ -76,12 +76,13 @@ def local_directory(name: str, version: str, key: str) -> Path:
     target = cached_path(key)
     if target.is_dir():
         return target
+    storage = model_storage()  # a MODEL_STORAGE missing from STORAGES fails before any disk write
     root = cache_root()
     try:
         root.mkdir(parents=True, exist_ok=True)
         with _host_lock(root, key):
             if not target.is_dir():  # another process of this host may have fetched it
-                _fetch(name, version, key, target)
+                _fetch(name, version, key, target, storage)
     except VersionUnavailable:
         raise
     except (OSError, ManifestError) as exc:
@@ -112,8 +113,7 @@ def _host_lock(root: Path, key: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _fetch(name: str, version: str, key: str, target: Path) -> None:
-    storage = model_storage()
+def _fetch(name: str, version: str, key: str, target: Path, storage: Any) -> None:
     manifest = read_manifest(key, storage)
     if manifest.get("version") not in (None, version):
         raise VersionUnavailable(

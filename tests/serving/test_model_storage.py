@@ -216,11 +216,16 @@ def test_a_storage_key_that_leaves_the_cache_is_refused(site, tmp_path):
 
 
 @pytest.mark.django_db
-def test_a_model_storage_that_is_not_in_storages_is_a_settings_error(settings):
+def test_a_model_storage_that_is_not_in_storages_is_a_settings_error(settings, tmp_path):
     from django_sbert.checks import check_local_files, check_settings
     from django_sbert.models import EncoderVersion, VersionStatus
 
-    settings.SBERT = {**settings.SBERT, "MODEL_STORAGE": "no-such-storage"}
+    cache = tmp_path / "cache"
+    settings.SBERT = {
+        **settings.SBERT,
+        "MODEL_STORAGE": "no-such-storage",
+        "MODEL_CACHE": str(cache),
+    }
     errors = check_settings()
     assert [e.id for e in errors] == ["django_sbert.E005"]
     assert "'no-such-storage'" in errors[0].msg and "STORAGES" in errors[0].hint
@@ -234,3 +239,4 @@ def test_a_model_storage_that_is_not_in_storages_is_a_settings_error(settings):
     errors = check_local_files(databases=["default"])
     assert [e.id for e in errors] == ["django_sbert.E012"]
     assert "'no-such-storage', which is not a key of settings.STORAGES" in errors[0].msg
+    assert not cache.exists()  # refused before anything was written
