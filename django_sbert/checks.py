@@ -95,6 +95,13 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
         except ImproperlyConfigured as exc:
             valid = f"Valid keys: {', '.join(sorted(ENCODER_DEFAULTS))}."
             error(str(exc), hint=valid if "unknown keys" in str(exc) else None)
+    storage = user.get("MODEL_STORAGE")
+    if storage is not None and storage not in settings.STORAGES:
+        error(
+            f"SBERT['MODEL_STORAGE'] is {storage!r}, which is not a key of settings.STORAGES.",
+            hint=f"Add STORAGES[{storage!r}] = {{'BACKEND': ...}} (docs/deployment.md), or set "
+            "MODEL_STORAGE to None (files under SBERT['MODEL_DIR']).",
+        )
     search = sbert_settings.SEARCH
     scan = search.get("ITERATIVE_SCAN")
     if scan not in (None, "off", "strict_order", "relaxed_order"):

@@ -3,7 +3,7 @@
 ::
 
     report = check()                  # a web process: databases and warmed query encoders
-    report = check(broker=True)       # a worker process: the broker too
+    report = check(broker=True, warmed=False)   # a worker host's probe (sbert_health --broker)
     report.ok, report.as_dict()       # {"status": "ok", "checks": {"database:default": "ok",
                                       #  "encoder:default": "ok"}, "versions": {"default": ...}}
 
@@ -24,6 +24,7 @@ from django.db import connections, router
 
 from .fields import all_embedding_fields
 from .models import EncoderVersion
+from .serving.model_cache import unavailable_reason
 from .serving.versions import serving
 from .serving.warmup import warm_state
 from .serving.web import served_encoders
@@ -51,8 +52,15 @@ class HealthReport:
         }
 
 
-def check(names: Sequence[str] | None = None, *, broker: bool = False) -> HealthReport:
-    """Run every check of this process (``names``: encoders; default: those fields use)."""
+def check(
+    names: Sequence[str] | None = None, *, broker: bool = False, warmed: bool = True
+) -> HealthReport:
+    """Run every check of this process (``names``: encoders; default: those fields use).
+
+    ``warmed=False`` asks instead whether this host can serve each encoder's serving version
+    (fetched into its cache and verified; nothing loaded): what a probe run in a process of
+    its own (``manage.py sbert_health``) can know about the workers of its host.
+    """
     report = HealthReport()
     for alias in serving_databases():
         report.checks[f"database:{alias}"] = _database(alias)
@@ -60,6 +68,9 @@ def check(names: Sequence[str] | None = None, *, broker: bool = False) -> Health
     for name in names if names is not None else served_encoders():
         if not database_ok:  # which version serves is read from the database
             report.checks[f"encoder:{name}"] = "unknown: the database did not answer"
+            continue
+        if not warmed:
+            report.checks[f"encoder:{name}"] = _available(name)
             continue
         report.checks[f"encoder:{name}"] = _encoder(name)
         if report.checks[f"encoder:{name}"] == OK:
@@ -102,6 +113,16 @@ def _encoder(name: str) -> str:
     if state.error:
         return f"serves {current.version}, which failed to warm here: {state.error}"
     return OK
+
+
+def _available(name: str) -> str:
+    try:
+        current = serving(name)
+    except Exception as exc:
+        return f"could not read the serving version: {type(exc).__name__}: {exc}"
+    if current.directory is None:
+        return OK  # the settings' model: E003 and loading report a missing one
+    return unavailable_reason(name, current.version, current.directory) or OK
 
 
 def _broker() -> str:

@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from io import StringIO
 from pathlib import Path
 from typing import Any
 from urllib.error import HTTPError
@@ -150,8 +152,9 @@ def web_host(settings, tmp_path) -> Iterator[Callable[[str], Gunicorn]]:
     serving.reset_encoders()
     hosts: list[Gunicorn] = []
 
-    def start(name: str) -> Gunicorn:
+    def start(name: str, **extra: str) -> Gunicorn:
         env = {
+            **extra,
             "SBERT_TEST_STORAGE_OPTIONS": json.dumps({"location": str(store)}),
             "SBERT_TEST_MODEL_CACHE": str(tmp_path / f"{name}-cache"),
             "SBERT_TEST_VERSION_CACHE_SECONDS": "0.2",
@@ -266,3 +269,80 @@ def test_a_host_that_cannot_verify_the_serving_version_is_unready_and_does_not_s
     assert second.process.returncode != 0
     assert "django_sbert.E012" in second.output() and version in second.output()
     assert "web process warmed" not in second.output()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_workers_forked_after_the_start_up_checks_get_pooled_connections(web_host):
+    """The master's checks used Django's psycopg pool; a worker forked after them must not
+    inherit it (its threads do not survive fork()): requests get connections at once."""
+    Article.objects.bulk_create(Article(title=t, body="story") for t in TITLES)
+    indexing.embed_stale(indexing.get_ref("testapp.Article", "embedding"))
+    host = web_host("pooled", SBERT_TEST_DB_POOL="1")
+    host.wait_for_log("web process warmed", count=2, timeout=120)
+
+    version = serving.serving_version("default")
+    pids = pids_answering(
+        host, lambda status, body: status == 200 and body["versions"] == {"default": version}, 10
+    )
+    assert len(pids) == 2
+    # Both processes at once: had they inherited the master's pooled connection, they would
+    # share one socket and answer with each other's rows, errors or nothing.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        answers = list(
+            pool.map(
+                lambda n: host.get("/api/sbert/search/", model="testapp.article", q=TITLES[n % 3]),
+                range(40),
+            )
+        )
+    assert [status for status, _ in answers] == [200] * 40
+    for n, (_, body) in enumerate(answers):
+        assert body["results"][0]["object"]["title"] == TITLES[n % 3]
+
+
+# --- a worker host's probe -------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_sbert_health_probes_a_host_without_a_web_process(
+    settings, tmp_path, tiny_encoder, monkeypatch
+):
+    from django.core.management import CommandError, call_command
+
+    store = tmp_path / "training-writes-here"
+    settings.STORAGES = {
+        **global_settings.STORAGES,
+        "sbert_models": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(store)},
+        },
+    }
+    settings.SBERT = {
+        **settings.SBERT,
+        "MODEL_STORAGE": "sbert_models",
+        "MODEL_CACHE": str(tmp_path / "training-side-cache"),
+        "VERSION_CACHE_SECONDS": 0.1,
+    }
+    serving.forget_serving()
+    serving.reset_encoders()
+    out = StringIO()
+    call_command("sbert_health", "--broker", stdout=out)
+    assert json.loads(out.getvalue())["checks"] == {
+        "database:default": "ok",
+        "encoder:default": "ok",
+        "broker": "ok",
+    }
+
+    target = promote(perturbed(tiny_encoder, seed=3), "tiny")  # verified on the training side
+    weights = store / target.directory / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    settings.SBERT = {**settings.SBERT, "MODEL_CACHE": str(tmp_path / "worker-host-cache")}
+    serving.forget_serving()
+    monkeypatch.setenv("CELERY_BROKER_URL", "redis://127.0.0.1:1/0")  # read before settings
+    with pytest.raises(CommandError) as info:
+        call_command("sbert_health", "--broker")
+    checks = json.loads(str(info.value))["checks"]
+    assert checks["database:default"] == "ok"
+    assert target.version in checks["encoder:default"] and "sha256" in checks["encoder:default"]
+    assert checks["broker"].startswith("the broker did not answer")
+    serving.forget_serving()
+    serving.reset_encoders()

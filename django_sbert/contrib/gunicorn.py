@@ -12,7 +12,7 @@ In the site's ``gunicorn.conf.py`` (docs/deployment.md)::
   ``manage.py check --database <alias>`` would, so a host that cannot fetch or verify the
   serving version (``django_sbert.E012``) or has broken settings refuses to start with the
   reason instead of answering 503s. It imports Django but not torch, and closes its database
-  connections before any worker forks.
+  connections and connection pools before any worker forks.
 * ``post_worker_init`` (each worker, after the application loaded): gives torch its share of
   the CPUs (``THREADS``, else the CPUs divided by ``workers``), loads and warms the query
   encoders (``serving.web.prepare_web_process``) and starts the watcher that warms promoted
@@ -43,7 +43,14 @@ def on_starting(server: Any) -> None:
         # Raises SystemCheckError (listing every error) when a check fails: gunicorn stops.
         call_command("check", databases=list(settings.DATABASES))
     finally:
-        connections.close_all()  # a forked worker must not share the master's sockets
+        # A forked worker must not share the master's sockets, nor inherit a psycopg pool
+        # (OPTIONS["pool"]) whose maintenance threads do not exist after fork(): a worker's
+        # request would wait for a connection for ever.
+        for connection in connections.all(initialized_only=True):
+            connection.close()
+            close_pool = getattr(connection, "close_pool", None)  # Django 5.1+, PostgreSQL
+            if close_pool is not None:
+                close_pool()
 
 
 def post_worker_init(worker: Any) -> None:

@@ -12,8 +12,9 @@ these names::
 
 Modules: ``identity`` (what a version is), ``storage`` (where its files live: a Django storage
 backend), ``model_cache`` (each host's verified copy of them), ``versions``
-(which one serves, the switch lock), ``cache`` (loaded encoders, query vectors), ``worker``
-(Celery worker process set-up).
+(which one serves, the switch lock), ``cache`` (loaded encoders, query vectors), ``warmup``
+(warming them before traffic), ``worker`` (Celery worker process set-up), ``web`` (web process
+set-up and the version watcher).
 """
 
 from __future__ import annotations

@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from django.core.files.storage.handler import InvalidStorageError
+
 from ..conf import sbert_settings
 from ..exceptions import VersionUnavailable
 from .storage import (
@@ -67,6 +69,10 @@ def local_directory(name: str, version: str, key: str) -> Path:
         if problem is not None:
             raise VersionUnavailable(_message(name, version, problem, legacy=True))
         return Path(key)
+    if ".." in key.split("/"):
+        raise VersionUnavailable(
+            _message(name, version, f"its storage key {key!r} leaves the cache")
+        )
     target = cached_path(key)
     if target.is_dir():
         return target
@@ -87,7 +93,7 @@ def unavailable_reason(name: str, version: str, key: str) -> str | None:
     """Why this host cannot serve the version (fetching it if needed), or None when it can."""
     try:
         local_directory(name, version, key)
-    except VersionUnavailable as exc:
+    except (VersionUnavailable, InvalidStorageError) as exc:  # the latter: a bad MODEL_STORAGE
         return str(exc)
     return None
 

@@ -207,3 +207,30 @@ def test_two_hosts_fetch_concurrently_once_each(site, tiny_encoder, tmp_path):
         for name in files[:-1]:
             assert (tmp_path / host / key / name).read_bytes() == (site / key / name).read_bytes()
         assert not list((tmp_path / host).glob(".tmp-*"))
+
+
+def test_a_storage_key_that_leaves_the_cache_is_refused(site, tmp_path):
+    with pytest.raises(VersionUnavailable, match="leaves the cache"):
+        local_directory("default", "tiny-ft:0123456789abcdef", "default/../../outside")
+    assert not (tmp_path / "outside").exists()
+
+
+@pytest.mark.django_db
+def test_a_model_storage_that_is_not_in_storages_is_a_settings_error(settings):
+    from django_sbert.checks import check_local_files, check_settings
+    from django_sbert.models import EncoderVersion, VersionStatus
+
+    settings.SBERT = {**settings.SBERT, "MODEL_STORAGE": "no-such-storage"}
+    errors = check_settings()
+    assert [e.id for e in errors] == ["django_sbert.E005"]
+    assert "'no-such-storage'" in errors[0].msg and "STORAGES" in errors[0].hint
+    # The start-up check reports it for the serving version instead of crashing.
+    EncoderVersion.objects.create(
+        encoder_name="default",
+        version="tiny-ft:0123456789abcdef",
+        directory="default/0123456789abcdef",
+        status=VersionStatus.ACTIVE,
+    )
+    errors = check_local_files(databases=["default"])
+    assert [e.id for e in errors] == ["django_sbert.E012"]
+    assert "'no-such-storage', which is not a key of settings.STORAGES" in errors[0].msg

@@ -6,3 +6,5 @@ wsgi_app = "tests.web_app.wsgi:application"
 workers = 2
 timeout = 60
 preload_app = False
+# Several test servers run at once on one machine: no shared control socket (gunicorn 27+).
+control_socket_disable = True
