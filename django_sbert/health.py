@@ -22,6 +22,7 @@ from typing import Any
 
 from django.db import connections, router
 
+from .conf import sbert_settings
 from .fields import all_embedding_fields
 from .models import EncoderVersion
 from .serving.model_cache import unavailable_reason
@@ -81,8 +82,11 @@ def check(
 
 
 def serving_databases() -> list[str]:
-    """Aliases of the databases searches and version lookups read from, sorted."""
+    """Aliases of the databases searches and version lookups read from, sorted: the router's
+    read databases and ``SBERT["SEARCH_DATABASE"]`` (query/replicas.py)."""
     aliases = {router.db_for_read(EncoderVersion)}
+    if sbert_settings.SEARCH_DATABASE:
+        aliases.add(sbert_settings.SEARCH_DATABASE)
     aliases.update(router.db_for_read(model) for model, _ in all_embedding_fields())
     return sorted(aliases)
 

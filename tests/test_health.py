@@ -72,6 +72,18 @@ def test_the_view_is_503_until_this_process_warmed_the_serving_version(client, c
     assert response["Cache-Control"].startswith("max-age=0")
 
 
+def test_the_search_database_is_one_the_view_checks():
+    """SBERT["SEARCH_DATABASE"] sends searches to a replica the router may not name: the view
+    (and check W030) must cover it too."""
+    from django.test import override_settings
+
+    from django_sbert.health import serving_databases
+
+    assert serving_databases() == ["default"]
+    with override_settings(SBERT={"SEARCH_DATABASE": "replica"}):
+        assert serving_databases() == ["default", "replica"]
+
+
 # --- behind gunicorn ---------------------------------------------------------------------------
 
 
