@@ -12,7 +12,8 @@ over the same vectors), and a 1%-selective filter (rows returned, p50).
 The corpus (benchmarks/_scale_data.py) is real all-MiniLM-L6-v2 vectors of the distinct
 sentences of ../shared/data, filled up to ``--rows`` with perturbed copies of them (the method
 is printed); vectors are cached outside the repository (``--cache``). Queries are SciFact
-training claims, which are not rows of the table. Each storage option's load, builds and
+training claims (``--held-out-sentences``: sentences of the data left out of the table), which
+are not rows of the table. Each storage option's load, builds and
 queries run under the shared benchmark lock (/tmp/sbert-bench.lock), released between options.
 
     .venv/bin/python benchmarks/scale.py --prepare-only          # encode and cache the corpus
@@ -233,6 +234,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads to encode")
     parser.add_argument("--no-encode", action="store_true", help="use only cached real vectors")
     parser.add_argument("--prepare-only", action="store_true", help="encode the corpus and stop")
+    parser.add_argument(
+        "--held-out-sentences",
+        action="store_true",
+        help="query with sentences of the data left out of the table (with --no-encode: the "
+        "ones not encoded yet), not SciFact claims",
+    )
     parser.add_argument("--no-lock", action="store_true", help="a quick try: no shared lock")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -257,7 +264,12 @@ def main() -> None:
         f"{data.DATA}; {args.rows - real} filler rows = real vector + N(0, {data.SIGMA}^2) per "
         f"dimension, renormalized (mean cosine to its source {cos:.3f})"
     )
-    queries = data.query_texts(args.queries)
+    if args.held_out_sentences:  # distinct sentences of the data that are not rows
+        queries = data.distinct_texts()[real : real + args.queries]
+        print(f"queries: {len(queries)} sentences of {data.DATA} that are not in the table")
+    else:
+        queries = data.query_texts(args.queries)
+        print(f"queries: {len(queries)} SciFact training claims")
     setup(args.ef_search, args.oversample, query_threads=1)
     from django.db import connection
 
