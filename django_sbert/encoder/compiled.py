@@ -7,15 +7,20 @@ overhead between modules. On the 2-core benchmark machine that is ~2x the senten
 mode and half the latency of one query, with vectors equal to eager ones within 1e-5
 (docs/benchmarks.md).
 
-**One graph per architecture, not per model.** Every encoder of a process goes through one
-compiled function that takes the transformer as an argument, so its weights are graph inputs,
-not constants frozen into the graph. A fine-tuned version of the same architecture (a
-promotion) reuses the graphs already built: switching versions costs no compile. Freezing the
-weights would pre-pack them for the matrix multiplies (a few per cent faster) but made every
-version compile afresh, 15-25 s per shape on 2 cores. Inductor's on-disk cache
-(``TORCHINDUCTOR_CACHE_DIR``, by default under ``/tmp``) holds the generated code, keyed by the
-graph and torch version, not by weights, so a new process of the same architecture skips code
-generation too.
+**The single-query graph serves every version.** Every encoder of a process goes through one
+compiled function that takes the transformer as an argument. For a single text (a search
+query) the weights are graph inputs, not constants: a fine-tuned version of the same
+architecture (a promotion) runs through the graph already built, so a web process switches
+versions without compiling. For batches, Inductor's ``freezing`` makes the weights constants
+and pre-packs them for the matrix multiplies, which is where most of the batch speed-up comes
+from (without it, batches ran no faster than eager mode on the benchmark machine); the price
+is one batch compile per version, which encoding workers pay once when a promotion first
+encodes with the new version (dynamo guards the frozen graph on the weights' identity, so a
+new version never runs with the old one's weights). Weights changed in place are not seen by
+a frozen graph: ``train()`` switches compiling off and ``load_state_dict`` drops the graphs.
+Inductor's on-disk cache (``TORCHINDUCTOR_CACHE_DIR``, by default under ``/tmp``) holds the
+generated code of the unfrozen graph, keyed by the graph and torch version, so a new process
+skips code generation for it.
 
 **Shapes.** Compiled with dynamic shapes: one graph serves every batch size >= 2 and every
 sequence length, a second one a single text (torch specializes sizes of 1). Warm both before
@@ -100,13 +105,17 @@ class CompiledTransformer:
         compiled = self._compiled
         if compiled is None:
             return self.transformer(**inputs)
+        # A single text (a search query) runs with the weights as graph inputs: one graph for
+        # every version of the architecture, so a promotion compiles nothing in a web process.
+        # A batch freezes them: pre-packed weights are what doubles throughput, and batches
+        # are encoded by workers, which compile once per version (see the module docstring).
+        frozen = inputs["input_ids"].shape[0] > 1
         try:
             # dynamic_threads: kernels use the caller's torch thread count rather than the one
-            # at compile time, so QUERY_THREADS holds whichever call compiled first. No
-            # freezing: the weights stay graph inputs (see the module docstring). Patched
+            # at compile time, so QUERY_THREADS holds whichever call compiled first. Patched
             # around the call, where compiling happens, rather than set for the whole process.
             with (
-                self._inductor_config.patch({"freezing": False, "cpp.dynamic_threads": True}),
+                self._inductor_config.patch({"freezing": frozen, "cpp.dynamic_threads": True}),
                 self._dynamo_config.patch(recompile_limit=RECOMPILE_LIMIT),
             ):
                 return compiled(self.transformer, **inputs)

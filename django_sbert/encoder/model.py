@@ -166,10 +166,12 @@ class SentenceEncoder(nn.Module):
 
         About twice the throughput and half the latency of eager mode on a CPU, with the same
         vectors (within 1e-5). It needs a C++ compiler, and the first call of each shape
-        family (batches, a single text) in a process traces and compiles the model; the
-        graphs take the weights as inputs, so they serve every model of the same
-        architecture (another version) and see weights changed in place (training,
-        ``load_state_dict``). A failed compile warns and falls back to eager mode. See
+        family (batches, a single text) in a process traces and compiles the model. The
+        single-text graph takes the weights as inputs, so it serves every model of the same
+        architecture (another version) without compiling; the batch graph freezes them
+        (pre-packed, for throughput) and is built once per model. ``train()`` switches
+        compiling off (train a copy: ``fit`` does). A failed compile warns and falls back to
+        eager mode. See
         ``django_sbert/encoder/compiled.py``. (Not ``nn.Module.compile``, which compiles the
         whole module for training and inference alike.)
         """
@@ -190,6 +192,27 @@ class SentenceEncoder(nn.Module):
     def compile_failure(self) -> str | None:
         """Why compiling failed in this process (the encoder then runs eager), else None."""
         return self._compiled.failure if self._compiled is not None else None
+
+    def train(self, mode: bool = True) -> SentenceEncoder:
+        if mode and self.compile_requested:
+            # Training changes weights in place, which the batch graph (frozen) would not see.
+            self.compile_requested, self._compiled = False, None
+            warnings.warn(
+                "train() switched torch.compile off for this encoder: the batch graph "
+                "froze the weights. Train a copy (fit() does), or call "
+                "compile_for_inference() again after training.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return super().train(mode)
+
+    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        self._compiled = None  # new weights: the next encode compiles them afresh
+        if self.compile_requested:
+            import torch._dynamo
+
+            torch._dynamo.reset()  # frozen graphs are cached per code object, not per wrapper
+        return super().load_state_dict(*args, **kwargs)
 
     def _inference_transformer(self) -> Any:
         """The transformer ``encode`` calls: the compiled one when requested, built once.
