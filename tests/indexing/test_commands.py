@@ -89,8 +89,10 @@ def test_status_counts_rows_embedded_stale_missing():
     Article.objects.filter(pk=rows[1].pk).update(embedding_version="old-model:0")
 
     output = run("sbert_status")
-    lines = {line.split()[0]: line.split() for line in output.splitlines()[1:] if line.strip()}
-    assert output.splitlines()[0].split() == [
+    assert output.startswith("encoder 'default': ")  # the host's inference path comes first
+    table = output[output.index("\nfield ") + 1 :].splitlines()
+    lines = {line.split()[0]: line.split() for line in table[1:] if line.strip()}
+    assert table[0].split() == [
         "field", "encoder", "rows", "embedded", "stale", "missing", "version",
     ]  # fmt: skip
     assert lines["testapp.Article.embedding"] == [

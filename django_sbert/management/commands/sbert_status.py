@@ -14,8 +14,9 @@ refused their vector) are counted per field below the table, the newest few with
     blog.Article.embedding: 1 row(s) skipped after errors of their own (newest first):
       pk=42  write  DataError: NaN not allowed in vector  (3 times, last 2026-05-01 12:00:00 UTC)
 
-Each encoder's inference path on this host, and why (``serving.path_report``: the same
-decision web processes and workers here make when they load it)::
+Before the table, each encoder's inference path on this host, and why
+(``serving.path_report``: the same decision web processes and workers here make when they load
+it)::
 
     encoder 'default': compiled float32 (float32: no native bf16 on this CPU (torch AVX2); the
     compiled batch and single-query path (COMPILE='auto', C++ compiler found))
@@ -96,10 +97,12 @@ class Command(BaseCommand):
         names = sorted({ref.encoder_name for ref in refs})
         for name in names:
             notes.extend(self._files(name))
-        notes.extend(self._paths(names))
         consumed = queues.ask_workers()  # fresh, not the cached answer
         lengths = queues.queue_lengths([sbert_settings.QUEUE, sbert_settings.TRAINING_QUEUE])
         notes.extend(queues.missing_workers(consumed, lengths))
+        # The host's inference paths first: the table and the notes about rows end the output.
+        for line in self._paths(names):
+            self.stdout.write(line)
         self._table(rows)
         for note in notes:
             self.stdout.write(note)
