@@ -16,7 +16,8 @@ compiled path (``COMPILE="auto"`` on a CPU with a C++ compiler) these passes bui
 compiled graphs, so no request or task waits for a compile. The single-query graph takes the
 weights as inputs, so a version promoted later runs through it without compiling again; the
 batch graph freezes them and is compiled once per version (``encoder/compiled.py``).
-``WarmState.path`` and ``reason`` say which path each encoder took and why (``serving.paths``).
+``WarmState.path`` and ``reason`` say which path each encoder took and why
+(``serving.paths``).
 """
 
 from __future__ import annotations
