@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 SHARED = Path(os.environ.get("SBERT_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 
 
 def sts_pairs(path: Path) -> list[tuple[str, str, float]]:
@@ -25,3 +29,19 @@ def sts_sentences(limit: int) -> list[str]:
         seen.setdefault(a)
         seen.setdefault(b)
     return list(seen)[:limit]
+
+
+def corpus_texts(data: Path) -> Iterator[str]:
+    """Titles and sentences of the Wikinews articles, then of SciFact's corpus, in file order
+    (whitespace collapsed; not filtered, not deduplicated)."""
+    for path in sorted((data / "wikinews").glob("*.jsonl")):
+        for line in path.open(encoding="utf-8"):
+            yield from _document_texts(json.loads(line))
+    for line in (data / "scifact" / "corpus.jsonl").open(encoding="utf-8"):
+        yield from _document_texts(json.loads(line))
+
+
+def _document_texts(doc: dict) -> Iterator[str]:
+    yield " ".join(doc["title"].split())
+    for sentence in SENTENCE_END.split(doc["text"]):
+        yield " ".join(sentence.split())

@@ -20,18 +20,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import time
 from pathlib import Path
 
 import numpy as np
+from _data import corpus_texts
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("SBERT_DATA_DIR", ROOT.parent / "shared" / "data"))
 MODEL = "all-MiniLM-L6-v2"
 CHUNK = 5_000
 SIGMA = 0.02  # per-dimension noise of a filler row (unit vectors of 384 dims: ~0.93 cosine)
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 
 
 def distinct_texts() -> list[str]:
@@ -43,17 +42,8 @@ def distinct_texts() -> list[str]:
         if 25 <= len(text) <= 400:
             seen.setdefault(text)
 
-    for path in sorted((DATA / "wikinews").glob("*.jsonl")):
-        for line in path.open(encoding="utf-8"):
-            doc = json.loads(line)
-            add(doc["title"])
-            for sentence in SENTENCE_END.split(doc["text"]):
-                add(sentence)
-    for line in (DATA / "scifact" / "corpus.jsonl").open(encoding="utf-8"):
-        doc = json.loads(line)
-        add(doc["title"])
-        for sentence in SENTENCE_END.split(doc["text"]):
-            add(sentence)
+    for text in corpus_texts(DATA):
+        add(text)
     for name in ("sts-train.csv", "sts-dev.csv"):
         for line in (DATA / "stsbenchmark" / name).read_text(encoding="utf-8").splitlines():
             columns = line.split("\t")

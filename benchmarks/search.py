@@ -25,12 +25,12 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from _data import corpus_texts
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -39,7 +39,6 @@ CACHE = ROOT / "artifacts" / "bench"
 MODEL = "all-MiniLM-L6-v2"
 CORPUS_ROWS = 100_000  # the cached corpus; smaller runs use its first rows
 CHUNK = 5_000
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 
 
 # -- corpus ------------------------------------------------------------------------------------
@@ -50,23 +49,10 @@ def corpus_sentences(limit: int = CORPUS_ROWS) -> list[str]:
     seen: set[str] = set()
     out: list[str] = []
 
-    def add(text: str) -> None:
-        text = " ".join(text.split())
+    for text in corpus_texts(DATA):
         if 25 <= len(text) <= 400 and text not in seen:
             seen.add(text)
             out.append(text)
-
-    for path in sorted((DATA / "wikinews").glob("*.jsonl")):
-        for line in path.open(encoding="utf-8"):
-            doc = json.loads(line)
-            add(doc["title"])
-            for sentence in SENTENCE_END.split(doc["text"]):
-                add(sentence)
-    for line in (DATA / "scifact" / "corpus.jsonl").open(encoding="utf-8"):
-        doc = json.loads(line)
-        add(doc["title"])
-        for sentence in SENTENCE_END.split(doc["text"]):
-            add(sentence)
     if len(out) < limit:
         raise SystemExit(f"The corpus has {len(out)} sentences; fewer than --rows {limit}.")
     # Interleave sources deterministically so that 10k rows are not all Wikinews.

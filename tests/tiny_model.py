@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import string
 from pathlib import Path
+from typing import Any
 
 COMMON_WORDS = [
     "the",
@@ -167,3 +168,18 @@ def build_tiny_model(directory: str | Path, *, max_seq_length: int = 64, seed: i
     (directory / "2_Normalize").mkdir(exist_ok=True)
     write("config_sentence_transformers.json", {"prompts": {}, "default_prompt_name": None})
     return directory
+
+
+def moved_tiny_encoder(directory: str | Path, seed: int) -> Any:
+    """The tiny model at ``directory`` with every weight moved by noise: a second version of
+    the same architecture, whose vectors differ (a "fine-tuned" version for switch tests)."""
+    import torch  # only tests that promote a version need it
+
+    from django_sbert.encoder import SentenceEncoder
+
+    encoder = SentenceEncoder.load(directory)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in encoder.parameters():
+            parameter.add_(0.2 * torch.randn(parameter.shape, generator=generator))
+    return encoder

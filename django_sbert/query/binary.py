@@ -33,7 +33,7 @@ from pgvector.django import HammingDistance
 from ..fields import EmbeddingField
 from ..indexes import BinaryQuantize, binary_code
 from .fusion import candidate_queryset
-from .vectors import QuerySource, QueryVector, query_vector
+from .vectors import QuerySource, QueryVector
 
 
 class CosineDistanceFunction(Func):
@@ -105,6 +105,6 @@ def reranked(
     limit: int | None = None,
 ) -> tuple[BinaryCandidates, CosineDistanceFunction]:
     """The candidate condition and the exact distance that ranks the candidates."""
-    vector = query_vector(field, literal, source)
+    vector = QueryVector(literal, source, field)
     distance = CosineDistanceFunction(F(field.attname), vector)
     return BinaryCandidates(field, vector, oversample, limit), distance

@@ -56,7 +56,7 @@ from django.db.models.sql.where import AND, WhereNode
 from pgvector.django import CosineDistance
 
 from .. import fulltext
-from .vectors import QuerySource, query_vector
+from .vectors import QuerySource, QueryVector
 
 TABLE_NAME = "sbert_hybrid"
 
@@ -176,7 +176,7 @@ class DerivedTableJoin:
         return self
 
     def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
-        raise NotImplementedError
+        raise NotImplementedError("as_sql() must be overridden: each join builds its own table")
 
 
 class FusedJoin(DerivedTableJoin):
@@ -243,7 +243,7 @@ class FusedJoin(DerivedTableJoin):
             rows = rows.filter(within)
         else:
             field = base.model._meta.get_field(f.vector_column)
-            vector = query_vector(field, f.vector_literal, f.source)
+            vector = QueryVector(f.vector_literal, f.source, field)
             distance = CosineDistance(f.vector_column, vector)
         candidates = (
             rows.annotate(_sbert_distance=distance)

@@ -65,7 +65,7 @@ from ..conf import sbert_settings
 from ..fields import EmbeddingField
 from ..passages import max_passages
 from .fusion import DerivedTableJoin, FusedColumn, candidate_queryset
-from .vectors import REBOUND, QuerySource, query_vector
+from .vectors import REBOUND, QuerySource, QueryVector
 
 TABLE_NAME = "sbert_passages"
 
@@ -104,9 +104,7 @@ class PassageSearch:
         A passage's offsets and text come with it from the heap tuple the index scan reads
         anyway, so the best passages need no second lookup.
         """
-        vector = query_vector(
-            self.model._meta.get_field("vector"), self.vector_literal, self.source
-        )
+        vector = QueryVector(self.vector_literal, self.source, self.model._meta.get_field("vector"))
         distance = CosineDistance("vector", vector)
         scan = self.model._base_manager.filter(row__in=base.values("pk")).annotate(
             _sbert_distance=distance
@@ -272,10 +270,10 @@ class BestPassage(Expression):
     def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
         pk_sql, pk_params = compiler.compile(self.pk)
         vector_sql, vector_params = compiler.compile(
-            query_vector(
-                self.search.model._meta.get_field("vector"),
+            QueryVector(
                 self.search.vector_literal,
                 self.search.source,
+                self.search.model._meta.get_field("vector"),
             )
         )
         c = self.search._columns(connection)

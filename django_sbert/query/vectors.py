@@ -90,7 +90,7 @@ class QueryVector(Expression):
     The cast (``::vector(384)``, ``::halfvec(384)``) makes ``<=>`` see the column's own type
     on both sides, which the column's HNSW index (``vector_cosine_ops`` /
     ``halfvec_cosine_ops``) needs to serve the ORDER BY. Every search path builds its query
-    vector here (``query_vector()``).
+    vector here.
     """
 
     output_field = TextField()
@@ -105,13 +105,6 @@ class QueryVector(Expression):
         rebound = rebound_for(compiler.query, self.source)
         cast = "" if self.column is None else f"::{self.column.db_type(connection)}"
         return f"%s{cast}", [rebound.literal if rebound is not None else self.literal]
-
-
-def query_vector(
-    column: models.Field, literal: str, source: QuerySource | None = None
-) -> QueryVector:
-    """The query vector typed like ``column`` (the vector field a search compares it with)."""
-    return QueryVector(literal, source, column)
 
 
 class SearchVersion(Expression):
@@ -137,7 +130,7 @@ def cosine_distance(
     where it came from, so that a search can run again with the vector of a new version.
     """
     literal = vector if isinstance(vector, str) else vector_literal(vector)
-    return CosineDistance(embedding.attname, query_vector(embedding, literal, source))
+    return CosineDistance(embedding.attname, QueryVector(literal, source, embedding))
 
 
 def as_vector(value: Any) -> np.ndarray:

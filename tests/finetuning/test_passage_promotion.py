@@ -22,6 +22,7 @@ from django_sbert import indexing, serving
 from django_sbert.finetuning import promotion
 from django_sbert.models import EncoderVersion, StagedEmbedding, StagedPassage, VersionStatus
 from tests.testapp.models import Report
+from tests.tiny_model import moved_tiny_encoder
 
 SENTENCES = [
     "The central bank will raise interest rates this year.",
@@ -36,16 +37,7 @@ TEXT = "the dog runs fast"
 @pytest.fixture(scope="module")
 def tuned():
     """A second version of the serving model: the tiny model with its weights moved."""
-    import torch
-
-    from django_sbert.encoder import SentenceEncoder
-
-    encoder = SentenceEncoder.load(django_settings.TINY_MODEL_DIR)
-    generator = torch.Generator().manual_seed(7)
-    with torch.no_grad():
-        for parameter in encoder.parameters():
-            parameter.add_(0.2 * torch.randn(parameter.shape, generator=generator))
-    return encoder
+    return moved_tiny_encoder(django_settings.TINY_MODEL_DIR, seed=7)
 
 
 @pytest.fixture

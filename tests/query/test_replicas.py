@@ -22,6 +22,7 @@ from django_sbert.finetuning import promotion
 from django_sbert.models import EncoderVersion, VersionStatus
 from tests.replica import Standby, primary_lsn, start_standby
 from tests.testapp.models import Article
+from tests.tiny_model import moved_tiny_encoder
 
 TEXT = "central bank raises interest rates"
 TITLES = [
@@ -78,16 +79,7 @@ def caught_up(standby: Standby) -> None:
 @pytest.fixture(scope="module")
 def tuned():
     """A second version of the serving model: the tiny model with its weights moved."""
-    import torch
-
-    from django_sbert.encoder import SentenceEncoder
-
-    encoder = SentenceEncoder.load(django_settings.TINY_MODEL_DIR)
-    generator = torch.Generator().manual_seed(7)
-    with torch.no_grad():
-        for parameter in encoder.parameters():
-            parameter.add_(0.2 * torch.randn(parameter.shape, generator=generator))
-    return encoder
+    return moved_tiny_encoder(django_settings.TINY_MODEL_DIR, seed=7)
 
 
 def embedded_rows(titles: list[str]) -> list[Article]:

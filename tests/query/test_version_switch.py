@@ -28,6 +28,7 @@ from django_sbert.finetuning import promotion
 from django_sbert.models import EncoderVersion, VersionStatus
 from django_sbert.query.vectors import REBOUND
 from tests.testapp.models import Article
+from tests.tiny_model import moved_tiny_encoder
 
 TEXT = "central bank raises interest rates"
 TITLES = [
@@ -45,16 +46,7 @@ TITLES = [
 @pytest.fixture(scope="module")
 def tuned():
     """A second version of the serving model: the tiny model with its weights moved."""
-    import torch
-
-    from django_sbert.encoder import SentenceEncoder
-
-    encoder = SentenceEncoder.load(django_settings.TINY_MODEL_DIR)
-    generator = torch.Generator().manual_seed(11)
-    with torch.no_grad():
-        for parameter in encoder.parameters():
-            parameter.add_(0.2 * torch.randn(parameter.shape, generator=generator))
-    return encoder
+    return moved_tiny_encoder(django_settings.TINY_MODEL_DIR, seed=11)
 
 
 @pytest.fixture
