@@ -4,7 +4,8 @@
   SciFact titles and abstract sentences, STSb train and dev sentences): about 143k texts,
   encoded for real with all-MiniLM-L6-v2 (through ``torch.compile``, float32, the same vectors
   as eager mode) in resumable 5,000-text chunks; ``--no-encode`` uses the chunks already
-  cached (a prefix of the texts) and fills the rest.
+  cached (a prefix of the texts) and fills the rest. The last 1,000 distinct texts are never
+  rows: they are the "held-out sentences" queries, news and science sentences like the rows.
 * The rest up to the row count: real vectors with a small perturbation. Row ``i`` beyond the
   real ones is ``normalize(v[i % n_real] + sigma * g_i)`` with ``g_i`` a standard normal
   vector (a fixed seed) and ``sigma = 0.02`` per dimension, so a filler row's cosine to its
@@ -31,6 +32,7 @@ DATA = Path(os.environ.get("SBERT_DATA_DIR", ROOT.parent / "shared" / "data"))
 MODEL = "all-MiniLM-L6-v2"
 CHUNK = 5_000
 SIGMA = 0.02  # per-dimension noise of a filler row (unit vectors of 384 dims: ~0.93 cosine)
+HELD_OUT = 1_000  # the last distinct texts: never rows, queries "like the rows"
 
 
 def distinct_texts() -> list[str]:
@@ -51,6 +53,11 @@ def distinct_texts() -> list[str]:
                 add(columns[5])
                 add(columns[6])
     return list(seen)
+
+
+def held_out_texts(n: int) -> list[str]:
+    """Distinct sentences of the data that are never rows of the table (the last ``HELD_OUT``)."""
+    return distinct_texts()[-HELD_OUT:][:n]
 
 
 def query_texts(n: int) -> list[str]:
@@ -96,7 +103,7 @@ def corpus(
     """``rows`` unit vectors (float32), their texts, and how many of them are real encodings
     (with ``encode_missing=False``: as many as are cached; the rest are fillers)."""
     texts = distinct_texts()
-    real = real_vectors(texts, cache, threads, encode_missing)
+    real = real_vectors(texts, cache, threads, encode_missing)[: len(texts) - HELD_OUT]
     texts = texts[: len(real)]
     if rows <= len(real):
         return real[:rows], texts[:rows], rows

@@ -48,6 +48,7 @@ import _scale_data as data  # noqa: E402
 LOCK = Path("/tmp/sbert-bench.lock")
 LOAD_CHUNK = 50_000
 OPTIONS = ("vector", "halfvec", "binary")
+STEPS = ("load", "build", "query")
 
 
 USE_LOCK = True  # --no-lock: a quick try of the script, not figures to report
@@ -74,7 +75,7 @@ def models() -> dict[str, type]:
     return {"vector": Article, "halfvec": HalfArticle, "binary": BinaryArticle}
 
 
-def setup(ef_search: int, oversample: int, query_threads: int) -> None:
+def setup(ef_search: int, oversample: int, query_threads: int, work_mem: str) -> None:
     from _django import setup_django
 
     setup_django(
@@ -82,7 +83,7 @@ def setup(ef_search: int, oversample: int, query_threads: int) -> None:
             "ENCODERS": {"default": {"MODEL": data.MODEL, "QUERY_THREADS": query_threads}},
             "SEARCH": {"EF_SEARCH": ef_search, "BINARY_OVERSAMPLE": oversample},
             "AUTO_EMBED": False,
-            "INDEX_MAINTENANCE_WORK_MEM": "2GB",
+            "INDEX_MAINTENANCE_WORK_MEM": work_mem,
         },
         apps=("tests.testapp", "tests.scaleapp"),
     )
@@ -118,19 +119,15 @@ def load(model: type, vectors: np.ndarray, texts: list[str]) -> float:
     return seconds
 
 
-def build(model: type, workers: int) -> tuple[float, str, int]:
+def build(model: type, workers: int) -> float:
     """Build the model's vector index with ``workers`` parallel maintenance workers; returns
-    the seconds, the index name and its size."""
+    the seconds."""
     from django.core.management import call_command
-    from django.db import connection
     from django.test.utils import override_settings
 
     from django_sbert.indexing import field_refs
-    from django_sbert.management.commands.sbert_index import vector_indexes
-    from django_sbert.sizing import hnsw_indexes
 
     ref = field_refs(model)[0]
-    (_, index), *_ = vector_indexes(ref)
     from django.conf import settings
 
     sbert = {**settings.SBERT, "INDEX_PARALLEL_WORKERS": workers}
@@ -140,19 +137,26 @@ def build(model: type, workers: int) -> tuple[float, str, int]:
             "sbert_index", f"{ref.label}.{ref.name}", "--no-progress", stdout=io.StringIO()
         )
         seconds = time.perf_counter() - started
-    with connection.cursor() as cursor:
-        size = next(
-            i.bytes for i in hnsw_indexes(cursor, model._meta.db_table) if i.name == index.name
-        )
-    return seconds, index.name, size
+    return seconds
 
 
-def table_size(model: type) -> int:
+def sizes(model: type) -> tuple[int, int, int]:
+    """Rows, table bytes and the field's vector index bytes (0 when it is not built)."""
     from django.db import connection
 
+    from django_sbert.indexing import field_refs
+    from django_sbert.management.commands.sbert_index import vector_indexes
+    from django_sbert.sizing import hnsw_indexes
+
+    (_, index), *_ = vector_indexes(field_refs(model)[0])
+    table = model._meta.db_table
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_table_size(%s::regclass)", [model._meta.db_table])
-        return int(cursor.fetchone()[0])
+        cursor.execute(f"SELECT count(*), pg_table_size('{table}'::regclass) FROM {table}")
+        rows, table_bytes = cursor.fetchone()
+        index_bytes = next(
+            (i.bytes for i in hnsw_indexes(cursor, table) if i.name == index.name), 0
+        )
+    return int(rows), int(table_bytes), int(index_bytes)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -237,10 +241,23 @@ def main() -> None:
     parser.add_argument(
         "--held-out-sentences",
         action="store_true",
-        help="query with sentences of the data left out of the table (with --no-encode: the "
-        "ones not encoded yet), not SciFact claims",
+        help="query with sentences of the data that are never rows of the table, not SciFact "
+        "claims",
     )
     parser.add_argument("--no-lock", action="store_true", help="a quick try: no shared lock")
+    parser.add_argument(
+        "--steps",
+        nargs="+",
+        choices=STEPS,
+        default=list(STEPS),
+        help="what to do per option: load the rows, build the index, query (with DATABASE_URL "
+        "and --keep, a later run can query what an earlier one loaded and built)",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep each option's rows (default: emptied after)"
+    )
+    parser.add_argument("--maintenance-work-mem", default="2GB", help="for the index builds")
+    parser.add_argument("--out", type=Path, help="JSON file the figures are merged into")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     global USE_LOCK
@@ -264,13 +281,13 @@ def main() -> None:
         f"{data.DATA}; {args.rows - real} filler rows = real vector + N(0, {data.SIGMA}^2) per "
         f"dimension, renormalized (mean cosine to its source {cos:.3f})"
     )
-    if args.held_out_sentences:  # distinct sentences of the data that are not rows
-        queries = data.distinct_texts()[real : real + args.queries]
+    if args.held_out_sentences:  # distinct sentences of the data that are never rows
+        queries = data.held_out_texts(args.queries)
         print(f"queries: {len(queries)} sentences of {data.DATA} that are not in the table")
     else:
         queries = data.query_texts(args.queries)
         print(f"queries: {len(queries)} SciFact training claims")
-    setup(args.ef_search, args.oversample, query_threads=1)
+    setup(args.ef_search, args.oversample, 1, args.maintenance_work_mem)
     from django.db import connection
 
     from django_sbert.serving import encode_texts
@@ -284,34 +301,46 @@ def main() -> None:
     print(
         f"PostgreSQL: {server.split(',')[0]}, pgvector {pgvector}, shared_buffers {shared}, "
         f"effective_cache_size {cache}; HNSW m=16, ef_construction=64, ef_search="
-        f"{args.ef_search}; binary oversample {args.oversample}; maintenance_work_mem 2GB; "
+        f"{args.ef_search}; binary oversample {args.oversample}; maintenance_work_mem "
+        f"{args.maintenance_work_mem}; "
         f"load average {os.getloadavg()[0]:.1f} at start"
     )
     query_vectors = encode_texts(queries)
     query_vectors /= np.linalg.norm(query_vectors, axis=1, keepdims=True)
     exact = exact_top10(vectors, query_vectors)
 
-    results = {}
+    results = json.loads(args.out.read_text()) if args.out and args.out.exists() else {}
     for option in args.options:
         model = models()[option]
+        result: dict = results.setdefault(option, {})
         with bench_lock():  # one storage option's load, builds and queries: minutes, not hours
-            result: dict = {"load_s": round(load(model, vectors, texts), 1)}
-            for workers in args.workers:
-                seconds, name, size = build(model, workers)
-                result[f"build_{workers}w_s"] = round(seconds, 1)
-            result["table_MB"] = round(table_size(model) / 2**20, 1)
-            result["index_MB"] = round(size / 2**20, 1)
-            result.update(measure(model, queries, exact, vectors, query_vectors))
-        results[option] = result
+            if "load" in args.steps:
+                result["load_s"] = round(load(model, vectors, texts), 1)
+            if "build" in args.steps:
+                for workers in args.workers:
+                    result[f"build_{workers}w_s"] = round(build(model, workers), 1)
+            rows, table_bytes, index_bytes = sizes(model)
+            if rows != args.rows:
+                raise SystemExit(f"{option}: the table holds {rows} rows, not {args.rows}")
+            result["table_MB"] = round(table_bytes / 2**20, 1)
+            result["index_MB"] = round(index_bytes / 2**20, 1)
+            if "query" in args.steps:
+                if not index_bytes:
+                    raise SystemExit(f"{option}: no index to query; run --steps build first")
+                result["load_avg"] = round(os.getloadavg()[0], 1)
+                result.update(measure(model, queries, exact, vectors, query_vectors))
         print(option, json.dumps(result), flush=True)
-        with connection.cursor() as cursor:  # free the disk before the next option
-            cursor.execute(f"TRUNCATE {model._meta.db_table}")
+        if args.out:
+            args.out.write_text(json.dumps(results, indent=1))
+        if not args.keep:
+            with connection.cursor() as cursor:  # free the disk before the next option
+                cursor.execute(f"TRUNCATE {model._meta.db_table}")
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
-    keys = list(next(iter(results.values())))
+    keys = list(dict.fromkeys(k for result in results.values() for k in result))
     print("\n| option | " + " | ".join(keys) + " |")
     print("|---" * (len(keys) + 1) + "|")
     for option, result in results.items():
-        print(f"| {option} | " + " | ".join(str(result[k]) for k in keys) + " |")
+        print(f"| {option} | " + " | ".join(str(result.get(k, "")) for k in keys) + " |")
 
 
 if __name__ == "__main__":
