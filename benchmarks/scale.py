@@ -10,10 +10,10 @@ cached), search-only p50 (the vector given), recall@10 against an exact scan (nu
 over the same vectors), and a 1%-selective filter (rows returned, p50).
 
 The corpus (benchmarks/_scale_data.py) is real all-MiniLM-L6-v2 vectors of the distinct
-sentences of ../shared/data, filled up to ``--rows`` with perturbed copies of them (the method
-is printed); vectors are cached outside the repository (``--cache``). Queries are SciFact
-training claims (``--held-out-sentences``: sentences of the data left out of the table), which
-are not rows of the table. Each storage option's load, builds and
+sentences of ../shared/data, filled up to ``--rows`` with mixes of two related real vectors
+(the method is printed); vectors are cached outside the repository (``--cache``). Queries are
+SciFact training claims (``--held-out-sentences``: sentences of the data that are never rows),
+which are not rows of the table. Each storage option's load, builds and
 queries run under the shared benchmark lock (/tmp/sbert-bench.lock), released between options.
 
     .venv/bin/python benchmarks/scale.py --prepare-only          # encode and cache the corpus
@@ -269,17 +269,10 @@ def main() -> None:
     vectors, texts, real = data.corpus(args.rows, args.cache, args.threads, not args.no_encode)
     if args.prepare_only:
         return
-    source = np.arange(real, args.rows) % real
-    sample = np.asarray(vectors[real : real + 2000])
-    cos = (
-        float((sample * np.asarray(vectors)[source[: len(sample)]]).sum(axis=1).mean())
-        if len(sample)
-        else 1.0
-    )
     print(
         f"corpus: {args.rows} rows; {real} real all-MiniLM-L6-v2 vectors of distinct sentences of "
-        f"{data.DATA}; {args.rows - real} filler rows = real vector + N(0, {data.SIGMA}^2) per "
-        f"dimension, renormalized (mean cosine to its source {cos:.3f})"
+        f"{data.DATA}; {args.rows - real} filler rows = normalize(w * v_a + (1 - w) * v_b), v_b "
+        f"one of v_a's {data.NEIGHBOURS} nearest real vectors, w in [0.25, 0.75]"
     )
     if args.held_out_sentences:  # distinct sentences of the data that are never rows
         queries = data.held_out_texts(args.queries)
