@@ -183,27 +183,23 @@ def instrumented(timers: Timers):
 
 
 class RoundTrips:
-    """Messages the client sends PostgreSQL, from libpq's trace of the default connection."""
+    """Round trips to PostgreSQL on the default connection, from libpq's trace: each time the
+    client sent messages and then waited for the server's answer (a run of ``F`` lines, then
+    ``B`` lines). libpq buffers its trace, so it is read once tracing stopped."""
 
     def __init__(self) -> None:
         from django.db import connection
 
         connection.ensure_connection()
         self.pgconn = connection.connection.pgconn
-        self.file = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 (closed by stop())
+        self.file = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 (closed by count())
         self.pgconn.trace(self.file.fileno())
         self.pgconn.set_trace_flags(0)
-        self.mark()
 
-    def mark(self) -> None:
-        self.file.flush()
-        self.offset = os.fstat(self.file.fileno()).st_size
-
-    def since_mark(self) -> int:
-        """Round trips since ``mark()``: each time the client sent messages and then waited for
-        the server's answer (a run of ``F`` lines followed by ``B`` lines in the trace)."""
-        os.fsync(self.file.fileno())
-        self.file.seek(self.offset)
+    def count(self) -> int:
+        """Stop tracing; the round trips since the start."""
+        self.pgconn.untrace()
+        self.file.seek(0)
         trips, last = 0, None
         for line in self.file.read().decode(errors="replace").splitlines():
             parts = line.split("\t")
@@ -211,12 +207,8 @@ class RoundTrips:
             if direction == "B" and last == "F":
                 trips += 1
             last = direction
-        self.mark()
-        return trips
-
-    def stop(self) -> None:
-        self.pgconn.untrace()
         self.file.close()
+        return trips
 
 
 # -- requests ---------------------------------------------------------------------------------
@@ -277,7 +269,7 @@ def postgres_cpu() -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def profile_requests(kind: str, texts: list[str], pks: list[int], trace: RoundTrips) -> dict:
+def profile_requests(kind: str, texts: list[str], pks: list[int]) -> dict:
     from django.core.handlers.wsgi import WSGIHandler
 
     from django_sbert.serving import clear_query_cache
@@ -287,29 +279,27 @@ def profile_requests(kind: str, texts: list[str], pks: list[int], trace: RoundTr
     rng = random.Random(1)
     parts: dict[str, list[float]] = {"total": [], "encode": [], "sql": [], "python": []}
     cpu: dict[str, list[float]] = {"cpu": [], "encode_cpu": []}
-    trips: list[int] = []
     statements: Counter[str] = Counter()
     backend = postgres_cpu()
+    trace = RoundTrips()
     with instrumented(timers):
         for text in texts:
             clear_query_cache()  # every text is encoded, as 809 claims cycling through 256 are
             path = search_path(kind, text, rng.choice(pks))
             timers.reset()
-            trace.mark()
             started, cpu_started = time.perf_counter(), time.thread_time()
             status, body = wsgi_get(handler, path)
             total = time.perf_counter() - started
             cpu["cpu"].append((time.thread_time() - cpu_started) * 1000)
             cpu["encode_cpu"].append(timers.encode_cpu * 1000)
-            round_trips = trace.since_mark()
             if status != 200:
                 raise SystemExit(f"{path} answered {status}: {body[:300]!r}")
             parts["total"].append(total * 1000)
             parts["encode"].append(timers.encode * 1000)
             parts["sql"].append(timers.sql * 1000)
             parts["python"].append((total - timers.encode - timers.sql) * 1000)
-            trips.append(round_trips)
             statements.update(timers.statements)
+    trips = trace.count()
     n = len(texts)
     return {
         "kind": kind,
@@ -318,7 +308,7 @@ def profile_requests(kind: str, texts: list[str], pks: list[int], trace: RoundTr
         # CPU time: this process's (median per request), PostgreSQL's backend (mean)
         **{f"{name}_ms": median(values) for name, values in cpu.items()},
         "postgres_cpu_ms": round((postgres_cpu() - backend) * 1000 / n, 2),
-        "round_trips": statistics.median(trips),
+        "round_trips": round(trips / n, 2),  # mean per request
         "statements": {k: round(v / n, 2) for k, v in sorted(statements.items())},
     }
 
@@ -452,15 +442,13 @@ def main() -> None:
     rng = random.Random(0)
     rng.shuffle(texts)
     warmup, texts = texts[:20], texts[20 : 20 + args.queries * len(KINDS)]
-    trace = RoundTrips()
     for kind in KINDS:  # connections, plans and the handler's middleware, warm
-        profile_requests(kind, warmup, pks, trace)
+        profile_requests(kind, warmup, pks)
     results = []
     for i, kind in enumerate(KINDS):
         chunk = texts[i * args.queries : (i + 1) * args.queries]
-        results.append(profile_requests(kind, chunk, pks, trace))
+        results.append(profile_requests(kind, chunk, pks))
         print(json.dumps(results[-1]), flush=True)
-    trace.stop()
     encode = profile_encode(texts[: args.queries])
     print("query encode alone:", json.dumps(encode), flush=True)
     plan = hybrid_plan(texts[0])
