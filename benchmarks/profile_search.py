@@ -29,7 +29,9 @@ median of:
 and, for the query encode alone (``--queries`` texts, one torch thread): tokenizer, forward
 pass and the rest. For hybrid search, PostgreSQL's own per-part times from ``EXPLAIN ANALYZE``
 of the fused statement (each side's scan, the fusion), and the idf lookup's statement.
-``--cprofile N`` also prints cProfile's top functions over N text searches.
+``--cprofile N`` also prints cProfile's top functions over N text searches;
+``--vector-storage main`` keeps the vectors in the row (docs/deployment.md, "Vector storage")
+instead of pgvector's default, out of line.
 """
 
 from __future__ import annotations
