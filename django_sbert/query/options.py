@@ -6,12 +6,16 @@ project leaves out); an argument given to a search method overrides it for that 
 * ``SearchOptions`` / ``search_options()``: ``hnsw.ef_search``, ``hnsw.iterative_scan``,
   ``hnsw.max_scan_tuples`` and ``statement_timeout``, set with
   ``set_config(..., is_local => true)`` inside a transaction that also runs the query: a
-  ``SET LOCAL`` outside a transaction does nothing (pgvector #675).
+  ``SET LOCAL`` outside a transaction does nothing (pgvector #675). With psycopg 3 the
+  transaction's ``BEGIN``, the ``set_config`` and the search statement go to PostgreSQL in one
+  round trip (pipeline mode), not three: a search's own work is a millisecond or two, so each
+  round trip, a wake-up of both processes, counts.
 * ``hybrid_settings()``: ``rrf_k``, ``candidates``, the two weights and the keyword match.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -92,20 +96,31 @@ class SearchOptions:
 
 
 @contextmanager
-def search_options(using: str, options: SearchOptions) -> Iterator[None]:
+def search_options(
+    using: str, options: SearchOptions, *, pipelined: bool = False
+) -> Iterator[None]:
     """Run the block in a transaction whose pgvector settings are ``options``.
 
     The settings are transaction-local, so they vanish at COMMIT and never leak to other
     queries on a pooled connection. Nested in a caller's transaction, they last until that
     transaction ends (the usual SET LOCAL rule).
+
+    ``pipelined=True`` is for a block that runs its statements on ordinary cursors and reads
+    their rows whole (no server-side cursor, no COPY): outside a caller's transaction, with
+    psycopg 3, the settings and the block's statements then go to PostgreSQL in pipeline mode
+    as one implicit transaction, which ends at the pipeline's Sync. Two round trips instead of
+    four (``BEGIN``, the settings, the statement, ``COMMIT``), the same settings, the same
+    transaction-local scope. Elsewhere (psycopg 2, libpq < 14, in a caller's transaction) the
+    block runs in ``transaction.atomic`` as before.
     """
     config = options.config()
+    connection = connections[using]
     try:
-        with transaction.atomic(using=using, savepoint=False):
+        with _transaction(connection, pipelined):
             if config:
                 placeholders = ", ".join("set_config(%s, %s, true)" for _ in config)
                 params = [item for pair in config for item in pair]
-                with connections[using].cursor() as cursor:
+                with connection.cursor() as cursor:
                     cursor.execute(f"SELECT {placeholders}", params)
             yield
     except OperationalError as exc:
@@ -120,6 +135,30 @@ def search_options(using: str, options: SearchOptions) -> Iterator[None]:
             "raise the setting.",
             seconds=options.statement_timeout,
         ) from exc
+
+
+@contextmanager
+def _transaction(connection: Any, pipelined: bool) -> Iterator[None]:
+    """The transaction a search's settings live in: an implicit one in psycopg 3's pipeline
+    mode (statements up to a Sync run as one transaction), else ``transaction.atomic``."""
+    if pipelined and connection.get_autocommit() and not connection.in_atomic_block:
+        connection.ensure_connection()
+        start = getattr(connection.connection, "pipeline", None)
+        if start is not None and _pipeline_supported():
+            with start():
+                yield
+            return
+    with transaction.atomic(using=connection.alias, savepoint=False):
+        yield
+
+
+@functools.cache
+def _pipeline_supported() -> bool:
+    try:
+        from psycopg import Pipeline  # psycopg 3 only
+    except ImportError:
+        return False
+    return bool(Pipeline.is_supported())
 
 
 def match_mode(match: str) -> str:

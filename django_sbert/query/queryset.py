@@ -392,7 +392,7 @@ class SemanticQuerySet(models.QuerySet):
             return ()
         max_df = keyword_max_df(max_df)
         column = self.model._meta.get_field(embedding.tsvector_field_name).column
-        with search_options(self.db, SearchOptions.without_index_settings()):
+        with search_options(self.db, SearchOptions.without_index_settings(), pipelined=True):
             return fulltext.query_terms(
                 connections[self.db],
                 self.model._meta.db_table,
@@ -460,12 +460,14 @@ class SemanticQuerySet(models.QuerySet):
     # -- execution ---------------------------------------------------------------------------
 
     @contextmanager
-    def _running(self) -> Iterator[None]:
+    def _running(self, *, pipelined: bool = False) -> Iterator[None]:
         """Run the block with ``k`` applied and this search's pgvector settings.
 
         ``k`` caps the rows only while the statement runs: the queryset's own limits are put
         back afterwards, so after evaluation it can still be filtered, counted or sliced like
-        any queryset.
+        any queryset. ``pipelined``: the block fetches its rows whole on ordinary cursors, so
+        the transaction's start, the settings and the statement may share a round trip
+        (``search_options``).
         """
         assert self._search is not None
         query = self.query
@@ -473,7 +475,7 @@ class SemanticQuerySet(models.QuerySet):
         if self._search.k is not None and query.high_mark is None:
             query.set_limits(high=int(self._search.k))  # relative to an offset, if any
         try:
-            with search_options(self.db, self._search):
+            with search_options(self.db, self._search, pipelined=pipelined):
                 yield
         finally:
             query.low_mark, query.high_mark = limits
@@ -481,7 +483,7 @@ class SemanticQuerySet(models.QuerySet):
     def _fetch_all(self) -> None:
         if self._search is None or self._result_cache is not None:
             return super()._fetch_all()
-        with self._running():
+        with self._running(pipelined=True):  # rows fetched whole, on a client-side cursor
             super()._fetch_all()
         if self._came_back_short(self._result_cache):
             retry = self._after_switch()

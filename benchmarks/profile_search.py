@@ -1,0 +1,479 @@
+"""Where one REST search's time goes: Django and DRF, query encoding, SQL round trips, PostgreSQL.
+
+    flock /tmp/sbert-bench.lock .venv/bin/python benchmarks/profile_search.py
+    .venv/bin/python benchmarks/profile_search.py --rows 1500 --queries 200 --cprofile 50
+
+The site is the load test's (``benchmarks/load_site``: the REST API over the test app's
+Article, registered with ``id``, ``title`` and ``embedding_version``; all-MiniLM-L6-v2 with
+one torch thread and ``QUERY_THREADS`` 1, the default ``COMPILE="auto"`` path warmed as a web
+process warms it; persistent connections), on one embedded PostgreSQL (the load test searches
+a streaming replica: the same statements on another server). ``--rows`` SciFact abstracts
+(title and first 300 characters, as ``load.py`` loads them) are loaded first, with their
+vectors (encoded once and cached under ``artifacts/bench``, as ``search.py`` does).
+
+Each request goes through Django's WSGI handler as gunicorn would call it (no HTTP parsing,
+no socket). Per kind of search (text, more like this, hybrid), over ``--queries`` requests with
+SciFact training claims never seen before (no query-cache hit) or random rows, it reports the
+median of:
+
+* ``total``: the WSGI call, response body included;
+* ``encode``: the query encode (tokenizer, forward pass, pooling), inside the request;
+* ``sql``: every statement's ``cursor.execute`` (round trip and PostgreSQL's work), and
+  ``commit`` (Django's ``COMMIT`` of a search's transaction);
+* ``python``: the rest (URL routing, DRF's request, permissions and query parameters, the ORM
+  building and compiling SQL, model instances, the serializer, JSON);
+* the round trips to PostgreSQL per request, counted from libpq's own trace (each time the
+  client sent messages and then waited for the answer: ``BEGIN``, a statement, ``COMMIT``, a
+  pipeline's statements sent together, its ``Sync``), with the statements by kind;
+
+and, for the query encode alone (``--queries`` texts, one torch thread): tokenizer, forward
+pass and the rest. For hybrid search, PostgreSQL's own per-part times from ``EXPLAIN ANALYZE``
+of the fused statement (each side's scan, the fusion), and the idf lookup's statement.
+``--cprofile N`` also prints cProfile's top functions over N text searches;
+``--vector-storage main`` keeps the vectors in the row (docs/deployment.md, "Vector storage")
+instead of pgvector's default, out of line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import random
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import quote
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _django import setup_django  # noqa: E402
+from encode import cpu_line  # noqa: E402
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+SCIFACT = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact"
+KINDS = ("text", "similar", "hybrid")
+
+
+def configure(rows: int) -> None:
+    sbert = {
+        "ENCODERS": {"default": {"MODEL": "all-MiniLM-L6-v2", "THREADS": 1, "QUERY_THREADS": 1}},
+        "AUTO_EMBED": False,
+        "API": {"THROTTLE_RATES": {"search": None}},
+    }
+    setup_django(
+        sbert,
+        database={"CONN_MAX_AGE": 600},
+        ROOT_URLCONF="benchmarks.load_site.urls",
+        ALLOWED_HOSTS=["127.0.0.1"],
+        DEBUG=False,
+        SECRET_KEY="django-sbert-profile-not-secret",
+        MIDDLEWARE=["django.middleware.common.CommonMiddleware"],
+    )
+
+
+def load_rows(rows: int, storage: str = "external") -> None:
+    """``rows`` SciFact abstracts as load.py loads them (title, first 300 characters), with
+    their all-MiniLM-L6-v2 vectors (encoded once, cached under artifacts/bench), by COPY."""
+    from hybrid import embedding_text, load_corpus
+    from search import encode_cached
+
+    docs = [json.loads(line) for line in (SCIFACT / "corpus.jsonl").open()][:rows]
+    table = [{"title": d["title"][:300], "body": d["text"][:300]} for d in docs]
+    vectors = encode_cached([embedding_text(row) for row in table], len(table), threads=1)
+    if storage != "external":  # before the rows go in: they are written the new way
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"ALTER TABLE testapp_article ALTER COLUMN embedding SET STORAGE {storage}"
+            )
+    load_corpus(table, vectors)
+
+
+def loadavg() -> str:
+    return Path("/proc/loadavg").read_text().strip()
+
+
+def queries() -> list[str]:
+    return [json.loads(line)["text"] for line in (SCIFACT / "queries-train.jsonl").open()]
+
+
+# -- instruments ------------------------------------------------------------------------------
+
+
+class Timers:
+    """Seconds spent in the query encode and in SQL during one request, and what ran."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.encode = 0.0
+        self.encode_cpu = 0.0
+        self.sql = 0.0
+        self.statements: Counter[str] = Counter()
+
+
+def statement_kind(sql: str) -> str:
+    text = " ".join(sql.split())
+    if text.startswith("SELECT set_config"):
+        return "set_config"
+    if "django_sbert_encoderversion" in text:
+        return "serving version"
+    if "<=>" in text and "ts_rank" in text:
+        return "hybrid search"
+    if "<=>" in text:
+        return "vector search"
+    if "tsquery" in text:
+        return "idf lookup"
+    if text.startswith("SELECT") and '"testapp_article"' in text:
+        return "row lookup"
+    return text.split(" ", 1)[0].lower()
+
+
+@contextmanager
+def instrumented(timers: Timers):
+    """Time the query encode and every statement (and COMMIT) on the default connection."""
+    from django.db import connection
+
+    from django_sbert.serving import cache
+
+    encode = cache._encode_query
+
+    def timed_encode(*args, **kwargs):
+        started, cpu = time.perf_counter(), time.thread_time()
+        try:
+            return encode(*args, **kwargs)
+        finally:
+            timers.encode += time.perf_counter() - started
+            timers.encode_cpu += time.thread_time() - cpu
+
+    def wrapper(execute, sql, params, many, context):
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            timers.sql += time.perf_counter() - started
+            timers.statements[statement_kind(sql)] += 1
+
+    commit = connection._commit
+
+    def timed_commit():
+        started = time.perf_counter()
+        try:
+            return commit()
+        finally:
+            timers.sql += time.perf_counter() - started
+            timers.statements["commit"] += 1
+
+    cache._encode_query = timed_encode
+    connection._commit = timed_commit
+    try:
+        with connection.execute_wrapper(wrapper):
+            yield
+    finally:
+        cache._encode_query = encode
+        del connection._commit
+
+
+class RoundTrips:
+    """Round trips to PostgreSQL on the default connection, from libpq's trace: each time the
+    client sent messages and then waited for the server's answer (a run of ``F`` lines, then
+    ``B`` lines). libpq buffers its trace, so it is read once tracing stopped."""
+
+    def __init__(self) -> None:
+        from django.db import connection
+
+        connection.ensure_connection()
+        self.pgconn = connection.connection.pgconn
+        self.file = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 (closed by count())
+        self.pgconn.trace(self.file.fileno())
+        self.pgconn.set_trace_flags(0)
+
+    def count(self) -> int:
+        """Stop tracing; the round trips since the start."""
+        self.pgconn.untrace()
+        self.file.seek(0)
+        trips, last = 0, None
+        for line in self.file.read().decode(errors="replace").splitlines():
+            parts = line.split("\t")
+            direction = parts[1] if len(parts) > 1 and parts[1] in ("F", "B") else parts[0]
+            if direction == "B" and last == "F":
+                trips += 1
+            last = direction
+        self.file.close()
+        return trips
+
+
+# -- requests ---------------------------------------------------------------------------------
+
+
+def wsgi_get(handler, path: str) -> tuple[int, bytes]:
+    """One GET through Django's WSGI handler, as gunicorn's sync worker calls it."""
+    route, _, query = path.partition("?")
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": route,
+        "QUERY_STRING": query,
+        "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "8765",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "HTTP_HOST": "127.0.0.1:8765",
+        "REMOTE_ADDR": "127.0.0.1",
+        "wsgi.input": io.BytesIO(b""),
+        "wsgi.errors": sys.stderr,
+        "wsgi.url_scheme": "http",
+        "wsgi.version": (1, 0),
+        "wsgi.multithread": False,
+        "wsgi.multiprocess": True,
+        "wsgi.run_once": False,
+    }
+    status: list[str] = []
+
+    def start_response(line, headers, exc_info=None):
+        status.append(line)
+
+    response = handler(environ, start_response)
+    try:
+        body = b"".join(response)
+    finally:
+        response.close()
+    return int(status[0].split()[0]), body
+
+
+def search_path(kind: str, text: str, pk: int) -> str:
+    if kind == "similar":
+        return f"/api/sbert/similar/testapp.article/{pk}/?k=10"
+    mode = "&mode=hybrid" if kind == "hybrid" else ""
+    return f"/api/sbert/search/?model=testapp.article&k=10{mode}&q={quote(text)}"
+
+
+def median(values: list[float]) -> float:
+    return round(statistics.median(values), 2) if values else float("nan")
+
+
+def postgres_cpu() -> float:
+    """CPU seconds (user + system) the default connection's PostgreSQL backend has used."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def profile_requests(kind: str, texts: list[str], pks: list[int]) -> dict:
+    from django.core.handlers.wsgi import WSGIHandler
+
+    from django_sbert.serving import clear_query_cache
+
+    handler = WSGIHandler()
+    timers = Timers()
+    rng = random.Random(1)
+    parts: dict[str, list[float]] = {"total": [], "encode": [], "sql": [], "python": []}
+    cpu: dict[str, list[float]] = {"cpu": [], "encode_cpu": []}
+    statements: Counter[str] = Counter()
+    backend = postgres_cpu()
+    trace = RoundTrips()
+    with instrumented(timers):
+        for text in texts:
+            clear_query_cache()  # every text is encoded, as 809 claims cycling through 256 are
+            path = search_path(kind, text, rng.choice(pks))
+            timers.reset()
+            started, cpu_started = time.perf_counter(), time.thread_time()
+            status, body = wsgi_get(handler, path)
+            total = time.perf_counter() - started
+            cpu["cpu"].append((time.thread_time() - cpu_started) * 1000)
+            cpu["encode_cpu"].append(timers.encode_cpu * 1000)
+            if status != 200:
+                raise SystemExit(f"{path} answered {status}: {body[:300]!r}")
+            parts["total"].append(total * 1000)
+            parts["encode"].append(timers.encode * 1000)
+            parts["sql"].append(timers.sql * 1000)
+            parts["python"].append((total - timers.encode - timers.sql) * 1000)
+            statements.update(timers.statements)
+    trips = trace.count()
+    n = len(texts)
+    return {
+        "kind": kind,
+        "requests": n,
+        **{f"{name}_ms": median(values) for name, values in parts.items()},
+        # CPU time: this process's (median per request), PostgreSQL's backend (mean)
+        **{f"{name}_ms": median(values) for name, values in cpu.items()},
+        "postgres_cpu_ms": round((postgres_cpu() - backend) * 1000 / n, 2),
+        "round_trips": round(trips / n, 2),  # mean per request
+        "statements": {k: round(v / n, 2) for k, v in sorted(statements.items())},
+    }
+
+
+def profile_encode(texts: list[str]) -> dict:
+    """The query encode alone: tokenizer, forward pass (and pooling), as a search runs it."""
+    import torch
+
+    from django_sbert.serving import encode_query, get_encoder, role_prompt
+
+    model = get_encoder("default")
+    prompt = role_prompt("default", "query", model)
+    tokenize, whole, tokens = [], [], []
+    for text in texts:
+        started = time.perf_counter()
+        rows = model.tokenizer.truncated([text], prompt)
+        tokenize.append((time.perf_counter() - started) * 1000)
+        tokens.append(int(rows.lengths[0]))
+        started = time.perf_counter()
+        encode_query(text + " ")  # uncached: a text the process has not seen
+        whole.append((time.perf_counter() - started) * 1000)
+    return {
+        "texts": len(texts),
+        "tokens_median": statistics.median(tokens),
+        "tokenize_ms": median(tokenize),
+        "encode_ms": median(whole),
+        "forward_and_rest_ms": round(median(whole) - median(tokenize), 2),
+        "torch_threads": torch.get_num_threads(),
+        "compiled": getattr(model, "compiled", None) is not None,
+    }
+
+
+def hybrid_plan(text: str) -> dict:
+    """PostgreSQL's own times for the parts of one hybrid search (EXPLAIN ANALYZE)."""
+    from tests.testapp.models import Article
+
+    qs = Article.objects.hybrid_search(text, k=10)[:10]
+    plan = qs.explain(analyze=True)
+    executed = re.search(r"Execution Time: ([\d.]+) ms", plan)
+    planned = re.search(r"Planning Time: ([\d.]+) ms", plan)
+    scans = {}
+    for index in ("article_embedding_hnsw", "article_embedding_tsv_gin"):
+        times = [
+            float(m.group(1))
+            for line in plan.splitlines()
+            if index in line
+            for m in [re.search(r"actual time=[\d.]+\.\.([\d.]+)", line)]
+            if m
+        ]
+        scans[index] = max(times) if times else None
+    return {
+        "planning_ms": float(planned.group(1)) if planned else None,
+        "execution_ms": float(executed.group(1)) if executed else None,
+        "scan_ms": scans,
+        "plan": plan,
+    }
+
+
+def idf_lookup(texts: list[str]) -> float:
+    """Median time of the keyword side's idf statement (match="any"), on its own."""
+    from django.db import connection
+
+    from django_sbert import fulltext
+    from django_sbert.conf import sbert_settings
+    from tests.testapp.models import Article
+
+    field = Article._meta.get_field("embedding")
+    column = Article._meta.get_field(field.tsvector_field_name).column
+    times = []
+    for text in texts:
+        started = time.perf_counter()
+        fulltext.query_terms(
+            connection,
+            Article._meta.db_table,
+            column,
+            field.keyword_config,
+            text,
+            float(sbert_settings.SEARCH["KEYWORD_MAX_DF"]),
+        )
+        times.append((time.perf_counter() - started) * 1000)
+    return median(times)
+
+
+def cprofile_text(texts: list[str], pks: list[int], top: int) -> str:
+    from django.core.handlers.wsgi import WSGIHandler
+
+    from django_sbert.serving import clear_query_cache
+
+    handler = WSGIHandler()
+    profiler = cProfile.Profile()
+    for text in texts:
+        clear_query_cache()
+        path = search_path("text", text, pks[0])
+        profiler.enable()
+        wsgi_get(handler, path)
+        profiler.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1500, help="SciFact abstracts loaded")
+    parser.add_argument("--queries", type=int, default=200, help="requests per kind")
+    parser.add_argument("--cprofile", type=int, default=0, help="also cProfile N text searches")
+    parser.add_argument("--plan", action="store_true", help="print the hybrid plan")
+    parser.add_argument(
+        "--vector-storage",
+        choices=["main", "plain", "external"],
+        default="external",
+        help="storage of the vector column (external: pgvector's default, out of line)",
+    )
+    args = parser.parse_args()
+    configure(args.rows)
+    print(cpu_line(), flush=True)
+    print(f"load average at start: {loadavg()}", flush=True)
+    load_rows(args.rows, args.vector_storage)
+
+    from django.core.management import call_command
+
+    from django_sbert.serving.warmup import warm
+    from tests.testapp.models import Article
+
+    call_command("check", verbosity=0)
+    states = warm(["default"], role="query")  # as a web process warms before its first request
+    print(f"warmed: {states['default'].path} ({states['default'].reason})", flush=True)
+    pks = list(Article.objects.values_list("pk", flat=True))
+    texts = queries()
+    rng = random.Random(0)
+    rng.shuffle(texts)
+    warmup, texts = texts[:20], texts[20 : 20 + args.queries * len(KINDS)]
+    for kind in KINDS:  # connections, plans and the handler's middleware, warm
+        profile_requests(kind, warmup, pks)
+    results = []
+    for i, kind in enumerate(KINDS):
+        chunk = texts[i * args.queries : (i + 1) * args.queries]
+        results.append(profile_requests(kind, chunk, pks))
+        print(json.dumps(results[-1]), flush=True)
+    encode = profile_encode(texts[: args.queries])
+    print("query encode alone:", json.dumps(encode), flush=True)
+    plan = hybrid_plan(texts[0])
+    idf = idf_lookup(texts[: args.queries])
+    print(
+        f"hybrid, PostgreSQL's own: planning {plan['planning_ms']} ms, execution "
+        f"{plan['execution_ms']} ms, scans (end time) {plan['scan_ms']}; idf lookup {idf} ms "
+        "(its round trip included)",
+        flush=True,
+    )
+    if args.plan:
+        print(plan["plan"])
+    if args.cprofile:
+        print(cprofile_text(texts[: args.cprofile], pks, 40))
+    print(f"load average at the end: {loadavg()}")
+    keys = ["kind", "total_ms", "encode_ms", "sql_ms", "python_ms", "round_trips", "cpu_ms",
+            "encode_cpu_ms", "postgres_cpu_ms"]  # fmt: skip
+    print("\n| " + " | ".join(keys) + " | statements per request |")
+    print("|" + "---|" * (len(keys) + 1))
+    for result in results:
+        statements = ", ".join(f"{k} {v:g}" for k, v in result["statements"].items())
+        print("| " + " | ".join(str(result[k]) for k in keys) + f" | {statements} |")
+
+
+if __name__ == "__main__":
+    main()
