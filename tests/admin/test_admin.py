@@ -312,10 +312,8 @@ def test_pairs_and_adaptation_from_the_models_own_content(staff):
     response = select(staff, "/admin/testapp/article/", "adapt_encoder", pks[:1])
     run = TrainingRun.objects.get()
     assert response.status_code == 302 and response.url.endswith(f"/trainingrun/{run.pk}/change/")
-    # SBERT["ADAPT"]'s recipe: pseudo-queries cut from the rows' text, measured on the eval
-    # split (none here).
-    assert (run.loss, run.data) == ("mnrl", {"content": "testapp.Article.embedding", "eval": []})
-    assert run.hyperparameters["learning_rate"] == 5e-5
+    # SBERT["ADAPT"]'s default: SimCSE (pseudo-queries did not beat it on SciFact).
+    assert (run.loss, run.data) == ("simcse", {"content": "testapp.Article.embedding"})
 
 
 def _unmeasured_candidate(route: str) -> EncoderVersion:

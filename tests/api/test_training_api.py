@@ -429,13 +429,14 @@ def test_a_content_run_takes_the_adapt_recipe_and_only_the_values_sent(roles):
     )
     assert made.status_code == 201, made.content
     run = TrainingRun.objects.get(pk=made.json()["id"])
-    assert run.loss == "mnrl" and run.hyperparameters["learning_rate"] == 5e-5
+    assert run.loss == "simcse" and run.hyperparameters["learning_rate"] == 2e-5
     run.delete()  # frees the encoder's slot for the next run
     made = client.post(
         f"{API}/training-runs/",
-        {"content": "testapp.Article.embedding", "loss": "simcse", "learning_rate": 1e-5},
+        {"content": "testapp.Article.embedding", "loss": "mnrl", "epochs": 2},
         format="json",
     )
     assert made.status_code == 201, made.content
     run = TrainingRun.objects.get(pk=made.json()["id"])
-    assert run.loss == "simcse" and run.hyperparameters["learning_rate"] == 1e-5
+    assert run.loss == "mnrl" and run.hyperparameters["learning_rate"] == 5e-5  # the recipe's
+    assert run.hyperparameters["epochs"] == 2  # a value sent wins

@@ -164,7 +164,7 @@ def articles_to_adapt_to(count: int = 30) -> None:
 
 def test_adapt_to_content_with_pseudo_queries_holds_back_pairs_without_an_eval_split():
     articles_to_adapt_to()
-    hyper = runs.adapt_hyperparameters(batch_size=4)
+    hyper = runs.adapt_hyperparameters("mnrl", batch_size=4)
     assert (hyper.loss, hyper.learning_rate) == ("mnrl", 5e-5)  # SBERT["ADAPT"]'s recipe
     run = runs.create_run(
         "default", hyperparameters=hyper, content="testapp.Article.embedding", enqueue=False
@@ -189,7 +189,7 @@ def test_adapt_to_content_is_measured_on_the_eval_split_when_there_is_one():
     )
     run = runs.create_run(
         "default",
-        hyperparameters=runs.adapt_hyperparameters(batch_size=4),
+        hyperparameters=runs.adapt_hyperparameters("mnrl", batch_size=4),
         content="testapp.Article.embedding",
         enqueue=False,
     )
@@ -207,16 +207,15 @@ def test_content_too_short_to_cut_pseudo_queries_is_refused_with_the_way_out():
     with pytest.raises(runs.ValidationError, match="adapt with 'simcse' instead"):
         runs.create_run(
             "default",
-            hyperparameters=runs.adapt_hyperparameters(),
+            hyperparameters=runs.adapt_hyperparameters("mnrl"),
             content="testapp.Article.embedding",
             enqueue=False,
         )
 
 
 def test_the_admin_api_and_command_adapt_with_the_same_defaults(settings):
-    settings.SBERT = {**settings.SBERT, "ADAPT": {"LOSS": "simcse"}}
-    assert runs.adapt_hyperparameters() == runs.Hyperparameters(loss="simcse")
-    settings.SBERT = {**settings.SBERT, "ADAPT": {"LEARNING_RATE": 1e-4}}
+    assert runs.adapt_hyperparameters() == runs.Hyperparameters(loss="simcse")  # the default
+    settings.SBERT = {**settings.SBERT, "ADAPT": {"LOSS": "mnrl", "LEARNING_RATE": 1e-4}}
     assert runs.adapt_hyperparameters(epochs=2, seed=None) == runs.Hyperparameters(
         loss="mnrl", learning_rate=1e-4, epochs=2
     )
