@@ -15,6 +15,8 @@ django_sbert.E012         the serving version cannot be fetched or verified here
 django_sbert.W001         a large table has no HNSW index the search can use (database check)
 django_sbert.W002         pgvector is older than 0.8: filtered searches may return < k rows
 django_sbert.E020         an EmbeddingField's precision is not "float32" or "float16"
+django_sbert.E023         an EmbeddingField's dimensions cut its encoder's vectors to a size the
+                          encoder was not trained for (MATRYOSHKA_DIMS)
 django_sbert.W021         rows hold a vector but no encoder version (database check, sizing.py)
 django_sbert.W022         vector indexes larger than the memory that caches them (database
                           check, sizing.py)
@@ -272,8 +274,8 @@ def _check_table(cursor: Any, model: type, field: EmbeddingField) -> list[checks
     if row is not None and row[0] > 0 and expected is not None and row[0] != expected:
         messages.append(
             checks.Error(
-                f"Column {table}.{column} holds {field.vector_type}({row[0]}) but {label}'s "
-                f"encoder {field.encoder!r} produces {expected} dimensions.",
+                f"Column {table}.{column} holds {field.vector_type}({row[0]}) but {label} "
+                f"(encoder {field.encoder!r}) stores {expected} dimensions.",
                 hint=f"Configure the encoder the column was built for, or change the column in a "
                 f"migration: RunSQL('ALTER TABLE {table} ALTER COLUMN {column} TYPE "
                 f"{field.vector_type}({expected}) USING NULL'), then manage.py sbert_reindex "

@@ -42,6 +42,10 @@ ENCODER_DEFAULTS: dict[str, Any] = {
     # config_sentence_transformers.json; "": no prompt, whatever the model declares.
     "QUERY_PROMPT": None,
     "DOCUMENT_PROMPT": None,
+    # Sizes the model was trained to serve truncated (the matryoshka loss's dims, e.g.
+    # [256, 128]): an EmbeddingField(dimensions=d) below the model's width needs d listed here.
+    # None: the model serves only its full width (docs/scale.md, "Matryoshka dimensions").
+    "MATRYOSHKA_DIMS": None,
 }
 
 # Search defaults for SemanticQuerySet.similar_to().
@@ -208,6 +212,16 @@ def encoder_config(name: str = "default") -> dict[str, Any]:
                 f"settings.SBERT['ENCODERS'][{name!r}][{key!r}] must be a string (the text put "
                 f"before each text, e.g. 'query: ') or None, got {type(merged[key]).__name__}."
             )
+    dims = merged["MATRYOSHKA_DIMS"]
+    if dims is not None and (
+        not isinstance(dims, list | tuple)
+        or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims)
+    ):
+        raise ImproperlyConfigured(
+            f"settings.SBERT['ENCODERS'][{name!r}]['MATRYOSHKA_DIMS'] must be None or a list of "
+            f"positive integers (the sizes the model was trained for, e.g. [256, 128]), got "
+            f"{dims!r}."
+        )
     return merged
 
 

@@ -49,6 +49,7 @@ from pgvector.django import VectorField
 from . import fulltext
 from .conf import encoder_config
 from .encoder import ModelNotFoundError, UnsupportedModelError, describe
+from .encoder.matryoshka import truncate
 from .indexes import binary_index, binary_index_name
 from .passages import PassageConfig, make_passage_model, passage_config
 
@@ -87,6 +88,11 @@ def encoder_dimensions(name: str = "default") -> int:
     Fine-tuned versions keep their base model's width, so this holds for every version.
     """
     return _model_dimensions(str(encoder_config(name)["MODEL"]))
+
+
+def matryoshka_dims(name: str = "default") -> tuple[int, ...]:
+    """The sizes below its full width the named encoder serves: ``MATRYOSHKA_DIMS``, else ()."""
+    return tuple(encoder_config(name)["MATRYOSHKA_DIMS"] or ())
 
 
 class _EmptyValues:
@@ -197,6 +203,9 @@ class EmbeddingField(VectorField):
         as ``vector`` (docs/scale.md). ``binary_index=True`` adds an HNSW index over the
         vectors' 1-bit codes and makes searches take the top ``k x oversample`` rows by
         Hamming distance, re-ranked by exact cosine (query/binary.py, docs/scale.md).
+        ``dimensions`` defaults to the encoder's width; a smaller one stores the encoder's
+        vectors cut to that size and re-normalized (Matryoshka), for an encoder whose
+        ``MATRYOSHKA_DIMS`` lists it (check E023; docs/scale.md).
         """
         for key, value in self._defaults.items():
             kwargs.setdefault(key, value)
@@ -372,6 +381,49 @@ class EmbeddingField(VectorField):
             ) from exc
 
     @property
+    def truncates(self) -> bool:
+        """True when the field stores the encoder's vectors cut to fewer ``dimensions``
+        (Matryoshka; check E023 says whether the encoder was trained for that size)."""
+        if self.dimensions is None:
+            return False
+        try:
+            return self.dimensions < encoder_dimensions(self.encoder)
+        except (LookupError, OSError, ValueError, ImproperlyConfigured):
+            return False
+
+    def fit_vectors(self, vectors: Any) -> np.ndarray:
+        """``vectors`` (one, or a 2-D array) at the column's size, as float32.
+
+        Vectors of the field's size are returned as they are. On a field that truncates, wider
+        vectors of its encoder (up to the encoder's full width) are cut to the field's size and
+        re-normalized (``encoder.matryoshka.truncate``): every write and every query vector
+        goes through here, so stored and query vectors are cut the same way. Any other size
+        raises ``ValueError``.
+        """
+        array = np.asarray(vectors, dtype=np.float32)
+        dimensions = self.get_dimensions()
+        width = array.shape[-1] if array.ndim else 0
+        if width == dimensions:
+            return array
+        if self.truncates and width in self._wider_sizes():
+            return truncate(array, dimensions)
+        accepted = str(dimensions)
+        if self.truncates:
+            wider = " or ".join(map(str, sorted(self._wider_sizes(), reverse=True)))
+            accepted += f" (or {wider}, cut to {dimensions})"
+        raise ValueError(
+            f"{self._label()} holds {accepted}-dimensional vectors, not {width}-dimensional "
+            f"ones; encode them with encoder {self.encoder!r}."
+        )
+
+    def _wider_sizes(self) -> set[int]:
+        """The encoder's sizes a truncating field cuts from: its full width and the wider
+        Matryoshka sizes (a vector of another field of the same encoder)."""
+        dimensions = self.get_dimensions()
+        trained = {d for d in matryoshka_dims(self.encoder) if d > dimensions}
+        return {encoder_dimensions(self.encoder), *trained}
+
+    @property
     def vector_type(self) -> str:
         """The pgvector type of the column: ``vector`` (float32) or ``halfvec`` (float16)."""
         return PRECISIONS.get(self.precision, "vector")
@@ -444,7 +496,8 @@ class EmbeddingField(VectorField):
     # -- checks -----------------------------------------------------------------------------
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        """E006 (source), E010 / E011 (keyword search), E003 / E002 (encoder, dimensions)."""
+        """E006 (source), E010 / E011 (keyword search), E003 / E002 / E023 (encoder,
+        dimensions), E013 (passages), E020 (precision)."""
         return [
             *super().check(**kwargs),
             *self._check_source(),
@@ -491,7 +544,7 @@ class EmbeddingField(VectorField):
         ]
 
     def _check_encoder(self) -> list[checks.CheckMessage]:
-        """E003: the encoder resolves to a model; E002: explicit dimensions agree with it.
+        """E003: the encoder resolves to a model; E002 / E023: explicit dimensions fit it.
 
         Reads only settings and the model's JSON files: no torch import, no weights.
         """
@@ -535,19 +588,49 @@ class EmbeddingField(VectorField):
                 )
             )
             return errors
-        if self.dimensions is not None and self.dimensions != spec.dimensions:
-            errors.append(
+        errors.extend(self._check_dimensions(spec.dimensions, model_name))
+        return errors
+
+    def _check_dimensions(self, width: int, model_name: str) -> list[checks.CheckMessage]:
+        """E002: explicit dimensions wider than the encoder's; E023: narrower, at a size the
+        encoder was not declared trained for (``MATRYOSHKA_DIMS``)."""
+        label = self._label()
+        if self.dimensions is None or self.dimensions == width:
+            return []
+        if self.dimensions > width:
+            return [
                 checks.Error(
                     f"{label} declares dimensions={self.dimensions} but encoder "
-                    f"{self.encoder!r} ({model_name}) produces {spec.dimensions}-dimensional "
-                    "vectors.",
+                    f"{self.encoder!r} ({model_name}) produces {width}-dimensional vectors.",
                     hint=f"Remove dimensions= (it is read from the encoder) or set it to "
-                    f"{spec.dimensions}.",
+                    f"{width}, or a size the encoder was trained to serve truncated.",
                     obj=self,
                     id="django_sbert.E002",
                 )
+            ]
+        trained = matryoshka_dims(self.encoder)
+        if self.dimensions in trained:
+            return []
+        declared = (
+            f"declares MATRYOSHKA_DIMS={list(trained)}"
+            if trained
+            else "declares no MATRYOSHKA_DIMS"
+        )
+        return [
+            checks.Error(
+                f"{label} declares dimensions={self.dimensions}, which would cut the "
+                f"{width}-dimensional vectors of encoder {self.encoder!r} to {self.dimensions}, "
+                f"but the encoder {declared}: only a model trained with the Matryoshka "
+                "objective keeps its quality when its vectors are truncated (a stock model "
+                "loses far more; docs/scale.md has the figures).",
+                hint=f"Fine-tune the encoder with loss='matryoshka' (dims including "
+                f"{self.dimensions}) or use a model trained that way, then set SBERT['ENCODERS']"
+                f"[{self.encoder!r}]['MATRYOSHKA_DIMS'] = [..., {self.dimensions}]; or remove "
+                "dimensions= to store the full vectors.",
+                obj=self,
+                id="django_sbert.E023",
             )
-        return errors
+        ]
 
     def _check_keyword_search(self) -> list[checks.CheckMessage]:
         """E010: keyword_search needs text fields as the source; E011: valid weights."""

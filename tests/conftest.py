@@ -56,7 +56,8 @@ def embed():
         for obj in objs:
             for field in embedding_fields(type(obj)):
                 text = field.get_source_text(obj)
-                vector = encode_texts([text], field.encoder)[0]
+                # At the field's size (a Matryoshka field cuts the encoder's vector).
+                vector = field.fit_vectors(encode_texts([text], field.encoder)[0])
                 type(obj)._base_manager.filter(pk=obj.pk).update(
                     **{
                         field.attname: vector,

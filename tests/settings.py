@@ -141,6 +141,10 @@ SBERT = {
             "BATCH_SIZE": 16,
             "THREADS": 1,
             "COMPILE": False,
+            # Sizes EmbeddingField(dimensions=...) may cut the vectors to (tests/scaleapp's
+            # Matryoshka models). The random model is not trained for them; quality is not the
+            # point of those tests, the cutting is.
+            "MATRYOSHKA_DIMS": [16, 8],
         },
     },
 }

@@ -92,6 +92,72 @@ def test_e002_declared_dimensions_differ_from_the_encoder():
     assert "Remove dimensions=" in messages[0].hint
 
 
+def matryoshka_doc(dimensions: int, encoder: str = "default") -> type[models.Model]:
+    """A model whose field cuts its encoder's vectors to ``dimensions`` (isolated apps)."""
+
+    attrs = {
+        "__module__": __name__,
+        "text": models.TextField(),
+        "embedding": EmbeddingField(source=("text",), encoder=encoder, dimensions=dimensions),
+        "Meta": type("Meta", (), {"app_label": "testapp"}),
+    }
+    return type(f"Doc{dimensions}", (models.Model,), attrs)
+
+
+def with_matryoshka_dims(dims, model: str | None = None) -> override_settings:
+    encoder = {**settings.SBERT["ENCODERS"]["default"], "MATRYOSHKA_DIMS": dims}
+    if model is not None:
+        encoder = {"MODEL": model, "MATRYOSHKA_DIMS": dims}
+    return sbert(ENCODERS={"default": encoder})
+
+
+@isolate_apps("tests.testapp")
+def test_e023_truncation_on_an_encoder_not_trained_for_it():
+    Doc = matryoshka_doc(16)
+    with with_matryoshka_dims(None):
+        messages = Doc.check()
+    assert ids(messages) == ["django_sbert.E023"]
+    assert "cut the 32-dimensional vectors of encoder 'default' to 16" in messages[0].msg
+    assert "declares no MATRYOSHKA_DIMS" in messages[0].msg
+    assert "Matryoshka objective" in messages[0].msg
+    assert "loss='matryoshka'" in messages[0].hint
+    assert "SBERT['ENCODERS']['default']['MATRYOSHKA_DIMS'] = [..., 16]" in messages[0].hint
+
+
+@isolate_apps("tests.testapp")
+def test_e023_a_size_the_encoder_was_not_trained_for():
+    with with_matryoshka_dims([16, 8]):
+        assert matryoshka_doc(16).check() == []
+        assert matryoshka_doc(8).check() == []
+        messages = matryoshka_doc(12).check()
+    assert "E023" in messages[0].id
+    assert ids(messages) == ["django_sbert.E023"]
+    assert "declares MATRYOSHKA_DIMS=[16, 8]" in messages[0].msg
+
+
+@isolate_apps("tests.testapp")
+def test_minilm_at_128_dimensions_needs_its_matryoshka_dims():
+    Doc = matryoshka_doc(128)
+    assert Doc._meta.get_field("embedding").db_type(connection) == "vector(128)"
+    with with_matryoshka_dims([256, 128], model="all-MiniLM-L6-v2"):
+        assert Doc.check() == []
+        assert Doc._meta.get_field("embedding").truncates
+    with with_matryoshka_dims(None, model="all-MiniLM-L6-v2"):
+        messages = Doc.check()
+    assert ids(messages) == ["django_sbert.E023"]
+    assert "384-dimensional vectors of encoder 'default' to 128" in messages[0].msg
+
+
+@pytest.mark.parametrize("dims", ["128", [128, 0], [True], {"a": 1}])
+def test_matryoshka_dims_must_be_positive_integers(dims):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from django_sbert.conf import encoder_config
+
+    with with_matryoshka_dims(dims), pytest.raises(ImproperlyConfigured, match="MATRYOSHKA_DIMS"):
+        encoder_config("default")
+
+
 @isolate_apps("tests.testapp")
 def test_e003_unknown_encoder_name():
     class Doc(models.Model):

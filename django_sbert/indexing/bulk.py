@@ -7,6 +7,9 @@
     articles = [Article(title=t, body=b) for t, b in rows]
     bulk_load(articles, vectors)              # vectors: (len(articles), dims) float array
 
+A field with fewer ``dimensions`` than its encoder (Matryoshka) takes the encoder's full vectors
+too, and stores them cut to its size and re-normalized, as its own writes do.
+
 The rows are written with PostgreSQL's ``COPY`` (psycopg's ``cursor.copy``), a million rows in
 minutes, together with each vector's bookkeeping: the hash of the row's text and the encoder
 version. So the rows are searchable by text at once, and the sweep does not encode them again.
@@ -120,19 +123,22 @@ def _checked_vectors(ref: FieldRef, vectors: Any, rows: int) -> np.ndarray:
         array = np.asarray(vectors, dtype=np.float32)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"vectors must be a 2-D array of numbers: {exc}") from exc
-    dims = ref.field.get_dimensions()
-    if array.ndim != 2 or array.shape[1] != dims:
+    if array.ndim != 2:
+        raise ValueError(f"vectors must be a 2-D array (one vector per row), not {array.shape}.")
+    try:
+        # The field's size, or on a truncating field its encoder's full vectors, cut to it.
+        fitted = ref.field.fit_vectors(array)
+    except ValueError as exc:
         raise ValueError(
-            f"{ref} holds {dims}-dimensional vectors, but the vectors given have shape "
-            f"{array.shape}: encode the texts with encoder {ref.encoder_name!r} (or the model "
-            "it was configured with)."
-        )
+            f"{exc} The vectors given have shape {array.shape}: encode the texts with encoder "
+            f"{ref.encoder_name!r} (or the model it was configured with)."
+        ) from None
     if array.shape[0] != rows:
         raise ValueError(f"{rows} rows but {array.shape[0]} vectors: give one vector per row.")
     if not np.isfinite(array).all():
         bad = int(np.flatnonzero(~np.isfinite(array).all(axis=1))[0])
         raise ValueError(f"The vector of row {bad} holds NaN or infinite values.")
-    return array
+    return fitted
 
 
 def _serving_version(ref: FieldRef, version: str | None, alias: str) -> str:

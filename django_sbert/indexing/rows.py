@@ -124,7 +124,8 @@ def encode_rows(
     batch_size: int | None = None,
     version: str | None = None,
 ) -> np.ndarray:
-    """Encode the rows' texts with the field's encoder: unit vectors, ``(n, dims)`` float32.
+    """Encode the rows' texts with the field's encoder: unit vectors, ``(n, dims)`` float32,
+    at the field's size (``dims`` below the encoder's: cut and re-normalized).
 
     Each text gets the encoder's document prompt (``serving.role_prompt``).
     ``version`` picks a version of the encoder (default: the serving one). With
@@ -134,7 +135,7 @@ def encode_rows(
     config = encoder_config(ref.encoder_name)
     max_chunks = config["MAX_CHUNKS"]
     model = get_encoder(ref.encoder_name, version)
-    return model.encode(
+    vectors = model.encode(
         [row.text for row in rows],
         batch_size=int(batch_size or config["BATCH_SIZE"]),
         normalize=True,
@@ -143,6 +144,9 @@ def encode_rows(
         # DOCUMENT_PROMPT, else the model's document/passage prompt (part of the version id).
         prompt=role_prompt(ref.encoder_name, "document", model),
     )
+    # A field with fewer dimensions than the encoder (Matryoshka) stores them cut and
+    # re-normalized; the query side cuts its vectors the same way (fields.fit_vectors).
+    return ref.field.fit_vectors(vectors)
 
 
 def chunks(items: Sequence[Any], size: int) -> Iterator[list[Any]]:

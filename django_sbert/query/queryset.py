@@ -339,7 +339,8 @@ class SemanticQuerySet(models.QuerySet):
     def _query_vector(
         self, query: Any, embedding: EmbeddingField
     ) -> tuple[np.ndarray, Any | None, QuerySource | None]:
-        """The query as a vector of the field's size, the pk to leave out (more like this), and
+        """The query as a vector of the field's size (a text's, or the encoder's full vector
+        given to a field that truncates, cut to it), the pk to leave out (more like this), and
         where the vector came from, with its encoder version (None for a vector passed in).
 
         Searches compare the vector only with rows of that version (``<field>_version``), so
@@ -356,17 +357,26 @@ class SemanticQuerySet(models.QuerySet):
             # The version serving on this queryset's database (a replica's own); or asimilar_to()'s
             vector, version = text_vector(query, embedding.encoder, self.db)
             source = QuerySource(
-                encoder=embedding.encoder, version=version, text=str(query), database=self.db
+                encoder=embedding.encoder,
+                version=version,
+                text=str(query),
+                database=self.db,
+                dimensions=embedding.get_dimensions(),
             )
         else:
             vector = as_vector(query)
-        dimensions = embedding.get_dimensions()
-        if len(vector) != dimensions:
+        try:
+            # The field's size; a field with fewer dimensions than its encoder (Matryoshka)
+            # cuts the encoder's vectors to it and re-normalizes, as its writes did.
+            vector = embedding.fit_vectors(vector)
+        except ValueError:
+            dimensions = embedding.get_dimensions()
+            cut = " (or its encoder's wider vectors, cut to that)" if embedding.truncates else ""
             raise ValueError(
                 f"The query vector has {len(vector)} dimensions but {self.model._meta.label}."
-                f"{embedding.name} holds {dimensions}; encode it with encoder "
+                f"{embedding.name} holds {dimensions}{cut}; encode it with encoder "
                 f"{embedding.encoder!r}."
-            )
+            ) from None
         return vector, exclude_pk, source
 
     def _binary_vector_side(

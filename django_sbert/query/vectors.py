@@ -23,6 +23,7 @@ from django.db.models.sql.query import Query
 from pgvector import Vector
 from pgvector.django import CosineDistance
 
+from ..encoder.matryoshka import truncate
 from ..fields import EmbeddingField, embedding_fields, vector_literal
 from ..serving import encode_query, serving_changed
 
@@ -50,6 +51,13 @@ class QuerySource:
     vector_attname: str = ""
     version_attname: str = ""
     database: str | None = None  # the search's database, which said which version serves
+    dimensions: int | None = None  # the searched field's size: a new vector is cut to it
+
+    def fitted(self, vector: np.ndarray) -> np.ndarray:
+        """``vector`` cut to the searched field's size (Matryoshka), as the first one was."""
+        if self.dimensions is None or len(vector) <= self.dimensions:
+            return vector
+        return truncate(vector, self.dimensions)
 
     def moved(self) -> Rebound | None:
         """The version and vector to search with now, if the rows moved on from ``version``
@@ -58,7 +66,8 @@ class QuerySource:
             version = serving_changed(self.encoder, self.version, self.database)
             if version is None:
                 return None
-            return Rebound(version, vector_literal(encode_query(self.text, self.encoder, version)))
+            vector = self.fitted(encode_query(self.text, self.encoder, version))
+            return Rebound(version, vector_literal(vector))
         if self.model is None or self.pk is None:
             return None
         row = (
@@ -69,7 +78,7 @@ class QuerySource:
         )
         if row is None or row[0] is None or row[1] in (None, self.version):
             return None
-        return Rebound(row[1], vector_literal(as_vector(row[0])))
+        return Rebound(row[1], vector_literal(self.fitted(as_vector(row[0]))))
 
 
 def rebound_for(query: Query, source: QuerySource | None) -> Rebound | None:
@@ -194,9 +203,11 @@ def instance_vector(
             "nothing to compare with. Wait for the worker, or run "
             f"manage.py sbert_reindex {instance._meta.label} --stale --sync."
         )
+    # Another field of the same encoder may store more dimensions: cut to this one's.
+    vector = field.fit_vectors(as_vector(value))
     if version is None:
-        return as_vector(value), None
-    return as_vector(value), QuerySource(
+        return vector, None
+    return vector, QuerySource(
         encoder=field.encoder,
         version=version,
         model=type(instance),
@@ -204,4 +215,5 @@ def instance_vector(
         vector_attname=source.attname,
         version_attname=source.version_field_name,
         database=using,
+        dimensions=field.get_dimensions(),
     )

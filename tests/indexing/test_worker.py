@@ -18,14 +18,18 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import pytest
 from celery import Celery
 from django.db import transaction
 
 from django_sbert import indexing
+from django_sbert.encoder.matryoshka import truncate
 from django_sbert.fields import text_hash
 from django_sbert.indexing import tasks
+from django_sbert.serving import encode_texts
 from tests.celery_app import app
+from tests.scaleapp.models import MatryoshkaArticle
 from tests.testapp.models import Article
 from tests.worker_process import Worker
 
@@ -84,6 +88,26 @@ def test_saved_rows_are_embedded_by_the_worker(start_worker):
     wait_until(lambda: count_embedded() == 20, 60, "the worker embedded 20 rows")
     assert all_current()
     assert worker.output().count(f"Task {tasks.EMBED_TASK}") >= 1
+
+
+def test_the_worker_stores_a_matryoshka_fields_cut_vectors(start_worker):
+    """A field with dimensions=16 on the 32-dimensional encoder: the worker's rows hold the
+    encoder's vectors cut to 16 dimensions and re-normalized."""
+    start_worker()
+    titles = [f"economy story {i}" for i in range(5)]
+    with transaction.atomic():
+        for title in titles:
+            MatryoshkaArticle.objects.create(title=title)
+    embedded = MatryoshkaArticle.objects.filter(embedding__isnull=False)
+    wait_until(lambda: embedded.count() == 5, 60, "the worker embedded 5 rows")
+    stored = np.stack(
+        [
+            np.asarray(v, dtype=np.float32)
+            for v in embedded.order_by("pk").values_list("embedding", flat=True)
+        ]
+    )
+    full = encode_texts(titles, "default", role="document")
+    np.testing.assert_allclose(stored, truncate(full, 16), atol=1e-6)
 
 
 def test_worker_killed_mid_batch_loses_nothing(start_worker):

@@ -66,3 +66,36 @@ class BinaryArticle(models.Model):
 
     class Meta:
         ordering = ["id"]
+
+
+class MatryoshkaArticle(models.Model):
+    """``dimensions=16``: the tiny encoder's 32-dimensional vectors cut to 16 and re-normalized
+    (tests/settings.py declares MATRYOSHKA_DIMS for it), with keyword search for hybrid."""
+
+    title = models.CharField(max_length=300)
+    category = models.CharField(max_length=50, blank=True)
+    embedding = EmbeddingField(source=("title",), dimensions=16, keyword_search=True)
+
+    objects = SemanticManager()
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            HnswIndex(
+                name="matryoshkaarticle_hnsw", fields=["embedding"], opclasses=["vector_cosine_ops"]
+            )
+        ]
+
+
+class MatryoshkaReport(models.Model):
+    """A truncated field with passages: the passage vectors are cut to 16 dimensions too."""
+
+    title = models.CharField(max_length=300)
+    embedding = EmbeddingField(
+        source=("title",), dimensions=16, passages=PassageConfig(max_tokens=24, overlap=6)
+    )
+
+    objects = SemanticManager()
+
+    class Meta:
+        ordering = ["id"]
