@@ -8,6 +8,11 @@ Parts (run all, or some with ``--only``):
               train queries; nDCG@10 / Recall@10 on the other 20% (the dev split), before and
               after, ranking the whole corpus.
 * ``simcse``  unsupervised SimCSE on SciFact abstracts alone; the same retrieval figures.
+* ``adapt``   "adapt to our content" with pseudo-queries: ``mnrl`` on pairs cut from the
+              SciFact abstracts alone (``--adapt-method ict``: a sentence against the rest of
+              its abstract; ``crop``: two random spans), optionally with negatives mined by
+              the base model among the pairs' positives; the same retrieval figures and STSb
+              dev Spearman (general quality kept?). No claim is used for training.
 * ``general`` fine-tune with ``mnrl`` on 300 SciFact train pairs with the default settings,
               then STSb dev Spearman: a small domain fine-tune must not wreck general quality.
 
@@ -32,10 +37,11 @@ import torch
 from django_sbert.encoder import SentenceEncoder
 from django_sbert.encoder.evaluation import retrieval_metrics, sts_spearman
 from django_sbert.encoder.mining import mine_hard_negatives
+from django_sbert.encoder.pseudo_queries import pseudo_pairs
 from django_sbert.encoder.training import Progress, fit
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
-PARTS = ("stsb", "scifact", "simcse", "general")
+PARTS = ("stsb", "scifact", "simcse", "adapt", "general")
 
 
 # ------------------------------------------------------------------------------ data
@@ -71,6 +77,7 @@ class SciFact:
         }
         queries = {q["_id"]: q["text"] for q in read_jsonl(data / "queries-train.jsonl")}
         qrels = read_qrels(data / "qrels-train.tsv")
+        documents = list(corpus.values())
         ids = sorted(q for q in queries if q in qrels)
         random.Random(seed).shuffle(ids)
         dev_ids = set(ids[: len(ids) // 5])
@@ -88,6 +95,7 @@ class SciFact:
             keep = judged | set(others[: max(0, max_corpus - len(judged))])
             corpus = {d: t for d, t in corpus.items() if d in keep}
         self.corpus = corpus
+        self.documents = documents  # every abstract, whatever --max-corpus ranks
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -237,6 +245,60 @@ def run_simcse(
     show(f"SciFact after simcse ({len(texts)} {args.simcse_unit}s, lr {args.simcse_lr:g})", figures)
 
 
+def run_adapt(
+    base: SentenceEncoder, data: SciFact, args: argparse.Namespace, results: dict
+) -> None:
+    if not args.no_before:
+        before = results.get("scifact before") or retrieval(base, data, args.heldout)
+        results["scifact before"] = before
+        show(f"SciFact before ({len(data.corpus)} docs)", before)
+    dev = read_sts(args.data / "stsbenchmark" / "sts-dev.csv")
+    if not args.no_before:
+        results["stsb dev before"] = 100 * sts_spearman(base, dev)
+        print(f"STSb dev before: {results['stsb dev before']:.2f}", flush=True)
+    documents = sorted(data.documents)  # all abstracts, titles included; no claim
+    random.Random(args.seed).shuffle(documents)
+    documents = documents[: args.adapt_docs]
+    built = pseudo_pairs(documents, method=args.adapt_method, seed=args.seed)
+    pairs = [(p.query, p.positive) for p in built.pairs]
+    print(
+        f"  {len(pairs)} {args.adapt_method} pairs from {len(documents)} abstracts "
+        f"({len(built.too_short)} too short to split)",
+        flush=True,
+    )
+    started, cpu = time.perf_counter(), time.process_time()
+    examples: list[tuple[str, ...]] = list(pairs)
+    if args.adapt_negatives:
+        # Mined by the base model among the pairs' own positives (no label of any kind).
+        examples = mine_hard_negatives(base, pairs, [p for _, p in pairs])
+        print(f"  hard negatives for {len(examples)} of {len(pairs)} pairs", flush=True)
+    fitted = fit(
+        base,
+        examples,
+        loss="mnrl",
+        epochs=args.adapt_epochs,
+        batch_size=args.batch_size,
+        learning_rate=args.adapt_lr,
+        seed=args.seed,
+        callback=progress_printer(args.adapt_method),
+    )
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    figures = {
+        **retrieval(fitted.encoder, data, args.heldout),
+        "stsb dev spearman": 100 * sts_spearman(fitted.encoder, dev),
+        "train seconds": wall,
+        "train cpu seconds": cpu,
+        "steps": fitted.steps,
+    }
+    label = f"adapt {args.adapt_method}{' negatives' if args.adapt_negatives else ''}"
+    results[f"scifact after {label}"] = figures
+    show(
+        f"SciFact after {label} ({len(examples)} pairs, {args.adapt_epochs} epoch(s), "
+        f"lr {args.adapt_lr:g}, batch {args.batch_size})",
+        figures,
+    )
+
+
 def run_general(
     base: SentenceEncoder, data: SciFact, args: argparse.Namespace, results: dict
 ) -> None:
@@ -281,6 +343,13 @@ def main() -> None:
     parser.add_argument("--simcse-texts", type=int, default=640, help="texts to train on")
     parser.add_argument("--simcse-unit", choices=("sentence", "abstract"), default="sentence")
     parser.add_argument("--simcse-lr", type=float, default=2e-5)
+    parser.add_argument("--adapt-method", choices=("ict", "crop"), default="ict")
+    parser.add_argument("--adapt-docs", type=int, default=1000, help="abstracts to cut pairs from")
+    parser.add_argument("--adapt-epochs", type=int, default=1)
+    parser.add_argument("--adapt-lr", type=float, default=2e-5)
+    parser.add_argument(
+        "--adapt-negatives", action="store_true", help="mine a hard negative per pseudo-pair"
+    )
     parser.add_argument(
         "--max-corpus",
         type=int,
@@ -291,7 +360,8 @@ def main() -> None:
     parser.add_argument(
         "--no-before",
         action="store_true",
-        help="skip the before-training figures of simcse and general (another run printed them)",
+        help="skip the before-training figures of simcse, adapt and general (another run "
+        "printed them)",
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
@@ -303,7 +373,7 @@ def main() -> None:
         flush=True,
     )
     results: dict[str, Any] = {}
-    needs_scifact = {"scifact", "simcse", "general"} & set(args.only)
+    needs_scifact = {"scifact", "simcse", "adapt", "general"} & set(args.only)
     data = (
         SciFact(args.data / "scifact", args.eval / "scifact", args.seed, args.max_corpus)
         if needs_scifact
@@ -317,6 +387,8 @@ def main() -> None:
             run_scifact(base, data, args, results)
         elif part == "simcse":
             run_simcse(base, data, args, results)
+        elif part == "adapt":
+            run_adapt(base, data, args, results)
         else:
             run_general(base, data, args, results)
         print(f"({part} took {time.perf_counter() - started:.0f}s)", flush=True)

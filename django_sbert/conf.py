@@ -60,6 +60,9 @@ SEARCH_DEFAULTS: dict[str, Any] = {
     "CANDIDATES": 100,  # rows taken from each side (vector top-N, keyword top-N) before fusing
     "VECTOR_WEIGHT": 1.0,  # weight of the vector side's 1 / (k + rank)
     "KEYWORD_WEIGHT": 1.0,  # weight of the keyword side's 1 / (k + rank)
+    # hybrid_search() uses the RRF_K and weights a fine-tuning run chose for the serving version
+    # on its eval split (docs/hybrid.md); False: always the three settings above
+    "TUNED_FUSION": True,
     "KEYWORD_MATCH": "any",  # keyword side of hybrid_search: "any" word or "all" words
     "KEYWORD_MAX_DF": 0.2,  # match="any" leaves out words found in more than this share of rows
     "KEYWORD_MAX_ROWS": 10000,  # a keyword search ranks at most this many matching rows
@@ -93,6 +96,17 @@ DEFAULTS: dict[str, Any] = {
     "TRAINING_STALLED_SECONDS": 600,  # a running run silent this long lost its worker
     "EVAL_GATE_TOLERANCE": 0.0,  # promote refuses a candidate worse than active by more than this
     "PAIRS_MAX_FILE_BYTES": 20 * 1024 * 1024,  # largest pairs file an import reads; None: any
+    # "Adapt to our content" (docs/fine-tuning.md): a run on a field's text, without pairs
+    "ADAPT": {
+        # "simcse", or "mnrl": pseudo-queries cut from the text. Neither improved SciFact
+        # retrieval from all-MiniLM-L6-v2 (docs/training.md), so the default stays as it was.
+        "LOSS": "simcse",
+        "METHOD": "ict",  # how pseudo-queries are cut: "ict" (a sentence vs the rest), "crop"
+        "DOCUMENTS": 1000,  # rows (a seeded sample) cut into pseudo-queries; None: all
+        "NEGATIVES": True,  # mine a hard negative per pseudo-query with the serving model
+        "LEARNING_RATE": 5e-5,  # of "mnrl" (the one measured), when the caller gives none
+        "HOLD_OUT": 0.1,  # share of pseudo-pairs (at most 200) held back when no eval split
+    },
     # Read replicas (docs/deployment.md)
     "SEARCH_DATABASE": None,  # alias searches read rows and version from; None: Django's router
 }
@@ -111,8 +125,9 @@ DEFAULTS.update(
 )
 
 # Keys whose value is a dict merged over the default dict rather than replacing it: a project
-# that adds an encoder keeps "default", and SEARCH={"K": 5} keeps the other search defaults.
-MERGED_KEYS = ("ENCODERS", "SEARCH")
+# that adds an encoder keeps "default", SEARCH={"K": 5} keeps the other search defaults (and
+# ADAPT the other adapt defaults).
+MERGED_KEYS = ("ENCODERS", "SEARCH", "ADAPT")
 
 
 class SbertSettings:

@@ -185,7 +185,7 @@ def query_terms(
     return tuple((lexeme, idf, df) for df, lexeme, idf in kept[:MAX_TERMS])
 
 
-def _tsquery_literal(lexemes: Sequence[str]) -> str:
+def tsquery_literal(lexemes: Sequence[str]) -> str:
     """``'a' | 'b'``: lexemes quoted for tsquery input (no second normalization)."""
     quoted = ["'" + lex.replace("\\", "\\\\").replace("'", "''") + "'" for lex in lexemes]
     return " | ".join(quoted)
@@ -224,7 +224,7 @@ class IdfRank(Expression):
         parts, params = [], []
         for lexeme, idf, _ in self.terms:
             parts.append("%s * ts_rank(%s::float4[], sbert_doc.tsv, %s::tsquery)")
-            params += [float(idf), weights, _tsquery_literal([lexeme])]
+            params += [float(idf), weights, tsquery_literal([lexeme])]
         sql = (
             f"(SELECT {' + '.join(parts)} "
             f"FROM (SELECT {column_sql} || ''::tsvector AS tsv OFFSET 0) AS sbert_doc)"
@@ -271,7 +271,7 @@ def keyword_filter_and_rank(
         raise ValueError(f"match must be one of {MATCH_MODES}, got {match!r}.")
     if not terms:
         return Value(False, output_field=BooleanField()), Value(0.0, output_field=FloatField())
-    query = TsQuery(Value(_tsquery_literal(matching_lexemes(terms))))
+    query = TsQuery(Value(tsquery_literal(matching_lexemes(terms))))
     return Matches(F(column), query), idf_rank(column, terms)
 
 

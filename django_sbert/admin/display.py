@@ -89,3 +89,48 @@ def metrics_table(*columns: tuple[str, dict[str, float]]) -> str:
         ),
     )
     return format_html("<table><tr><th></th>{}</tr>{}</table>", head, body)
+
+
+SEARCH_SIDES = (  # (column title, prefix of the metric names), finetuning/hybrid.py
+    ("vector", ""),
+    ("keyword", "keyword_"),
+    ("hybrid (settings' fusion)", "hybrid_"),
+    ("hybrid (chosen fusion)", "tuned_"),
+)
+
+
+def search_table(*measured: tuple[str, dict[str, Any]]) -> str:
+    """Vector, keyword and hybrid search side by side: a row per (model, metric), a column per
+    side, then the fusion chosen for each model; "-" when none was measured."""
+    models = [(title, m or {}) for title, m in measured if "keyword_ndcg@10" in (m or {})]
+    if not models:
+        return "-"
+
+    def cell(value: Any) -> str:
+        return "-" if value is None else f"{float(value):.4f}"
+
+    rows = [
+        (
+            f"{title}: {metric}",
+            format_html_join(
+                "", "<td>{}</td>", ((cell(m.get(prefix + metric)),) for _, prefix in SEARCH_SIDES)
+            ),
+        )
+        for title, m in models
+        for metric in ("ndcg@10", "recall@10")
+    ]
+    fusion = [
+        (
+            title,
+            f"rrf_k {m['fusion_rrf_k']:g}, vector weight {m['fusion_vector_weight']:g}, "
+            f"keyword weight {m['fusion_keyword_weight']:g}",
+        )
+        for title, m in models
+        if "fusion_rrf_k" in m
+    ]
+    return format_html(
+        "<table><tr><th></th>{}</tr>{}</table><p>{}</p>",
+        format_html_join("", "<th>{}</th>", ((side,) for side, _ in SEARCH_SIDES)),
+        format_html_join("", "<tr><th>{}</th>{}</tr>", rows),
+        format_html_join("; ", "chosen fusion ({}): {}", fusion),
+    )

@@ -40,7 +40,7 @@ from ..models import (
 )
 from ..queues import training_worker_hint
 from ..serving import forget_serving, serving_version
-from .display import loss_curve_svg, metrics_table, progress_bar
+from .display import loss_curve_svg, metrics_table, progress_bar, search_table
 from .mixins import ForbidMissingActionsMixin, require_permission
 
 __all__ = ["EncoderVersionAdmin", "TrainingPairAdmin", "TrainingRunAdmin"]
@@ -223,6 +223,7 @@ class TrainingRunAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
         "progress",
         "loss_curve",
         "metrics",
+        "search_metrics",
         "loss",
         "hyperparameters",
         "base_version",
@@ -285,6 +286,10 @@ class TrainingRunAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
     def metrics(self, obj: TrainingRun) -> str:
         return metrics_table(("before", obj.metrics_before), ("after", obj.metrics_after))
 
+    @admin.display(description="vector, keyword and hybrid search on the eval split")
+    def search_metrics(self, obj: TrainingRun) -> str:
+        return search_table(("before", obj.metrics_before), ("after", obj.metrics_after))
+
     @admin.display(description="candidate version")
     def candidate_link(self, obj: TrainingRun) -> str:
         candidate = EncoderVersion.objects.filter(run=obj).first()
@@ -338,6 +343,7 @@ class EncoderVersionAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
         "encoder_name",
         "status",
         "compared",
+        "search_metrics",
         "promotion",
         "directory",
         "is_base",
@@ -390,6 +396,10 @@ class EncoderVersionAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
         else:
             other = {}
         return metrics_table(("this version", obj.metrics), ("active", other))
+
+    @admin.display(description="vector, keyword and hybrid search on its eval split")
+    def search_metrics(self, obj: EncoderVersion) -> str:
+        return search_table(("this version", obj.metrics))
 
     @admin.display(description="promotion")
     def promotion(self, obj: EncoderVersion) -> str:

@@ -116,7 +116,8 @@ class EmbeddingAdminMixin:
     make_training_pairs.short_description = "Make training pairs from selected"  # type: ignore[attr-defined]
 
     def adapt_encoder(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
-        """Queue a SimCSE run on the text of every row of this model ("adapt to our content")."""
+        """Queue a run on the text of every row of this model ("adapt to our content"), with
+        ``SBERT["ADAPT"]``'s recipe (pseudo-queries cut from the text, by default)."""
         refs = field_refs(self.model)
         ref = next((r for r in refs if r.name == self.embedding_field), refs[0] if refs else None)
         if ref is None:
@@ -125,7 +126,7 @@ class EmbeddingAdminMixin:
         try:
             run = runs.create_run(
                 ref.encoder_name,
-                hyperparameters=runs.Hyperparameters(loss="simcse"),
+                hyperparameters=runs.adapt_hyperparameters(),
                 content=f"{ref.label}.{ref.name}",
                 user=request.user,
             )
@@ -136,7 +137,7 @@ class EmbeddingAdminMixin:
             return None
         return HttpResponseRedirect(reverse("admin:django_sbert_trainingrun_change", args=[run.pk]))
 
-    adapt_encoder.short_description = "Adapt the encoder to this content (SimCSE on all rows)"  # type: ignore[attr-defined]
+    adapt_encoder.short_description = "Adapt the encoder to this content (all rows' text)"  # type: ignore[attr-defined]
 
     def reembed_selected(self, request: HttpRequest, queryset: Any) -> None:
         pks = list(queryset.values_list("pk", flat=True))

@@ -261,13 +261,14 @@ class TrainingRunRequestSerializer(serializers.Serializer):
     content = serializers.RegexField(
         r"^\w+\.\w+\.\w+$",
         required=False,
-        help_text="'app_label.Model.field': adapt to that field's text with SimCSE, no pairs.",
+        help_text="'app_label.Model.field': adapt to that field's text, no pairs (loss mnrl: "
+        "pseudo-queries cut from the text; or simcse).",
     )
     loss = serializers.ChoiceField(
         choices=runs.LOSS_CHOICES,
         required=False,
         help_text="Default: picked from the pairs' shape (scores: cosent, labels: softmax, "
-        "else mnrl); simcse with content.",
+        "else mnrl); with content, SBERT['ADAPT']['LOSS'] (mnrl or simcse).",
     )
     epochs = serializers.IntegerField(default=1, min_value=1, max_value=100)
     batch_size = serializers.IntegerField(default=16, min_value=2, max_value=1024)
@@ -315,7 +316,9 @@ class TrainingRunViewSet(
         content = data.get("content")
         if content:
             pair_ids: list[int] = []
-            loss = data.get("loss", "simcse")
+            names = ("epochs", "batch_size", "learning_rate", "warmup_ratio", "seed")
+            given = {name: data[name] for name in names if name in request.data}
+            hyperparameters = runs.adapt_hyperparameters(data.get("loss"), **given)
         else:
             pairs = TrainingPair.objects.all()
             if "pairs" in data:
@@ -326,7 +329,7 @@ class TrainingRunViewSet(
             if not pair_ids:
                 raise ValidationError({"pairs": ["No training pairs match."]})
             loss = data.get("loss") or runs.default_loss(pairs)
-        hyperparameters = runs.Hyperparameters.from_options(loss, data)
+            hyperparameters = runs.Hyperparameters.from_options(loss, data)
         try:
             run = runs.create_run(
                 data["encoder"],

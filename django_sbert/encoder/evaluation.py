@@ -120,13 +120,37 @@ def retrieval_metrics(
     # Stable sort on the negated scores: ties go to the earlier document, reproducibly.
     ranked = np.argsort(-scores, axis=1, kind="stable")[:, :top]  # (queries, top)
 
+    rankings = {qid: [doc_ids[j] for j in ranked[row]] for row, qid in enumerate(query_ids)}
+    return ranking_metrics(rankings, relevant, k, corpus_size=len(doc_ids))
+
+
+def ranking_metrics(
+    rankings: Mapping[str, Sequence[str]],
+    relevant: Mapping[str, set[str]],
+    k: int = 10,
+    *,
+    corpus_size: int | None = None,
+) -> dict[str, Any]:
+    """``retrieval_metrics``' figures for rankings made elsewhere (keyword, fused).
+
+    ``rankings`` maps each query id to its document ids, best first; a query id missing from
+    it, or with no relevant document, is not scored. ``corpus_size`` (when fewer than ``k``
+    documents could be ranked) caps the ideal ranking nDCG divides by. Returns the same dict
+    as ``retrieval_metrics``.
+    """
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    query_ids = [qid for qid in rankings if relevant.get(qid)]
+    if not query_ids:
+        raise ValueError("No query has a relevant document: check the ids in `relevant`.")
     per_query: dict[str, dict[str, float]] = {}
-    for row, qid in enumerate(query_ids):
+    for qid in query_ids:
         gold = set(relevant[qid])
-        hits = [doc_ids[j] in gold for j in ranked[row]]
+        hits = [doc in gold for doc in list(rankings[qid])[:k]]
         first = next((rank for rank, hit in enumerate(hits, start=1) if hit), None)
         dcg = sum(1 / math.log2(rank + 1) for rank, hit in enumerate(hits, start=1) if hit)
-        idcg = sum(1 / math.log2(rank + 1) for rank in range(1, min(len(gold), top) + 1))
+        depth = k if corpus_size is None else min(k, corpus_size)
+        idcg = sum(1 / math.log2(rank + 1) for rank in range(1, min(len(gold), depth) + 1))
         per_query[qid] = {
             f"mrr@{k}": 1 / first if first else 0.0,
             f"ndcg@{k}": dcg / idcg,

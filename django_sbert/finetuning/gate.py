@@ -96,6 +96,11 @@ def gate(candidate: EncoderVersion) -> GateResult:
     metrics = dict(candidate.metrics)
     if run is None:
         return _unmeasured(metrics, {}, "the training run of this version was deleted")
+    if "content" in run.data and not run.data.get("eval"):
+        # Its metrics, if any, are on pseudo-pairs held back from the content (pseudo_*).
+        return _unmeasured(
+            metrics, {}, f"training run {run.pk} adapted to content, with no eval pairs"
+        )
     if run.base_version == current.version and run.metrics_before:
         active = dict(run.metrics_before)  # the run measured it on the same pairs
     elif run.data.get("eval"):
@@ -103,10 +108,6 @@ def gate(candidate: EncoderVersion) -> GateResult:
         if not pairs:
             return _unmeasured(metrics, {}, f"the eval pairs of training run {run.pk} were deleted")
         active = eval_metrics(get_encoder(candidate.encoder_name, current.version), pairs)
-    elif "content" in run.data:
-        return _unmeasured(
-            metrics, {}, f"training run {run.pk} adapted to content, with no eval pairs"
-        )
     else:
         return _unmeasured(metrics, {}, f"training run {run.pk} had no eval pairs")
     name = primary_metric(metrics, active)

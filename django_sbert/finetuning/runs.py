@@ -16,8 +16,10 @@ The metrics and the gate that compares a candidate with the serving version are 
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
+import random
 import threading
 import time
 import traceback
@@ -30,6 +32,8 @@ from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
 from ..conf import encoder_config, sbert_settings
+from ..encoder.mining import mine_hard_negatives
+from ..encoder.pseudo_queries import hold_out, pseudo_pairs
 from ..exceptions import BrokerUnavailable
 from ..fields import encoder_dimensions
 from ..indexing import light_rows, resolve_targets
@@ -44,12 +48,17 @@ from ..models import (
 from ..serving import base_label, get_encoder, save_encoder, serving
 from . import recovery
 from .gate import eval_metrics
+from .hybrid import candidate_metrics
 
 logger = logging.getLogger(__name__)
 
 # The names of django_sbert.encoder.losses.LOSSES, which imports torch: kept as a tuple so that
 # forms and the API can list them at import time; tests/finetuning/test_runs.py ties the two.
 LOSS_CHOICES = ("mnrl", "cosent", "cosine", "softmax", "triplet", "simcse", "matryoshka")
+# "Adapt to our content" (a run on a field's text, no pairs) trains with one of these:
+# "mnrl" on pseudo-queries cut from the text (encoder/pseudo_queries.py) with mined negatives,
+# or "simcse" (a text against itself under another dropout mask).
+ADAPT_LOSSES = ("mnrl", "simcse")
 
 
 class RunConflict(Exception):
@@ -170,7 +179,7 @@ def _split(pair_ids: Sequence[int]) -> tuple[list[TrainingPair], list[TrainingPa
 
 
 def _content_texts(target: str, limit: int = 20000) -> list[str]:
-    """Texts of a registered model's rows (``app_label.Model.field``) for SimCSE."""
+    """Texts of a registered model's rows (``app_label.Model.field``) to adapt to."""
     (ref,) = resolve_targets([target])
     texts = []
     for instance in light_rows(ref, ref.manager.order_by("pk"))[:limit]:
@@ -178,6 +187,52 @@ def _content_texts(target: str, limit: int = 20000) -> list[str]:
         if text:
             texts.append(text)
     return list(dict.fromkeys(texts))
+
+
+def adapt_hyperparameters(loss: str | None = None, **options: Any) -> Hyperparameters:
+    """What "adapt to our content" trains with when the caller gives no value: the recipe
+    measured on SciFact (docs/training.md, "Adapt to our content"); ``options`` override it."""
+    loss = loss or sbert_settings.ADAPT["LOSS"]
+    recipe = {"learning_rate": sbert_settings.ADAPT["LEARNING_RATE"]} if loss == "mnrl" else {}
+    given = {name: value for name, value in options.items() if value is not None}
+    return Hyperparameters.from_options(loss, {**recipe, **given})
+
+
+def adapt_documents(texts: Sequence[str], seed: int) -> list[str]:
+    """A seeded sample of at most ``SBERT["ADAPT"]["DOCUMENTS"]`` of the texts: what a run
+    cuts pseudo-queries from (each costs a training example and a mining encode)."""
+    most = sbert_settings.ADAPT["DOCUMENTS"]
+    texts = list(texts)
+    if most is None or len(texts) <= most:
+        return texts
+    return random.Random(seed).sample(texts, most)
+
+
+def pseudo_query_pairs(texts: Sequence[str], seed: int) -> list[tuple[str, str]]:
+    """(pseudo-query, positive) pairs cut from ``texts`` by ``SBERT["ADAPT"]["METHOD"]``."""
+    built = pseudo_pairs(
+        adapt_documents(texts, seed), method=sbert_settings.ADAPT["METHOD"], seed=seed
+    )
+    return [(p.query, p.positive) for p in built.pairs]
+
+
+def _adapt_examples(
+    base: Any, texts: Sequence[str], seed: int, hold: bool
+) -> tuple[list[Any], list[TrainingPair]]:
+    """Training examples of a pseudo-query run, and the pairs held back to stop early on
+    (``hold``: the run has no eval split) as unsaved ``TrainingPair`` objects."""
+    pairs = pseudo_query_pairs(texts, seed)
+    held: list[Any] = []
+    if hold:
+        fraction = float(sbert_settings.ADAPT["HOLD_OUT"])
+        pairs, held = hold_out(pairs, fraction, seed=seed, most=200)  # type: ignore[arg-type]
+    examples: list[Any] = list(pairs)
+    if sbert_settings.ADAPT["NEGATIVES"]:
+        mined = mine_hard_negatives(base, pairs, [p for _, p in pairs])
+        if len(mined) >= 2:
+            examples = mined
+    held_pairs = [TrainingPair(text_a=a, text_b=b, split="eval") for a, b in held]
+    return examples, held_pairs
 
 
 # --- creating runs -----------------------------------------------------------------------------
@@ -194,9 +249,11 @@ def create_run(
 ) -> TrainingRun:
     """Validate everything that can be checked now, record the run and queue it on commit.
 
-    ``content`` (``"app_label.Model.field"``) trains SimCSE on that field's text instead of
-    pairs ("adapt to our content"). Raises ``ValidationError`` (bad settings or data) or
-    ``RunConflict`` (a run of this encoder is queued or running).
+    ``content`` (``"app_label.Model.field"``) trains on that field's text instead of pairs
+    ("adapt to our content"): ``mnrl`` on pseudo-queries cut from it, or ``simcse``; the eval
+    split (the selected eval pairs, else all) measures it like any run. Raises
+    ``ValidationError`` (bad settings or data) or ``RunConflict`` (a run of this encoder is
+    queued or running).
     """
     # torch: the loss and data checks import it, and only this call needs them.
     from ..encoder.data import validate_examples
@@ -206,11 +263,24 @@ def create_run(
     hyperparameters.validate()
     loss = hyperparameters.loss
     if content:
-        if loss != "simcse":
-            raise ValidationError("Training on content rows uses the 'simcse' loss.")
-        examples: list[Any] = _content_texts(content)
+        if loss not in ADAPT_LOSSES:
+            raise ValidationError(
+                "Adapting to content trains with 'mnrl' (pseudo-queries cut from the text) or "
+                f"'simcse', not {loss!r}."
+            )
+        texts = _content_texts(content)
         options: dict[str, Any] = {}
         data: dict[str, Any] = {"content": content}
+        if loss == "simcse":
+            examples: list[Any] = texts
+        else:
+            examples = pseudo_query_pairs(texts, hyperparameters.seed)
+            if not examples:
+                raise ValidationError(
+                    f"None of the {len(texts)} texts of {content} has two sentences to cut a "
+                    "pseudo-query from; adapt with 'simcse' instead."
+                )
+            data["eval"] = [p.pk for p in _split(pair_ids)[1]]
     else:
         train, evaluation = _split(pair_ids)
         if not train:
@@ -283,6 +353,25 @@ def cancel_run(run: TrainingRun) -> bool:
 
 
 # --- running -----------------------------------------------------------------------------------
+
+
+def _pseudo_metrics(encoder: Any, held: Sequence[TrainingPair]) -> dict[str, float]:
+    """nDCG@10 / Recall@10 on held-back pseudo-pairs, as ``pseudo_*`` (the gate ignores them)."""
+    return {f"pseudo_{name}": value for name, value in eval_metrics(encoder, held).items()}
+
+
+def _early_stopping(fit: Any, evaluation: Sequence[TrainingPair]) -> dict[str, Any]:
+    """``fit``'s early-stopping arguments on ``evaluation`` (nDCG@10, else STS Spearman), when
+    this ``fit`` has them and there is something to measure; else {}."""
+    if not evaluation or "evaluator" not in inspect.signature(fit).parameters:
+        return {}
+    pairs = list(evaluation)
+
+    def evaluator(encoder: Any) -> float:
+        metrics = eval_metrics(encoder, pairs)
+        return float(metrics.get("ndcg@10", metrics.get("sts_spearman", 0.0)))
+
+    return {"evaluator": evaluator}
 
 
 class _Heartbeat:
@@ -390,14 +479,24 @@ def _train(run: TrainingRun) -> str:
         base = get_encoder(run.encoder_name, current.version)
         hyper = dict(run.hyperparameters)
         options = hyper.pop("loss_options", {}) or {}
+        held: list[TrainingPair] = []  # pseudo-pairs held back (a content run, no eval split)
         if "content" in run.data:
-            examples: list[Any] = _content_texts(run.data["content"])
-            evaluation: list[TrainingPair] = []
+            texts = _content_texts(run.data["content"])
+            evaluation: list[TrainingPair] = list(
+                TrainingPair.objects.filter(pk__in=run.data.get("eval", []))
+            )
+            if run.loss == "simcse":
+                examples: list[Any] = texts
+            else:
+                seed = int(hyper.get("seed", 0))
+                examples, held = _adapt_examples(base, texts, seed, hold=not evaluation)
         else:
             train = list(TrainingPair.objects.filter(pk__in=run.data.get("train", [])))
             evaluation = list(TrainingPair.objects.filter(pk__in=run.data.get("eval", [])))
             examples, options = examples_for(run.loss, train)
-        before = eval_metrics(base, evaluation) if evaluation else {}
+        before = candidate_metrics(base, evaluation, run.encoder_name) if evaluation else {}
+        if held:  # measured on pairs cut from the content itself: not for the gate
+            before = _pseudo_metrics(base, held)
         TrainingRun.objects.filter(pk=run.pk).update(metrics_before=before)
         result = fit(
             base,
@@ -412,9 +511,14 @@ def _train(run: TrainingRun) -> str:
             should_stop=reporter.should_stop,
             loss_options=options,
             report_every=1,
+            **_early_stopping(fit, evaluation or held),
         )
         reporter.flush()
-        after = eval_metrics(result.encoder, evaluation) if evaluation else {}
+        after = (
+            candidate_metrics(result.encoder, evaluation, run.encoder_name) if evaluation else {}
+        )
+        if held:
+            after = _pseudo_metrics(result.encoder, held)
         directory, version = save_encoder(
             result.encoder, run.encoder_name, base_label(run.encoder_name)
         )

@@ -8,6 +8,8 @@ project leaves out); an argument given to a search method overrides it for that 
   ``set_config(..., is_local => true)`` inside a transaction that also runs the query: a
   ``SET LOCAL`` outside a transaction does nothing (pgvector #675).
 * ``hybrid_settings()``: ``rrf_k``, ``candidates``, the two weights and the keyword match.
+* ``tuned_fusion()``: the ``rrf_k`` and weights chosen for the serving encoder version on its
+  eval split (finetuning/hybrid.py), which replace the settings' while it serves.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from django.db import OperationalError, connections, transaction
 from .. import fulltext
 from ..conf import sbert_settings
 from ..exceptions import ServiceUnavailable
+from ..serving import serving
 
 ITERATIVE_SCAN_MODES = ("off", "strict_order", "relaxed_order")
 QUERY_CANCELED = "57014"  # PostgreSQL's SQLSTATE for a statement cancelled by statement_timeout
@@ -155,6 +158,20 @@ def hybrid_settings(**overrides: Any) -> dict[str, Any]:
         if float(values[name]) < 0:
             raise ValueError(f"{name} must be >= 0, got {values[name]!r}.")
     return values
+
+
+def tuned_fusion(source: Any) -> dict[str, float]:
+    """``rrf_k``, ``vector_weight`` and ``keyword_weight`` chosen for the version that encoded
+    the query (``source``, a ``vectors.QuerySource``) when its run evaluated it; {} when none
+    was chosen (the base model, a site that never fine-tunes), for a vector passed in, or with
+    ``SBERT["SEARCH"]["TUNED_FUSION"]`` False. Read with the serving version (cached as it is).
+    """
+    if source is None or not sbert_settings.SEARCH.get("TUNED_FUSION", True):
+        return {}
+    current = serving(source.encoder, using=source.database)
+    if current.version != source.version:  # a switch since the query was encoded
+        return {}
+    return current.fusion_settings()
 
 
 def keyword_max_df(max_df: float | None) -> float:

@@ -57,6 +57,7 @@ from .options import (
     keyword_max_rows,
     match_mode,
     search_options,
+    tuned_fusion,
 )
 from .passages import PassageSearch, hybrid_annotations, join_passages, uses_passages
 from .replicas import search_database
@@ -216,8 +217,10 @@ class SemanticQuerySet(models.QuerySet):
         and ``keyword_score`` (the keyword side's rank value). Filters, chained before or after,
         apply to both lists. Needs ``EmbeddingField(..., keyword_search=True)``; defaults come from
         ``SBERT["SEARCH"]`` (``RRF_K``, ``CANDIDATES``, ``VECTOR_WEIGHT``, ``KEYWORD_WEIGHT``,
-        ``KEYWORD_MATCH``, ``KEYWORD_MAX_DF``); ``match`` and ``max_df`` work as in
-        ``keyword_search()``. A blank text returns no rows. On a field with ``passages=`` the
+        ``KEYWORD_MATCH``, ``KEYWORD_MAX_DF``), except that while a fine-tuned version whose
+        run chose a fusion on its eval split serves, its ``rrf_k`` and weights replace the
+        settings' (``SEARCH["TUNED_FUSION"]``; docs/hybrid.md); ``match`` and ``max_df`` work
+        as in ``keyword_search()``. A blank text returns no rows. On a field with ``passages=`` the
         vector side ranks rows by their best passage, and each row gets ``passage`` and the
         best passage's ``similarity`` (``passages=False``: the row's own vector).
         """
@@ -244,6 +247,14 @@ class SemanticQuerySet(models.QuerySet):
         vector, _, source = (
             qs._query_vector(text, embedding) if text.strip() else (None, None, None)
         )
+        tuned = tuned_fusion(source)
+        if tuned:  # the fusion chosen for the serving version; arguments given still win
+            given = {
+                "rrf_k": rrf_k,
+                "vector_weight": vector_weight,
+                "keyword_weight": keyword_weight,
+            }
+            settings.update({k: v for k, v in tuned.items() if given[k] is None})
         text = str(text)  # ahybrid_search() passes an EncodedText: from here on, the words
         match = settings.pop("match")
         terms = qs._keyword_terms(embedding, text, match, max_df) if vector is not None else ()

@@ -50,6 +50,7 @@ from .storage import (
     save_encoder,
 )
 from .versions import (
+    FUSION_KEYS,
     Serving,
     forget_serving,
     promoting_version,
@@ -61,6 +62,7 @@ from .versions import (
 )
 
 __all__ = [
+    "FUSION_KEYS",
     "MAX_TUNED_LOADED",
     "PROMPT_NAMES",
     "Role",

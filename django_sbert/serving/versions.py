@@ -43,7 +43,9 @@ import hashlib
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from django.core.signals import setting_changed
 from django.db import ProgrammingError, connections, router, transaction
@@ -55,6 +57,10 @@ from .identity import base_version
 logger = logging.getLogger(__name__)
 
 UNDEFINED_TABLE = "42P01"  # PostgreSQL's SQLSTATE for a relation that does not exist
+
+# The fusion of hybrid_search() chosen for a version on its eval split, stored in its metrics
+# as "fusion_<key>" (finetuning/hybrid.py chooses it).
+FUSION_KEYS = ("rrf_k", "vector_weight", "keyword_weight")
 
 _lock = threading.Lock()
 _cache: dict[tuple[str, str], tuple[float, Serving]] = {}  # (alias, encoder) -> (read at, value)
@@ -69,10 +75,27 @@ class Serving:
     # Storage key of a fine-tuned version's files (model_cache fetches them), or an absolute
     # local directory for rows saved before SBERT["MODEL_STORAGE"]; None: the settings' model.
     directory: str | None
+    # (rrf_k, vector_weight, keyword_weight) chosen for this version on its eval split; None:
+    # none was (the base model, a run without positive eval pairs), SBERT["SEARCH"] applies.
+    fusion: tuple[float, float, float] | None = None
 
     @property
     def is_base(self) -> bool:
         return self.directory is None
+
+    def fusion_settings(self) -> dict[str, float]:
+        """``fusion`` as hybrid_search()'s keyword arguments; {} when none was chosen."""
+        return dict(zip(FUSION_KEYS, self.fusion, strict=True)) if self.fusion else {}
+
+
+def stored_fusion(values: Sequence[Any]) -> tuple[float, float, float] | None:
+    """The fusion from a version's ``fusion_<key>`` metrics, in ``FUSION_KEYS`` order; None
+    when any is missing or not a number."""
+    try:
+        rrf_k, vector, keyword = (float(value) for value in values)
+    except (TypeError, ValueError):
+        return None
+    return rrf_k, vector, keyword
 
 
 def _db(using: str | None = None) -> str:
@@ -80,13 +103,14 @@ def _db(using: str | None = None) -> str:
     return using or router.db_for_write(EncoderVersion)
 
 
-def _read_active(name: str, alias: str) -> tuple[tuple[str, str, bool] | None, bool]:
-    """(version, directory, is_base) of the active version or None, and whether a version of
-    the encoder is being promoted; one indexed query on database ``alias``."""
+def _read_active(name: str, alias: str) -> tuple[tuple[Any, ...] | None, bool]:
+    """(version, directory, is_base, fusion) of the active version or None, and whether a
+    version of the encoder is being promoted; one indexed query on database ``alias``."""
     qs = EncoderVersion.objects.using(alias).filter(
         encoder_name=name, status__in=[VersionStatus.ACTIVE, VersionStatus.PROMOTING]
     )
-    fields = ("version", "directory", "is_base", "status")
+    fusion = [f"metrics__fusion_{key}" for key in FUSION_KEYS]  # three keys, not all metrics
+    fields = ("version", "directory", "is_base", "status", *fusion)
     try:
         if connections[alias].in_atomic_block:
             # In a caller's transaction (a data migration, a test), a failing lookup must not
@@ -101,7 +125,10 @@ def _read_active(name: str, alias: str) -> tuple[tuple[str, str, bool] | None, b
         # django_sbert's tables are not migrated yet (rows saved by an earlier migration):
         # no version can be active before the table that records versions exists.
         return None, False
-    active = next((row[:3] for row in rows if row[3] == VersionStatus.ACTIVE), None)
+    active = next(
+        ((*row[:3], stored_fusion(row[4:])) for row in rows if row[3] == VersionStatus.ACTIVE),
+        None,
+    )
     return active, any(row[3] == VersionStatus.PROMOTING for row in rows)
 
 
@@ -131,10 +158,12 @@ def serving(
     if hit is not None and ttl > 0 and now - hit[0] < ttl:
         return hit[1]
     row, promoting = _read_active(name, key[0])
-    if row is None or row[2]:
+    if row is None:
         value = Serving(name, base_version(name), None)
+    elif row[2]:  # the settings' model, back in service: a fusion only if one was stored on it
+        value = Serving(name, base_version(name), None, row[3])
     else:
-        value = Serving(name, row[0], row[1])
+        value = Serving(name, row[0], row[1], row[3])
     with _lock:
         if promoting:
             _cache.pop(key, None)

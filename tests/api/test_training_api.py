@@ -416,3 +416,27 @@ def test_tracebacks_of_runs_and_promotions_are_for_superusers_only(roles, pairs)
         + [stored.split("\n\n")[0]] * 2
     )
     assert seen(roles["superuser"]) == [error] * 2 + [stored] * 2
+
+
+def test_a_content_run_takes_the_adapt_recipe_and_only_the_values_sent(roles):
+    Article.objects.bulk_create(
+        Article(title=f"story number {i} of the day", body=f"The body of story {i} is here.")
+        for i in range(6)
+    )
+    client = _client(roles["trainer"])
+    made = client.post(
+        f"{API}/training-runs/", {"content": "testapp.Article.embedding"}, format="json"
+    )
+    assert made.status_code == 201, made.content
+    run = TrainingRun.objects.get(pk=made.json()["id"])
+    assert run.loss == "simcse" and run.hyperparameters["learning_rate"] == 2e-5
+    run.delete()  # frees the encoder's slot for the next run
+    made = client.post(
+        f"{API}/training-runs/",
+        {"content": "testapp.Article.embedding", "loss": "mnrl", "epochs": 2},
+        format="json",
+    )
+    assert made.status_code == 201, made.content
+    run = TrainingRun.objects.get(pk=made.json()["id"])
+    assert run.loss == "mnrl" and run.hyperparameters["learning_rate"] == 5e-5  # the recipe's
+    assert run.hyperparameters["epochs"] == 2  # a value sent wins

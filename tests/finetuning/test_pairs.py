@@ -10,6 +10,7 @@ from django.core.management import CommandError, call_command
 
 from django_sbert import serving
 from django_sbert.finetuning import pairs, runs
+from django_sbert.finetuning.gate import eval_metrics, gate
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
 from tests.testapp.models import Article
 
@@ -144,9 +145,99 @@ def test_adapt_to_content_with_simcse():
     run.refresh_from_db()
     assert run.data == {"content": "testapp.Article.embedding"} and run.total_steps > 0
     assert EncoderVersion.objects.filter(run=run).exists()
-    with pytest.raises(runs.ValidationError, match="uses the 'simcse' loss"):
+    with pytest.raises(runs.ValidationError, match="'mnrl' .* or 'simcse', not 'cosent'"):
         runs.create_run(
             "default",
-            hyperparameters=runs.Hyperparameters(loss="mnrl"),
+            hyperparameters=runs.Hyperparameters(loss="cosent"),
             content="testapp.Article.embedding",
         )
+
+
+def articles_to_adapt_to(count: int = 30) -> None:
+    """Rows whose text (title, then body) has two sentences to cut a pseudo-query from."""
+    Article.objects.bulk_create(
+        Article(title=f"{a} (report {i})", body=f"{b}. Story number {i} says more about it.")
+        for i in range(count)
+        for a, b in [TOPICS[i % len(TOPICS)]]
+    )
+
+
+def test_adapt_to_content_with_pseudo_queries_holds_back_pairs_without_an_eval_split():
+    articles_to_adapt_to()
+    hyper = runs.adapt_hyperparameters("mnrl", batch_size=4)
+    assert (hyper.loss, hyper.learning_rate) == ("mnrl", 5e-5)  # SBERT["ADAPT"]'s recipe
+    run = runs.create_run(
+        "default", hyperparameters=hyper, content="testapp.Article.embedding", enqueue=False
+    )
+    assert run.data == {"content": "testapp.Article.embedding", "eval": []}
+    assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+    run.refresh_from_db()
+    # 10% of the 30 pseudo-pairs held back: measured before and after, apart from the gate's
+    # metrics; at most 27 trained on (those with a mined negative), batches of 4.
+    assert 0 < run.total_steps <= 7
+    assert set(run.metrics_before) == set(run.metrics_after) >= {"pseudo_ndcg@10"}
+    assert run.metrics_after["pseudo_eval_pairs"] == 3
+    candidate = EncoderVersion.objects.get(run=run)
+    assert not gate(candidate).evaluated
+    assert "adapted to content, with no eval pairs" in gate(candidate).reason
+
+
+def test_adapt_to_content_is_measured_on_the_eval_split_when_there_is_one():
+    articles_to_adapt_to()
+    TrainingPair.objects.bulk_create(
+        TrainingPair(text_a=a, text_b=b, split="eval") for a, b in TOPICS
+    )
+    run = runs.create_run(
+        "default",
+        hyperparameters=runs.adapt_hyperparameters("mnrl", batch_size=4),
+        content="testapp.Article.embedding",
+        enqueue=False,
+    )
+    assert sorted(run.data["eval"]) == sorted(TrainingPair.objects.values_list("pk", flat=True))
+    assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+    run.refresh_from_db()
+    assert 0 < run.total_steps <= 8
+    assert "pseudo_ndcg@10" not in run.metrics_after  # nothing held back
+    assert {"ndcg@10", "keyword_ndcg@10", "fusion_rrf_k"} <= set(run.metrics_after)
+    assert gate(EncoderVersion.objects.get(run=run)).metric == "ndcg@10"
+
+
+def test_content_too_short_to_cut_pseudo_queries_is_refused_with_the_way_out():
+    Article.objects.bulk_create(Article(title=f"t{i}", body="") for i in range(4))
+    with pytest.raises(runs.ValidationError, match="adapt with 'simcse' instead"):
+        runs.create_run(
+            "default",
+            hyperparameters=runs.adapt_hyperparameters("mnrl"),
+            content="testapp.Article.embedding",
+            enqueue=False,
+        )
+
+
+def test_the_admin_api_and_command_adapt_with_the_same_defaults(settings):
+    assert runs.adapt_hyperparameters() == runs.Hyperparameters(loss="simcse")  # the default
+    settings.SBERT = {**settings.SBERT, "ADAPT": {"LOSS": "mnrl", "LEARNING_RATE": 1e-4}}
+    assert runs.adapt_hyperparameters(epochs=2, seed=None) == runs.Hyperparameters(
+        loss="mnrl", learning_rate=1e-4, epochs=2
+    )
+    articles_to_adapt_to()
+    call_command(
+        "sbert_train", "--content", "testapp.Article.embedding", "--sync", "--batch-size", "8"
+    )
+    run = TrainingRun.objects.get()
+    assert (run.loss, run.hyperparameters["learning_rate"]) == ("mnrl", 1e-4)
+    assert run.hyperparameters["batch_size"] == 8
+
+
+def test_early_stopping_is_asked_of_fit_only_when_fit_offers_it(tiny_encoder):
+    pairs = [TrainingPair(text_a=a, text_b=b, split="eval") for a, b in TOPICS]
+
+    def plain_fit(encoder, examples):  # today's signature: no early stopping
+        return None
+
+    def stopping_fit(encoder, examples, evaluator=None, eval_every=None, patience=None):
+        return None
+
+    assert runs._early_stopping(plain_fit, pairs) == {}
+    assert runs._early_stopping(stopping_fit, []) == {}
+    evaluator = runs._early_stopping(stopping_fit, pairs)["evaluator"]
+    assert evaluator(tiny_encoder) == pytest.approx(eval_metrics(tiny_encoder, pairs)["ndcg@10"])

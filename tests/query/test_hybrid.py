@@ -425,3 +425,44 @@ def test_any_word_ranking_weighs_rare_words_by_idf(db):
     assert list(Article.objects.keyword_search("enzyme patients", match="any")) == [rare]
     with pytest.raises(ValueError, match="max_df"):
         Article.objects.keyword_search(text, match="any", max_df=0)
+
+
+# -- the fusion chosen for the serving version (finetuning/hybrid.py) -----------------------
+
+
+def serve_with_fusion(fusion: dict[str, float]) -> None:
+    """Record the serving (base) version as active, with ``fusion`` stored in its metrics."""
+    from django_sbert.models import EncoderVersion, VersionStatus
+    from django_sbert.serving import base_version, forget_serving
+
+    EncoderVersion.objects.create(
+        encoder_name="default",
+        version=base_version("default"),
+        is_base=True,
+        status=VersionStatus.ACTIVE,
+        metrics={"ndcg@10": 0.5, **{f"fusion_{k}": v for k, v in fusion.items()}},
+    )
+    forget_serving()
+
+
+def test_a_version_with_a_chosen_fusion_changes_hybrid_searchs_fusion(articles):
+    # Today's fusion (no version chose one): the exact keyword match comes first.
+    assert Article.objects.hybrid_search("XJ-9000").first() == articles[0]
+    serve_with_fusion({"rrf_k": 0.0, "vector_weight": 1.0, "keyword_weight": 0.0})
+    tuned = list(Article.objects.hybrid_search("XJ-9000"))
+    # Keyword weight 0, rrf_k 0: the vector ranking, its first row scored 1 / (0 + 1).
+    assert tuned[0] == articles[1] and tuned[0].score == pytest.approx(1.0)
+    assert tuned[-1] == articles[0] and tuned[-1].score == pytest.approx(1 / len(ROWS))
+    # An argument given still wins over the version's choice, each one on its own.
+    given = Article.objects.hybrid_search("XJ-9000", keyword_weight=1.0).first()
+    assert given == articles[0] and given.score == pytest.approx(1 / 1 + 1 / len(ROWS))
+    # SEARCH["TUNED_FUSION"] False: the settings, as for a site that never fine-tunes.
+    search = {**settings.SBERT.get("SEARCH", {}), "TUNED_FUSION": False}
+    with override_settings(SBERT={**settings.SBERT, "SEARCH": search}):
+        assert Article.objects.hybrid_search("XJ-9000").first() == articles[0]
+
+
+def test_a_version_without_a_chosen_fusion_searches_as_today(articles):
+    serve_with_fusion({})  # an active version whose run chose nothing (no positive eval pairs)
+    top = Article.objects.hybrid_search("XJ-9000").first()
+    assert top == articles[0] and top.score == pytest.approx(1 / 61 + 1 / (60 + len(ROWS)))

@@ -4,7 +4,7 @@
 
     manage.py sbert_train --loss mnrl --epochs 1 --source faq      # queue on the training queue
     manage.py sbert_train --sync                                    # run here, now
-    manage.py sbert_train --content blog.Article.embedding --loss simcse   # adapt to content
+    manage.py sbert_train --content blog.Article.embedding         # adapt to content
 
 Trains on the train pairs (all, or those of ``--source``), measures on the eval pairs, and
 records a candidate version; promote it from the admin or with ``--promote``.
@@ -28,12 +28,17 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--encoder", default="default")
         parser.add_argument("--source", help="Only pairs with this source.")
-        parser.add_argument("--content", metavar="app_label.Model.field", help="SimCSE on text.")
+        parser.add_argument(
+            "--content",
+            metavar="app_label.Model.field",
+            help="Adapt to that field's text (no pairs): SBERT['ADAPT']'s loss, else --loss "
+            "mnrl (pseudo-queries) or simcse.",
+        )
         parser.add_argument("--loss", choices=runs.LOSS_CHOICES)
-        parser.add_argument("--epochs", type=int, default=1)
-        parser.add_argument("--batch-size", type=int, default=16)
-        parser.add_argument("--learning-rate", type=float, default=2e-5)
-        parser.add_argument("--warmup-ratio", type=float, default=0.1)
+        parser.add_argument("--epochs", type=int)
+        parser.add_argument("--batch-size", type=int)
+        parser.add_argument("--learning-rate", type=float)
+        parser.add_argument("--warmup-ratio", type=float)  # omitted: the run's recipe
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--sync", action="store_true", help="Run in this process and wait.")
         parser.add_argument(
@@ -44,8 +49,15 @@ class Command(BaseCommand):
         pairs = TrainingPair.objects.all()
         if options["source"]:
             pairs = pairs.filter(source=options["source"])
-        loss = options["loss"] or ("simcse" if options["content"] else runs.default_loss(pairs))
-        hyper = runs.Hyperparameters.from_options(loss, options)
+        if options["content"]:
+            names = ("epochs", "batch_size", "learning_rate", "warmup_ratio", "seed")
+            given = {name: options[name] for name in names}
+            hyper = runs.adapt_hyperparameters(options["loss"], **given)
+        else:
+            hyper = runs.Hyperparameters.from_options(
+                options["loss"] or runs.default_loss(pairs), options
+            )
+        loss = hyper.loss
         try:
             run = runs.create_run(
                 options["encoder"],

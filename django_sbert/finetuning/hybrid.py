@@ -1,0 +1,254 @@
+"""Vector, keyword and hybrid search measured on an eval split, and the fusion chosen there.
+
+::
+
+    figures = hybrid_metrics(encoder, eval_pairs)
+    # {"keyword_ndcg@10": .., "hybrid_ndcg@10": .., "tuned_ndcg@10": ..,
+    #  "fusion_rrf_k": 60.0, "fusion_vector_weight": 1.0, "fusion_keyword_weight": 0.25, ...}
+
+A fine-tuned encoder's vector side can be much stronger than the keyword side; fused with
+equal weights, the keyword side then pulls the vector side's good results down, and hybrid
+search does worse than vector search alone. So when a run evaluates its candidate
+(``runs._train``), the eval split's positive pairs are ranked three ways (each ``text_a`` a
+query, every ``text_b`` the corpus, as ``gate.eval_metrics`` does): by the candidate's
+vectors, by PostgreSQL full-text search (the ranking ``keyword_search()`` uses, with word
+statistics from the split's own corpus) and fused as ``hybrid_search()`` fuses. A small grid
+of fusions is tried, the site's own settings first; the best by nDCG@10 (the site's settings
+on a tie) is stored in the version's metrics (``fusion_*`` keys) and ``hybrid_search()`` uses
+it while that version serves (``serving.Serving.fusion``). Keyword weight 0 is in the grid, so
+on the eval split the chosen fusion is never worse than vector search alone, nor than the
+site's settings.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from django.db import connections, router, transaction
+
+from .. import fulltext
+from ..conf import sbert_settings
+from ..encoder.evaluation import Encodes, ranking_metrics
+from ..fields import all_embedding_fields
+from ..models import TrainingPair
+from ..serving import FUSION_KEYS
+from .gate import eval_metrics
+
+logger = logging.getLogger(__name__)
+
+RRF_KS = (10.0, 30.0, 60.0, 100.0)
+KEYWORD_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)  # against vector weight 1
+K = 10  # the metrics' cut-off, as eval_metrics
+
+
+def site_fusion() -> dict[str, float]:
+    """The fusion ``SBERT["SEARCH"]`` gives (``RRF_K``, ``VECTOR_WEIGHT``, ``KEYWORD_WEIGHT``)."""
+    search = sbert_settings.SEARCH
+    return {
+        "rrf_k": float(search["RRF_K"]),
+        "vector_weight": float(search["VECTOR_WEIGHT"]),
+        "keyword_weight": float(search["KEYWORD_WEIGHT"]),
+    }
+
+
+def fusion_grid(default: Mapping[str, float]) -> list[dict[str, float]]:
+    """The fusions tried: ``default`` first, then every ``RRF_KS`` x ``KEYWORD_WEIGHTS``."""
+    grid = [dict(default)]
+    for rrf_k in RRF_KS:
+        for weight in KEYWORD_WEIGHTS:
+            option = {"rrf_k": rrf_k, "vector_weight": 1.0, "keyword_weight": weight}
+            if option not in grid:
+                grid.append(option)
+    return grid
+
+
+def fuse(
+    vector: Sequence[str],
+    keyword: Sequence[str],
+    *,
+    rrf_k: float,
+    vector_weight: float,
+    keyword_weight: float,
+) -> list[str]:
+    """Ids of both ranked lists by ``weight / (rrf_k + rank)`` summed over the lists, best
+    first: ``hybrid_search()``'s score (query/fusion.py); ties go to the smaller id."""
+    scores: dict[str, float] = {}
+    for weight, ranked in ((vector_weight, vector), (keyword_weight, keyword)):
+        for rank, doc in enumerate(ranked, start=1):
+            scores[doc] = scores.get(doc, 0.0) + weight / (rrf_k + rank)
+    return sorted(scores, key=lambda doc: (-scores[doc], doc))
+
+
+def vector_rankings(
+    encoder: Encodes, queries: Mapping[str, str], corpus: Mapping[str, str], depth: int
+) -> dict[str, list[str]]:
+    """Each query's ``depth`` nearest corpus ids by cosine, best first (ties: earlier id)."""
+    doc_ids = list(corpus)
+    docs = np.asarray(encoder.encode([corpus[d] for d in doc_ids], normalize=True))  # (n, dim)
+    ids = list(queries)
+    vectors = np.asarray(encoder.encode([queries[q] for q in ids], normalize=True))  # (q, dim)
+    ranked = np.argsort(-(vectors @ docs.T), axis=1, kind="stable")[:, :depth]  # (q, depth)
+    return {q: [doc_ids[j] for j in ranked[row]] for row, q in enumerate(ids)}
+
+
+_CREATE = (
+    "CREATE TEMPORARY TABLE sbert_eval_docs (id text PRIMARY KEY, tsv tsvector) ON COMMIT DROP"
+)
+_FILL = (
+    "INSERT INTO sbert_eval_docs (id, tsv) SELECT d.id, to_tsvector(%s::regconfig, d.body) "
+    "FROM unnest(%s::text[], %s::text[]) AS d (id, body)"
+)
+_DF = "SELECT word, ndoc FROM ts_stat('SELECT tsv FROM sbert_eval_docs')"
+
+
+def keyword_rankings(
+    queries: Mapping[str, str],
+    corpus: Mapping[str, str],
+    depth: int,
+    *,
+    config: str = fulltext.DEFAULT_CONFIG,
+    match: str = "any",
+    max_df: float = 0.2,
+    using: str | None = None,
+) -> dict[str, list[str]]:
+    """Each query's ``depth`` best corpus ids by PostgreSQL full-text search, best first.
+
+    The ranking of ``keyword_search()`` (fulltext.py): ``match="any"`` ranks rows holding one
+    of the query's rarest words by ``sum(idf * ts_rank)``, the document frequencies counted
+    exactly over ``corpus`` (a table's come from ANALYZE's sample); ``match="all"`` asks for
+    every word (``websearch_to_tsquery``) and ranks by ``ts_rank_cd``. The corpus lives in a
+    temporary table for the duration of one transaction.
+    """
+    alias = using or router.db_for_read(TrainingPair)
+    ids = list(corpus)
+    weights = "{" + ",".join(str(w) for w in fulltext.RANK_WEIGHTS) + "}"
+    rankings: dict[str, list[str]] = {}
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute(_CREATE)
+        cursor.execute(_FILL, [config, ids, [corpus[d] for d in ids]])
+        cursor.execute(_DF)
+        df = {word: count / max(1, len(ids)) for word, count in cursor.fetchall()}
+        for qid, text in queries.items():
+            if match == "all":
+                cursor.execute(
+                    "SELECT id FROM sbert_eval_docs, websearch_to_tsquery(%s::regconfig, %s) q "
+                    "WHERE tsv @@ q ORDER BY ts_rank_cd(%s::float4[], tsv, q) DESC, id LIMIT %s",
+                    [config, text, weights, depth],
+                )
+                rankings[qid] = [row[0] for row in cursor.fetchall()]
+                continue
+            terms = _terms(cursor, config, text, df, max_df)
+            if not terms:
+                rankings[qid] = []
+                continue
+            rank_sql = " + ".join("%s * ts_rank(%s::float4[], tsv, %s::tsquery)" for _ in terms)
+            params: list[Any] = []
+            for lexeme, idf, _ in terms:
+                params += [idf, weights, fulltext.tsquery_literal([lexeme])]
+            matching = fulltext.tsquery_literal(fulltext.matching_lexemes(terms))
+            cursor.execute(
+                f"SELECT id FROM sbert_eval_docs WHERE tsv @@ %s::tsquery "
+                f"ORDER BY {rank_sql} DESC, id LIMIT %s",
+                [matching, *params, depth],
+            )
+            rankings[qid] = [row[0] for row in cursor.fetchall()]
+        cursor.execute("DROP TABLE sbert_eval_docs")
+    return rankings
+
+
+def _terms(
+    cursor: Any, config: str, text: str, df: Mapping[str, float], max_df: float
+) -> list[fulltext.Term]:
+    """``fulltext.query_terms`` with exact document frequencies (words of no document: gone)."""
+    cursor.execute(fulltext.LEXEMES_SQL, [config, text])
+    weighted = []
+    for (lexeme,) in cursor.fetchall():
+        share = df.get(lexeme)
+        if share:
+            weighted.append((share, lexeme, math.log(1.0 + (1.0 - share) / share)))
+    weighted.sort()
+    kept = [item for item in weighted if item[0] <= max_df] or weighted[:1]
+    return [(lexeme, idf, share) for share, lexeme, idf in kept[: fulltext.MAX_TERMS]]
+
+
+def keyword_config(encoder_name: str) -> str:
+    """The text search configuration of the first keyword-searchable field of the encoder,
+    else ``fulltext.DEFAULT_CONFIG``."""
+    for _, field in all_embedding_fields():
+        if field.encoder == encoder_name and field.keyword_search:
+            return str(field.keyword_config)
+    return fulltext.DEFAULT_CONFIG
+
+
+def hybrid_metrics(
+    encoder: Encodes, pairs: Sequence[TrainingPair], encoder_name: str = "default"
+) -> dict[str, float]:
+    """Keyword and hybrid nDCG@10 / Recall@10 on the positive ``pairs``, with the site's fusion
+    (``hybrid_*``) and the best of ``fusion_grid`` (``tuned_*``, ``fusion_*``); {} without
+    positive pairs. The keyword side analyses text as the encoder's fields do
+    (``keyword_config``).
+    """
+    positives = [p for p in pairs if p.score is None and not p.label]
+    if not positives:
+        return {}
+    relevant: dict[str, set[str]] = {}
+    for p in positives:
+        relevant.setdefault(p.text_a, set()).add(p.text_b)
+    queries = {text: text for text in relevant}
+    corpus = {p.text_b: p.text_b for p in positives}
+    search = sbert_settings.SEARCH
+    depth = int(search["CANDIDATES"])
+    vector = vector_rankings(encoder, queries, corpus, depth)
+    keyword = keyword_rankings(
+        queries,
+        corpus,
+        depth,
+        config=keyword_config(encoder_name),
+        match=str(search["KEYWORD_MATCH"]),
+        max_df=float(search["KEYWORD_MAX_DF"]),
+    )
+
+    def scored(fusion: Mapping[str, float]) -> dict[str, Any]:
+        fused = {q: fuse(vector[q], keyword.get(q, []), **fusion) for q in queries}
+        return ranking_metrics(fused, relevant, K, corpus_size=len(corpus))
+
+    default = site_fusion()
+    best, best_metrics = default, scored(default)
+    default_metrics = best_metrics
+    for option in fusion_grid(default)[1:]:
+        figures = scored(option)
+        if figures[f"ndcg@{K}"] > best_metrics[f"ndcg@{K}"] + 1e-12:
+            best, best_metrics = option, figures
+    words = ranking_metrics(keyword, relevant, K, corpus_size=len(corpus))
+    return {
+        f"keyword_ndcg@{K}": words[f"ndcg@{K}"],
+        f"keyword_recall@{K}": words[f"recall@{K}"],
+        f"hybrid_ndcg@{K}": default_metrics[f"ndcg@{K}"],
+        f"hybrid_recall@{K}": default_metrics[f"recall@{K}"],
+        f"tuned_ndcg@{K}": best_metrics[f"ndcg@{K}"],
+        f"tuned_recall@{K}": best_metrics[f"recall@{K}"],
+        **{f"fusion_{key}": float(best[key]) for key in FUSION_KEYS},
+    }
+
+
+def candidate_metrics(
+    encoder: Encodes, pairs: Sequence[TrainingPair], encoder_name: str = "default"
+) -> dict[str, float]:
+    """What a run records for a model on its eval split: ``gate.eval_metrics`` (what the gate
+    compares) and ``hybrid_metrics`` (keyword and hybrid figures, the fusion chosen).
+
+    A failure of the hybrid part (the database refusing a temporary table, say) is logged and
+    leaves those figures out: the fusion then stays the site's settings.
+    """
+    metrics = eval_metrics(encoder, pairs)
+    if "ndcg@10" not in metrics:
+        return metrics
+    try:
+        metrics.update(hybrid_metrics(encoder, pairs, encoder_name))
+    except Exception:
+        logger.exception("django-sbert: measuring hybrid search on the eval split failed")
+    return metrics

@@ -1,0 +1,119 @@
+"""Vector, keyword and hybrid figures on an eval split, and the fusion chosen per version."""
+
+from __future__ import annotations
+
+import pytest
+
+from django_sbert import serving
+from django_sbert.finetuning import runs
+from django_sbert.finetuning.gate import eval_metrics, gate
+from django_sbert.finetuning.hybrid import (
+    fuse,
+    fusion_grid,
+    hybrid_metrics,
+    keyword_rankings,
+    site_fusion,
+)
+from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, VersionStatus
+from django_sbert.serving.versions import stored_fusion
+
+TOPICS = [
+    ("central bank raises interest rates", "the bank lifted its rate to fight inflation"),
+    ("football team wins the cup", "the club took the trophy after a late goal"),
+    ("new phone has a better camera", "the handset ships with an improved lens"),
+    ("storm closes schools", "heavy rain and wind shut classrooms across the region"),
+    ("zebra crossing repainted", "the zebra stripes on the road were painted white again"),
+    ("guitar concert sold out", "every ticket for the guitar concert went in an hour"),
+]
+
+
+@pytest.fixture
+def model_dir(settings, tmp_path):
+    settings.SBERT = {**settings.SBERT, "MODEL_DIR": str(tmp_path / "models")}
+    serving.forget_serving()
+    yield
+    serving.forget_serving()
+
+
+def test_fuse_is_hybrid_searchs_weighted_reciprocal_rank_sum():
+    vector, keyword = ["a", "b", "c"], ["c", "d"]
+    # a: 1/(1+1) = .5; b: 1/3; c: 1/4 + 2/(1+1) = 1.25; d: 2/3
+    assert fuse(vector, keyword, rrf_k=1, vector_weight=1, keyword_weight=2) == [
+        "c",
+        "d",
+        "a",
+        "b",
+    ]
+    # Keyword weight 0: the vector ranking, the keyword-only rows after it.
+    assert fuse(vector, keyword, rrf_k=60, vector_weight=1, keyword_weight=0)[:3] == vector
+
+
+def test_the_grid_tries_the_sites_fusion_first_and_keyword_weight_zero():
+    grid = fusion_grid(site_fusion())
+    assert grid[0] == {"rrf_k": 60.0, "vector_weight": 1.0, "keyword_weight": 1.0}
+    assert {"rrf_k": 60.0, "vector_weight": 1.0, "keyword_weight": 0.0} in grid
+    assert len(grid) == len({tuple(sorted(g.items())) for g in grid})  # no repeats
+
+
+def test_keyword_rankings_come_from_postgresql_full_text_search(db):
+    corpus = {
+        "zebra": "The zebra stripes on the road were painted again.",
+        "road": "The road was closed; the road was repaired; the road opened.",
+        "cat": "A cat sleeps.",
+    }
+    queries = {"q1": "zebra road", "q2": "cats", "q3": "nothing matches here"}
+    ranked = keyword_rankings(queries, corpus, 10)
+    # "zebra" is in one document of three, "road" in two: the rare word decides (idf), and
+    # only documents that hold one of the rarest words are ranked at all.
+    assert ranked["q1"][0] == "zebra"
+    assert ranked["q2"] == ["cat"]  # stemmed: "cats" matches "cat"
+    assert ranked["q3"] == []
+    every = keyword_rankings({"q": "road stripes"}, corpus, 10, match="all")
+    assert every["q"] == ["zebra"]  # both words: only one document has them
+
+
+def test_hybrid_metrics_never_choose_a_fusion_worse_than_vector_or_the_sites(db, tiny_encoder):
+    pairs = [TrainingPair(text_a=a, text_b=b, split="eval") for a, b in TOPICS]
+    figures = hybrid_metrics(tiny_encoder, pairs)
+    vector = eval_metrics(tiny_encoder, pairs)["ndcg@10"]
+    assert set(figures) >= {
+        "keyword_ndcg@10",
+        "hybrid_ndcg@10",
+        "tuned_ndcg@10",
+        "fusion_rrf_k",
+        "fusion_vector_weight",
+        "fusion_keyword_weight",
+    }
+    assert figures["tuned_ndcg@10"] >= figures["hybrid_ndcg@10"]
+    assert figures["tuned_ndcg@10"] >= vector - 1e-9
+    fusion = stored_fusion([figures[f"fusion_{k}"] for k in serving.FUSION_KEYS])
+    assert fusion is not None and fusion in {
+        (g["rrf_k"], g["vector_weight"], g["keyword_weight"]) for g in fusion_grid(site_fusion())
+    }
+    # Scored or labelled pairs only: nothing to rank.
+    assert hybrid_metrics(tiny_encoder, [TrainingPair(text_a="a", text_b="b", score=0.5)]) == {}
+
+
+def test_a_run_stores_its_versions_fusion_and_serving_reads_it_once_active(db, model_dir):
+    TrainingPair.objects.bulk_create(
+        [TrainingPair(text_a=a, text_b=b, split="train") for a, b in TOPICS]
+        + [TrainingPair(text_a=a, text_b=b, split="eval") for a, b in TOPICS]
+    )
+    run = runs.create_run(
+        "default",
+        list(TrainingPair.objects.values_list("pk", flat=True)),
+        hyperparameters=runs.Hyperparameters(loss="mnrl", batch_size=4),
+        enqueue=False,
+    )
+    assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+    run.refresh_from_db()
+    candidate = EncoderVersion.objects.get(run=run)
+    for metrics in (run.metrics_before, run.metrics_after, candidate.metrics):
+        assert {"ndcg@10", "keyword_ndcg@10", "hybrid_ndcg@10", "tuned_ndcg@10"} <= set(metrics)
+    chosen = tuple(candidate.metrics[f"fusion_{k}"] for k in serving.FUSION_KEYS)
+    assert gate(candidate).metric == "ndcg@10"  # the gate still compares vector search
+    assert serving.serving("default", max_age=0).fusion is None  # the candidate is not serving
+    EncoderVersion.objects.filter(pk=candidate.pk).update(status=VersionStatus.ACTIVE)
+    current = serving.serving("default", max_age=0)
+    assert current.version == candidate.version and current.fusion == chosen
+    assert current.fusion_settings() == dict(zip(serving.FUSION_KEYS, chosen, strict=True))
