@@ -98,7 +98,7 @@ def test_default_loss_follows_the_shape_of_the_pairs():
     TrainingPair.objects.bulk_create([TrainingPair(text_a=a, text_b=b) for a, b in TOPICS])
     assert runs.default_loss(TrainingPair.objects.all()) == "mnrl"
     TrainingPair.objects.update(score=0.5)
-    assert runs.default_loss(TrainingPair.objects.all()) == "cosent"
+    assert runs.default_loss(TrainingPair.objects.all()) == "cosine"
     TrainingPair.objects.update(score=None, label="entailment")
     assert runs.default_loss(TrainingPair.objects.all()) == "softmax"
 

@@ -12,6 +12,7 @@ records a candidate version; promote it from the admin or with ``--promote``.
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -30,11 +31,25 @@ class Command(BaseCommand):
         parser.add_argument("--source", help="Only pairs with this source.")
         parser.add_argument("--content", metavar="app_label.Model.field", help="SimCSE on text.")
         parser.add_argument("--loss", choices=runs.LOSS_CHOICES)
-        parser.add_argument("--epochs", type=int, default=1)
-        parser.add_argument("--batch-size", type=int, default=16)
-        parser.add_argument("--learning-rate", type=float, default=2e-5)
-        parser.add_argument("--warmup-ratio", type=float, default=0.1)
-        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument(
+            "--epochs", type=int, help=f"Default: the loss's recipe ({runs.recipe_summary()})."
+        )
+        parser.add_argument("--batch-size", type=int)
+        parser.add_argument("--learning-rate", type=float, help="Default: the loss's recipe.")
+        parser.add_argument("--warmup-ratio", type=float)
+        parser.add_argument("--seed", type=int)
+        parser.add_argument(
+            "--hard-negatives",
+            action=argparse.BooleanOptionalAction,
+            help="mnrl: mine a hard negative per positive pair (default: on).",
+        )
+        parser.add_argument(
+            "--early-stopping",
+            action=argparse.BooleanOptionalAction,
+            help="Keep the best step on the eval pairs, stop after --patience (default: on).",
+        )
+        parser.add_argument("--patience", type=int)
+        parser.add_argument("--eval-every", type=int, help="Default: about ten per run.")
         parser.add_argument("--sync", action="store_true", help="Run in this process and wait.")
         parser.add_argument(
             "--promote", action="store_true", help="With --sync: promote if the gate passes."
