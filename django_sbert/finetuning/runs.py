@@ -75,9 +75,9 @@ class RunConflict(Exception):
 # measurements. Early stopping (on the eval split) keeps the best checkpoint, so ``epochs`` is
 # the most a run trains, not what it must.
 RECIPES: dict[str, dict[str, Any]] = {
-    "mnrl": {"epochs": 3, "learning_rate": 5e-5},
-    "cached_mnrl": {"epochs": 3, "learning_rate": 5e-5},
-    "matryoshka": {"epochs": 3, "learning_rate": 5e-5},
+    "mnrl": {"epochs": 2, "learning_rate": 5e-5},
+    "cached_mnrl": {"epochs": 2, "learning_rate": 5e-5},
+    "matryoshka": {"epochs": 2, "learning_rate": 5e-5},
 }
 RECIPE = {"epochs": 1, "learning_rate": 2e-5}  # every other loss: the SBERT paper's
 HARD_NEGATIVE_LOSSES = ("mnrl", "cached_mnrl", "matryoshka")  # the losses mined negatives feed
@@ -503,7 +503,7 @@ class _EvalTracker:
             metrics = eval_metrics(encoder, self.pairs)
         step = int(self.reporter.step)
         self.measured[step] = metrics
-        self.history.append([step, round(float(metrics[self.metric]), 6)])
+        self.history.append([step, float(metrics[self.metric])])
         best = max(self.history, key=lambda item: item[1])  # the first of equals: fit's choice
         self._write({"best_step": best[0], "best_metric": best[1]})
         return float(metrics[self.metric])
