@@ -2,7 +2,8 @@
 
 Parts (run all, or some with ``--only``):
 
-* ``stsb``    fine-tune on STSb train (scores / 5), 1 epoch, batch 16, with ``cosine`` and
+* ``stsb``    fine-tune on STSb train (scores / 5), 1 epoch (``--sts-epochs``), lr 2e-5
+              (``--sts-lr``), batch 16, with ``cosine`` and
               ``cosent``; STSb dev Spearman before and after, and the wall time.
 * ``scifact`` fine-tune with ``mnrl`` on (query, relevant abstract) pairs of 80% of the SciFact
               train queries; nDCG@10 / Recall@10 on the other 20% (the dev split), before and
@@ -162,8 +163,9 @@ def run_stsb(base: SentenceEncoder, args: argparse.Namespace, results: dict) -> 
             base,
             train,
             loss=loss,
-            epochs=1,
+            epochs=args.sts_epochs,
             batch_size=args.batch_size,
+            learning_rate=args.sts_lr,
             seed=args.seed,
             callback=progress_printer(loss),
             report_every=50,
@@ -176,7 +178,11 @@ def run_stsb(base: SentenceEncoder, args: argparse.Namespace, results: dict) -> 
             "steps": fitted.steps,
         }
         results[f"stsb after {loss}"] = figures
-        show(f"STSb after {loss} ({len(train)} pairs, 1 epoch, batch {args.batch_size})", figures)
+        show(
+            f"STSb after {loss} ({len(train)} pairs, {args.sts_epochs} epoch(s), lr "
+            f"{args.sts_lr:g}, batch {args.batch_size})",
+            figures,
+        )
 
 
 def eval_split_ndcg(pairs: list[tuple[str, str]]) -> Any:
@@ -324,6 +330,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--sts-losses", nargs="+", default=["cosine", "cosent"])
+    parser.add_argument("--sts-lr", type=float, default=2e-5)
+    parser.add_argument("--sts-epochs", type=int, default=1)
     parser.add_argument("--mnrl-epochs", type=int, default=1)
     parser.add_argument("--mnrl-lr", type=float, nargs="+", default=[2e-5])
     parser.add_argument("--mnrl-loss", default="mnrl", help="mnrl or cached_mnrl")
