@@ -165,7 +165,7 @@ def option_default(name: str) -> Any:
 
 
 def recipe_summary() -> str:
-    """The recipes in words, for help texts: ``mnrl: 3 epochs, lr 5e-05; ...``."""
+    """The recipes in words, for help texts: ``mnrl: 2 epochs, lr 5e-05; ...``."""
     parts = [
         f"{name}: {r['epochs']} epochs, lr {r['learning_rate']:g}" for name, r in RECIPES.items()
     ]
