@@ -8,15 +8,22 @@ rows are re-embedded by ``promotion.run_promotion``. Search is ``Article.objects
 
 Data (../shared/data/scifact, nothing from ../shared/eval):
 
-* the train queries are split with a fixed seed: 20% *dev* (only measured), 10% *gate* (the
-  eval split the run and the promotion gate use), 70% *train* (one pair per relevant abstract);
+* the train queries are split with a fixed seed: ``--dev-share`` (20%) *dev* (only measured),
+  ``--gate-share`` (10%) *gate* (the eval split the run's early stopping and the promotion
+  gate use), the rest *train* (one pair per relevant abstract);
 * the corpus: every abstract relevant to any train query, plus seeded distractors up to
-  ``--rows`` (default 2,000) rows of ``testapp.Article`` (title, abstract).
+  ``--rows`` (default 2,000; 0: all 5,183) rows of ``testapp.Article`` (title, abstract).
+
+The run gets the hyperparameters given on the command line and the default recipe for the
+rest (``runs.RECIPES``: what a staff user who changes nothing gets). ``--sts-file`` sets
+``SBERT["TRAINING_STS_FILE"]``, so the run measures general quality before and after.
 
 Reported: nDCG@10 and Recall@10 of ``similar_to`` over the dev queries before and after the
-promotion, the gate's numbers, and the time of each step.
+promotion, the run's evaluations (kept step), the gate's numbers, and the time of each step.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/admin_finetune.py --rows 2000
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/admin_finetune.py --rows 0 --dev-share 0.5 \
+        --gate-share 0.1 --sts-file ../shared/data/stsbenchmark/sts-dev.csv
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ DATA = Path(os.environ.get("SBERT_DATA_DIR", ROOT.parent / "shared" / "data")) /
 MODEL = "all-MiniLM-L6-v2"
 
 
-def setup_django(threads: int, model_dir: str) -> None:
+def setup_django(threads: int, model_dir: str, sts_file: str | None) -> None:
     from _django import setup_django as configure
 
     configure(
@@ -47,11 +54,12 @@ def setup_django(threads: int, model_dir: str) -> None:
             "ENCODERS": {"default": {"MODEL": MODEL, "THREADS": threads, "BATCH_SIZE": 32}},
             "AUTO_EMBED": False,
             "MODEL_DIR": model_dir,
+            "TRAINING_STS_FILE": sts_file,
         }
     )
 
 
-def load(rows: int, seed: int) -> dict:
+def load(rows: int, seed: int, dev_share: float = 0.2, gate_share: float = 0.1) -> dict:
     corpus = {}
     for line in (DATA / "corpus.jsonl").open(encoding="utf-8"):
         doc = json.loads(line)
@@ -67,7 +75,7 @@ def load(rows: int, seed: int) -> dict:
             relevant.setdefault(qid, set()).add(did)
     ids = sorted(q for q in queries if q in relevant)
     random.Random(seed).shuffle(ids)
-    n_dev, n_gate = len(ids) // 5, len(ids) // 10
+    n_dev, n_gate = int(len(ids) * dev_share), int(len(ids) * gate_share)
     split = {
         "dev": ids[:n_dev],
         "gate": ids[n_dev : n_dev + n_gate],
@@ -76,7 +84,7 @@ def load(rows: int, seed: int) -> dict:
     judged = sorted({d for q in ids for d in relevant[q]})
     others = sorted(set(corpus) - set(judged))
     random.Random(seed).shuffle(others)
-    docs = judged + others[: max(0, rows - len(judged))]
+    docs = judged + (others if rows <= 0 else others[: max(0, rows - len(judged))])
     return {
         "corpus": {d: corpus[d] for d in docs},
         "queries": queries,
@@ -132,27 +140,37 @@ def search_figures(data: dict, pk_of: dict[str, int]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=2000, help="corpus rows (Article)")
+    parser.add_argument("--rows", type=int, default=2000, help="corpus rows (Article); 0: all")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--learning-rate", type=float, default=2e-5)
+    parser.add_argument("--dev-share", type=float, default=0.2, help="train queries measured")
+    parser.add_argument("--gate-share", type=float, default=0.1, help="the run's eval split")
+    parser.add_argument("--sts-file", help="SBERT['TRAINING_STS_FILE'] (general quality)")
+    # Not given: the default recipe's value (runs.Hyperparameters).
+    parser.add_argument("--loss", default="mnrl")
+    parser.add_argument("--epochs", type=int)
+    parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--learning-rate", type=float)
+    parser.add_argument("--no-hard-negatives", action="store_true")
+    parser.add_argument("--no-early-stopping", action="store_true")
     args = parser.parse_args()
 
     model_dir = tempfile.mkdtemp(prefix="sbert-bench-models-")
-    setup_django(args.threads, model_dir)
+    setup_django(args.threads, model_dir, args.sts_file)
+    from encode import cpu_line  # benchmarks/ is on sys.path (above)
+
     from django_sbert import indexing, serving
     from django_sbert.finetuning import pairs, promotion, runs
     from django_sbert.models import EncoderVersion, TrainingPair, TrainingRun
     from tests.testapp.models import Article
 
+    print(cpu_line())
     timings: dict[str, float] = {}
-    data = load(args.rows, args.seed)
+    data = load(args.rows, args.seed, args.dev_share, args.gate_share)
     print(
         f"SciFact train queries: {len(data['split']['train'])} train, "
         f"{len(data['split']['gate'])} gate (eval split), {len(data['split']['dev'])} dev; "
-        f"corpus {len(data['corpus'])} rows; load average {os.getloadavg()[0]:.1f}"
+        f"corpus {len(data['corpus'])} rows; load average {os.getloadavg()}"
     )
 
     started = time.perf_counter()
@@ -178,22 +196,34 @@ def main() -> None:
     run = runs.create_run(
         "default",
         list(TrainingPair.objects.values_list("pk", flat=True)),
-        hyperparameters=runs.Hyperparameters(
-            loss="mnrl",
-            epochs=args.epochs,
-            batch_size=args.batch_size,
-            learning_rate=args.learning_rate,
-            seed=args.seed,
+        hyperparameters=runs.Hyperparameters.from_options(
+            args.loss,
+            {
+                "epochs": args.epochs,
+                "batch_size": args.batch_size,
+                "learning_rate": args.learning_rate,
+                "seed": args.seed,
+                "hard_negatives": False if args.no_hard_negatives else None,
+                "early_stopping": False if args.no_early_stopping else None,
+            },
         ),
         enqueue=False,
     )
+    print(f"run {run.pk}: {run.loss} {run.hyperparameters}")
     status = runs.execute_run(run.pk)
     run = TrainingRun.objects.get(pk=run.pk)
     timings["training run"] = time.perf_counter() - started
     if status != "succeeded":
         raise SystemExit(f"run {status}: {run.error}")
-    print(f"run: {run.total_steps} steps; gate split before {run.metrics_before}")
+    print(f"run: {run.step} of {run.total_steps} steps; gate split before {run.metrics_before}")
     print(f"                          after  {run.metrics_after}")
+    if run.evaluations:
+        history = ", ".join(f"{s}: {100 * v:.2f}" for s, v in run.evaluations["history"])
+        print(f"evaluations ({run.evaluations['metric']} on the gate split): {history}")
+        print(
+            f"kept step {run.evaluations['best_step']}; stopped early: "
+            f"{run.evaluations.get('stopped_early')}"
+        )
 
     candidate = EncoderVersion.objects.get(run=run)
     started = time.perf_counter()
@@ -216,7 +246,7 @@ def main() -> None:
         print(f"  {label:<32s}{figures['ndcg@10']:7.2f}   {figures['recall@10']:8.2f}")
     for name, seconds in timings.items():
         print(f"  {name:<32s} {seconds:7.1f} s")
-    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    print(f"load average at the end: {os.getloadavg()}")
 
 
 if __name__ == "__main__":

@@ -2,11 +2,15 @@
 
 Parts (run all, or some with ``--only``):
 
-* ``stsb``    fine-tune on STSb train (scores / 5), 1 epoch, batch 16, with ``cosine`` and
+* ``stsb``    fine-tune on STSb train (scores / 5), 1 epoch (``--sts-epochs``), lr 2e-5
+              (``--sts-lr``), batch 16, with ``cosine`` and
               ``cosent``; STSb dev Spearman before and after, and the wall time.
 * ``scifact`` fine-tune with ``mnrl`` on (query, relevant abstract) pairs of 80% of the SciFact
               train queries; nDCG@10 / Recall@10 on the other 20% (the dev split), before and
-              after, ranking the whole corpus.
+              after, ranking the whole corpus. ``--dev-share 0.5`` splits them in halves;
+              ``--early-stopping`` holds ``--eval-share`` of the train queries apart as the
+              eval split (what a run's eval pairs are) and keeps the best step on it;
+              several ``--mnrl-lr`` values train one model each from one mining pass.
 * ``simcse``  unsupervised SimCSE on SciFact abstracts alone; the same retrieval figures.
 * ``adapt``   "adapt to our content" with pseudo-queries: ``mnrl`` on pairs cut from the
               SciFact abstracts alone (``--adapt-method ict``: a sentence against the rest of
@@ -33,6 +37,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from encode import cpu_line  # noqa: E402
 
 from django_sbert.encoder import SentenceEncoder
 from django_sbert.encoder.evaluation import retrieval_metrics, sts_spearman
@@ -71,7 +78,15 @@ def read_qrels(path: Path) -> dict[str, set[str]]:
 class SciFact:
     """Corpus, train queries split into train/dev by query id (seeded), held-out test."""
 
-    def __init__(self, data: Path, eval_dir: Path, seed: int, max_corpus: int | None) -> None:
+    def __init__(
+        self,
+        data: Path,
+        eval_dir: Path,
+        seed: int,
+        max_corpus: int | None,
+        dev_share: float = 0.2,
+        eval_share: float = 0.0,
+    ) -> None:
         corpus = {
             d["_id"]: f"{d['title']} {d['text']}".strip() for d in read_jsonl(data / "corpus.jsonl")
         }
@@ -80,10 +95,14 @@ class SciFact:
         documents = list(corpus.values())
         ids = sorted(q for q in queries if q in qrels)
         random.Random(seed).shuffle(ids)
-        dev_ids = set(ids[: len(ids) // 5])
+        n_dev = len(ids) // 5 if dev_share == 0.2 else int(len(ids) * dev_share)
+        dev_ids = set(ids[:n_dev])
+        rest = [q for q in ids if q not in dev_ids]
+        eval_ids = set(rest[: int(len(rest) * eval_share)])  # the run's eval split, if any
         self.train_pairs = [
-            (queries[q], corpus[d]) for q in ids if q not in dev_ids for d in sorted(qrels[q])
+            (queries[q], corpus[d]) for q in rest if q not in eval_ids for d in sorted(qrels[q])
         ]
+        self.eval_pairs = [(queries[q], corpus[d]) for q in rest if q in eval_ids for d in qrels[q]]
         self.dev = ({q: queries[q] for q in dev_ids}, {q: qrels[q] for q in dev_ids})
         test_queries = {q["_id"]: q["text"] for q in read_jsonl(eval_dir / "queries-test.jsonl")}
         self.test = (test_queries, read_qrels(eval_dir / "qrels-test.tsv"))
@@ -152,8 +171,9 @@ def run_stsb(base: SentenceEncoder, args: argparse.Namespace, results: dict) -> 
             base,
             train,
             loss=loss,
-            epochs=1,
+            epochs=args.sts_epochs,
             batch_size=args.batch_size,
+            learning_rate=args.sts_lr,
             seed=args.seed,
             callback=progress_printer(loss),
             report_every=50,
@@ -166,7 +186,26 @@ def run_stsb(base: SentenceEncoder, args: argparse.Namespace, results: dict) -> 
             "steps": fitted.steps,
         }
         results[f"stsb after {loss}"] = figures
-        show(f"STSb after {loss} ({len(train)} pairs, 1 epoch, batch {args.batch_size})", figures)
+        show(
+            f"STSb after {loss} ({len(train)} pairs, {args.sts_epochs} epoch(s), lr "
+            f"{args.sts_lr:g}, batch {args.batch_size})",
+            figures,
+        )
+
+
+def eval_split_ndcg(pairs: list[tuple[str, str]]) -> Any:
+    """What a training run's early stopping measures: nDCG@10 of the eval pairs' queries over
+    the eval pairs' documents (``finetuning.gate.eval_metrics``)."""
+    relevant: dict[str, set[str]] = {}
+    for query, doc in pairs:
+        relevant.setdefault(query, set()).add(doc)
+    queries = {q: q for q in relevant}
+    corpus = {d: d for _, d in pairs}
+
+    def evaluate(encoder: SentenceEncoder) -> float:
+        return retrieval_metrics(encoder, queries, corpus, relevant, k=10)["ndcg@10"]
+
+    return evaluate
 
 
 def run_scifact(
@@ -175,38 +214,56 @@ def run_scifact(
     before = results.get("scifact before") or retrieval(base, data, args.heldout)
     results["scifact before"] = before
     show(f"SciFact before ({len(data.corpus)} docs)", before)
-    started, cpu = time.perf_counter(), time.process_time()
     examples: list[tuple[str, ...]] = list(data.train_pairs)
+    started = time.perf_counter()
     if args.hard_negatives:
         # Mined by the base model from the corpus texts (no labels beyond the train pairs').
         examples = mine_hard_negatives(base, data.train_pairs, list(data.corpus.values()))
         print(f"  hard negatives for {len(examples)} of {len(data.train_pairs)} pairs", flush=True)
-    fitted = fit(
-        base,
-        examples,
-        loss="mnrl",
-        epochs=args.mnrl_epochs,
-        batch_size=args.batch_size,
-        learning_rate=args.mnrl_lr,
-        seed=args.seed,
-        callback=progress_printer("mnrl"),
-    )
-    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    mining = time.perf_counter() - started
     dev = read_sts(args.data / "stsbenchmark" / "sts-dev.csv")
-    figures = {
-        **retrieval(fitted.encoder, data, args.heldout),
-        "stsb dev spearman": 100 * sts_spearman(fitted.encoder, dev),  # general quality kept?
-        "train seconds": wall,
-        "train cpu seconds": cpu,
-        "steps": fitted.steps,
-    }
-    results["scifact after mnrl"] = figures
-    negatives = ", hard negatives" if args.hard_negatives else ""
-    show(
-        f"SciFact after mnrl ({len(examples)} pairs{negatives}, {args.mnrl_epochs} epoch(s), "
-        f"lr {args.mnrl_lr:g}, batch {args.batch_size})",
-        figures,
-    )
+    for lr in args.mnrl_lr:
+        started, cpu = time.perf_counter(), time.process_time()
+        stopping: dict[str, Any] = {}
+        if args.early_stopping:
+            stopping = {
+                "evaluator": eval_split_ndcg(data.eval_pairs),
+                "eval_every": args.eval_every,
+                "patience": args.patience,
+            }
+        fitted = fit(
+            base,
+            examples,
+            loss=args.mnrl_loss,
+            epochs=args.mnrl_epochs,
+            batch_size=args.batch_size,
+            learning_rate=lr,
+            seed=args.seed,
+            callback=progress_printer(f"mnrl lr {lr:g}"),
+            loss_options=dict(args.loss_option or []),
+            **stopping,
+        )
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+        figures = {
+            **retrieval(fitted.encoder, data, args.heldout),
+            "stsb dev spearman": 100 * sts_spearman(fitted.encoder, dev),  # general quality
+            "train seconds": wall,
+            "train cpu seconds": cpu,
+            "mining seconds": mining,
+            "steps": fitted.steps,
+        }
+        if args.early_stopping:
+            figures |= {"best step": fitted.best_step, "of steps": fitted.total_steps}
+            history = ", ".join(f"{s}: {100 * v:.2f}" for s, v in fitted.history)
+            print(f"  eval split nDCG@10 by step ({len(data.eval_pairs)} pairs): {history}")
+        results[f"scifact after mnrl lr {lr:g}"] = figures
+        negatives = ", hard negatives" if args.hard_negatives else ""
+        stop = f", early stopping (patience {args.patience})" if args.early_stopping else ""
+        show(
+            f"SciFact after {args.mnrl_loss} ({len(examples)} pairs{negatives}, "
+            f"{args.mnrl_epochs} epoch(s), lr {lr:g}, batch {args.batch_size}{stop})",
+            figures,
+        )
 
 
 def run_simcse(
@@ -335,8 +392,28 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--sts-losses", nargs="+", default=["cosine", "cosent"])
+    parser.add_argument("--sts-lr", type=float, default=2e-5)
+    parser.add_argument("--sts-epochs", type=int, default=1)
     parser.add_argument("--mnrl-epochs", type=int, default=1)
-    parser.add_argument("--mnrl-lr", type=float, default=2e-5)
+    parser.add_argument("--mnrl-lr", type=float, nargs="+", default=[2e-5])
+    parser.add_argument("--mnrl-loss", default="mnrl", help="mnrl or cached_mnrl")
+    parser.add_argument(
+        "--loss-option",
+        nargs=2,
+        action="append",
+        metavar=("NAME", "INT"),
+        type=lambda v: int(v) if v.isdigit() else v,
+        help="a loss option, e.g. --loss-option mini_batch_size 32",
+    )
+    parser.add_argument("--dev-share", type=float, default=0.2, help="train queries for dev")
+    parser.add_argument(
+        "--early-stopping",
+        action="store_true",
+        help="hold --eval-share of the train queries apart and keep the best step on them",
+    )
+    parser.add_argument("--eval-share", type=float, default=0.2)
+    parser.add_argument("--eval-every", type=int, default=None)
+    parser.add_argument("--patience", type=int, default=None)
     parser.add_argument(
         "--hard-negatives", action="store_true", help="mnrl with one mined hard negative per pair"
     )
@@ -369,13 +446,22 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     base = SentenceEncoder.load(args.model)
     print(
-        f"model {args.model}, torch threads {torch.get_num_threads()}, parts {args.only}",
+        f"model {args.model}, torch threads {torch.get_num_threads()}, parts {args.only}, "
+        f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}",
         flush=True,
     )
+    print(cpu_line(), flush=True)
     results: dict[str, Any] = {}
     needs_scifact = {"scifact", "simcse", "adapt", "general"} & set(args.only)
     data = (
-        SciFact(args.data / "scifact", args.eval / "scifact", args.seed, args.max_corpus)
+        SciFact(
+            args.data / "scifact",
+            args.eval / "scifact",
+            args.seed,
+            args.max_corpus,
+            dev_share=args.dev_share,
+            eval_share=args.eval_share if args.early_stopping else 0.0,
+        )
         if needs_scifact
         else None
     )
@@ -392,6 +478,7 @@ def main() -> None:
         else:
             run_general(base, data, args, results)
         print(f"({part} took {time.perf_counter() - started:.0f}s)", flush=True)
+    print(f"load average at the end: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
 

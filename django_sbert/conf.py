@@ -95,6 +95,10 @@ DEFAULTS: dict[str, Any] = {
     "TRAINING_PROGRESS_SECONDS": 2.0,  # at most one progress write per run this often
     "TRAINING_STALLED_SECONDS": 600,  # a running run silent this long lost its worker
     "EVAL_GATE_TOLERANCE": 0.0,  # promote refuses a candidate worse than active by more than this
+    # Rows (texts and stored vectors) a run mines hard negatives from, at most
+    "TRAINING_MINING_ROWS": 50000,
+    # A small STS file (tab-separated) every run measures before and after; None: off
+    "TRAINING_STS_FILE": None,
     "PAIRS_MAX_FILE_BYTES": 20 * 1024 * 1024,  # largest pairs file an import reads; None: any
     # "Adapt to our content" (docs/fine-tuning.md): a run on a field's text, without pairs
     "ADAPT": {

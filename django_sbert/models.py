@@ -105,6 +105,9 @@ class TrainingRun(models.Model):
     loss_history = models.JSONField(default=list, blank=True)  # [[step, mean loss], ...]
     metrics_before = models.JSONField(default=dict, blank=True)
     metrics_after = models.JSONField(default=dict, blank=True)
+    # Early stopping on the eval split: {"metric", "history": [[step, value], ...], "best_step",
+    # "best_metric", "steps", "total_steps", "stopped_early"}; empty without it.
+    evaluations = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)

@@ -116,7 +116,7 @@ def test_abstract_parent_gives_each_child_its_own_companions():
 @pytest.mark.django_db
 def test_makemigrations_sees_no_changes():
     out = io.StringIO()
-    call_command("makemigrations", "testapp", "--check", "--dry-run", stdout=out)
+    call_command("makemigrations", "testapp", "django_sbert", "--check", "--dry-run", stdout=out)
     assert "No changes detected" in out.getvalue()
 
 

@@ -1,4 +1,5 @@
-"""HTML pieces of the fine-tuning admin: a progress bar, a loss curve, a metrics table.
+"""HTML pieces of the fine-tuning admin: a progress bar, the loss and eval curves, a metrics
+table.
 
 Server-side HTML and inline SVG, no JavaScript library.
 """
@@ -47,27 +48,28 @@ def loss_curve_svg(history: list[list[float]], width: int = 560, height: int = 1
         'role="img" aria-label="training loss per step">'
         '<rect width="{w}" height="{h}" fill="#fafafa" stroke="#ccc"/>'
         '<polyline fill="none" stroke="#417690" stroke-width="1.5" points="{xy}"/>'
-        '<text x="4" y="{top}" font-size="10">{hi:.3f}</text>'
-        '<text x="4" y="{bottom}" font-size="10">{lo:.3f}</text>'
-        '<text x="{right}" y="{h2}" font-size="10" text-anchor="end">step {last:.0f}</text>'
+        '<text x="4" y="{top}" font-size="10">{hi}</text>'
+        '<text x="4" y="{bottom}" font-size="10">{lo}</text>'
+        '<text x="{right}" y="{h2}" font-size="10" text-anchor="end">step {last}</text>'
         "</svg>",
         w=width,
         h=height,
         xy=xy,
         top=pad,
         bottom=height - pad,
-        hi=hi,
-        lo=lo,
+        # Numbers formatted here: format_html escapes its arguments into strings first.
+        hi=f"{hi:.3f}",
+        lo=f"{lo:.3f}",
         right=width - 4,
         h2=height - 6,
-        last=steps[-1],
+        last=f"{steps[-1]:.0f}",
     )
 
 
 def metrics_table(*columns: tuple[str, dict[str, float]]) -> str:
     """Metrics side by side: one column per (title, metrics)."""
-    names = [n for n in ("ndcg@10", "recall@10", "sts_spearman", "eval_pairs")
-             if any(n in m for _, m in columns)]  # fmt: skip
+    known = ("ndcg@10", "recall@10", "sts_spearman", "eval_pairs", "general_sts_spearman")
+    names = [n for n in known if any(n in m for _, m in columns)]
     if not names:
         return "-"
 
@@ -133,4 +135,93 @@ def search_table(*measured: tuple[str, dict[str, Any]]) -> str:
         format_html_join("", "<th>{}</th>", ((side,) for side, _ in SEARCH_SIDES)),
         format_html_join("", "<tr><th>{}</th>{}</tr>", rows),
         format_html_join("; ", "chosen fusion ({}): {}", fusion),
+    )
+
+
+def eval_curve_svg(evaluations: dict[str, Any], width: int = 360, height: int = 180) -> str:
+    """The metric early stopping compared at each evaluation (the eval split's, or
+    ``pseudo_*`` on a content run's held-back pseudo-pairs), the kept step marked."""
+    history = [(int(s), float(v)) for s, v in (evaluations or {}).get("history", [])]
+    if not history:
+        return ""
+    metric = evaluations.get("metric") or "metric"
+    best = evaluations.get("best_step")
+    values = [v for _, v in history]
+    lo, hi = min(values), max(values)
+    span = (hi - lo) or 1.0
+    first, last = history[0][0], history[-1][0]
+    pad = 30
+
+    def x(step: int) -> float:
+        return pad + (step - first) / ((last - first) or 1) * (width - 2 * pad)
+
+    def y(value: float) -> float:
+        return height - pad - (value - lo) / span * (height - 2 * pad)
+
+    xy = " ".join(f"{x(s):.1f},{y(v):.1f}" for s, v in history)
+    dots = format_html_join(
+        "",
+        '<circle cx="{}" cy="{}" r="{}" fill="{}"><title>step {}: {}</title></circle>',
+        (
+            (
+                f"{x(s):.1f}",
+                f"{y(v):.1f}",
+                4 if s == best else 2.5,
+                "#ba2121" if s == best else "#417690",
+                s,
+                f"{v:.4f}",
+            )
+            for s, v in history
+        ),
+    )
+    return format_html(
+        '<svg class="sbert-eval-curve" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
+        'role="img" aria-label="{metric} per evaluation">'
+        '<rect width="{w}" height="{h}" fill="#fafafa" stroke="#ccc"/>'
+        '<polyline fill="none" stroke="#417690" stroke-width="1.5" points="{xy}"/>{dots}'
+        '<text x="4" y="{top}" font-size="10">{hi}</text>'
+        '<text x="4" y="{bottom}" font-size="10">{lo}</text>'
+        '<text x="{right}" y="14" font-size="10" text-anchor="end">{metric}</text>'
+        "</svg>",
+        w=width,
+        h=height,
+        xy=xy,
+        dots=dots,
+        top=pad,
+        bottom=height - pad,
+        hi=f"{hi:.4f}",
+        lo=f"{lo:.4f}",
+        right=width - 4,
+        metric=metric,
+    )
+
+
+def kept_step_text(evaluations: dict[str, Any]) -> str:
+    """``kept step 120 of 180 (ndcg@10 0.7012); stopped early`` for the run page."""
+    if not evaluations or evaluations.get("best_step") is None:
+        return ""
+    text = (
+        f"kept step {evaluations['best_step']} ({evaluations.get('metric')} "
+        f"{float(evaluations['best_metric']):.4f})"
+    )
+    if evaluations.get("total_steps"):
+        text += f"; trained {evaluations['steps']} of {evaluations['total_steps']} steps"
+        if evaluations.get("stopped_early"):
+            text += ", stopped early"
+    return text
+
+
+def training_curves(loss_history: list[list[float]], evaluations: dict[str, Any]) -> str:
+    """The loss curve and, beside it, the eval metric per evaluation and the kept step."""
+    loss = loss_curve_svg(loss_history)
+    evals = eval_curve_svg(evaluations)
+    if not evals:
+        return loss
+    return format_html(
+        '<div class="sbert-curves" style="display:flex;gap:12px;flex-wrap:wrap">'
+        "<div>{}</div><div>{}</div></div>"
+        '<p class="sbert-kept-step">{}</p>',
+        loss,
+        evals,
+        kept_step_text(evaluations),
     )

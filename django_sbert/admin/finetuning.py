@@ -40,7 +40,7 @@ from ..models import (
 )
 from ..queues import training_worker_hint
 from ..serving import forget_serving, serving_version
-from .display import loss_curve_svg, metrics_table, progress_bar, search_table
+from .display import metrics_table, progress_bar, search_table, training_curves
 from .mixins import ForbidMissingActionsMixin, require_permission
 
 __all__ = ["EncoderVersionAdmin", "TrainingPairAdmin", "TrainingRunAdmin"]
@@ -54,10 +54,35 @@ class FineTuneForm(forms.Form):
 
     encoder = forms.ChoiceField()
     loss = forms.ChoiceField(choices=[(name, name) for name in runs.LOSS_CHOICES])
-    epochs = forms.IntegerField(initial=1, min_value=1, max_value=100)
-    learning_rate = forms.FloatField(initial=2e-5, min_value=1e-8, max_value=1e-2)
-    batch_size = forms.IntegerField(initial=16, min_value=2, max_value=1024)
-    warmup_ratio = forms.FloatField(initial=0.1, min_value=0.0, max_value=0.99)
+    epochs = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=100,
+        help_text=f"Empty: the loss's recipe ({runs.recipe_summary()}).",
+    )
+    learning_rate = forms.FloatField(
+        required=False, min_value=1e-8, max_value=1e-2, help_text="Empty: the loss's recipe."
+    )
+    batch_size = forms.IntegerField(
+        initial=runs.option_default("batch_size"), min_value=2, max_value=1024
+    )
+    warmup_ratio = forms.FloatField(
+        initial=runs.option_default("warmup_ratio"), min_value=0.0, max_value=0.99
+    )
+    hard_negatives = forms.BooleanField(
+        required=False,
+        initial=runs.option_default("hard_negatives"),
+        help_text="mnrl: mine one hard negative per positive pair with the serving model.",
+    )
+    early_stopping = forms.BooleanField(
+        required=False,
+        initial=runs.option_default("early_stopping"),
+        help_text="Measure on the eval pairs about ten times per run, keep the best step, stop "
+        "after 'patience' measurements without improvement.",
+    )
+    patience = forms.IntegerField(
+        required=False, initial=runs.option_default("patience"), min_value=1, max_value=1000
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -278,9 +303,9 @@ class TrainingRunAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
         label = f"{obj.step} / {obj.total_steps} steps" if obj.total_steps else obj.status
         return progress_bar(obj.progress, label)
 
-    @admin.display(description="loss curve")
+    @admin.display(description="loss curve and eval metric")
     def loss_curve(self, obj: TrainingRun) -> str:
-        return loss_curve_svg(obj.loss_history)
+        return training_curves(obj.loss_history, obj.evaluations)
 
     @admin.display(description="metrics on the eval split")
     def metrics(self, obj: TrainingRun) -> str:
@@ -324,6 +349,7 @@ class TrainingRunAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
                 "total_steps": run.total_steps,
                 "progress": run.progress,
                 "loss": run.loss_history[-1][1] if run.loss_history else None,
+                "evaluations": run.evaluations,
                 "finished": run.status not in (RunStatus.QUEUED, RunStatus.RUNNING),
                 "error": error_for(request.user, run.error),
             }

@@ -235,6 +235,7 @@ class TrainingRunSerializer(StoredErrorMixin, serializers.ModelSerializer):
             "loss_history",
             "metrics_before",
             "metrics_after",
+            "evaluations",
             "error",
             "candidate",
             "created_at",
@@ -267,14 +268,42 @@ class TrainingRunRequestSerializer(serializers.Serializer):
     loss = serializers.ChoiceField(
         choices=runs.LOSS_CHOICES,
         required=False,
-        help_text="Default: picked from the pairs' shape (scores: cosent, labels: softmax, "
+        help_text="Default: picked from the pairs' shape (scores: cosine, labels: softmax, "
         "else mnrl); with content, SBERT['ADAPT']['LOSS'] (mnrl or simcse).",
     )
-    epochs = serializers.IntegerField(default=1, min_value=1, max_value=100)
-    batch_size = serializers.IntegerField(default=16, min_value=2, max_value=1024)
-    learning_rate = serializers.FloatField(default=2e-5, min_value=1e-9, max_value=1e-2)
-    warmup_ratio = serializers.FloatField(default=0.1, min_value=0.0, max_value=0.99)
-    seed = serializers.IntegerField(default=0, min_value=0, max_value=2**31 - 1)
+    epochs = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=100,
+        help_text=f"Default: the loss's recipe ({runs.recipe_summary()}).",
+    )
+    batch_size = serializers.IntegerField(
+        default=runs.option_default("batch_size"), min_value=2, max_value=1024
+    )
+    learning_rate = serializers.FloatField(
+        required=False, min_value=1e-9, max_value=1e-2, help_text="Default: the loss's recipe."
+    )
+    warmup_ratio = serializers.FloatField(
+        default=runs.option_default("warmup_ratio"), min_value=0.0, max_value=0.99
+    )
+    seed = serializers.IntegerField(
+        default=runs.option_default("seed"), min_value=0, max_value=2**31 - 1
+    )
+    hard_negatives = serializers.BooleanField(
+        default=runs.option_default("hard_negatives"),
+        help_text="mnrl: mine one hard negative per positive pair with the serving model.",
+    )
+    early_stopping = serializers.BooleanField(
+        default=runs.option_default("early_stopping"),
+        help_text="Measure on the eval pairs about ten times per run, keep the best step, "
+        "stop after `patience` measurements without improvement.",
+    )
+    patience = serializers.IntegerField(
+        default=runs.option_default("patience"), min_value=1, max_value=1000
+    )
+    eval_every = serializers.IntegerField(
+        required=False, min_value=1, help_text="Steps between evaluations; default: ~10 per run."
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if "content" in attrs and ("pairs" in attrs or "source" in attrs):
@@ -316,8 +345,7 @@ class TrainingRunViewSet(
         content = data.get("content")
         if content:
             pair_ids: list[int] = []
-            names = ("epochs", "batch_size", "learning_rate", "warmup_ratio", "seed")
-            given = {name: data[name] for name in names if name in request.data}
+            given = {name: data[name] for name in runs.OPTION_NAMES if name in request.data}
             hyperparameters = runs.adapt_hyperparameters(data.get("loss"), **given)
         else:
             pairs = TrainingPair.objects.all()

@@ -202,6 +202,80 @@ class MultipleNegativesRankingLoss(EmbeddingLoss):
         return {"name": self.name, "scale": self.scale}
 
 
+class CachedMultipleNegativesRankingLoss(MultipleNegativesRankingLoss):
+    """MNRL over a big batch in the memory of a small one: GradCache (Gao et al. 2021).
+
+    In-batch negatives get better with the batch, but a batch's activations must all be kept
+    for the backward pass, which caps it at 16-32 on a CPU. This loss
+
+    1. embeds each column in chunks of ``mini_batch_size`` without gradients, saving each
+       chunk's random state (dropout);
+    2. computes the loss over the whole batch from those embeddings, and its gradient with
+       respect to them (cheap: a (batch, candidates) matrix);
+    3. when the loss is back-propagated, embeds each chunk again with gradients under the same
+       random state, and back-propagates the cached gradient chunk by chunk.
+
+    The loss and the gradients are those of plain ``mnrl`` on the whole batch; only one chunk's
+    activations are alive at a time, at the price of a second forward pass.
+    """
+
+    name = "cached_mnrl"
+
+    def __init__(self, scale: float = 20.0, mini_batch_size: int = 16) -> None:
+        super().__init__(scale)
+        if not isinstance(mini_batch_size, int) or mini_batch_size < 1:
+            raise ValueError(
+                f"mini_batch_size must be a whole number >= 1, got {mini_batch_size!r}"
+            )
+        self.mini_batch_size = mini_batch_size
+
+    def forward(
+        self, embed: EmbedFn, columns: Sequence[list[str]], labels: Tensor | None
+    ) -> Tensor:
+        if not torch.is_grad_enabled():
+            return super().forward(embed, columns, labels)
+        chunks: list[tuple[list[str], tuple[Tensor, list[Tensor]]]] = []
+        reps = []
+        with torch.no_grad():
+            for texts in columns:
+                parts = []
+                for start in range(0, len(texts), self.mini_batch_size):
+                    chunk = list(texts[start : start + self.mini_batch_size])
+                    chunks.append((chunk, _rng_state()))
+                    parts.append(embed(chunk))  # (chunk, dim), no graph kept
+                reps.append(torch.cat(parts).requires_grad_())  # (batch, dim) leaf
+        loss = self.compute_loss_from_embeddings(reps, labels)
+        grads = torch.autograd.grad(loss, reps)  # d loss / d embedding, (batch, dim) each
+        cached = [g for grad in grads for g in grad.split(self.mini_batch_size)]
+        after_first_pass = _rng_state()
+
+        def replay(grad_output: Tensor) -> None:
+            with torch.enable_grad():
+                for (chunk, state), grad in zip(chunks, cached, strict=True):
+                    _set_rng_state(state)  # the same dropout masks as the first pass
+                    embed(chunk).backward(grad * grad_output)
+            _set_rng_state(after_first_pass)
+
+        value = loss.detach().requires_grad_()
+        value.register_hook(replay)  # value.backward() runs the chunks' backward passes
+        return value
+
+    def config(self) -> dict[str, Any]:
+        return {"name": self.name, "scale": self.scale, "mini_batch_size": self.mini_batch_size}
+
+
+def _rng_state() -> tuple[Tensor, list[Tensor]]:
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else []
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng_state(state: tuple[Tensor, list[Tensor]]) -> None:
+    cpu, cuda = state
+    torch.set_rng_state(cpu)
+    if cuda:
+        torch.cuda.set_rng_state_all(cuda)
+
+
 class SimCSELoss(MultipleNegativesRankingLoss):
     """Unsupervised SimCSE (Gao et al. 2021): a text and itself under a second dropout mask are
     the positive pair; the other texts of the batch are the negatives. Needs no labels, so a
@@ -280,6 +354,7 @@ LOSSES: dict[str, type[EmbeddingLoss]] = {
         CoSENTLoss,
         TripletLoss,
         MultipleNegativesRankingLoss,
+        CachedMultipleNegativesRankingLoss,
         SimCSELoss,
         MatryoshkaLoss,
     )

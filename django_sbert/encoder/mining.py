@@ -26,17 +26,32 @@ def mine_hard_negatives(
     max_ratio: float = 0.95,
     top_k: int = 50,
     batch_size: int = 32,
+    corpus_vectors: np.ndarray | None = None,
 ) -> list[tuple[str, str, str]]:
     """``(anchor, positive, hard_negative)`` triples for the pairs that have a candidate.
 
     ``corpus`` holds the texts negatives are drawn from (positives may be among them). A pair
     whose ``top_k`` candidates are all positives or too close to its positive is left out.
+    ``corpus_vectors`` ((len(corpus), dim), unit length, by this encoder) skips encoding the
+    corpus: the stored vectors of a site's rows, for instance.
     """
     if not 0 < max_ratio <= 1:
         raise ValueError(f"max_ratio must be in (0, 1], got {max_ratio}.")
     if top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}.")
     pairs = [(str(a), str(p)) for a, p in pairs]
+    given: np.ndarray | None = None
+    if corpus_vectors is not None:
+        given = np.asarray(corpus_vectors, dtype=np.float32)
+        if given.ndim != 2 or len(given) != len(corpus):
+            raise ValueError(
+                f"corpus_vectors must hold one vector per corpus text: {len(corpus)} texts, "
+                f"vectors of shape {given.shape}."
+            )
+        first: dict[str, int] = {}  # each distinct text's first row, in corpus order
+        for row, text in enumerate(corpus):
+            first.setdefault(text, row)
+        given = given[list(first.values())]
     texts = list(dict.fromkeys(corpus))
     if not pairs or not texts:
         return []
@@ -52,7 +67,10 @@ def mine_hard_negatives(
     # Positives are usually corpus texts too: encode each distinct text once.
     in_corpus = set(texts)
     extra = list(dict.fromkeys(p for _, p in pairs if p not in in_corpus))
-    vectors = embed(texts + extra)
+    if given is None:
+        vectors = embed(texts + extra)
+    else:
+        vectors = np.concatenate([given, embed(extra)]) if extra else given
     corpus_vectors = vectors[: len(texts)]  # (n, dim)
     positive_vectors = dict(zip(texts + extra, vectors, strict=True))
     width = min(top_k, len(texts))

@@ -236,15 +236,19 @@ def hybrid_metrics(
 
 
 def candidate_metrics(
-    encoder: Encodes, pairs: Sequence[TrainingPair], encoder_name: str = "default"
+    encoder: Encodes,
+    pairs: Sequence[TrainingPair],
+    encoder_name: str = "default",
+    measured: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """What a run records for a model on its eval split: ``gate.eval_metrics`` (what the gate
-    compares) and ``hybrid_metrics`` (keyword and hybrid figures, the fusion chosen).
+    compares; ``measured`` when early stopping already measured this model) and
+    ``hybrid_metrics`` (keyword and hybrid figures, the fusion chosen).
 
     A failure of the hybrid part (the database refusing a temporary table, say) is logged and
     leaves those figures out: the fusion then stays the site's settings.
     """
-    metrics = eval_metrics(encoder, pairs)
+    metrics = dict(measured) if measured is not None else eval_metrics(encoder, pairs)
     if "ndcg@10" not in metrics:
         return metrics
     try:

@@ -136,18 +136,23 @@ def test_the_whole_workflow_through_the_admin(staff, eager, django_capture_on_co
     with django_capture_on_commit_callbacks(execute=True):
         response = select(
             staff, url, "fine_tune_encoder", ids, confirm="yes", encoder="default", loss="mnrl",
-            epochs=1, learning_rate=5e-3, batch_size=8, warmup_ratio=0.1,
+            epochs=1, learning_rate=5e-3, batch_size=8, warmup_ratio=0.1, early_stopping="on",
         )  # fmt: skip
     run = TrainingRun.objects.get()
     assert response.status_code == 302 and response.url.endswith(f"/trainingrun/{run.pk}/change/")
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert run.created_by.username == "staff"
 
-    # 4. the run's page: progress, loss curve, metrics; and the status view it polls
+    # 4. the run's page: progress, loss curve, the eval metric per evaluation beside it with
+    # the kept step, metrics; and the status view it polls
     page = staff.get(response.url).content.decode()
     assert "sbert-progress" in page and "<svg" in page and "ndcg@10" in page
+    assert run.hyperparameters["early_stopping"] and not run.hyperparameters["hard_negatives"]
+    assert "sbert-eval-curve" in page and "sbert-loss-curve" in page
+    assert f"kept step {run.evaluations['best_step']} (ndcg@10" in page
     status = staff.get(f"{ADMIN}/trainingrun/{run.pk}/status/").json()
-    assert status["finished"] and status["step"] == status["total_steps"] == run.total_steps
+    assert status["finished"] and status["step"] == run.step <= status["total_steps"]
+    assert status["evaluations"] == run.evaluations
     candidate = EncoderVersion.objects.get(run=run)
     assert candidate.status == VersionStatus.CANDIDATE
     assert candidate.metrics["ndcg@10"] >= run.metrics_before["ndcg@10"]

@@ -286,6 +286,12 @@ def test_workflow_train_promote_rollback(roles, settings, django_capture_on_comm
     assert run["status"] == RunStatus.SUCCEEDED, run["error"]
     assert run["step"] == run["total_steps"] > 0 and run["progress"] == 1.0
     assert run["loss_history"] and "ndcg@10" in run["metrics_after"]
+    # Options not sent: the default recipe's (mined negatives, early stopping on the eval
+    # pairs); the representation carries the evaluations and the kept step.
+    assert run["hyperparameters"]["hard_negatives"] and run["hyperparameters"]["patience"] == 3
+    evaluations = run["evaluations"]
+    assert evaluations["metric"] == "ndcg@10" and evaluations["history"][0][0] == 0
+    assert run["metrics_after"]["ndcg@10"] == evaluations["best_metric"]
     candidate = EncoderVersion.objects.get(version=run["candidate"])
 
     with django_capture_on_commit_callbacks(execute=False):

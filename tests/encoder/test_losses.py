@@ -16,6 +16,7 @@ from django_sbert.encoder.data import (
     validate_examples,
 )
 from django_sbert.encoder.losses import (
+    CachedMultipleNegativesRankingLoss,
     CoSENTLoss,
     CosineLoss,
     MatryoshkaLoss,
@@ -250,3 +251,122 @@ def test_losses_that_compare_examples_get_random_batches():
     # cosine: length-sorted batches (little padding); cosent ranks the pairs of a batch against
     # each other, so its batches must mix lengths as a random sample does.
     assert spreads["cosine"] == 15 and spreads["cosent"] > 100
+
+
+def _cached_vs_plain_grads(encoder, columns, mini_batch_size):
+    """Loss and parameter gradients of plain and cached mnrl on one batch of ``encoder``."""
+
+    def embed(texts):
+        return encoder(encoder.tokenize(texts))
+
+    results = []
+    for loss in (
+        MultipleNegativesRankingLoss(),
+        CachedMultipleNegativesRankingLoss(mini_batch_size=mini_batch_size),
+    ):
+        encoder.zero_grad(set_to_none=True)
+        torch.manual_seed(11)
+        value = loss(embed, columns, None)
+        value.backward()
+        grads = {
+            n: p.grad.detach().clone() for n, p in encoder.named_parameters() if p.grad is not None
+        }
+        results.append((value.item(), grads))
+    return results
+
+
+@pytest.mark.parametrize("negatives", [False, True])
+def test_cached_mnrl_gives_the_loss_and_gradients_of_plain_mnrl(tiny_model_dir, negatives):
+    from django_sbert.encoder import SentenceEncoder
+
+    encoder = SentenceEncoder.load(tiny_model_dir)
+    encoder.eval()  # no dropout: both must see the same forward pass
+    anchors = [
+        "bank rate",
+        "cat dog",
+        "vote party",
+        "food price",
+        "guitar music",
+        "car fast",
+        "market money",
+    ]
+    positives = [
+        "interest money",
+        "dogs child",
+        "minister president",
+        "eats prices",
+        "playing plays",
+        "cars slow",
+        "rate bank",
+    ]
+    columns = [anchors, positives]
+    if negatives:
+        columns.append(["cat", "bank", "food", "car", "vote", "music", "election"])
+    (plain_loss, plain), (cached_loss, cached) = _cached_vs_plain_grads(encoder, columns, 3)
+    assert cached_loss == pytest.approx(plain_loss, abs=1e-5)
+    assert plain.keys() == cached.keys() and len(plain) > 10
+    for name in plain:
+        assert torch.allclose(cached[name], plain[name], atol=1e-5, rtol=1e-4), name
+    assert any(g.abs().sum() > 0 for g in cached.values())
+
+
+def test_cached_mnrl_replays_the_dropout_of_its_first_pass(tiny_model_dir):
+    """In train mode each chunk's second forward pass must draw the dropout masks of the
+    first: the gradient is then that of the loss it returned. Checked against plain mnrl
+    computed chunk by chunk under the same random states."""
+    from django_sbert.encoder import SentenceEncoder
+
+    encoder = SentenceEncoder.load(tiny_model_dir)
+    encoder.train()
+    columns = [
+        ["bank rate", "cat dog", "vote party", "food price"],
+        ["money", "dogs", "minister", "eats"],
+    ]
+
+    def embed(texts):
+        return encoder(encoder.tokenize(texts))
+
+    torch.manual_seed(5)
+    cached = CachedMultipleNegativesRankingLoss(mini_batch_size=2)
+    value = cached(embed, columns, None)
+    value.backward()
+    got = {n: p.grad.detach().clone() for n, p in encoder.named_parameters() if p.grad is not None}
+    after = torch.randn(3)
+
+    # The reference: the same chunked forward passes, with the graph kept.
+    encoder.zero_grad(set_to_none=True)
+    torch.manual_seed(5)
+    parts = [embed(column[i : i + 2]) for column in columns for i in (0, 2)]
+    reps = [torch.cat(parts[:2]), torch.cat(parts[2:])]
+    reference = MultipleNegativesRankingLoss().compute_loss_from_embeddings(reps, None)
+    reference.backward()
+    want = {n: p.grad.detach().clone() for n, p in encoder.named_parameters() if p.grad is not None}
+    assert value.item() == pytest.approx(reference.item(), abs=1e-5)
+    for name in want:
+        assert torch.allclose(got[name], want[name], atol=1e-5, rtol=1e-4), name
+    # The random stream goes on as if the chunks had run once.
+    torch.manual_seed(5)
+    with torch.no_grad():
+        for column in columns:
+            for i in (0, 2):
+                embed(column[i : i + 2])
+    assert torch.equal(after, torch.randn(3))
+
+
+def test_cached_mnrl_trains_end_to_end_and_checks_its_chunk_size(tiny_model_dir):
+    from django_sbert.encoder import SentenceEncoder
+    from django_sbert.encoder.training import fit
+
+    with pytest.raises(ValueError, match="mini_batch_size must be a whole number >= 1"):
+        build_loss("cached_mnrl", 32, mini_batch_size=0)
+    encoder = SentenceEncoder.load(tiny_model_dir)
+    pairs = [(f"bank rate {i}", f"money market {i}") for i in range(12)]
+    result = fit(
+        encoder, pairs, loss="cached_mnrl", batch_size=12, loss_options={"mini_batch_size": 4}
+    )
+    assert result.steps == 1 and result.loss == {
+        "name": "cached_mnrl",
+        "scale": 20.0,
+        "mini_batch_size": 4,
+    }
+    assert np.isfinite(result.loss_history[0]["loss"])

@@ -41,6 +41,27 @@ def test_negative_is_the_best_candidate_below_the_positive_aware_ceiling():
     assert mine_hard_negatives(table(), [("q2", "pos2")], corpus, top_k=2) == []
 
 
+def test_given_corpus_vectors_replace_encoding_the_corpus():
+    import numpy as np
+
+    encoder = table()
+    encoder.table["not in corpus"] = angle(25)  # a positive the corpus lacks: encoded
+    corpus = ["pos", "other pos", "near duplicate", "hard", "hard", "easy", "pos2"]
+    pairs = [("q", "pos"), ("q", "other pos"), ("q2", "pos2"), ("q", "not in corpus")]
+    vectors = np.asarray(encoder.encode(corpus, normalize=True))
+    assert mine_hard_negatives(encoder, pairs, corpus, corpus_vectors=vectors) == (
+        mine_hard_negatives(encoder, pairs, corpus)
+    )
+    # The stored vectors are what ranks the corpus: swap two and the negative follows them.
+    swapped = vectors.copy()
+    swapped[[3, 5]] = vectors[[5, 3]]
+    swapped[4] = vectors[5]
+    triples = mine_hard_negatives(encoder, [("q", "pos")], corpus, corpus_vectors=swapped)
+    assert triples == [("q", "pos", "easy")]
+    with pytest.raises(ValueError, match="one vector per corpus text"):
+        mine_hard_negatives(encoder, pairs, corpus, corpus_vectors=vectors[:3])
+
+
 def test_bad_settings_and_empty_input():
     with pytest.raises(ValueError, match="max_ratio"):
         mine_hard_negatives(table(), [("q", "pos")], ["hard"], max_ratio=0)

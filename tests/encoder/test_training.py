@@ -14,6 +14,7 @@ from django_sbert.encoder.training import (
     FitResult,
     Progress,
     TrainingCancelled,
+    default_eval_every,
     fit,
     linear_schedule,
 )
@@ -82,8 +83,8 @@ def test_cosine_fit_lowers_the_loss_and_raises_spearman(word_encoder):
         learning_rate=1e-3,
         eval_examples=dev,
     )
-    assert isinstance(result, FitResult) and result.steps == len(result.history) == 36
-    losses = [h["loss"] for h in result.history]
+    assert isinstance(result, FitResult) and result.steps == len(result.loss_history) == 36
+    losses = [h["loss"] for h in result.loss_history]
     assert np.mean(losses[-6:]) < 0.5 * np.mean(losses[:6])
     spearman = [e["spearman"] for e in result.evaluations]
     assert [e["epoch"] for e in result.evaluations] == [0, 1, 2, 3]
@@ -100,7 +101,7 @@ def test_mnrl_fit_learns_to_pick_the_positive(word_encoder):
     anchors = [(t, " ".join(rng.sample(TOPICS[t], 3))) for t in range(6) for _ in range(8)]
     pairs = [(text, " ".join(rng.sample(TOPICS[t], 3))) for t, text in anchors]
     result = fit(word_encoder, pairs, loss="mnrl", epochs=4, batch_size=6, learning_rate=1e-3)
-    losses = [h["loss"] for h in result.history]
+    losses = [h["loss"] for h in result.loss_history]
     assert np.mean(losses[-4:]) < np.mean(losses[:4]) - 0.2
 
 
@@ -125,7 +126,7 @@ def test_mnrl_fit_learns_to_pick_the_positive(word_encoder):
 )
 def test_every_objective_trains_end_to_end(word_encoder, loss, examples, options):
     result = fit(word_encoder, examples, loss=loss, batch_size=4, loss_options=options)
-    assert result.steps >= 1 and all(np.isfinite(h["loss"]) for h in result.history)
+    assert result.steps >= 1 and all(np.isfinite(h["loss"]) for h in result.loss_history)
     assert result.loss["name"] == loss
     vectors = result.encoder.encode(["bank rate"])
     assert vectors.shape == (1, 32) and np.isfinite(vectors).all()
@@ -134,7 +135,7 @@ def test_every_objective_trains_end_to_end(word_encoder, loss, examples, options
 def test_same_seed_same_model_other_seed_other_model(word_encoder):
     pairs = toy_pairs(32, seed=3)
     runs = [fit(word_encoder, pairs, batch_size=8, learning_rate=1e-3, seed=s) for s in (7, 7, 8)]
-    assert runs[0].history == runs[1].history
+    assert runs[0].loss_history == runs[1].loss_history
     assert same_weights(weights(runs[0].encoder), weights(runs[1].encoder))
     assert not same_weights(weights(runs[0].encoder), weights(runs[2].encoder))
 
@@ -153,13 +154,101 @@ def test_callback_reports_progress_and_the_schedule_warms_up_then_decays(word_en
     assert [r.step for r in reports] == [3, 6, 9, 12, 15, 18, 20]
     assert all(r.total_steps == 20 and r.loss > 0 and r.seconds_left >= 0 for r in reports)
     assert reports[-1].seconds_left == 0
-    rates = [h["learning_rate"] for h in result.history]
+    rates = [h["learning_rate"] for h in result.loss_history]
     peak = rates.index(max(rates))
     assert peak == 5 and max(rates) == pytest.approx(1e-4)  # warmup: ceil(0.25 * 20) steps
     assert rates[:peak] == sorted(rates[:peak]) and rates[peak:] == sorted(
         rates[peak:], reverse=True
     )
     assert linear_schedule(20, 5, 20) == 0.0
+
+
+class PeakingEvaluator:
+    """An evaluator whose metric is scripted: it peaks at the third evaluation, whatever the
+    weights. It records the weights it saw, so a test can tell which checkpoint came back."""
+
+    def __init__(self, metrics: list[float]) -> None:
+        self.metrics = metrics
+        self.seen: list[dict[str, torch.Tensor]] = []
+
+    def __call__(self, encoder) -> float:
+        assert not encoder.training  # measured in eval mode (no dropout)
+        self.seen.append(weights(encoder))
+        return self.metrics[len(self.seen) - 1]
+
+
+def test_early_stopping_keeps_the_best_checkpoint_and_stops_after_patience(word_encoder):
+    # Evaluations at steps 0, 2, 4, 6, 8: the metric peaks at step 4, then two evaluations
+    # without improvement exhaust a patience of 2, so the run stops at step 8 of 24.
+    evaluator = PeakingEvaluator([0.2, 0.5, 0.9, 0.6, 0.4, 0.95, 0.95])
+    before = weights(word_encoder)
+    result = fit(
+        word_encoder,
+        toy_pairs(96, seed=6),
+        loss="cosine",
+        epochs=2,
+        batch_size=8,
+        learning_rate=1e-3,
+        evaluator=evaluator,
+        eval_every=2,
+        patience=2,
+    )
+    assert result.history == [(0, 0.2), (2, 0.5), (4, 0.9), (6, 0.6), (8, 0.4)]
+    assert (result.best_step, result.best_metric) == (4, 0.9)
+    assert result.steps == 8 == len(result.loss_history) and result.total_steps == 24
+    assert result.stopped_early and result.eval_every == 2
+    # The encoder returned holds the weights measured at step 4, not the last ones.
+    peak, last = evaluator.seen[2], evaluator.seen[4]
+    assert same_weights(weights(result.encoder), peak)
+    assert not same_weights(peak, last) and not same_weights(peak, before)
+    assert not result.encoder.training and same_weights(before, weights(word_encoder))
+
+
+def test_early_stopping_without_patience_runs_to_the_end_and_keeps_the_best(word_encoder):
+    metrics = [0.1, 0.3, 0.7, 0.2, 0.1, 0.1, 0.1]
+    evaluator = PeakingEvaluator(metrics)
+    result = fit(
+        word_encoder,
+        toy_pairs(48, seed=7),
+        loss="cosine",
+        batch_size=8,
+        learning_rate=1e-3,
+        evaluator=evaluator,
+    )
+    # 6 steps; eval_every from the run size: every step (fewer than ten steps).
+    assert result.eval_every == 1 and [s for s, _ in result.history] == [0, 1, 2, 3, 4, 5, 6]
+    assert result.steps == result.total_steps == 6 and not result.stopped_early
+    assert result.best_step == 2 and same_weights(weights(result.encoder), evaluator.seen[2])
+
+
+def test_early_stopping_keeps_the_encoder_given_when_training_never_improves(word_encoder):
+    evaluator = PeakingEvaluator([0.8, 0.5, 0.4, 0.3])
+    result = fit(
+        word_encoder,
+        toy_pairs(96, seed=8),
+        loss="cosine",
+        batch_size=8,
+        learning_rate=1e-3,
+        evaluator=evaluator,
+        eval_every=3,
+        patience=2,
+    )
+    assert result.best_step == 0 and result.steps == 6
+    assert same_weights(weights(result.encoder), weights(word_encoder))
+
+
+def test_default_eval_every_follows_the_run_size():
+    assert [default_eval_every(n) for n in (1, 9, 10, 11, 95, 400)] == [1, 1, 1, 2, 10, 40]
+
+
+def test_early_stopping_settings_are_checked_before_training(word_encoder):
+    pairs = toy_pairs(16, seed=9)
+    with pytest.raises(ValueError, match="eval_every must be a whole number >= 1"):
+        fit(word_encoder, pairs, evaluator=lambda e: 0.0, eval_every=0)
+    with pytest.raises(ValueError, match="patience must be a whole number >= 1"):
+        fit(word_encoder, pairs, evaluator=lambda e: 0.0, patience=0)
+    with pytest.raises(ValueError, match="need an evaluator"):
+        fit(word_encoder, pairs, patience=3)
 
 
 def test_cancellation_stops_before_the_next_step_and_writes_nothing(

@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 
 from django_sbert import serving
 from django_sbert.finetuning import pairs, runs
-from django_sbert.finetuning.gate import eval_metrics, gate
+from django_sbert.finetuning.gate import gate
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
 from tests.testapp.models import Article
 
@@ -99,7 +99,7 @@ def test_default_loss_follows_the_shape_of_the_pairs():
     TrainingPair.objects.bulk_create([TrainingPair(text_a=a, text_b=b) for a, b in TOPICS])
     assert runs.default_loss(TrainingPair.objects.all()) == "mnrl"
     TrainingPair.objects.update(score=0.5)
-    assert runs.default_loss(TrainingPair.objects.all()) == "cosent"
+    assert runs.default_loss(TrainingPair.objects.all()) == "cosine"
     TrainingPair.objects.update(score=None, label="entailment")
     assert runs.default_loss(TrainingPair.objects.all()) == "softmax"
 
@@ -173,10 +173,17 @@ def test_adapt_to_content_with_pseudo_queries_holds_back_pairs_without_an_eval_s
     assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
     run.refresh_from_db()
     # 10% of the 30 pseudo-pairs held back: measured before and after, apart from the gate's
-    # metrics; at most 27 trained on (those with a mined negative), batches of 4.
-    assert 0 < run.total_steps <= 7
+    # metrics; at most 27 trained on (those with a mined negative), batches of 4, the mnrl
+    # recipe's 2 epochs at most.
+    assert 0 < run.total_steps <= 14
     assert set(run.metrics_before) == set(run.metrics_after) >= {"pseudo_ndcg@10"}
     assert run.metrics_after["pseudo_eval_pairs"] == 3
+    # Early stopping measured the held-back pairs and kept the checkpoint they scored best.
+    evaluations = run.evaluations
+    assert evaluations["metric"] == "pseudo_ndcg@10" and evaluations["history"][0][0] == 0
+    assert evaluations["history"][0][1] == run.metrics_before["pseudo_ndcg@10"]
+    assert evaluations["best_metric"] == max(v for _, v in evaluations["history"])
+    assert run.metrics_after["pseudo_ndcg@10"] == evaluations["best_metric"]
     candidate = EncoderVersion.objects.get(run=run)
     assert not gate(candidate).evaluated
     assert "adapted to content, with no eval pairs" in gate(candidate).reason
@@ -196,9 +203,11 @@ def test_adapt_to_content_is_measured_on_the_eval_split_when_there_is_one():
     assert sorted(run.data["eval"]) == sorted(TrainingPair.objects.values_list("pk", flat=True))
     assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
     run.refresh_from_db()
-    assert 0 < run.total_steps <= 8
+    assert 0 < run.total_steps <= 16
     assert "pseudo_ndcg@10" not in run.metrics_after  # nothing held back
     assert {"ndcg@10", "keyword_ndcg@10", "fusion_rrf_k"} <= set(run.metrics_after)
+    assert run.evaluations["metric"] == "ndcg@10"  # stopped early on the eval split
+    assert run.metrics_after["ndcg@10"] == run.evaluations["best_metric"]
     assert gate(EncoderVersion.objects.get(run=run)).metric == "ndcg@10"
 
 
@@ -226,18 +235,3 @@ def test_the_admin_api_and_command_adapt_with_the_same_defaults(settings):
     run = TrainingRun.objects.get()
     assert (run.loss, run.hyperparameters["learning_rate"]) == ("mnrl", 1e-4)
     assert run.hyperparameters["batch_size"] == 8
-
-
-def test_early_stopping_is_asked_of_fit_only_when_fit_offers_it(tiny_encoder):
-    pairs = [TrainingPair(text_a=a, text_b=b, split="eval") for a, b in TOPICS]
-
-    def plain_fit(encoder, examples):  # today's signature: no early stopping
-        return None
-
-    def stopping_fit(encoder, examples, evaluator=None, eval_every=None, patience=None):
-        return None
-
-    assert runs._early_stopping(plain_fit, pairs) == {}
-    assert runs._early_stopping(stopping_fit, []) == {}
-    evaluator = runs._early_stopping(stopping_fit, pairs)["evaluator"]
-    assert evaluator(tiny_encoder) == pytest.approx(eval_metrics(tiny_encoder, pairs)["ndcg@10"])

@@ -12,6 +12,7 @@ records a candidate version; promote it from the admin or with ``--promote``.
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -35,11 +36,25 @@ class Command(BaseCommand):
             "mnrl (pseudo-queries) or simcse.",
         )
         parser.add_argument("--loss", choices=runs.LOSS_CHOICES)
-        parser.add_argument("--epochs", type=int)
+        parser.add_argument(
+            "--epochs", type=int, help=f"Default: the loss's recipe ({runs.recipe_summary()})."
+        )
         parser.add_argument("--batch-size", type=int)
-        parser.add_argument("--learning-rate", type=float)
-        parser.add_argument("--warmup-ratio", type=float)  # omitted: the run's recipe
-        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--learning-rate", type=float, help="Default: the loss's recipe.")
+        parser.add_argument("--warmup-ratio", type=float)
+        parser.add_argument("--seed", type=int)
+        parser.add_argument(
+            "--hard-negatives",
+            action=argparse.BooleanOptionalAction,
+            help="mnrl: mine a hard negative per positive pair (default: on).",
+        )
+        parser.add_argument(
+            "--early-stopping",
+            action=argparse.BooleanOptionalAction,
+            help="Keep the best step on the eval pairs, stop after --patience (default: on).",
+        )
+        parser.add_argument("--patience", type=int)
+        parser.add_argument("--eval-every", type=int, help="Default: about ten per run.")
         parser.add_argument("--sync", action="store_true", help="Run in this process and wait.")
         parser.add_argument(
             "--promote", action="store_true", help="With --sync: promote if the gate passes."
@@ -50,8 +65,7 @@ class Command(BaseCommand):
         if options["source"]:
             pairs = pairs.filter(source=options["source"])
         if options["content"]:
-            names = ("epochs", "batch_size", "learning_rate", "warmup_ratio", "seed")
-            given = {name: options[name] for name in names}
+            given = {name: options[name] for name in runs.OPTION_NAMES}
             hyper = runs.adapt_hyperparameters(options["loss"], **given)
         else:
             hyper = runs.Hyperparameters.from_options(

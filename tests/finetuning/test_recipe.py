@@ -1,0 +1,197 @@
+"""The default fine-tuning recipe: what the admin, the API and sbert_train use when given no
+hyperparameters, hard negatives mined from the site's rows, early stopping on the eval split
+(the run page's figures), and general quality measured on a configured STS file."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from django.core.management import call_command
+
+from django_sbert import indexing, serving
+from django_sbert.admin.finetuning import FineTuneForm
+from django_sbert.api.finetuning import TrainingRunRequestSerializer
+from django_sbert.encoder.training import default_eval_every
+from django_sbert.finetuning import gate, negatives, runs
+from django_sbert.finetuning.quality import read_sts_file
+from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
+from tests.testapp.models import Article
+
+pytestmark = pytest.mark.django_db
+
+TOPICS = [
+    ("central bank raises interest rates", "the bank lifted its rate to fight inflation"),
+    ("football team wins the cup", "the club took the trophy after a late goal"),
+    ("new phone has a better camera", "the handset ships with an improved lens"),
+    ("storm closes schools", "heavy rain and wind shut classrooms across the region"),
+    ("city opens a new park", "the council unveiled green space near the river"),
+    ("company reports record profit", "the firm earned more than ever this quarter"),
+]
+
+
+@pytest.fixture(autouse=True)
+def model_dir(settings, tmp_path):
+    settings.SBERT = {**settings.SBERT, "MODEL_DIR": str(tmp_path / "models")}
+    serving.forget_serving()
+    yield
+    serving.forget_serving()
+
+
+def make_pairs(copies: int = 3) -> None:
+    TrainingPair.objects.bulk_create(
+        [
+            TrainingPair(text_a=f"{a} {n}", text_b=f"{b} {n}")
+            for n in range(copies)
+            for a, b in TOPICS
+        ]
+        + [TrainingPair(text_a=a, text_b=b, split="eval") for a, b in TOPICS]
+    )
+
+
+def embedded_articles() -> None:
+    Article.objects.bulk_create(
+        Article(title=f"{a} {n}", body=b) for n in range(2) for a, b in TOPICS
+    )
+    indexing.embed_stale(indexing.get_ref("testapp.Article", "embedding"))
+
+
+def test_recipes_fill_what_is_not_given():
+    mnrl = runs.Hyperparameters(loss="mnrl")
+    assert (mnrl.epochs, mnrl.learning_rate) == (
+        runs.RECIPES["mnrl"]["epochs"],
+        runs.RECIPES["mnrl"]["learning_rate"],
+    )
+    assert mnrl.hard_negatives and mnrl.early_stopping and mnrl.eval_every is None
+    cosent = runs.Hyperparameters(loss="cosent")
+    assert (cosent.epochs, cosent.learning_rate) == (runs.RECIPE["epochs"], 2e-5)
+    given = runs.Hyperparameters(loss="mnrl", epochs=7, learning_rate=1e-4)
+    assert (given.epochs, given.learning_rate) == (7, 1e-4)
+    with pytest.raises(runs.ValidationError, match="patience must be a whole number"):
+        runs.Hyperparameters(patience=0).validate()
+
+
+def test_admin_api_and_command_use_the_recipe_when_given_nothing(capsys):
+    expected = runs.Hyperparameters(loss="mnrl").as_dict()
+    form = FineTuneForm(
+        {
+            "encoder": "default",
+            "loss": "mnrl",
+            # What the confirmation page posts untouched: its initial values, epochs and
+            # learning rate empty, both checkboxes ticked.
+            "batch_size": FineTuneForm.base_fields["batch_size"].initial,
+            "warmup_ratio": FineTuneForm.base_fields["warmup_ratio"].initial,
+            "patience": FineTuneForm.base_fields["patience"].initial,
+            "hard_negatives": "on",
+            "early_stopping": "on",
+        }
+    )
+    assert form.is_valid(), form.errors
+    assert form.hyperparameters().as_dict() == expected
+    request = TrainingRunRequestSerializer(data={})
+    assert request.is_valid(), request.errors
+    assert runs.Hyperparameters.from_options("mnrl", request.validated_data).as_dict() == expected
+
+    make_pairs()
+    call_command("sbert_train", "--sync", "--loss", "mnrl", "--batch-size", "4")
+    run = TrainingRun.objects.get()
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.hyperparameters == {**expected, "batch_size": 4, "loss_options": {}}
+    assert run.evaluations["metric"] == "ndcg@10" and run.evaluations["history"][0][0] == 0
+
+
+def test_default_run_mines_negatives_and_keeps_the_best_checkpoint(caplog):
+    embedded_articles()
+    make_pairs(copies=4)
+    hyper = runs.Hyperparameters(loss="mnrl", batch_size=4, learning_rate=1e-3, patience=2)
+    pair_ids = list(TrainingPair.objects.values_list("pk", flat=True))
+    run = runs.create_run("default", pair_ids, hyperparameters=hyper, enqueue=False)
+    with caplog.at_level(logging.INFO, logger="django_sbert.finetuning.runs"):
+        assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+    run.refresh_from_db()
+    assert f"Run {run.pk}: hard negatives for " in caplog.text
+    evaluations = run.evaluations
+    history = evaluations["history"]
+    steps = [step for step, _ in history]
+    # At most 24 triples, batch 4, the recipe's epochs: up to 6 steps an epoch, measured
+    # about ten times per run.
+    total = evaluations["total_steps"]
+    every = default_eval_every(total)
+    assert total <= 6 * hyper.epochs and steps[:3] == [0, every, 2 * every]
+    assert steps[-1] == evaluations["steps"] == run.step == len(run.loss_history)
+    best = max(history, key=lambda item: item[1])
+    assert [evaluations["best_step"], evaluations["best_metric"]] == best
+    assert evaluations["stopped_early"] == (evaluations["steps"] < total)
+    # Step 0 is the base model (metrics_before); the metrics kept are the best step's, and
+    # they are the candidate's: the gate compares the kept checkpoint.
+    assert history[0][1] == pytest.approx(run.metrics_before["ndcg@10"], abs=1e-6)
+    assert run.metrics_after["ndcg@10"] == pytest.approx(evaluations["best_metric"], abs=1e-6)
+    candidate = EncoderVersion.objects.get(run=run)
+    assert candidate.metrics == run.metrics_after
+    kept = serving.get_encoder("default", candidate.version)
+    measured = gate.eval_metrics(kept, list(TrainingPair.objects.filter(split="eval")))
+    assert measured["ndcg@10"] == pytest.approx(evaluations["best_metric"], abs=1e-5)
+    verdict = gate.gate(candidate)
+    assert verdict.candidate["ndcg@10"] == run.metrics_after["ndcg@10"]
+
+
+def test_a_run_without_early_stopping_or_mining_trains_every_step(caplog):
+    make_pairs()
+    hyper = runs.Hyperparameters(
+        loss="mnrl", epochs=1, batch_size=4, hard_negatives=False, early_stopping=False
+    )
+    pair_ids = list(TrainingPair.objects.values_list("pk", flat=True))
+    run = runs.create_run("default", pair_ids, hyperparameters=hyper, enqueue=False)
+    with caplog.at_level(logging.INFO, logger="django_sbert.finetuning.runs"):
+        assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+    run.refresh_from_db()
+    assert "hard negatives" not in caplog.text
+    assert run.evaluations == {} and run.total_steps == 5 and "ndcg@10" in run.metrics_after
+
+
+def test_mining_corpus_reads_the_stored_vectors_of_the_base_version():
+    embedded_articles()
+    version = serving.encoder_version("default")
+    stale = Article.objects.order_by("pk").first()
+    Article.objects.filter(pk=stale.pk).update(embedding_version="another-version")
+    texts, vectors = negatives.mining_corpus("default", version)
+    ref = indexing.get_ref("testapp.Article", "embedding")
+    rows = list(Article.objects.exclude(pk=stale.pk).order_by("pk"))
+    assert texts == [ref.field.get_source_text(row).strip() for row in rows]
+    assert np.allclose(np.asarray(vectors), np.asarray([row.embedding for row in rows]))
+    assert negatives.mining_corpus("default", version, limit=3)[0] == texts[:3]
+    assert negatives.mining_corpus("default", "no-such-version") == ([], [])
+    # The negatives come from those rows: every mined negative is a row's text or a pair's.
+    # (The tiny random model ranks everything alike: max_ratio=1 lets any lower score in.)
+    pairs = [(f"{a} 0", f"{b} 0") for a, b in TOPICS]
+    encoder = serving.get_encoder("default", version)
+    triples = negatives.with_hard_negatives(
+        encoder, pairs, encoder_name="default", version=version, max_ratio=1.0
+    )
+    allowed = set(texts) | {p for _, p in pairs}
+    assert triples and all(n in allowed and n != p for _, p, n in triples)
+
+
+def test_a_configured_sts_file_is_measured_before_and_after(settings, tmp_path):
+    sts = tmp_path / "sts.tsv"
+    sts.write_text(
+        "sentence_a\tsentence_b\tscore\n"
+        + "".join(f"{a}\t{b}\t{4.0 + i % 2}\n" for i, (a, b) in enumerate(TOPICS))
+        + f"{TOPICS[0][0]}\t{TOPICS[1][1]}\t0.5\n{TOPICS[2][0]}\t{TOPICS[3][1]}\t0\n",
+        encoding="utf-8",
+    )
+    assert len(read_sts_file(sts)) == 8
+    settings.SBERT = {**settings.SBERT, "TRAINING_STS_FILE": str(sts)}
+    make_pairs()
+    hyper = runs.Hyperparameters(loss="mnrl", epochs=1, batch_size=4, hard_negatives=False)
+    pair_ids = list(TrainingPair.objects.values_list("pk", flat=True))
+    run = runs.create_run("default", pair_ids, hyperparameters=hyper, enqueue=False)
+    assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+    run.refresh_from_db()
+    for metrics in (run.metrics_before, run.metrics_after):
+        assert -1 <= metrics["general_sts_spearman"] <= 1
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("a\tb\t1\nonly one column\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="line 2: expected"):
+        read_sts_file(bad)
