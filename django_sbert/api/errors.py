@@ -2,7 +2,8 @@
 
 ``ServiceErrorsMixin`` goes on every view of the API; it turns a
 ``django_sbert.exceptions.ServiceUnavailable`` (broker unreachable, the serving version's files
-missing on this host, a search over ``STATEMENT_TIMEOUT``) into ``ServiceUnavailableError``.
+missing on this host, a search over ``STATEMENT_TIMEOUT``) into ``ServiceUnavailableError``,
+and credentials the database cannot even look up into a 401.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.db import DataError
 from rest_framework import status
-from rest_framework.exceptions import APIException
+from rest_framework.exceptions import APIException, AuthenticationFailed
 
 from ..exceptions import ServiceUnavailable
 
@@ -28,6 +30,16 @@ class ServiceUnavailableError(APIException):
 
 class ServiceErrorsMixin:
     """Answer ``ServiceUnavailable`` with 503, its message and a ``Retry-After`` header."""
+
+    def perform_authentication(self, request: Any) -> None:
+        """Credentials that hold a NUL byte (a Basic-Auth header can carry any byte) make
+        Django's ``ModelBackend`` query fail on PostgreSQL with ``DataError``; they name no
+        user, so the answer is 401, not 500."""
+        try:
+            super().perform_authentication(request)  # type: ignore[misc]
+        except DataError as exc:
+            request._not_authenticated()  # as DRF does for a failed authenticator
+            raise AuthenticationFailed("Invalid username/password.") from exc
 
     def handle_exception(self, exc: Exception) -> Any:
         if isinstance(exc, ServiceUnavailable):

@@ -132,3 +132,24 @@ def test_no_server_errors_on_the_training_endpoints(settings, wsgi_app, tmp_path
         _no_server_error(operation, documented, statuses, headers)()
     assert 201 in seen["POST /api/sbert/pairs/"]
     assert 200 in seen["GET /api/sbert/training-runs/"]
+
+
+def test_credentials_with_a_nul_byte_are_refused_like_wrong_ones(articles, registered, client):
+    """Django's ModelBackend looks the username up in PostgreSQL, which refuses text holding a
+    NUL byte (DataError); such credentials name no user: refused as wrong credentials are
+    (401, or 403 when the first authentication class sends no WWW-Authenticate), not a 500."""
+    import base64
+
+    registered()
+
+    def search_as(credentials: bytes):
+        token = base64.b64encode(credentials).decode()
+        return client.get(
+            "/api/sbert/search/", {"q": "budget"}, HTTP_AUTHORIZATION=f"Basic {token}"
+        )
+
+    wrong = search_as(b"nobody:secret")
+    assert wrong.status_code in (401, 403)
+    response = search_as(b"ad\x00min:secret")
+    assert response.status_code == wrong.status_code, response.content
+    assert response.json() == wrong.json() == {"detail": "Invalid username/password."}
