@@ -6,8 +6,9 @@ binary_index=True``; the test app's ``testapp.Article``, ``scaleapp.HalfArticle`
 (COPY), builds the HNSW index with ``manage.py sbert_index`` (1 and 2 parallel maintenance
 workers), and reports: load time, table and index size on disk, build times,
 ``similar_to(text)[:10]`` p50/p95/p99 end to end (each query text encoded in-process, never
-cached), search-only p50 (the vector given), recall@10 against an exact scan (numpy, float32,
-over the same vectors), and a 1%-selective filter (rows returned, p50).
+cached), the query's encoding alone (p50), search-only p50 (the vector given), recall@10
+against an exact scan (numpy, float32, over the same vectors), and a 1%-selective filter (rows
+returned, p50); ``--ef-search 100 200 400`` gives each figure per ef_search.
 
 The corpus (benchmarks/_scale_data.py) is real all-MiniLM-L6-v2 vectors of the distinct
 sentences of ../shared/data, filled up to ``--rows`` with mixes of two related real vectors
@@ -75,13 +76,13 @@ def models() -> dict[str, type]:
     return {"vector": Article, "halfvec": HalfArticle, "binary": BinaryArticle}
 
 
-def setup(ef_search: int, oversample: int, query_threads: int, work_mem: str) -> None:
+def setup(oversample: int, query_threads: int, work_mem: str) -> None:
     from _django import setup_django
 
     setup_django(
         {
             "ENCODERS": {"default": {"MODEL": data.MODEL, "QUERY_THREADS": query_threads}},
-            "SEARCH": {"EF_SEARCH": ef_search, "BINARY_OVERSAMPLE": oversample},
+            "SEARCH": {"BINARY_OVERSAMPLE": oversample},
             "AUTO_EMBED": False,
             "INDEX_MAINTENANCE_WORK_MEM": work_mem,
         },
@@ -186,22 +187,30 @@ def measure(
     exact: np.ndarray,
     vectors: np.ndarray,
     query_vectors: np.ndarray,
+    ef_search: int | None = None,
 ) -> dict:
-    """Latency and recall of ``similar_to`` on ``model`` (its index built)."""
+    """Latency and recall of ``similar_to`` on ``model`` (its index built), at ``ef_search``
+    (None: the setting's)."""
     from django_sbert.serving import clear_query_cache, encode_query
 
     for text in ["warm-up query", "another warm-up query"]:
         list(model.objects.similar_to(text)[:10])
     clear_query_cache()
     total, search, recalls, tie_recalls, filtered, filtered_rows = [], [], [], [], [], []
+    encoding = []
     rare = model.objects.filter(category="rare")
     for i, text in enumerate(queries):
         t0 = time.perf_counter()
-        rows = list(model.objects.similar_to(text)[:10])  # encoded now: never seen before
+        encode_query(text)  # the query's encoding alone (the serving-version lookup included)
+        encoding.append((time.perf_counter() - t0) * 1000)
+        clear_query_cache()
+        t0 = time.perf_counter()
+        # encoded now: never seen before
+        rows = list(model.objects.similar_to(text, ef_search=ef_search)[:10])
         total.append((time.perf_counter() - t0) * 1000)
         vector = encode_query(text)  # cached by the search above: the same vector
         t0 = time.perf_counter()
-        list(model.objects.similar_to(vector)[:10])
+        list(model.objects.similar_to(vector, ef_search=ef_search)[:10])
         search.append((time.perf_counter() - t0) * 1000)
         recalls.append(len({r.pk - 1 for r in rows} & set(exact[i].tolist())) / 10)
         # Near-duplicate sentences tie within float error: a row as close as the exact
@@ -210,12 +219,13 @@ def measure(
         found = np.asarray(vectors[[r.pk - 1 for r in rows]]) @ query_vectors[i]
         tie_recalls.append(min(1.0, float((found >= tenth - 1e-4).sum()) / 10))
         t0 = time.perf_counter()
-        filtered_rows.append(len(rare.similar_to(vector)[:10]))
+        filtered_rows.append(len(rare.similar_to(vector, ef_search=ef_search)[:10]))
         filtered.append((time.perf_counter() - t0) * 1000)
     return {
         "p50_ms": percentile(total, 50),
         "p95_ms": percentile(total, 95),
         "p99_ms": percentile(total, 99),
+        "encode_p50_ms": percentile(encoding, 50),
         "search_p50_ms": percentile(search, 50),
         "recall@10": round(float(np.mean(recalls)), 4),
         "recall@10_ties": round(float(np.mean(tie_recalls)), 4),
@@ -233,7 +243,13 @@ def main() -> None:
     parser.add_argument("--options", nargs="+", choices=OPTIONS, default=list(OPTIONS))
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--ef-search", type=int, default=100)
+    parser.add_argument(
+        "--ef-search",
+        type=int,
+        nargs="+",
+        help="hnsw.ef_search values to query at (default: SBERT['SEARCH']['EF_SEARCH']); with "
+        "several, each figure is reported per value",
+    )
     parser.add_argument("--oversample", type=int, default=4, help="BINARY_OVERSAMPLE")
     parser.add_argument("--threads", type=int, default=2, help="torch threads to encode")
     parser.add_argument("--no-encode", action="store_true", help="use only cached real vectors")
@@ -280,9 +296,10 @@ def main() -> None:
     else:
         queries = data.query_texts(args.queries)
         print(f"queries: {len(queries)} SciFact training claims")
-    setup(args.ef_search, args.oversample, 1, args.maintenance_work_mem)
+    setup(args.oversample, 1, args.maintenance_work_mem)
     from django.db import connection
 
+    from django_sbert.conf import sbert_settings
     from django_sbert.serving import encode_texts
 
     with connection.cursor() as cursor:
@@ -293,9 +310,9 @@ def main() -> None:
         shared, cache, pgvector, server = cursor.fetchone()
     print(
         f"PostgreSQL: {server.split(',')[0]}, pgvector {pgvector}, shared_buffers {shared}, "
-        f"effective_cache_size {cache}; HNSW m=16, ef_construction=64, ef_search="
-        f"{args.ef_search}; binary oversample {args.oversample}; maintenance_work_mem "
-        f"{args.maintenance_work_mem}; "
+        f"effective_cache_size {cache}; HNSW m=16, ef_construction=64, ef_search "
+        f"{args.ef_search or sbert_settings.SEARCH['EF_SEARCH']}; binary oversample "
+        f"{args.oversample}; maintenance_work_mem {args.maintenance_work_mem}; "
         f"load average {os.getloadavg()[0]:.1f} at start"
     )
     query_vectors = encode_texts(queries)
@@ -321,7 +338,11 @@ def main() -> None:
                 if not index_bytes:
                     raise SystemExit(f"{option}: no index to query; run --steps build first")
                 result["load_avg"] = round(os.getloadavg()[0], 1)
-                result.update(measure(model, queries, exact, vectors, query_vectors))
+                for ef in args.ef_search or [None]:
+                    figures = measure(model, queries, exact, vectors, query_vectors, ef)
+                    if args.ef_search and len(args.ef_search) > 1:
+                        figures = {f"{key}@ef{ef}": value for key, value in figures.items()}
+                    result.update(figures)
         print(option, json.dumps(result), flush=True)
         if args.out:
             args.out.write_text(json.dumps(results, indent=1))

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.test.utils import override_settings
 
-from django_sbert.conf import DEFAULTS, encoder_config, sbert_settings
+from django_sbert.conf import DEFAULTS, SEARCH_DEFAULTS, encoder_config, sbert_settings
 from django_sbert.serving import encoder_dimensions, encoder_version, model_fingerprint
 
 
@@ -39,7 +39,7 @@ def test_settings_reload_on_setting_changed():
     with override_settings(SBERT={"QUEUE": "gpu", "SEARCH": {"K": 5}}):
         assert sbert_settings.QUEUE == "gpu"
         assert sbert_settings.SEARCH["K"] == 5
-        assert sbert_settings.SEARCH["EF_SEARCH"] == 100  # merged over the defaults
+        assert sbert_settings.SEARCH["EF_SEARCH"] == SEARCH_DEFAULTS["EF_SEARCH"]  # merged
         assert encoder_config("default")["MODEL"] == "all-MiniLM-L6-v2"  # default kept
     assert sbert_settings.QUEUE == "sbert"
     assert sbert_settings.SEARCH["K"] == 10

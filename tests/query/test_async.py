@@ -26,6 +26,7 @@ from django.db.models.expressions import RawSQL
 from django.test import override_settings
 from django.test.utils import isolate_apps
 
+from django_sbert.conf import SEARCH_DEFAULTS
 from django_sbert.fields import EmbeddingField
 from django_sbert.query import SearchTimeout, SemanticManager
 from django_sbert.query.aio import ENCODE_THREADS
@@ -132,7 +133,8 @@ def test_k_the_index_settings_and_the_timeout_apply_under_async_for_and_aiterato
         seen = run(settings_seen(k=3, ef_search=77, iterative_scan="strict_order"))
         default = run(settings_seen(k=2))
     assert seen["async for"] == seen["aiterator"] == [("77", "strict_order", "2500ms")] * 3
-    assert default["async for"] == default["aiterator"] == [("100", "relaxed_order", "2500ms")] * 2
+    ef = str(SEARCH_DEFAULTS["EF_SEARCH"])
+    assert default["async for"] == default["aiterator"] == [(ef, "relaxed_order", "2500ms")] * 2
     assert seen["hybrid"] == [("55", "relaxed_order", "2500ms")] * 2
 
 
