@@ -229,6 +229,8 @@ def gate(candidate: EncoderVersion) -> GateResult:
             # so that both versions are ranked against the same corpus.
             again = get_encoder(candidate.encoder_name, candidate.version)
             metrics.update(eval_metrics(again, pairs, distractors))
+    else:
+        return _unmeasured(metrics, {}, f"training run {run.pk} had no eval pairs")
     name = primary_metric(metrics, active)
     if name is None:
         return _unmeasured(
