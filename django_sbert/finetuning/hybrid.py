@@ -204,14 +204,18 @@ def hybrid_metrics(
     search = sbert_settings.SEARCH
     depth = int(search["CANDIDATES"])
     vector = vector_rankings(encoder, queries, corpus, depth)
-    keyword = keyword_rankings(
+    # Short ids in the temporary table: a long text as its key exceeds a btree entry's size.
+    texts = list(corpus)
+    by_id = {f"{i:08d}": text for i, text in enumerate(texts)}
+    ranked_ids = keyword_rankings(
         queries,
-        corpus,
+        {doc_id: corpus[text] for doc_id, text in by_id.items()},
         depth,
         config=keyword_config(encoder_name),
         match=str(search["KEYWORD_MATCH"]),
         max_df=float(search["KEYWORD_MAX_DF"]),
     )
+    keyword = {q: [by_id[doc_id] for doc_id in ids] for q, ids in ranked_ids.items()}
 
     def scored(fusion: Mapping[str, float]) -> dict[str, Any]:
         fused = {q: fuse(vector[q], keyword.get(q, []), **fusion) for q in queries}
