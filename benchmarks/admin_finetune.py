@@ -46,17 +46,20 @@ DATA = Path(os.environ.get("SBERT_DATA_DIR", ROOT.parent / "shared" / "data")) /
 MODEL = "all-MiniLM-L6-v2"
 
 
-def setup_django(threads: int, model_dir: str, sts_file: str | None) -> None:
+def setup_django(
+    threads: int, model_dir: str, sts_file: str | None, distractors: int | None = None
+) -> None:
     from _django import setup_django as configure
 
-    configure(
-        {
-            "ENCODERS": {"default": {"MODEL": MODEL, "THREADS": threads, "BATCH_SIZE": 32}},
-            "AUTO_EMBED": False,
-            "MODEL_DIR": model_dir,
-            "TRAINING_STS_FILE": sts_file,
-        }
-    )
+    sbert = {
+        "ENCODERS": {"default": {"MODEL": MODEL, "THREADS": threads, "BATCH_SIZE": 32}},
+        "AUTO_EMBED": False,
+        "MODEL_DIR": model_dir,
+        "TRAINING_STS_FILE": sts_file,
+    }
+    if distractors is not None:
+        sbert["TRAINING_EVAL_DISTRACTORS"] = distractors
+    configure(sbert)
 
 
 def load(rows: int, seed: int, dev_share: float = 0.2, gate_share: float = 0.1) -> dict:
@@ -146,6 +149,11 @@ def main() -> None:
     parser.add_argument("--dev-share", type=float, default=0.2, help="train queries measured")
     parser.add_argument("--gate-share", type=float, default=0.1, help="the run's eval split")
     parser.add_argument("--sts-file", help="SBERT['TRAINING_STS_FILE'] (general quality)")
+    parser.add_argument(
+        "--eval-distractors",
+        type=int,
+        help="SBERT['TRAINING_EVAL_DISTRACTORS'] (not given: the default)",
+    )
     # Not given: the default recipe's value (runs.Hyperparameters).
     parser.add_argument("--loss", default="mnrl")
     parser.add_argument("--epochs", type=int)
@@ -156,7 +164,7 @@ def main() -> None:
     args = parser.parse_args()
 
     model_dir = tempfile.mkdtemp(prefix="sbert-bench-models-")
-    setup_django(args.threads, model_dir, args.sts_file)
+    setup_django(args.threads, model_dir, args.sts_file, args.eval_distractors)
     from encode import cpu_line  # benchmarks/ is on sys.path (above)
 
     from django_sbert import indexing, serving
@@ -222,7 +230,8 @@ def main() -> None:
         print(f"evaluations ({run.evaluations['metric']} on the gate split): {history}")
         print(
             f"kept step {run.evaluations['best_step']}; stopped early: "
-            f"{run.evaluations.get('stopped_early')}"
+            f"{run.evaluations.get('stopped_early')}; min steps "
+            f"{run.evaluations.get('min_steps')}; eval corpus {run.data.get('eval_corpus')}"
         )
 
     candidate = EncoderVersion.objects.get(run=run)

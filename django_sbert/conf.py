@@ -99,6 +99,11 @@ DEFAULTS: dict[str, Any] = {
     "EVAL_GATE_TOLERANCE": 0.0,  # promote refuses a candidate worse than active by more than this
     # Rows (texts and stored vectors) a run mines hard negatives from, at most
     "TRAINING_MINING_ROWS": 50000,
+    # Texts (a seeded sample of the encoder's rows and the train pairs' positives) the eval
+    # split's queries are ranked against besides its own positives, by early stopping and the
+    # gate: without them a small split is too easy to tell a better model from the base. Each
+    # evaluation encodes them with the model measured; 0: the eval positives alone
+    "TRAINING_EVAL_DISTRACTORS": 1000,
     # A small STS file (tab-separated) every run measures before and after; None: off
     "TRAINING_STS_FILE": None,
     "PAIRS_MAX_FILE_BYTES": 20 * 1024 * 1024,  # largest pairs file an import reads; None: any

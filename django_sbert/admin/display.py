@@ -68,7 +68,14 @@ def loss_curve_svg(history: list[list[float]], width: int = 560, height: int = 1
 
 def metrics_table(*columns: tuple[str, dict[str, float]]) -> str:
     """Metrics side by side: one column per (title, metrics)."""
-    known = ("ndcg@10", "recall@10", "sts_spearman", "eval_pairs", "general_sts_spearman")
+    known = (
+        "ndcg@10",
+        "recall@10",
+        "sts_spearman",
+        "eval_pairs",
+        "eval_distractors",
+        "general_sts_spearman",
+    )
     names = [n for n in known if any(n in m for _, m in columns)]
     if not names:
         return "-"

@@ -10,7 +10,8 @@ moves the weights little (see docs/training.md for the measurement).
 
 Early stopping: given an ``evaluator`` (encoder -> metric, higher is better), ``fit`` measures
 the model before training and every ``eval_every`` steps, keeps the best weights in memory,
-stops once ``patience`` evaluations in a row did not beat the best, and returns the best
+stops once ``patience`` evaluations in a row did not beat the best (never before ``min_steps``:
+the first steps, still warming up, often measure below the start), and returns the best
 checkpoint, so a longer or stronger schedule cannot end past its peak.
 """
 
@@ -76,6 +77,7 @@ class FitResult:
     best_metric: float | None = None
     total_steps: int = 0  # steps planned (``steps`` is less after an early stop)
     eval_every: int | None = None
+    min_steps: int | None = None  # no early stop before this step
 
     @property
     def stopped_early(self) -> bool:
@@ -115,6 +117,7 @@ def fit(
     evaluator: Callable[[SentenceEncoder], float] | None = None,
     eval_every: int | None = None,
     patience: int | None = None,
+    min_steps: int | None = None,
 ) -> FitResult:
     """Fine-tune a copy of ``encoder`` on ``examples`` with the objective ``loss``.
 
@@ -131,7 +134,9 @@ def fit(
     before training, every ``eval_every`` steps (``default_eval_every(total_steps)`` when
     None) and after the last step; the best weights are kept in memory and restored at the
     end, and training stops once ``patience`` evaluations in a row did not improve on the
-    best (None: never stops early, still returns the best checkpoint).
+    best (None: never stops early, still returns the best checkpoint), though not before
+    ``min_steps`` steps (``default_min_steps``: an epoch, at most half the run, when None).
+    Every evaluation counts for the best checkpoint, the early ones included.
     """
     objective = build_loss(loss, encoder.dimensions, **dict(loss_options or {}))
     _check_settings(
@@ -144,7 +149,7 @@ def fit(
         max_grad_norm,
         report_every,
     )
-    _check_early_stopping(evaluator, eval_every, patience)
+    _check_early_stopping(evaluator, eval_every, patience, min_steps)
     data = validate_examples(examples, objective)
     if eval_examples is not None:
         eval_examples = [
@@ -177,7 +182,10 @@ def fit(
             evaluations.append(_evaluate(model, eval_examples, step=0, epoch=0))
         stopper = None
         if evaluator is not None:
-            stopper = _EarlyStopping(evaluator, eval_every or default_eval_every(total), patience)
+            floor = default_min_steps(batches) if min_steps is None else min_steps
+            stopper = _EarlyStopping(
+                evaluator, eval_every or default_eval_every(total), patience, floor
+            )
             stopper.measure(model, 0)
 
         def embed(texts: list[str]) -> torch.Tensor:
@@ -222,7 +230,7 @@ def fit(
             if stopper is not None and (step % stopper.every == 0 or step == total):
                 stopper.measure(model, step)
                 model.train()
-                if stopper.exhausted:
+                if stopper.exhausted(step):
                     break
         model.eval()
         if stopper is not None:
@@ -239,6 +247,7 @@ def fit(
         best_metric=stopper.best_metric if stopper else None,
         total_steps=total,
         eval_every=stopper.every if stopper else None,
+        min_steps=stopper.min_steps if stopper else None,
     )
 
 
@@ -249,13 +258,29 @@ def default_eval_every(total_steps: int, evaluations: int = 10) -> int:
     return max(1, math.ceil(total_steps / evaluations))
 
 
+def default_min_steps(batches: Sequence[tuple[int, Any]]) -> int:
+    """Steps before which early stopping never stops a run planned as ``batches`` ((epoch,
+    batch) pairs): the first epoch, at most half the run. The first evaluations come during
+    warmup and before the model has seen most of the data; on SciFact the default run, with
+    patience counted from step 0, stopped at step 15 of 44 and kept step 0 (docs/fine-tuning.md)."""
+    first_epoch = sum(1 for epoch, _ in batches if epoch == batches[0][0]) if batches else 0
+    return min(first_epoch, math.ceil(len(batches) / 2))
+
+
 class _EarlyStopping:
     """The evaluations of one run: the best checkpoint's weights, and the patience left."""
 
-    def __init__(self, evaluator: Callable[[Any], float], every: int, patience: int | None) -> None:
+    def __init__(
+        self,
+        evaluator: Callable[[Any], float],
+        every: int,
+        patience: int | None,
+        min_steps: int = 0,
+    ) -> None:
         self.evaluator = evaluator
         self.every = every
         self.patience = patience
+        self.min_steps = min_steps
         self.history: list[tuple[int, float]] = []
         self.best_step: int | None = None
         self.best_metric: float | None = None
@@ -273,9 +298,13 @@ class _EarlyStopping:
         else:
             self.since_best += 1
 
-    @property
-    def exhausted(self) -> bool:
-        return self.patience is not None and self.since_best >= self.patience
+    def exhausted(self, step: int) -> bool:
+        """Whether to stop after ``step``: patience ran out, and the minimum was trained."""
+        return (
+            self.patience is not None
+            and step >= self.min_steps
+            and self.since_best >= self.patience
+        )
 
     def restore(self, model: SentenceEncoder) -> None:
         if self.best_weights is not None and self.best_step != self.history[-1][0]:
@@ -343,7 +372,10 @@ def _check_settings(
 
 
 def _check_early_stopping(
-    evaluator: Callable[[Any], float] | None, eval_every: int | None, patience: int | None
+    evaluator: Callable[[Any], float] | None,
+    eval_every: int | None,
+    patience: int | None,
+    min_steps: int | None = None,
 ) -> None:
     problems = []
     if evaluator is not None and not callable(evaluator):
@@ -352,8 +384,12 @@ def _check_early_stopping(
         problems.append(f"eval_every must be a whole number >= 1, got {eval_every!r}")
     if patience is not None and (not isinstance(patience, int) or patience < 1):
         problems.append(f"patience must be a whole number >= 1, got {patience!r}")
-    if evaluator is None and (eval_every is not None or patience is not None):
-        problems.append("eval_every and patience need an evaluator (encoder -> metric)")
+    if min_steps is not None and (not isinstance(min_steps, int) or min_steps < 0):
+        problems.append(f"min_steps must be a whole number >= 0, got {min_steps!r}")
+    if evaluator is None and (
+        eval_every is not None or patience is not None or min_steps is not None
+    ):
+        problems.append("eval_every, patience and min_steps need an evaluator (encoder -> metric)")
     if problems:
         raise ValueError("Cannot start training: " + "; ".join(problems) + ".")
 

@@ -7,7 +7,12 @@
 
 Both versions are measured on the candidate run's ``eval`` pairs (``eval_metrics``): STS
 Spearman for scored pairs; nDCG@10 and Recall@10 for positive pairs (each ``text_a`` a query,
-every ``text_b`` the corpus). The gate compares the first of ``PRIMARY_METRICS`` both have and
+ranked against every ``text_b`` plus the run's *distractors*, ``eval_distractors``: a seeded
+sample of the encoder's rows and the train pairs' positives, so that a small eval split is not
+too easy to tell a better model from the base). Both versions are ranked against the same
+corpus: the run records a digest of its distractors, and when the gate has to measure again
+and the corpus changed since (rows or pairs edited), it measures the candidate again too. The
+gate compares the first of ``PRIMARY_METRICS`` both have and
 refuses a candidate worse than the active version by more than
 ``SBERT["EVAL_GATE_TOLERANCE"]``. A candidate it cannot compare (its run deleted, no eval pairs,
 a SimCSE run on content) does not pass either ("no evaluation: ..."). Promotion asks it first
@@ -16,16 +21,20 @@ a SimCSE run on content) does not pass either ("no evaluation: ..."). Promotion 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+import random
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..conf import sbert_settings
 from ..encoder.evaluation import retrieval_metrics, sts_spearman
+from ..indexing import field_refs, light_rows
 from ..models import EncoderVersion, TrainingPair
 from ..serving import get_encoder, serving
 
 PRIMARY_METRICS = ("ndcg@10", "sts_spearman")  # what the evaluation gate compares, in order
+DISTRACTOR_SEED = 0  # the sample of distractors depends on the data alone, never on a run
 
 
 @dataclass
@@ -56,25 +65,126 @@ class GateResult:
         )
 
 
-def eval_metrics(encoder: Any, pairs: Sequence[TrainingPair]) -> dict[str, float]:
-    """STS Spearman over scored pairs; nDCG@10 and Recall@10 over positive pairs."""
+def eval_metrics(
+    encoder: Any, pairs: Sequence[TrainingPair], distractors: Sequence[str] = ()
+) -> dict[str, float]:
+    """STS Spearman over scored pairs; nDCG@10 and Recall@10 over positive pairs.
+
+    Each positive pair's ``text_a`` is a query ranked against every ``text_b`` plus
+    ``distractors`` (``eval_distractors``), all encoded once by ``encoder``.
+    """
     metrics: dict[str, float] = {}
     scored = [(p.text_a, p.text_b, p.score) for p in pairs if p.score is not None]
     if len(scored) >= 2:
         metrics["sts_spearman"] = sts_spearman(encoder, scored)
-    positives = [p for p in pairs if p.score is None and not p.label]
+    positives = positive_pairs(pairs)
     if positives:
-        relevant: dict[str, set[str]] = {}
-        for p in positives:
-            relevant.setdefault(p.text_a, set()).add(p.text_b)
-        queries = {text: text for text in relevant}
-        corpus = {p.text_b: p.text_b for p in positives}
+        queries, corpus, relevant = ranking_task(positives, distractors)
         result = retrieval_metrics(encoder, queries, corpus, relevant, k=10)
         metrics["ndcg@10"] = result["ndcg@10"]
         metrics["recall@10"] = result["recall@10"]
+        metrics["eval_distractors"] = len(corpus) - len({p.text_b for p in positives})
     if metrics:
         metrics["eval_pairs"] = len(pairs)
     return metrics
+
+
+def positive_pairs(pairs: Iterable[TrainingPair]) -> list[TrainingPair]:
+    """The pairs that are ranked (no score, no label): a query and one relevant text."""
+    return [p for p in pairs if p.score is None and not p.label]
+
+
+def ranking_task(
+    positives: Sequence[TrainingPair], distractors: Sequence[str] = ()
+) -> tuple[dict[str, str], dict[str, str], dict[str, set[str]]]:
+    """``(queries, corpus, relevant)`` of positive pairs, keyed by text: each ``text_a`` a
+    query, relevant to its ``text_b``s; the corpus every ``text_b`` then the distractors."""
+    relevant: dict[str, set[str]] = {}
+    for p in positives:
+        relevant.setdefault(p.text_a, set()).add(p.text_b)
+    queries = {text: text for text in relevant}
+    corpus = {p.text_b: p.text_b for p in positives}
+    for text in distractors:
+        corpus.setdefault(text, text)
+    return queries, corpus, relevant
+
+
+def eval_distractors(
+    encoder_name: str,
+    evaluation: Sequence[TrainingPair],
+    train: Sequence[TrainingPair] = (),
+    limit: int | None = None,
+) -> list[str]:
+    """The texts the eval split's queries are ranked against besides its own positives.
+
+    A seeded sample (``DISTRACTOR_SEED``) of at most ``limit`` (``SBERT[
+    "TRAINING_EVAL_DISTRACTORS"]`` when None) texts drawn from the rows of every field of
+    ``encoder_name`` (the first ``SBERT["TRAINING_MINING_ROWS"]`` in primary-key order, as
+    hard-negative mining reads them) and the positives of the ``train`` pairs; the eval
+    split's own positives are never among them. It depends only on the data, so two versions
+    measured on it are measured on the same corpus. Without rows or train pairs (pairs from
+    a file, no embedded rows) it is empty: the eval positives alone, as before distractors.
+    """
+    limit = int(sbert_settings.TRAINING_EVAL_DISTRACTORS if limit is None else limit)
+    positives = positive_pairs(evaluation)
+    if limit <= 0 or not positives:
+        return []
+    exclude = {p.text_b for p in positives}
+    refs = [ref for ref in field_refs() if ref.encoder_name == encoder_name]
+    most_rows = int(sbert_settings.TRAINING_MINING_ROWS)
+    pool: list[tuple[int, Any]] = []  # (index in refs, pk), or (-1, a train positive)
+    for index, ref in enumerate(refs):
+        room = most_rows - len(pool)
+        if room <= 0:
+            break
+        pks = ref.manager.order_by("pk").values_list("pk", flat=True)[:room]
+        pool.extend((index, pk) for pk in pks)
+    # Sorted: the sample must not depend on the order the pairs were read in.
+    pool.extend((-1, text) for text in sorted({p.text_b for p in positive_pairs(train)}))
+    random.Random(DISTRACTOR_SEED).shuffle(pool)
+    chosen: list[str] = []
+    seen = set(exclude)
+    start = 0
+    while len(chosen) < limit and start < len(pool):
+        # Read what is still missing (a few more: some texts are empty, repeated or positives).
+        chunk = pool[start : start + limit - len(chosen) + 16]
+        start += len(chunk)
+        texts = _chunk_texts(refs, chunk)
+        for item in chunk:
+            text = texts.get(item, "")
+            if text and text not in seen and len(chosen) < limit:
+                seen.add(text)
+                chosen.append(text)
+    return chosen
+
+
+def _chunk_texts(refs: Sequence[Any], chunk: Sequence[tuple[int, Any]]) -> dict[Any, str]:
+    """The text of each ``(ref index, pk)`` (a row's source text, stripped) or ``(-1, text)``."""
+    texts: dict[Any, str] = {}
+    by_ref: dict[int, list[Any]] = {}
+    for index, key in chunk:
+        if index < 0:
+            texts[(index, key)] = key.strip()
+        else:
+            by_ref.setdefault(index, []).append(key)
+    for index, pks in by_ref.items():
+        ref = refs[index]
+        for instance in light_rows(ref, ref.manager.filter(pk__in=pks)):
+            texts[(index, instance.pk)] = ref.field.get_source_text(instance).strip()
+    return texts
+
+
+def corpus_digest(distractors: Sequence[str]) -> str:
+    """A fingerprint of a distractor sample: equal digests, the same corpus."""
+    digest = hashlib.sha256()
+    for text in distractors:
+        digest.update(text.encode("utf-8", "surrogatepass") + b"\x00")
+    return digest.hexdigest()
+
+
+def corpus_record(distractors: Sequence[str]) -> dict[str, Any]:
+    """What a run stores (``TrainingRun.data["eval_corpus"]``) about its distractors."""
+    return {"distractors": len(distractors), "digest": corpus_digest(distractors)}
 
 
 def primary_metric(*metric_sets: dict[str, float]) -> str | None:
@@ -102,12 +212,23 @@ def gate(candidate: EncoderVersion) -> GateResult:
             metrics, {}, f"training run {run.pk} adapted to content, with no eval pairs"
         )
     if run.base_version == current.version and run.metrics_before:
-        active = dict(run.metrics_before)  # the run measured it on the same pairs
+        active = dict(run.metrics_before)  # the run measured it on the same pairs and corpus
     elif run.data.get("eval"):
         pairs = list(TrainingPair.objects.filter(pk__in=run.data["eval"]))
         if not pairs:
             return _unmeasured(metrics, {}, f"the eval pairs of training run {run.pk} were deleted")
-        active = eval_metrics(get_encoder(candidate.encoder_name, current.version), pairs)
+        train = list(TrainingPair.objects.filter(pk__in=run.data.get("train", [])))
+        distractors = eval_distractors(candidate.encoder_name, pairs, train)
+        active = eval_metrics(
+            get_encoder(candidate.encoder_name, current.version), pairs, distractors
+        )
+        # A run from before distractors measured the eval positives alone.
+        recorded = (run.data.get("eval_corpus") or {}).get("digest", corpus_digest([]))
+        if corpus_digest(distractors) != recorded:
+            # Rows or pairs changed since the run measured its candidate: measure it again,
+            # so that both versions are ranked against the same corpus.
+            again = get_encoder(candidate.encoder_name, candidate.version)
+            metrics.update(eval_metrics(again, pairs, distractors))
     else:
         return _unmeasured(metrics, {}, f"training run {run.pk} had no eval pairs")
     name = primary_metric(metrics, active)

@@ -10,7 +10,8 @@ A fine-tuned encoder's vector side can be much stronger than the keyword side; f
 equal weights, the keyword side then pulls the vector side's good results down, and hybrid
 search does worse than vector search alone. So when a run evaluates its candidate
 (``runs._train``), the eval split's positive pairs are ranked three ways (each ``text_a`` a
-query, every ``text_b`` the corpus, as ``gate.eval_metrics`` does): by the candidate's
+query, every ``text_b`` and the run's distractors the corpus, as ``gate.eval_metrics`` does):
+by the candidate's
 vectors, by PostgreSQL full-text search (the ranking ``keyword_search()`` uses, with word
 statistics from the split's own corpus) and fused as ``hybrid_search()`` fuses. A small grid
 of fusions is tried, the site's own settings first; the best by nDCG@10 (the site's settings
@@ -36,7 +37,7 @@ from ..encoder.evaluation import Encodes, ranking_metrics
 from ..fields import all_embedding_fields
 from ..models import TrainingPair
 from ..serving import FUSION_KEYS
-from .gate import eval_metrics
+from .gate import eval_metrics, positive_pairs, ranking_task
 
 logger = logging.getLogger(__name__)
 
@@ -185,32 +186,36 @@ def keyword_config(encoder_name: str) -> str:
 
 
 def hybrid_metrics(
-    encoder: Encodes, pairs: Sequence[TrainingPair], encoder_name: str = "default"
+    encoder: Encodes,
+    pairs: Sequence[TrainingPair],
+    encoder_name: str = "default",
+    distractors: Sequence[str] = (),
 ) -> dict[str, float]:
-    """Keyword and hybrid nDCG@10 / Recall@10 on the positive ``pairs``, with the site's fusion
+    """Keyword and hybrid nDCG@10 / Recall@10 on the positive ``pairs`` (ranked against their
+    texts and ``distractors``, the corpus ``gate.eval_metrics`` ranks), with the site's fusion
     (``hybrid_*``) and the best of ``fusion_grid`` (``tuned_*``, ``fusion_*``); {} without
     positive pairs. The keyword side analyses text as the encoder's fields do
     (``keyword_config``).
     """
-    positives = [p for p in pairs if p.score is None and not p.label]
+    positives = positive_pairs(pairs)
     if not positives:
         return {}
-    relevant: dict[str, set[str]] = {}
-    for p in positives:
-        relevant.setdefault(p.text_a, set()).add(p.text_b)
-    queries = {text: text for text in relevant}
-    corpus = {p.text_b: p.text_b for p in positives}
+    queries, corpus, relevant = ranking_task(positives, distractors)
     search = sbert_settings.SEARCH
     depth = int(search["CANDIDATES"])
     vector = vector_rankings(encoder, queries, corpus, depth)
-    keyword = keyword_rankings(
+    # Short ids in the temporary table: a long text as its key exceeds a btree entry's size.
+    texts = list(corpus)
+    by_id = {f"{i:08d}": text for i, text in enumerate(texts)}
+    ranked_ids = keyword_rankings(
         queries,
-        corpus,
+        {doc_id: corpus[text] for doc_id, text in by_id.items()},
         depth,
         config=keyword_config(encoder_name),
         match=str(search["KEYWORD_MATCH"]),
         max_df=float(search["KEYWORD_MAX_DF"]),
     )
+    keyword = {q: [by_id[doc_id] for doc_id in ids] for q, ids in ranked_ids.items()}
 
     def scored(fusion: Mapping[str, float]) -> dict[str, Any]:
         fused = {q: fuse(vector[q], keyword.get(q, []), **fusion) for q in queries}
@@ -240,19 +245,21 @@ def candidate_metrics(
     pairs: Sequence[TrainingPair],
     encoder_name: str = "default",
     measured: Mapping[str, float] | None = None,
+    distractors: Sequence[str] = (),
 ) -> dict[str, float]:
     """What a run records for a model on its eval split: ``gate.eval_metrics`` (what the gate
     compares; ``measured`` when early stopping already measured this model) and
-    ``hybrid_metrics`` (keyword and hybrid figures, the fusion chosen).
+    ``hybrid_metrics`` (keyword and hybrid figures, the fusion chosen), both ranking against
+    the eval positives and ``distractors``.
 
     A failure of the hybrid part (the database refusing a temporary table, say) is logged and
     leaves those figures out: the fusion then stays the site's settings.
     """
-    metrics = dict(measured) if measured is not None else eval_metrics(encoder, pairs)
+    metrics = dict(measured) if measured is not None else eval_metrics(encoder, pairs, distractors)
     if "ndcg@10" not in metrics:
         return metrics
     try:
-        metrics.update(hybrid_metrics(encoder, pairs, encoder_name))
+        metrics.update(hybrid_metrics(encoder, pairs, encoder_name, distractors))
     except Exception:
         logger.exception("django-sbert: measuring hybrid search on the eval split failed")
     return metrics

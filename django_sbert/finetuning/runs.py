@@ -9,7 +9,8 @@ A run trains a copy of the version that serves when it starts, on the selected `
 pairs, with the default recipe unless told otherwise (``RECIPES``: mined hard negatives for
 positive pairs, and early stopping on the ``eval`` pairs, which keeps the best checkpoint),
 measures both on the ``eval`` pairs (STS Spearman for scored pairs; nDCG@10 and
-Recall@10 for positive pairs: each ``text_a`` a query, every ``text_b`` the corpus), saves the
+Recall@10 for positive pairs: each ``text_a`` a query, every ``text_b`` and a seeded sample of
+distractors the corpus, ``gate.eval_distractors``), saves the
 trained model atomically and records it as a *candidate* ``EncoderVersion``. Nothing it does
 changes what serves: a failure or a cancellation leaves status and error text and no model.
 The metrics and the gate that compares a candidate with the serving version are in
@@ -49,7 +50,7 @@ from ..models import (
 )
 from ..serving import base_label, get_encoder, save_encoder, serving
 from . import quality, recovery
-from .gate import eval_metrics, primary_metric
+from .gate import corpus_record, eval_distractors, eval_metrics, primary_metric
 from .hybrid import candidate_metrics
 from .negatives import with_hard_negatives
 
@@ -99,7 +100,8 @@ class Hyperparameters:
     ``hard_negatives``: mine one per positive pair (mnrl) with the base model, from the rows
     embedded by the run's encoder and the pairs' own texts. ``early_stopping``: measure on the
     eval split every ``eval_every`` steps (None: about ten times per run), keep the best
-    checkpoint and stop after ``patience`` measurements without improvement.
+    checkpoint and stop after ``patience`` measurements without improvement, never before
+    ``encoder.training.default_min_steps`` (about an epoch, at most half the run).
     """
 
     loss: str = "mnrl"
@@ -594,6 +596,7 @@ class _EvalTracker:
                 "steps": result.steps,
                 "total_steps": result.total_steps,
                 "stopped_early": result.stopped_early,
+                "min_steps": result.min_steps,
             }
         )
 
@@ -611,10 +614,11 @@ def _tracker(
     reporter: _Reporter,
     evaluation: list[TrainingPair],
     held: list[TrainingPair],
+    distractors: Sequence[str] = (),
 ) -> _EvalTracker | None:
-    """The run's early-stopping evaluator: on the eval split (the metric the gate compares),
-    else on the held-back pseudo-pairs of a content run; None without early stopping or
-    without anything to measure."""
+    """The run's early-stopping evaluator: on the eval split and its ``distractors`` (the
+    metric the gate compares), else on the held-back pseudo-pairs of a content run; None
+    without early stopping or without anything to measure."""
     if not hyper.early_stopping:
         return None
     if held:
@@ -632,7 +636,11 @@ def _tracker(
     if metric is None:
         return None  # no eval pairs, or none giving a metric the gate compares
     return _EvalTracker(
-        run, before, reporter, lambda encoder: eval_metrics(encoder, evaluation), metric
+        run,
+        before,
+        reporter,
+        lambda encoder: eval_metrics(encoder, evaluation, distractors),
+        metric,
     )
 
 
@@ -648,6 +656,7 @@ def _train(run: TrainingRun) -> str:
         hyper = Hyperparameters(loss=run.loss, **_stored_options(run.hyperparameters))
         options = dict(run.hyperparameters.get("loss_options") or {})
         held: list[TrainingPair] = []  # pseudo-pairs held back (a content run, no eval split)
+        train: list[TrainingPair] = []
         if "content" in run.data:
             texts = _content_texts(run.data["content"])
             evaluation: list[TrainingPair] = list(
@@ -664,12 +673,22 @@ def _train(run: TrainingRun) -> str:
             if hyper.hard_negatives and run.loss in HARD_NEGATIVE_LOSSES:
                 examples = _mined(base, examples, run, current.version, train)
         sts = quality.sts_pairs()
-        before = candidate_metrics(base, evaluation, run.encoder_name) if evaluation else {}
+        # The eval split's queries rank its positives among these (the gate's corpus too).
+        distractors: list[str] = []
+        if evaluation:
+            distractors = eval_distractors(run.encoder_name, evaluation, train)
+            run.data = {**run.data, "eval_corpus": corpus_record(distractors)}
+            TrainingRun.objects.filter(pk=run.pk).update(data=run.data)
+        before = (
+            candidate_metrics(base, evaluation, run.encoder_name, distractors=distractors)
+            if evaluation
+            else {}
+        )
         if held:  # measured on pairs cut from the content itself: not for the gate
             before = _pseudo_metrics(base, held)
         before.update(quality.general_quality(base, sts))
         TrainingRun.objects.filter(pk=run.pk).update(metrics_before=before)
-        tracker = _tracker(run, hyper, before, reporter, evaluation, held)
+        tracker = _tracker(run, hyper, before, reporter, evaluation, held, distractors)
         result = fit(
             base,
             examples,
@@ -694,14 +713,20 @@ def _train(run: TrainingRun) -> str:
             after = dict(tracker.measured[result.best_step])
             if result.best_step and evaluation:
                 after = candidate_metrics(
-                    result.encoder, evaluation, run.encoder_name, measured=after
+                    result.encoder,
+                    evaluation,
+                    run.encoder_name,
+                    measured=after,
+                    distractors=distractors,
                 )
             tracker.finish(result)
         elif held:
             after = _pseudo_metrics(result.encoder, held)
         else:
             after = (
-                candidate_metrics(result.encoder, evaluation, run.encoder_name)
+                candidate_metrics(
+                    result.encoder, evaluation, run.encoder_name, distractors=distractors
+                )
                 if evaluation
                 else {}
             )

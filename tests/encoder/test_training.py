@@ -15,6 +15,7 @@ from django_sbert.encoder.training import (
     Progress,
     TrainingCancelled,
     default_eval_every,
+    default_min_steps,
     fit,
     linear_schedule,
 )
@@ -192,6 +193,7 @@ def test_early_stopping_keeps_the_best_checkpoint_and_stops_after_patience(word_
         evaluator=evaluator,
         eval_every=2,
         patience=2,
+        min_steps=0,
     )
     assert result.history == [(0, 0.2), (2, 0.5), (4, 0.9), (6, 0.6), (8, 0.4)]
     assert (result.best_step, result.best_metric) == (4, 0.9)
@@ -237,6 +239,50 @@ def test_early_stopping_keeps_the_encoder_given_when_training_never_improves(wor
     assert same_weights(weights(result.encoder), weights(word_encoder))
 
 
+def test_early_stopping_never_stops_before_min_steps(word_encoder):
+    # 2 epochs of 6 steps, evaluations every 2 steps, patience 2. The metric dips below the
+    # start over the first evaluations and peaks at step 6: with no minimum the run stops at
+    # step 4 and keeps the encoder given; the default minimum (the first epoch) trains on to
+    # the peak, keeps it, and stops once patience runs out after it.
+    metrics = [0.8, 0.5, 0.4, 0.9, 0.3, 0.2, 0.1]
+    options = dict(
+        loss="cosine", epochs=2, batch_size=8, learning_rate=1e-3, eval_every=2, patience=2
+    )
+    hasty = fit(
+        word_encoder,
+        toy_pairs(48, seed=10),
+        **options,
+        evaluator=PeakingEvaluator(metrics),
+        min_steps=0,
+    )
+    assert (hasty.steps, hasty.best_step, hasty.min_steps) == (4, 0, 0)
+    evaluator = PeakingEvaluator(metrics)
+    result = fit(word_encoder, toy_pairs(48, seed=10), **options, evaluator=evaluator)
+    assert result.total_steps == 12 and result.min_steps == 6
+    assert [s for s, _ in result.history] == [0, 2, 4, 6, 8, 10]
+    assert (result.best_step, result.best_metric) == (6, 0.9) and result.steps == 10
+    assert same_weights(weights(result.encoder), evaluator.seen[3])
+    # A step before the minimum is still kept when it is the best measured.
+    early = fit(
+        word_encoder,
+        toy_pairs(48, seed=10),
+        **options,
+        evaluator=PeakingEvaluator([0.1, 0.9, 0.5, 0.4, 0.3, 0.2]),
+    )
+    assert (early.best_step, early.steps) == (2, 6)
+
+
+def test_default_min_steps_is_an_epoch_and_at_most_half_the_run():
+    def plan(epochs: int, steps: int) -> list[tuple[int, None]]:
+        return [(epoch, None) for epoch in range(1, epochs + 1) for _ in range(steps)]
+
+    assert default_min_steps(plan(2, 6)) == 6
+    assert default_min_steps(plan(3, 4)) == 4
+    assert default_min_steps(plan(1, 10)) == 5
+    assert default_min_steps(plan(1, 1)) == 1
+    assert default_min_steps([]) == 0
+
+
 def test_default_eval_every_follows_the_run_size():
     assert [default_eval_every(n) for n in (1, 9, 10, 11, 95, 400)] == [1, 1, 1, 2, 10, 40]
 
@@ -249,6 +295,10 @@ def test_early_stopping_settings_are_checked_before_training(word_encoder):
         fit(word_encoder, pairs, evaluator=lambda e: 0.0, patience=0)
     with pytest.raises(ValueError, match="need an evaluator"):
         fit(word_encoder, pairs, patience=3)
+    with pytest.raises(ValueError, match="min_steps must be a whole number >= 0"):
+        fit(word_encoder, pairs, evaluator=lambda e: 0.0, min_steps=-1)
+    with pytest.raises(ValueError, match="need an evaluator"):
+        fit(word_encoder, pairs, min_steps=3)
 
 
 def test_cancellation_stops_before_the_next_step_and_writes_nothing(

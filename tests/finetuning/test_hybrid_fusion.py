@@ -117,3 +117,15 @@ def test_a_run_stores_its_versions_fusion_and_serving_reads_it_once_active(db, m
     current = serving.serving("default", max_age=0)
     assert current.version == candidate.version and current.fusion == chosen
     assert current.fusion_settings() == dict(zip(serving.FUSION_KEYS, chosen, strict=True))
+
+
+def test_hybrid_metrics_rank_texts_too_long_for_an_index_key(db, tiny_encoder):
+    # A SciFact abstract among the distractors once exceeded the btree entry limit (2,704
+    # bytes) of the temporary table's key; texts are not its key.
+    import hashlib
+
+    words = [hashlib.sha256(str(i).encode()).hexdigest()[:12] for i in range(600)]
+    long_text = "zebra " + " ".join(words)
+    pairs = [TrainingPair(text_a=a, text_b=b, split="eval") for a, b in TOPICS]
+    figures = hybrid_metrics(tiny_encoder, pairs, distractors=[long_text])
+    assert 0 <= figures["keyword_ndcg@10"] <= 1

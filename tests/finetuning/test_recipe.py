@@ -130,7 +130,12 @@ def test_default_run_mines_negatives_and_keeps_the_best_checkpoint(caplog):
     candidate = EncoderVersion.objects.get(run=run)
     assert candidate.metrics == run.metrics_after
     kept = serving.get_encoder("default", candidate.version)
-    measured = gate.eval_metrics(kept, list(TrainingPair.objects.filter(split="eval")))
+    # Measured on the eval split and the run's distractors (the articles, the train texts).
+    evaluation = list(TrainingPair.objects.filter(split="eval"))
+    train = list(TrainingPair.objects.filter(pk__in=run.data["train"]))
+    distractors = gate.eval_distractors("default", evaluation, train)
+    assert len(distractors) == run.data["eval_corpus"]["distractors"] > 0
+    measured = gate.eval_metrics(kept, evaluation, distractors)
     assert measured["ndcg@10"] == pytest.approx(evaluations["best_metric"], abs=1e-5)
     verdict = gate.gate(candidate)
     assert verdict.candidate["ndcg@10"] == run.metrics_after["ndcg@10"]
