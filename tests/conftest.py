@@ -4,6 +4,7 @@ Django tests' helpers (real PostgreSQL + pgvector, the tiny random encoder)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,19 @@ def minilm():
     from django_sbert.encoder import SentenceEncoder
 
     return SentenceEncoder.load("all-MiniLM-L6-v2")
+
+
+@pytest.fixture
+def model_dir(settings, tmp_path: Path) -> Iterator[Path]:
+    """A MODEL_DIR of this test's own, the process's idea of the serving version forgotten
+    before and after (fine-tuned versions are saved there)."""
+    from django_sbert import serving
+
+    directory = tmp_path / "models"
+    settings.SBERT = {**settings.SBERT, "MODEL_DIR": str(directory)}
+    serving.forget_serving()
+    yield directory
+    serving.forget_serving()
 
 
 @pytest.fixture(autouse=True)

@@ -21,7 +21,11 @@ from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, Trainin
 from tests.celery_app import app
 from tests.testapp.models import Article
 
-pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.admin.urls")]
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.urls("tests.admin.urls"),
+    pytest.mark.usefixtures("model_dir"),
+]
 
 ADMIN = "/admin/django_sbert"
 TOPICS = [
@@ -34,14 +38,6 @@ TOPICS = [
     ("film wins best picture", "the movie took the top award at the ceremony"),
     ("train strike delays commuters", "rail workers walk out and journeys are disrupted"),
 ]
-
-
-@pytest.fixture(autouse=True)
-def model_dir(settings, tmp_path):
-    settings.SBERT = {**settings.SBERT, "MODEL_DIR": str(tmp_path / "models")}
-    serving.forget_serving()
-    yield
-    serving.forget_serving()
 
 
 @pytest.fixture

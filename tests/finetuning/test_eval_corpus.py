@@ -11,26 +11,10 @@ import pytest
 from django_sbert import serving
 from django_sbert.finetuning import gate, runs
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
+from tests.finetuning.topics import TOPICS
 from tests.testapp.models import Article
 
-pytestmark = pytest.mark.django_db
-
-TOPICS = [
-    ("central bank raises interest rates", "the bank lifted its rate to fight inflation"),
-    ("football team wins the cup", "the club took the trophy after a late goal"),
-    ("new phone has a better camera", "the handset ships with an improved lens"),
-    ("storm closes schools", "heavy rain and wind shut classrooms across the region"),
-    ("city opens a new park", "the council unveiled green space near the river"),
-    ("company reports record profit", "the firm earned more than ever this quarter"),
-]
-
-
-@pytest.fixture(autouse=True)
-def model_dir(settings, tmp_path):
-    settings.SBERT = {**settings.SBERT, "MODEL_DIR": str(tmp_path / "models")}
-    serving.forget_serving()
-    yield
-    serving.forget_serving()
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("model_dir")]
 
 
 def eval_pairs() -> list[TrainingPair]:

@@ -14,21 +14,12 @@ import time
 import pytest
 from django.db import connections
 
-from django_sbert import serving
 from django_sbert.finetuning import recovery, runs
 from django_sbert.models import RunStatus, TrainingPair, TrainingRun
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 WORDS = ["bank", "rates", "football", "cup", "phone", "camera", "storm", "school", "mars", "water"]
-
-
-@pytest.fixture
-def model_dir(settings, tmp_path):
-    settings.SBERT = {**settings.SBERT, "MODEL_DIR": str(tmp_path / "models")}
-    serving.forget_serving()
-    yield
-    serving.forget_serving()
 
 
 def make_pairs(train: int, evaluation: int) -> list[int]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from django_sbert import serving
 from django_sbert.finetuning import runs
 from django_sbert.finetuning.gate import eval_metrics, gate
@@ -25,14 +23,6 @@ TOPICS = [
     ("zebra crossing repainted", "the zebra stripes on the road were painted white again"),
     ("guitar concert sold out", "every ticket for the guitar concert went in an hour"),
 ]
-
-
-@pytest.fixture
-def model_dir(settings, tmp_path):
-    settings.SBERT = {**settings.SBERT, "MODEL_DIR": str(tmp_path / "models")}
-    serving.forget_serving()
-    yield
-    serving.forget_serving()
 
 
 def test_fuse_is_hybrid_searchs_weighted_reciprocal_rank_sum():

@@ -14,7 +14,7 @@ from django_sbert.finetuning.gate import gate
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
 from tests.testapp.models import Article
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("model_dir")]
 
 TOPICS = [
     ("central bank raises interest rates", "the bank lifted its rate to fight inflation"),
@@ -22,14 +22,6 @@ TOPICS = [
     ("new phone has a better camera", "the handset ships with an improved lens"),
     ("storm closes schools", "heavy rain and wind shut classrooms across the region"),
 ]
-
-
-@pytest.fixture(autouse=True)
-def model_dir(settings, tmp_path):
-    settings.SBERT = {**settings.SBERT, "MODEL_DIR": str(tmp_path / "models")}
-    serving.forget_serving()
-    yield
-    serving.forget_serving()
 
 
 def test_jsonl_import_reads_every_column():

@@ -7,7 +7,6 @@ call); delivery through a real worker is in test_training_worker.py.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,14 +38,6 @@ TOPICS = [
     ("film wins best picture", "the movie took the top award at the ceremony"),
     ("train strike delays commuters", "rail workers walk out and journeys are disrupted"),
 ]
-
-
-@pytest.fixture
-def model_dir(settings, tmp_path) -> Path:
-    settings.SBERT = {**settings.SBERT, "MODEL_DIR": str(tmp_path / "models")}
-    serving.forget_serving()
-    yield tmp_path / "models"
-    serving.forget_serving()
 
 
 def make_pairs(copies: int = 4) -> list[TrainingPair]:

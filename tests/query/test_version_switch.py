@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -47,14 +46,6 @@ TITLES = [
 def tuned():
     """A second version of the serving model: the tiny model with its weights moved."""
     return moved_tiny_encoder(django_settings.TINY_MODEL_DIR, seed=11)
-
-
-@pytest.fixture
-def model_dir(settings, tmp_path) -> Path:
-    settings.SBERT = {**settings.SBERT, "MODEL_DIR": str(tmp_path / "models")}
-    serving.forget_serving()
-    yield tmp_path / "models"
-    serving.forget_serving()
 
 
 @pytest.fixture
