@@ -11,7 +11,9 @@ the largest difference from the peer's vectors, and STSb dev Spearman for each v
 
 ``default`` is what a project gets with no settings: the path ``serving.paths`` chooses for an
 encoding worker on this host (``encoder.paths.choose_path``, printed with its reason).
-``--long`` times Wikinews articles (truncated at 256 tokens) instead of STSb sentences.
+``--one-at-a-time`` encodes each text alone (a search query in a web process: use
+``--threads 1``) and the ms/text column is its mean latency. ``--long`` times Wikinews
+articles (truncated at 256 tokens) instead of STSb sentences.
 ``--onnx`` adds sentence-transformers' ONNX backend (``backend="onnx"``, exported from the
 local model directory into a temporary copy) and its dynamically quantized int8 export; it
 needs ``optimum-onnx[onnxruntime]`` importable (docs/benchmarks.md says how).
@@ -33,7 +35,7 @@ from _data import SHARED, sts_pairs, sts_sentences
 from scipy.stats import spearmanr
 
 from django_sbert.encoder import SentenceEncoder, resolve_model_path
-from django_sbert.encoder.paths import choose_path, compiler_available, cpu_features
+from django_sbert.encoder.paths import cpu_features, default_path
 
 # CPU features that decide which kernels run: AVX2/AVX-512 for fp32 and int8, AVX-512 BF16 and
 # AMX for bfloat16.
@@ -116,6 +118,11 @@ def main() -> None:
     parser.add_argument("--long", action="store_true", help="Wikinews articles, not sentences")
     parser.add_argument("--onnx", action="store_true", help="also sentence-transformers ONNX")
     parser.add_argument("--no-sts", action="store_true", help="skip STSb dev Spearman")
+    parser.add_argument(
+        "--one-at-a-time",
+        action="store_true",
+        help="encode each text alone, as a web process encodes a search query (use --threads 1)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -128,7 +135,7 @@ def main() -> None:
     print(f"model: {model}")
     texts = long_texts(args.n) if args.long else sts_sentences(args.n)
     peer = SentenceTransformer(str(model), device="cpu")
-    path = choose_path("document", cpu=cpu, compiler=compiler_available())
+    path = default_path("document", args.model)
     print(f"default path: {path.label} ({path.reason})")
     dtype = None if path.dtype == "float32" else path.dtype
     variants = {
@@ -156,6 +163,12 @@ def main() -> None:
     for name, encoder in variants.items():
         encoders[name] = lambda t, e=encoder: e.encode(t, batch_size=args.batch_size)
 
+    if args.one_at_a_time:  # a call per text: the latency of one search query, not throughput
+        encoders = {
+            name: (lambda t, f=f: np.concatenate([f([text]) for text in t]))
+            for name, f in encoders.items()
+        }
+
     reference = encoders["sentence-transformers"](texts)
     for name in encoders:  # also compiles the compiled variants, before any timed run
         difference = np.abs(encoders[name](texts) - reference).max()
@@ -181,15 +194,16 @@ def main() -> None:
     dev = sts_pairs(SHARED / "data/stsbenchmark/sts-dev.csv")
     print(
         f"\n{len(texts)} {'Wikinews articles' if args.long else 'STSb sentences'}, "
-        f"batch {args.batch_size}, "
+        f"{'one at a time' if args.one_at_a_time else f'batch {args.batch_size}'}, "
         f"{torch.get_num_threads()} threads, "
         f"median of {args.repeats} alternating runs"
     )
-    print(f"{'variant':<22}{'sent/s':>8}{'x peer':>8}{'STSb dev':>10}")
+    print(f"{'variant':<22}{'sent/s':>8}{'ms/text':>9}{'x peer':>8}{'STSb dev':>10}")
     for name, encode in encoders.items():
         ratio = statistics.median(ratios[name]) if name in ratios else 1.0
+        rate = statistics.median(rates[name])
         sts = "" if args.no_sts else f"{spearman(encode, dev):>10.2f}"
-        print(f"{name:<22}{statistics.median(rates[name]):>8.0f}{ratio:>8.2f}{sts}", flush=True)
+        print(f"{name:<22}{rate:>8.0f}{1000 / rate:>9.2f}{ratio:>8.2f}{sts}", flush=True)
 
 
 if __name__ == "__main__":

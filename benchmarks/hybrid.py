@@ -224,7 +224,9 @@ def plan_summary(text: str, **options) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
-    parser.add_argument("--ef-search", type=int, default=100)
+    parser.add_argument(
+        "--ef-search", type=int, default=None, help="default: the library's EF_SEARCH"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the dev / held-out split")
     parser.add_argument("--dev-fraction", type=float, default=0.5)
     parser.add_argument("--latency-queries", type=int, default=200)
@@ -243,10 +245,13 @@ def main() -> None:
     ids = [row["id"] for row in rows]
     queries = queries_with_qrels()
     dev, held = split(queries, args.seed, args.dev_fraction)
+    from django_sbert.conf import sbert_settings
+
+    ef_search = sbert_settings.SEARCH["EF_SEARCH"]
     print(
         f"queries: {len(queries)} SciFact training claims with judgements; seeded split "
         f"(seed {args.seed}): {len(dev)} dev (tuning), {len(held)} held-out. HNSW m=16, "
-        f"ef_construction=64 (built in {build:.1f} s), ef_search={args.ef_search}; "
+        f"ef_construction=64 (built in {build:.1f} s), ef_search={ef_search}; "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"
     )
 

@@ -47,13 +47,11 @@ def warm_process(role: str, model: str, threads: int, batches: int, size: int) -
 
     from encode import cpu_line
 
-    from django_sbert.encoder.paths import choose_path, compiler_available, cpu_features
+    from django_sbert.encoder.paths import default_path
 
     print(cpu_line())
     process = psutil.Process()
-    path = choose_path(
-        "query" if role == "web" else "document", cpu=cpu_features(), compiler=compiler_available()
-    )
+    path = default_path("query" if role == "web" else "document", model)
     dtype = None if path.dtype == "float32" else path.dtype
     encoder = SentenceEncoder.load(model, compile=path.compile, dtype=dtype)
     data = texts(batches * size)

@@ -99,7 +99,11 @@ def encode_cached(texts: list[str], rows: int, threads: int) -> np.ndarray:
 
 
 def setup_django(
-    threads: int, query_threads: int, ef_search: int, quantize: str | None, compile: str | None
+    threads: int,
+    query_threads: int,
+    ef_search: int | None,
+    quantize: str | None,
+    compile: str | None,
 ) -> None:
     from _django import setup_django as configure
 
@@ -108,13 +112,10 @@ def setup_django(
         encoder["QUANTIZE"] = quantize
     if compile is not None:  # else the default, "auto"
         encoder["COMPILE"] = {"auto": "auto", "on": True, "off": False}[compile]
-    configure(
-        {
-            "ENCODERS": {"default": encoder},
-            "SEARCH": {"EF_SEARCH": ef_search},
-            "AUTO_EMBED": False,
-        }
-    )
+    sbert = {"ENCODERS": {"default": encoder}, "AUTO_EMBED": False}
+    if ef_search is not None:  # else the library's default (SBERT["SEARCH"]["EF_SEARCH"])
+        sbert["SEARCH"] = {"EF_SEARCH": ef_search}
+    configure(sbert)
 
 
 def load_rows(vectors: np.ndarray, texts: list[str]) -> float:
@@ -217,7 +218,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--ef-search", type=int, default=100)
+    parser.add_argument(
+        "--ef-search", type=int, default=None, help="default: the library's EF_SEARCH"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (SBERT THREADS)")
     parser.add_argument(
         "--query-threads", type=int, default=1, help="threads to encode a query (QUERY_THREADS)"
@@ -246,12 +249,14 @@ def main() -> None:
     setup_django(args.threads, args.query_threads, args.ef_search, args.quantize, args.compile)
     from encode import cpu_line
 
-    from django_sbert.serving import encoder_path  # after Django's set-up
+    from django_sbert.conf import sbert_settings  # after Django's set-up
+    from django_sbert.serving import encoder_path
 
     print(cpu_line())
+    ef_search = sbert_settings.SEARCH["EF_SEARCH"]
     print(
         f"queries: {len(queries)} SciFact claims, each searched once (no query-cache hits); "
-        f"HNSW m=16, ef_construction=64, ef_search={args.ef_search}; query encoder "
+        f"HNSW m=16, ef_construction=64, ef_search={ef_search}; query encoder "
         f"{MODEL} ({encoder_path('default').label}: {encoder_path('default').reason}; "
         f"{args.query_threads} torch thread(s)); "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"

@@ -35,11 +35,11 @@ def child(spawned: float, threads: int) -> None:
     import torch
 
     from django_sbert.encoder import SentenceEncoder
-    from django_sbert.encoder.paths import choose_path, compiler_available, cpu_features
+    from django_sbert.encoder.paths import default_path
 
     torch.set_num_threads(threads)
     imported = time.time()
-    path = choose_path("query", cpu=cpu_features(), compiler=compiler_available())
+    path = default_path("query", "all-MiniLM-L6-v2")
     dtype = None if path.dtype == "float32" else path.dtype
     encoder = SentenceEncoder.load("all-MiniLM-L6-v2", compile=path.compile, dtype=dtype)
     loaded = time.time()
@@ -88,10 +88,10 @@ def version_switch(threads: int) -> None:
     from torch._dynamo.utils import counters
 
     from django_sbert.encoder import SentenceEncoder
-    from django_sbert.encoder.paths import choose_path, compiler_available, cpu_features
+    from django_sbert.encoder.paths import default_path
 
     torch.set_num_threads(threads)
-    path = choose_path("query", cpu=cpu_features(), compiler=compiler_available())
+    path = default_path("query", "all-MiniLM-L6-v2")
     dtype = None if path.dtype == "float32" else path.dtype
     serving = SentenceEncoder.load("all-MiniLM-L6-v2", compile=path.compile, dtype=dtype)
     serving.encode(QUERIES[0])  # the warm process

@@ -154,6 +154,14 @@ def choose_path(
     return EncoderPath(compiled, dtype, None, "; ".join(reasons))
 
 
+def default_path(role: Role, model: str) -> EncoderPath:
+    """The path ``model`` takes on this host with no settings (``"auto"`` everywhere): what
+    the serving layer would choose, for scripts that load an encoder without Django."""
+    return choose_path(
+        role, cpu=cpu_features(), compiler=compiler_available(), bf16_measured=bf16_measured(model)
+    )
+
+
 def cpu_features() -> CpuFeatures:
     """This machine's ``CpuFeatures``: torch's capability string, /proc/cpuinfo flags (Linux)."""
     import torch  # the capability depends on the torch build: asked only when choosing a path
