@@ -102,9 +102,13 @@ def evaluate(runs: list[list[str]], queries: list) -> dict[str, float]:
 # -- database ---------------------------------------------------------------------------------
 
 
-def load_corpus(rows: list[dict[str, str]], vectors: np.ndarray) -> float:
+def load_corpus(
+    rows: list[dict[str, str]], vectors: np.ndarray, storage: str = "external"
+) -> float:
     """Replace testapp_article with the corpus (COPY; PostgreSQL generates embedding_tsv), then
-    build the HNSW index; return the index build time. Article pk i + 1 is rows[i]."""
+    build the HNSW index; return the index build time. Article pk i + 1 is rows[i].
+    ``storage``: the vector column's (``external``: pgvector's default, out of line past 2 kB;
+    ``main``: in the row, as ``django_sbert.operations.SetVectorStorage`` sets it)."""
     from django.db import connection
 
     from django_sbert.serving import encoder_version
@@ -113,6 +117,7 @@ def load_corpus(rows: list[dict[str, str]], vectors: np.ndarray) -> float:
     with connection.cursor() as cursor:
         cursor.execute("DROP INDEX IF EXISTS article_embedding_hnsw")
         cursor.execute("TRUNCATE testapp_article RESTART IDENTITY CASCADE")
+        cursor.execute(f"ALTER TABLE testapp_article ALTER COLUMN embedding SET STORAGE {storage}")
         with cursor.cursor.copy(
             "COPY testapp_article (id, title, body, category, published, embedding, "
             "embedding_version) FROM STDIN"
@@ -227,6 +232,12 @@ def main() -> None:
     parser.add_argument(
         "--ef-search", type=int, default=None, help="default: the library's EF_SEARCH"
     )
+    parser.add_argument(
+        "--vector-storage",
+        choices=["external", "main"],
+        default="external",
+        help="the vector column's storage (external: pgvector's default; main: in the row)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the dev / held-out split")
     parser.add_argument("--dev-fraction", type=float, default=0.5)
     parser.add_argument("--latency-queries", type=int, default=200)
@@ -241,7 +252,7 @@ def main() -> None:
         return
 
     setup_django(args.threads, 1, args.ef_search, None, None)  # QUERY_THREADS 1, default path
-    build = load_corpus(rows, vectors)
+    build = load_corpus(rows, vectors, args.vector_storage)
     ids = [row["id"] for row in rows]
     queries = queries_with_qrels()
     dev, held = split(queries, args.seed, args.dev_fraction)
@@ -251,7 +262,8 @@ def main() -> None:
     print(
         f"queries: {len(queries)} SciFact training claims with judgements; seeded split "
         f"(seed {args.seed}): {len(dev)} dev (tuning), {len(held)} held-out. HNSW m=16, "
-        f"ef_construction=64 (built in {build:.1f} s), ef_search={ef_search}; "
+        f"ef_construction=64 (built in {build:.1f} s), ef_search={ef_search}, vector storage "
+        f"{args.vector_storage}; "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"
     )
 
