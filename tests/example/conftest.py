@@ -92,7 +92,7 @@ class DemoProcess:
 
     def logs(self) -> str:
         parts = []
-        for name in ("worker.log", "web.log"):
+        for name in ("worker.log", "training.log", "web.log"):
             path = self.var_dir / "logs" / name
             if path.exists():
                 parts.append(f"--- {name} (end) ---\n{path.read_text(errors='replace')[-3000:]}")

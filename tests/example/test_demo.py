@@ -348,7 +348,9 @@ def test_ctrl_c_stops_everything_and_a_second_run_reuses_the_data(demo, start_de
     postmaster = demo.postmaster_pid()
     assert len(children) >= 2 and postmaster is not None
     assert demo.interrupt(timeout=60) == 0
-    assert "Stopped the worker, the web server and the database." in demo.output
+    assert (
+        "Stopped the worker, the training worker, the web server and the database." in demo.output
+    )
     left = _wait_gone([*children, postmaster], timeout=15)
     assert not left, f"still running after Ctrl-C: {[psutil.Process(p).cmdline() for p in left]}"
 
