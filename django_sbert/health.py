@@ -5,7 +5,9 @@
     report = check()                  # a web process: databases and warmed query encoders
     report = check(broker=True, warmed=False)   # a worker host's probe (sbert_health --broker)
     report.ok, report.as_dict()       # {"status": "ok", "checks": {"database:default": "ok",
-                                      #  "encoder:default": "ok"}, "versions": {"default": ...}}
+                                      #  "encoder:default": "ok"}, "versions": {"default": ...},
+                                      #  "paths": {"default": {"path": "compiled float32",
+                                      #  "reason": "..."}}}
 
 An encoder is ready when the version the database says serves is the one ``warm()`` loaded
 and ran in this process, without error (``serving.warmup.warm_state()``): a process that has
@@ -40,6 +42,8 @@ class HealthReport:
 
     checks: dict[str, str] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)  # encoder -> the version warmed here
+    # encoder -> {"path": "compiled bfloat16", "reason": why}: what this process runs
+    paths: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -50,6 +54,7 @@ class HealthReport:
             "status": "ok" if self.ok else "unavailable",
             "checks": dict(self.checks),
             "versions": dict(self.versions),
+            "paths": {name: dict(path) for name, path in self.paths.items()},
         }
 
 
@@ -74,6 +79,9 @@ def check(
             report.checks[f"encoder:{name}"] = _available(name)
             continue
         report.checks[f"encoder:{name}"] = _encoder(name)
+        state = warm_state().get(name)
+        if state is not None and state.path:
+            report.paths[name] = {"path": state.path, "reason": state.reason}
         if report.checks[f"encoder:{name}"] == OK:
             report.versions[name] = warm_state()[name].version
     if broker:

@@ -60,15 +60,18 @@ def test_the_view_is_503_until_this_process_warmed_the_serving_version(client, c
     version = serving.serving_version("default")
     assert body["checks"]["encoder:default"].startswith(f"serves {version}, not warmed")
 
-    warm(["default"], role="query")
+    state = warm(["default"], role="query")["default"]
     response = client.get("/health/")
     assert response.status_code == 200, response.json()
     assert response.json() == {
         "status": "ok",
         "checks": {"database:default": "ok", "encoder:default": "ok"},
         "versions": {"default": version},
+        # The path this process runs and why, as sbert_status prints it.
+        "paths": {"default": {"path": state.path, "reason": state.reason}},
         "pid": os.getpid(),
     }
+    assert state.path.split()[0] in ("compiled", "eager") and state.reason
     assert response["Cache-Control"].startswith("max-age=0")
 
 
