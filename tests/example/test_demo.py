@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import shutil
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import psutil
@@ -37,6 +38,9 @@ def demo(start_demo) -> DemoProcess:
     run = start_demo()
     run.wait_for(r"Serving at http://", timeout=240)
     run.wait_for(ALL_EMBEDDED, timeout=300)
+    # The web process loads (and compiles) the model on its first search, as demo.py's own
+    # warm-up search does: wait for it, so the browser's page loads time the search alone.
+    urllib.request.urlopen(f"{run.url}/?q=warm+up", timeout=300).close()
     return run
 
 
