@@ -4,9 +4,10 @@ before and after, promote, roll back.
 
 ``demo.py`` runs as ``make demo`` does (embedded PostgreSQL, the two Celery workers on the
 filesystem broker, ``runserver``) with 60 articles and, to keep the run short, the tiny random
-model (``SBERT_MODEL``): the flow and the pages are real, the vectors' quality is not. The
-steps are ``example_project/screenshots.py``'s ``Walkthrough``, which ``make screenshots``
-drives too; the pages it reaches are kept in ``artifacts/screenshots/``.
+model (``SBERT_MODEL``), run eagerly (``SBERT_COMPILE=0``): the flow and the pages are
+real, the vectors' quality is not. The steps are ``example_project/screenshots.py``'s
+``Walkthrough``, which ``make screenshots`` drives too; the pages it reaches are kept in
+``artifacts/screenshots/``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ SHOTS = ARTIFACTS / "screenshots"
 @pytest.fixture(scope="module")
 def demo(start_demo, tmp_path_factory) -> DemoProcess:
     model = build_tiny_model(tmp_path_factory.mktemp("tiny-demo-model"))
-    run = start_demo(env={"SBERT_MODEL": str(model)})
+    # Eager: compiling a random model would be most of the run's time, and proves nothing here.
+    run = start_demo(env={"SBERT_MODEL": str(model), "SBERT_COMPILE": "0"})
     run.wait_for(r"Serving at http://", timeout=240)
     run.wait_for(rf"All {DEMO_ARTICLES} articles (are )?embedded", timeout=300)
     return run
