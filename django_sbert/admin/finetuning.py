@@ -5,7 +5,9 @@
 * Training runs: live progress bar, loss curve, metrics before / after, action "Cancel".
 * Encoder versions: metrics beside the active version's, actions "Promote", "Promote even if
   worse or not evaluated" (superusers: also a candidate the gate could not compare), "Roll
-  back", "Stop promotion".
+  back", "Stop promotion", and a "Before and after" page: the top results of the version it
+  would replace (or replaced) and of this one side by side, for a few eval queries and any
+  query typed in (``finetuning.compare``).
 
 Every action requires a model permission; a user without it gets 403 (not a silently ignored
 POST).
@@ -26,9 +28,9 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from ..conf import sbert_settings
-from ..exceptions import BrokerUnavailable
+from ..exceptions import BrokerUnavailable, ServiceUnavailable
+from ..finetuning import compare, promotion, runs
 from ..finetuning import pairs as pair_io
-from ..finetuning import promotion, runs
 from ..finetuning.errors import error_for, error_message, may_see_traceback
 from ..models import (
     EncoderVersion,
@@ -321,7 +323,14 @@ class TrainingRunAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
         if candidate is None:
             return "-"
         url = reverse("admin:django_sbert_encoderversion_change", args=[candidate.pk])
-        return format_html('<a href="{}">{}</a>', url, candidate.version)
+        return format_html(
+            '<a href="{}">{}</a> ({}) &middot; <a class="sbert-compare-link" href="{}">'
+            "before and after</a>",
+            url,
+            candidate.version,
+            candidate.get_status_display(),
+            reverse("admin:django_sbert_encoderversion_compare", args=[candidate.pk]),
+        )
 
     @admin.action(description="Cancel selected runs", permissions=["change"])
     def cancel(self, request: HttpRequest, queryset: Any) -> None:
@@ -371,6 +380,7 @@ class EncoderVersionAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
         "compared",
         "search_metrics",
         "promotion",
+        "before_and_after",
         "directory",
         "is_base",
         "parent",
@@ -432,6 +442,67 @@ class EncoderVersionAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
         if obj.status != VersionStatus.PROMOTING:
             return "-"
         return progress_bar(obj.promotion_progress, f"{obj.staged_rows} / {obj.total_rows} rows")
+
+    @admin.display(description="before and after")
+    def before_and_after(self, obj: EncoderVersion) -> str:
+        url = reverse("admin:django_sbert_encoderversion_compare", args=[obj.pk])
+        return format_html(
+            '<a class="sbert-compare-link" href="{}">Compare the top results with the version '
+            "it would replace (or replaced)</a>",
+            url,
+        )
+
+    def get_urls(self) -> list:
+        custom = [
+            path(
+                "<int:pk>/compare/",
+                self.admin_site.admin_view(self.compare_view),
+                name="django_sbert_encoderversion_compare",
+            )
+        ]
+        return custom + super().get_urls()
+
+    def compare_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """Before and after: the top results of both versions for a few eval queries and the
+        query typed in (``?q=``), with nDCG@10 per eval query and the run's metrics."""
+        require_permission(request, "django_sbert.view_encoderversion")
+        version = get_object_or_404(EncoderVersion, pk=pk)
+        typed = (request.GET.get("q") or "").strip()[:500]
+        error = None
+        before = None
+        comparisons: list[compare.Comparison] = []
+        eval_queries = compare.eval_queries(version)
+        try:
+            before = compare.baseline_version(version)
+            queries = dict(eval_queries)
+            if typed:
+                queries = {typed: eval_queries.get(typed, [])}
+            comparisons = compare.compare(version, before, queries)
+        except compare.CompareError as exc:
+            error = str(exc)
+        except ServiceUnavailable as exc:  # the serving version's files, a search timeout
+            error = f"Search is unavailable: {exc}"
+        run = version.run
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": f"Before and after: {version.version}",
+            "version": version,
+            "before": before,
+            "before_label": compare.version_label(before) if before else "",
+            "after_label": compare.version_label(version.version),
+            "typed": typed,
+            "comparisons": comparisons,
+            "error": error,
+            "k": compare.K,
+            "run": run,
+            "run_metrics": metrics_table(
+                ("before", run.metrics_before), ("after", run.metrics_after)
+            )
+            if run is not None
+            else "",
+        }
+        return TemplateResponse(request, "django_sbert/admin/compare_versions.html", context)
 
     def _promote(self, request: HttpRequest, queryset: Any, *, force: bool) -> None:
         for version in queryset:

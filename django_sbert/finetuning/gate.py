@@ -35,6 +35,8 @@ from ..serving import get_encoder, serving
 
 PRIMARY_METRICS = ("ndcg@10", "sts_spearman")  # what the evaluation gate compares, in order
 DISTRACTOR_SEED = 0  # the sample of distractors depends on the data alone, never on a run
+HEAD_CHARS = 32  # a positive this long or longer may match the first sentences of a line
+SENTENCE_ENDS = ".!?\"'\u201d)"
 
 
 @dataclass
@@ -121,7 +123,10 @@ def eval_distractors(
     "TRAINING_EVAL_DISTRACTORS"]`` when None) texts drawn from the rows of every field of
     ``encoder_name`` (the first ``SBERT["TRAINING_MINING_ROWS"]`` in primary-key order, as
     hard-negative mining reads them) and the positives of the ``train`` pairs; the eval
-    split's own positives are never among them. It depends only on the data, so two versions
+    split's own positives are never among them, nor a row that holds one (``PositiveIndex``:
+    the row a pair was cut from, e.g. an article whose body starts with its pair's lead
+    paragraph, is relevant to that pair's query, not a distractor). It depends only on the
+    data, so two versions
     measured on it are measured on the same corpus. Without rows or train pairs (pairs from
     a file, no embedded rows) it is empty: the eval positives alone, as before distractors.
     """
@@ -130,6 +135,7 @@ def eval_distractors(
     if limit <= 0 or not positives:
         return []
     exclude = {p.text_b for p in positives}
+    holds_positive = PositiveIndex(exclude)
     refs = [ref for ref in field_refs() if ref.encoder_name == encoder_name]
     most_rows = int(sbert_settings.TRAINING_MINING_ROWS)
     pool: list[tuple[int, Any]] = []  # (index in refs, pk), or (-1, a train positive)
@@ -152,10 +158,46 @@ def eval_distractors(
         texts = _chunk_texts(refs, chunk)
         for item in chunk:
             text = texts.get(item, "")
-            if text and text not in seen and len(chosen) < limit:
+            if text and text not in seen and len(chosen) < limit and not holds_positive(text):
                 seen.add(text)
                 chosen.append(text)
     return chosen
+
+
+class PositiveIndex:
+    """Tells whether a text holds one of ``positives`` at the start of one of its lines.
+
+    A row's text joins its fields line by line (``EmbeddingField.get_source_text``), and pairs
+    made from rows (``pairs.content_pairs``) take a field, or its first sentences, as the
+    positive: such a row contains its pair's answer and is presumed relevant. A positive
+    matches a whole line, or, when it is ``HEAD_CHARS`` characters or more and ends a sentence,
+    the first sentences of a line; so a short title does not match every line that begins the
+    same way, nor "the answer 2" the answer.
+    """
+
+    def __init__(self, positives: Iterable[str]) -> None:
+        self.heads: dict[str, list[str]] = {}
+        self.short: set[str] = set()
+        for text in positives:
+            text = text.strip()
+            if len(text) >= HEAD_CHARS:
+                self.heads.setdefault(text[:HEAD_CHARS], []).append(text)
+            elif text:
+                self.short.add(text)
+
+    def __call__(self, text: str) -> bool:
+        for line in text.splitlines():
+            line = line.strip()
+            if line in self.short:
+                return True
+            for positive in self.heads.get(line[:HEAD_CHARS], ()):
+                if line == positive or (
+                    line.startswith(positive)
+                    and positive[-1] in SENTENCE_ENDS
+                    and line[len(positive)].isspace()
+                ):
+                    return True
+        return False
 
 
 def _chunk_texts(refs: Sequence[Any], chunk: Sequence[tuple[int, Any]]) -> dict[Any, str]:

@@ -11,6 +11,10 @@ forks:
   count explicitly — ``SBERT["ENCODERS"][name]["THREADS"]`` or the CPUs divided by the
   concurrency — and starts loading every encoder an ``EmbeddingField`` uses, once per
   process, in a background thread so the child still reports "up" to its parent in time.
+  A worker that consumes ``SBERT["TRAINING_QUEUE"]`` and not ``SBERT["QUEUE"]`` loads none:
+  a training run and a promotion load the models they need (the base or a candidate
+  version), never the serving one, so warming it would only take the cores from the
+  indexing worker at start-up.
 """
 
 from __future__ import annotations
@@ -24,13 +28,14 @@ from typing import Any
 from celery.signals import worker_init, worker_process_init
 from django.apps import apps
 
-from ..conf import encoder_config
+from ..conf import encoder_config, sbert_settings
 from ..fields import all_embedding_fields
 from .warmup import warm
 
 logger = logging.getLogger(__name__)
 
 _concurrency = 1  # set in the worker's main process by worker_init, inherited by children
+_worker_app: Any = None  # the worker's Celery app, set by worker_init
 
 
 def available_cpus() -> int:
@@ -50,8 +55,34 @@ def torch_threads(encoder: str = "default", concurrency: int | None = None) -> i
 
 @worker_init.connect(dispatch_uid="django_sbert.serving.worker.worker_init")
 def _remember_concurrency(sender: Any = None, **kwargs: Any) -> None:
-    global _concurrency
+    global _concurrency, _worker_app
     _concurrency = int(getattr(sender, "concurrency", None) or 1)
+    _worker_app = getattr(sender, "app", None)
+
+
+def consumed_queues(app: Any = None) -> set[str] | None:
+    """Names of the queues this worker consumes (``-Q``); None when unknown (not a worker).
+
+    Read when the pool starts: ``worker_init`` comes before the worker selects its queues.
+    """
+    app = app or _worker_app
+    if app is None:
+        return None
+    try:
+        return set(app.amqp.queues.consume_from)
+    except Exception:  # noqa: BLE001 - an app without the usual AMQP set-up: assume all
+        return None
+
+
+def serves_encoders(queues: set[str] | None) -> bool:
+    """Whether a worker consuming ``queues`` encodes with the serving versions.
+
+    Only a worker that takes the training queue and not the indexing one does not: its
+    training runs and promotions load their own models.
+    """
+    if queues is None:
+        return True
+    return not (sbert_settings.TRAINING_QUEUE in queues and sbert_settings.QUEUE not in queues)
 
 
 def set_torch_threads(threads: int) -> None:
@@ -99,6 +130,15 @@ def prepare_worker_process(**kwargs: Any) -> None:
         return
     threads = torch_threads(names[0])
     set_torch_threads(threads)
+    queues = consumed_queues()
+    if not serves_encoders(queues):
+        logger.info(
+            "django-sbert: worker process %d consumes %s only: no encoder loaded before the "
+            "first task (training runs and promotions load their own models).",
+            os.getpid(),
+            sorted(queues or ()),
+        )
+        return
     threading.Thread(
         target=_warm_up, args=(names, threads), name="django-sbert-warm-up", daemon=True
     ).start()

@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+import re
+
 from django.db import models
 from django.urls import reverse
 from pgvector.django import HnswIndex
 
 from django_sbert.fields import EmbeddingField
 from django_sbert.query import SemanticManager
+
+LEAD_CHARS = 200  # a lead paragraph is the body's first sentences up to at least this long
+LEAD_MAX_CHARS = 600
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'])")
+
+
+def lead_of(body: str) -> str:
+    """The body's first sentences, about a news lead's length (``LEAD_CHARS``; never more than
+    ``LEAD_MAX_CHARS``, cut at a word): what a reader sees under a headline."""
+    lead = ""
+    for sentence in SENTENCE_END.split(body.strip()):
+        lead = f"{lead} {sentence}".strip()
+        if len(lead) >= LEAD_CHARS:
+            break
+    if len(lead) > LEAD_MAX_CHARS:
+        lead = lead[:LEAD_MAX_CHARS].rsplit(" ", 1)[0]
+    return lead
 
 
 class Category(models.TextChoices):
@@ -49,6 +68,11 @@ class Article(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("articles:detail", args=[self.pk])
+
+    @property
+    def lead(self) -> str:
+        """The lead paragraph (``lead_of``): the admin makes headline -> lead training pairs."""
+        return lead_of(self.body)
 
     @property
     def categories(self) -> list[str]:

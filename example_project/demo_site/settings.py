@@ -124,8 +124,16 @@ STORAGES = {
 
 # -- django-sbert ------------------------------------------------------------------------
 _search_rate = os.environ.get("SBERT_SEARCH_RATE", "60/minute")
+# SBERT_COMPILE=0 runs the model eagerly: no compile at start or at a promotion, for a quick
+# try with a tiny model (the browser tests); 1 compiles, "auto" (the default) decides.
+_compile = os.environ.get("SBERT_COMPILE", "auto")
 SBERT = {
-    "ENCODERS": {"default": {"MODEL": os.environ.get("SBERT_MODEL", "all-MiniLM-L6-v2")}},
+    "ENCODERS": {
+        "default": {
+            "MODEL": os.environ.get("SBERT_MODEL", "all-MiniLM-L6-v2"),
+            "COMPILE": {"0": False, "1": True}.get(_compile, _compile),
+        }
+    },
     "MODEL_DIR": str(VAR_DIR / "sbert_models"),  # fine-tuned versions (docs/fine-tuning.md)
     "API": {
         # search/ and similar/ are public: anyone may search the articles, rate-limited.

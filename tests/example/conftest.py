@@ -37,14 +37,21 @@ def free_port() -> int:
 class DemoProcess:
     """``python example_project/demo.py`` with its output collected as it comes."""
 
-    def __init__(self, var_dir: Path, port: int, articles: int = DEMO_ARTICLES) -> None:
+    def __init__(
+        self,
+        var_dir: Path,
+        port: int,
+        articles: int = DEMO_ARTICLES,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.var_dir = var_dir
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
+        extra = dict(env or {})
         env = {
             k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL"}
         }
-        env.update(HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+        env.update(HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", **extra)
         command = [sys.executable, str(DEMO), "--port", str(port), "--articles", str(articles)]
         command += ["--var-dir", str(var_dir)]
         self.started = time.monotonic()
@@ -92,7 +99,7 @@ class DemoProcess:
 
     def logs(self) -> str:
         parts = []
-        for name in ("worker.log", "web.log"):
+        for name in ("worker.log", "training.log", "web.log"):
             path = self.var_dir / "logs" / name
             if path.exists():
                 parts.append(f"--- {name} (end) ---\n{path.read_text(errors='replace')[-3000:]}")
@@ -138,8 +145,8 @@ def start_demo(demo_var_dir: Path) -> Iterator:
     """Start demo.py (module scope: the runs of one test module share one data folder)."""
     runs: list[DemoProcess] = []
 
-    def start() -> DemoProcess:
-        runs.append(DemoProcess(demo_var_dir, free_port()))
+    def start(env: dict[str, str] | None = None) -> DemoProcess:
+        runs.append(DemoProcess(demo_var_dir, free_port(), env=env))
         return runs[-1]
 
     yield start

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import shutil
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import psutil
@@ -37,6 +38,9 @@ def demo(start_demo) -> DemoProcess:
     run = start_demo()
     run.wait_for(r"Serving at http://", timeout=240)
     run.wait_for(ALL_EMBEDDED, timeout=300)
+    # The web process loads (and compiles) the model on its first search, as demo.py's own
+    # warm-up search does: wait for it, so the browser's page loads time the search alone.
+    urllib.request.urlopen(f"{run.url}/?q=warm+up", timeout=300).close()
     return run
 
 
@@ -348,7 +352,9 @@ def test_ctrl_c_stops_everything_and_a_second_run_reuses_the_data(demo, start_de
     postmaster = demo.postmaster_pid()
     assert len(children) >= 2 and postmaster is not None
     assert demo.interrupt(timeout=60) == 0
-    assert "Stopped the worker, the web server and the database." in demo.output
+    assert (
+        "Stopped the worker, the training worker, the web server and the database." in demo.output
+    )
     left = _wait_gone([*children, postmaster], timeout=15)
     assert not left, f"still running after Ctrl-C: {[psutil.Process(p).cmdline() for p in left]}"
 

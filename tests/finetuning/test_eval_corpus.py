@@ -140,3 +140,30 @@ def test_the_gate_measures_both_versions_on_the_same_corpus():
         gate.eval_metrics(trained, evaluation, now)["ndcg@10"], abs=1e-6
     )
     assert verdict.active["eval_distractors"] == verdict.candidate["eval_distractors"] == len(now)
+
+
+def test_a_row_that_holds_an_eval_answer_is_not_a_distractor():
+    """Pairs cut from rows (headline -> lead paragraph): the row the pair came from contains
+    the answer and is relevant to the query, so it is left out of the distractors."""
+    answer = "The bank lifted its rate to fight inflation once again this year."
+    evaluation = TrainingPair.objects.bulk_create(
+        [
+            TrainingPair(text_a="central bank raises rates", text_b=answer, split="eval"),
+            TrainingPair(text_a="cup final", text_b="Cup won", split="eval"),
+        ]
+    )
+    Article.objects.bulk_create(
+        [
+            Article(title="Bank raises rates", body=f"{answer} Markets fell."),  # holds it
+            Article(title="Cup won", body="The club celebrated."),  # a short answer, whole line
+            Article(title="Cup won twice", body="A short answer starts this line only."),
+            Article(title="Other", body=f"Before it: {answer}"),  # not at a line's start
+        ]
+    )
+    texts = gate.eval_distractors("default", evaluation)
+    assert sorted(texts) == sorted(
+        ["Cup won twice\nA short answer starts this line only.", f"Other\nBefore it: {answer}"]
+    )
+    holds = gate.PositiveIndex([answer, "Cup won"])
+    assert holds(f"Title\n{answer} More.") and holds("Cup won\nbody")
+    assert not holds("Cup won twice") and not holds(answer[:-5]) and not holds(f"{answer}5")

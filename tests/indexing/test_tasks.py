@@ -253,3 +253,31 @@ def test_worker_process_init_sets_threads_and_loads_the_encoder(monkeypatch):
     assert torch.get_num_threads() == 1
     assert os.environ["OMP_NUM_THREADS"] == "1"
     assert "default" in serving.cache._encoders
+
+
+def test_a_training_only_worker_loads_no_serving_encoder_at_start(monkeypatch):
+    """``-Q sbert-train`` alone: runs and promotions load their own models, nothing to warm."""
+    from django_sbert.serving import worker
+
+    def queues(*names: str) -> set[str] | None:
+        training = Celery("queues")
+        if names:
+            training.amqp.queues.select(list(names))
+        return worker.consumed_queues(training)
+
+    assert queues("sbert-train") == {"sbert-train"}
+    assert not worker.serves_encoders(queues("sbert-train"))
+    assert worker.serves_encoders(queues("sbert"))
+    assert worker.serves_encoders(queues("sbert", "sbert-train"))
+    assert worker.serves_encoders(queues())  # no -Q: Celery's default queue
+    assert worker.serves_encoders(None)  # not in a worker
+
+    training = Celery("training")
+    training.amqp.queues.select(["sbert-train"])
+    monkeypatch.setattr(worker, "_worker_app", training)
+    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(variable, raising=False)  # restored after the test
+    before = set(threading.enumerate())
+    prepare_worker_process()
+    assert not [t for t in set(threading.enumerate()) - before if t.name == "django-sbert-warm-up"]
+    assert os.environ["OMP_NUM_THREADS"] == "1"  # threads are still set

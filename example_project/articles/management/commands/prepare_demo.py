@@ -1,9 +1,10 @@
 """``manage.py prepare_demo``: what ``demo.py`` runs before starting the worker and server.
 
 Migrates, collects the static files (served by WhiteNoise, as in production), loads the corpus
-on the first run, makes sure the demo superuser exists (its random password is printed once,
-when it is created), and queues every article that still has no current vector (a worker
-stopped mid-way loses the task it was running; this resends it).
+on the first run, makes the demo's training pairs once (headline -> lead paragraph, with a
+held-out eval split: ``articles.pairs``), makes sure the demo superuser exists (its random
+password is printed once, when it is created), and queues every article that still has no
+current vector (a worker stopped mid-way loses the task it was running; this resends it).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
-from articles import corpus
+from articles import corpus, pairs
 from articles.models import Article
 from django_sbert import indexing
 
@@ -24,20 +25,32 @@ DEMO_USER = "admin"
 
 class Command(BaseCommand):
     help = (
-        "Migrate, collect static files, load the demo corpus, create the demo superuser, "
-        "queue stale rows."
+        "Migrate, collect static files, load the demo corpus and its training pairs, create "
+        "the demo superuser, queue stale rows."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--limit", type=int, default=None, help="Load only the N newest.")
+        parser.add_argument(
+            "--pair-articles",
+            type=int,
+            default=pairs.ARTICLES,
+            help=f"Articles to make training pairs from (default {pairs.ARTICLES}).",
+        )
 
-    def handle(self, *args: Any, limit: int | None, **options: Any) -> None:
+    def handle(self, *args: Any, limit: int | None, pair_articles: int, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
         # Copies only what changed since the last run: a second start stays fast.
         call_command("collectstatic", interactive=False, verbosity=0)
         if not Article.objects.exists():
             added = corpus.load(limit=limit)
             self.stdout.write(f"Loaded {added} Wikinews articles.")
+        train, held_out = pairs.make_demo_pairs(pair_articles)
+        if train or held_out:
+            self.stdout.write(
+                f"Made {train + held_out} training pairs (headline -> lead paragraph), "
+                f"{held_out} of them held out for evaluation."
+            )
         self.ensure_superuser()
         stale = indexing.count_stale(indexing.get_ref("articles.Article", "embedding"))
         if stale:

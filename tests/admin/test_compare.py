@@ -1,0 +1,137 @@
+"""The "Before and after" page of an encoder version: both versions' top results side by side
+for the run's eval queries and a typed query, with nDCG@10 per eval query (real PostgreSQL,
+the tiny random model, a real run trained in the test process)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from django_sbert import serving
+from django_sbert.encoder.evaluation import ranking_metrics
+from django_sbert.finetuning import compare, runs
+from django_sbert.models import EncoderVersion, RunStatus, StagedEmbedding, TrainingPair
+from tests.admin.test_admin import ADMIN, ALL, TOPICS, user_with
+from tests.testapp.models import Article
+
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.urls("tests.admin.urls"),
+    pytest.mark.usefixtures("model_dir"),
+]
+
+
+@pytest.fixture
+def staff(client):
+    client.force_login(user_with("staff", ALL))
+    return client
+
+
+def _candidate(embed) -> tuple[EncoderVersion, list[Article]]:
+    """Articles whose body opens with their topic's answer (embedded by the serving model),
+    eval pairs headline -> answer, train pairs, and a trained candidate."""
+    articles = Article.objects.bulk_create(
+        Article(title=query, body=f"{answer}. More about it follows here.")
+        for query, answer in TOPICS
+    )
+    embed(*articles)
+    evaluation = TrainingPair.objects.bulk_create(
+        TrainingPair(text_a=q, text_b=a, split="eval") for q, a in TOPICS
+    )
+    train = TrainingPair.objects.bulk_create(
+        TrainingPair(text_a=f"{q} {n}", text_b=f"{a} {n}") for n in range(3) for q, a in TOPICS
+    )
+    hyper = runs.Hyperparameters(loss="mnrl", epochs=1, batch_size=4, early_stopping=False)
+    run = runs.create_run(
+        "default", [p.pk for p in evaluation + train], hyperparameters=hyper, enqueue=False
+    )
+    assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+    return EncoderVersion.objects.get(run=run), articles
+
+
+def test_both_versions_rank_the_same_pool_with_their_own_vectors(embed):
+    candidate, articles = _candidate(embed)
+    active = serving.serving("default", max_age=0).version
+    stored = {a.pk: np.asarray(a.embedding) for a in Article.objects.all()}
+    assert compare.baseline_version(candidate) == active
+
+    queries = compare.eval_queries(candidate)
+    assert list(queries) == [q for q, _ in TOPICS[: compare.EVAL_QUERIES]]
+    comparisons = compare.compare(candidate, active, queries)
+    assert [c.query for c in comparisons] == list(queries)
+    first = comparisons[0]
+    for side, version in ((first.before, active), (first.after, candidate.version)):
+        assert side.version == version
+        model = serving.get_encoder("default", version)
+        query = model.encode([first.query], normalize=True)[0]
+        for hit in side.hits:  # each side scores with its own model
+            text = model.encode([hit.text], normalize=True)[0]
+            assert hit.score == pytest.approx(float(query @ text), abs=1e-5)
+        assert [h.score for h in side.hits] == sorted((h.score for h in side.hits), reverse=True)
+        # The answer, and the article that opens with it, are relevant; nDCG is on the shown list.
+        answer = TOPICS[0][1]
+        relevant = {h.text for h in side.hits if h.relevant}
+        assert answer in relevant
+        assert any(h.row is not None and h.row.pk == articles[0].pk for h in side.hits)
+        assert all(
+            h.text == answer or h.text.startswith(TOPICS[0][0]) for h in side.hits if h.relevant
+        )
+        expected = ranking_metrics(
+            {first.query: [h.text for h in side.hits]}, {first.query: relevant}
+        )
+        assert side.ndcg == pytest.approx(expected["ndcg@10"])
+    assert {h.text for h in first.before.hits} == {h.text for h in first.after.hits}
+
+    # Nothing served changed: the same version, the same vectors, nothing staged.
+    assert serving.serving("default", max_age=0).version == active
+    assert {a.pk: np.asarray(a.embedding) for a in Article.objects.all()}.keys() == stored.keys()
+    for article in Article.objects.all():
+        assert np.array_equal(np.asarray(article.embedding), stored[article.pk])
+    assert not StagedEmbedding.objects.exists()
+
+
+def test_the_page_shows_eval_queries_and_a_typed_query(staff, embed):
+    candidate, _ = _candidate(embed)
+    url = f"{ADMIN}/encoderversion/{candidate.pk}/compare/"
+    page = staff.get(url).content.decode()
+    assert "Before and after" in page and candidate.version in page
+    headings = re.findall(r'<h2 class="sbert-query">(.*?)</h2>', page)
+    assert headings == [q for q, _ in TOPICS[: compare.EVAL_QUERIES]]  # a handful of the split
+    assert page.count("nDCG@10:") == compare.EVAL_QUERIES
+    assert "On the whole eval split" in page  # the run's stored metrics
+    typed = staff.get(url, {"q": "rain closes classrooms"}).content.decode()
+    assert "rain closes classrooms" in typed and "nDCG@10:" not in typed
+    assert typed.count('class="sbert-side"') == 2
+    # Linked from the version's page and the run's.
+    change = staff.get(f"{ADMIN}/encoderversion/{candidate.pk}/change/").content.decode()
+    assert url in change
+    assert url in staff.get(f"{ADMIN}/trainingrun/{candidate.run.pk}/change/").content.decode()
+
+
+def test_missing_files_and_nothing_to_compare_are_said_plainly(staff, embed):
+    Article.objects.create(title="central bank raises interest rates")
+    missing = EncoderVersion.objects.create(
+        version="default-gone", encoder_name="default", directory="default/gone"
+    )
+    page = staff.get(f"{ADMIN}/encoderversion/{missing.pk}/compare/").content.decode()
+    assert "sbert-compare-error" in page and "cannot be loaded on this host" in page
+    # The serving version replaced nothing: there is no "before".
+    base = EncoderVersion.objects.create(
+        version=serving.serving("default", max_age=0).version,
+        encoder_name="default",
+        is_base=True,
+        status="active",
+    )
+    serving.forget_serving()
+    page = staff.get(f"{ADMIN}/encoderversion/{base.pk}/compare/").content.decode()
+    assert "replaced no other version" in page
+
+
+def test_the_page_needs_the_view_permission(client):
+    candidate = EncoderVersion.objects.create(
+        version="default-x", encoder_name="default", directory="default/x"
+    )
+    client.force_login(user_with("nobody", []))
+    assert client.get(f"{ADMIN}/encoderversion/{candidate.pk}/compare/").status_code == 403
