@@ -17,7 +17,8 @@ promotion) loads the same package. The entry's key (``package_key``) covers ever
 generated code depends on: the transformer's class, configuration, parameter names, shapes
 and dtypes, the torch and transformers versions, the CPU's instruction sets (the library
 uses the host's vector instructions and must never be loaded on a CPU without them) and
-``PACKAGE_FORMAT``, bumped whenever this module exports differently.
+``PACKAGE_FORMAT``, this code's version of the package, bumped whenever this module exports
+differently.
 
 **Safe to share.** Processes of a host build an entry one at a time (an ``fcntl`` lock per
 entry) and write it to a temporary file renamed into place, so a package is complete or
@@ -101,7 +102,6 @@ def package_key(transformer: nn.Module) -> str:
     """The cache key of ``transformer``'s query graph: the same for every version of it."""
     import transformers
 
-    from .. import __version__
     from .paths import cpu_features
 
     config = transformer.config.to_dict()
@@ -111,7 +111,6 @@ def package_key(transformer: nn.Module) -> str:
     cpu = cpu_features()
     described = {
         "format": PACKAGE_FORMAT,
-        "django_sbert": __version__,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "platform": [sys.platform, platform.machine()],
