@@ -95,6 +95,9 @@ DEFAULTS: dict[str, Any] = {
     # FileSystemStorage under MODEL_DIR) and this host's verified copies (None: MODEL_DIR/.cache)
     "MODEL_STORAGE": None,
     "MODEL_CACHE": None,
+    # This host's compiled single-query graphs (docs/encoder.md, "Cold start"): a new process
+    # loads them instead of compiling. None: <MODEL_CACHE>/.compiled; False: none kept
+    "COMPILE_CACHE": None,
     "VERSION_CACHE_SECONDS": 2.0,  # how long a process trusts its idea of the serving version
     "TRAINING_PROGRESS_SECONDS": 2.0,  # at most one progress write per run this often
     "TRAINING_STALLED_SECONDS": 600,  # a running run silent this long lost its worker

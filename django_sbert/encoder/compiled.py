@@ -22,6 +22,15 @@ Inductor's on-disk cache (``TORCHINDUCTOR_CACHE_DIR``, by default under ``/tmp``
 generated code of the unfrozen graph, keyed by the graph and torch version, so a new process
 skips code generation for it.
 
+**A cache directory makes a new process fast too.** Given one (``cache_dir``; Django's
+``SBERT["COMPILE_CACHE"]``), the single-query graph is compiled ahead of time instead
+(AOTInductor, ``encoder/aot.py``): exported and built once per architecture into a package
+stored there, which a new process loads in a fraction of a second instead of tracing the
+model again (about 10 s of a web process's start with ``torch.compile``). It takes the
+weights at load time, so every version of the architecture shares it too. A package that
+cannot be built (an architecture ``torch.export`` cannot trace) leaves the single-query path
+on ``torch.compile``, with one warning.
+
 **Shapes.** Compiled with dynamic shapes: one graph serves every batch size >= 2 and every
 sequence length, a second one a single text (torch specializes sizes of 1). Warm both before
 traffic (``serving.warmup``) and no input length triggers a compile afterwards.
@@ -36,14 +45,18 @@ new way to fail.
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import threading
 import warnings
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import torch
 from torch import nn
+
+from .aot import QueryGraph, query_graph
 
 logger = logging.getLogger("django_sbert.encoder")
 
@@ -85,24 +98,57 @@ class CompiledTransformer:
     single text) and shared with every other transformer of the same architecture.
     """
 
-    def __init__(self, transformer: nn.Module) -> None:
-        import torch._dynamo.config  # ~1 s to import: only when compiling is asked for
-        import torch._inductor.config
-
-        self._dynamo_config = torch._dynamo.config
-        self._inductor_config = torch._inductor.config
+    def __init__(
+        self, transformer: nn.Module, cache_dir: str | os.PathLike[str] | None = None
+    ) -> None:
         self.transformer = transformer
-        self._compiled: Transformer | None = shared_compiled()
         self._lock = threading.Lock()
         self.failure: str | None = None  # why compiling failed, once it has
+        # The ahead-of-time single-query graph (aot.py): built or loaded on the first single
+        # text; False once it could not be built (then torch.compile serves single texts too).
+        self.cache_dir = cache_dir
+        self._query: QueryGraph | Literal[False] | None = None if cache_dir else False
+        self._compiled: Transformer | None = None
+        self._dynamo_config: Any = None
+        self._inductor_config: Any = None
+        self._torch_compile_ready = False
+
+    def _torch_compile(self) -> Transformer | None:
+        """The shared ``torch.compile`` function, imported on first need (~1 s, then Dynamo)."""
+        if not self._torch_compile_ready:
+            import torch._dynamo.config  # ~1 s to import: only when compiling is asked for
+            import torch._inductor.config
+
+            with self._lock:
+                if not self._torch_compile_ready:
+                    self._dynamo_config = torch._dynamo.config
+                    self._inductor_config = torch._inductor.config
+                    self._compiled = shared_compiled()
+                    self._torch_compile_ready = True
+        return self._compiled
 
     @property
     def active(self) -> bool:
         """Whether calls go through the compiled graph (False after a failed compile)."""
-        return self._compiled is not None
+        return self.failure is None
+
+    @property
+    def query_package(self) -> Path | None:
+        """The ahead-of-time package serving single texts, once loaded (else None)."""
+        return self._query.path if self._query else None
 
     def __call__(self, **inputs: torch.Tensor) -> Any:
-        compiled = self._compiled
+        if self.failure is not None:
+            return self.transformer(**inputs)
+        ids = inputs["input_ids"]
+        if self._query is not False and ids.shape[0] == 1 and ids.shape[1] >= 2:
+            query = self._query or self._load_query_graph()
+            if query:
+                states = query(ids, inputs["attention_mask"])  # (1, seq, hidden)
+                return QueryOutput(states)
+            if self.failure is not None:
+                return self.transformer(**inputs)
+        compiled = self._torch_compile()
         if compiled is None:
             return self.transformer(**inputs)
         # A single text (a search query) runs with the weights as graph inputs: one graph for
@@ -127,17 +173,72 @@ class CompiledTransformer:
                 raise outside from exc
             # No C++ compiler, an unsupported operation...: fall back to eager for good, so one
             # bad environment costs one warning, not every call.
-            with self._lock:
-                if self._compiled is not None:
-                    self._compiled = None
-                    self.failure = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-                    message = (
-                        "torch.compile failed, so this encoder runs in eager mode (same "
-                        f"vectors, about half the speed): {self.failure}"
-                    )
-                    logger.warning(message)
-                    warnings.warn(message, RuntimeWarning, stacklevel=2)
+            self._fail(exc)
             return self.transformer(**inputs)
+
+    def _fail(self, exc: BaseException) -> None:
+        """Run eager from now on, with one warning saying why."""
+        with self._lock:
+            if self.failure is None:
+                self._compiled = None
+                self.failure = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+                message = (
+                    "torch.compile failed, so this encoder runs in eager mode (same "
+                    f"vectors, about half the speed): {self.failure}"
+                )
+                logger.warning(message)
+                warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+    def _load_query_graph(self) -> QueryGraph | Literal[False]:
+        """Load (or build and store) the single-query package; False when it cannot be built."""
+        with self._lock:
+            if self._query is not None:
+                return self._query
+        try:
+            graph: QueryGraph | Literal[False] = query_graph(self.transformer, self.cache_dir)
+        except Exception as exc:
+            outside = external_cause(exc)
+            if outside is not None:
+                raise outside from exc
+            if compiler_failure(exc):
+                self._fail(exc)  # no compiler: torch.compile would fail the same way
+            else:
+                first_line = str(exc).splitlines()[0] if str(exc) else ""
+                message = (
+                    "The single-query graph could not be compiled ahead of time "
+                    f"({type(exc).__name__}: {first_line}); torch.compile serves it instead, "
+                    "in every new process."
+                )
+                logger.warning(message)
+                warnings.warn(message, RuntimeWarning, stacklevel=3)
+            graph = False
+        with self._lock:
+            if self._query is None:
+                self._query = graph
+            return self._query
+
+
+class QueryOutput:
+    """The ahead-of-time graph's result, shaped like the transformer's: ``last_hidden_state``."""
+
+    __slots__ = ("last_hidden_state",)
+
+    def __init__(self, last_hidden_state: torch.Tensor) -> None:
+        self.last_hidden_state = last_hidden_state  # (1, seq, hidden)
+
+
+def compiler_failure(exc: BaseException) -> bool:
+    """Whether ``exc``'s chain says the C++ compiler is missing or failed."""
+    from torch._inductor.exc import InvalidCxxCompiler
+
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if isinstance(link, InvalidCxxCompiler | subprocess.CalledProcessError):
+            return True
+        link = link.__cause__ or link.__context__
+    return False
 
 
 def external_cause(exc: BaseException) -> BaseException | None:

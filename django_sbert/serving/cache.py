@@ -41,7 +41,7 @@ from django.core.signals import setting_changed
 from ..conf import SETTING_NAME, encoder_config, sbert_settings
 from ..exceptions import VersionUnavailable
 from .identity import forget_base_versions
-from .model_cache import local_directory
+from .model_cache import compile_cache, local_directory
 from .paths import encoder_path
 from .versions import Serving, serving, serving_version, version_directory
 
@@ -146,6 +146,7 @@ def _load(name: str, directory: str | None = None) -> SentenceEncoder:
         quantize=path.quantize,
         dtype=None if path.dtype == "float32" else path.dtype,
         compile=path.compile,
+        compile_cache=compile_cache() if path.compile else None,
         threads=int(config["THREADS"]) if config["THREADS"] else None,
     )
 

@@ -4,6 +4,7 @@
 
     local_directory("default", "tiny-ft:1a2b...", "default/1a2b...")   # Path, fetched once
     cache_root()                      # SBERT["MODEL_CACHE"], else <MODEL_DIR>/.cache
+    compile_cache()                   # SBERT["COMPILE_CACHE"], else <cache_root()>/.compiled
 
 On first need a host copies the version from the model storage (``storage.py``) into a
 temporary directory inside its cache, checks every file's size and sha256 against the
@@ -51,6 +52,18 @@ def cache_root() -> Path:
     """``SBERT["MODEL_CACHE"]``, else ``<model_root()>/.cache``."""
     configured = sbert_settings.MODEL_CACHE
     return Path(configured) if configured else model_root() / ".cache"
+
+
+def compile_cache() -> Path | None:
+    """``SBERT["COMPILE_CACHE"]``, else ``<cache_root()>/.compiled``; None when set to False.
+
+    Where compiled single-query graphs are kept (``encoder/aot.py``): per host, like the
+    verified copies, since a graph is built for this host's CPU.
+    """
+    configured = sbert_settings.COMPILE_CACHE
+    if configured is False:
+        return None
+    return Path(configured) if configured else cache_root() / ".compiled"
 
 
 def cached_path(key: str) -> Path:

@@ -19,7 +19,7 @@ from torch._dynamo.utils import counters
 
 from django_sbert import indexing, serving
 from django_sbert.conf import ENCODER_DEFAULTS, encoder_config
-from django_sbert.encoder import SentenceEncoder
+from django_sbert.encoder import SentenceEncoder, aot
 from django_sbert.encoder.paths import compiler_available
 from django_sbert.finetuning import promotion
 from django_sbert.models import EncoderVersion, VersionStatus
@@ -77,16 +77,18 @@ def test_bad_values_are_refused_with_the_choices(settings):
 @pytest.mark.django_db
 def test_a_web_process_with_default_settings_is_compiled_before_its_first_query(defaults):
     torch._dynamo.reset()  # as a fresh process: no graph built yet
-    before = graphs()
+    before, built = graphs(), aot.stats["built"]
     state = warmup.warm(["default"], role="query")["default"]
     assert state.error is None
     assert state.path == "compiled float32", state.reason
     assert "single-query" in state.reason
-    assert graphs() == before + 1  # warm-up built the single-query graph
+    # Warm-up built the single-query graph ahead of time, into the host's COMPILE_CACHE.
+    assert aot.stats["built"] == built + 1 and graphs() == before
     model = serving.get_encoder("default")
     assert model.compiled and model._compiled.active
+    assert model._compiled.query_package.parent == defaults / ".cache" / ".compiled"
     vector, _ = serving.query_vector("central banks raise interest rates")
-    assert graphs() == before + 1  # the first query compiled nothing
+    assert graphs() == before and aot.stats["built"] == built + 1  # the query compiled nothing
     eager = SentenceEncoder.load(encoder_config("default")["MODEL"])
     expected = eager.encode("central banks raise interest rates")
     np.testing.assert_allclose(vector, expected, atol=1e-5)
@@ -111,7 +113,7 @@ def test_a_promotion_is_served_without_a_recompile(defaults, tmp_path):
     target = EncoderVersion.objects.create(
         encoder_name="default", version=version, directory=directory
     )
-    before = graphs()
+    before, built = graphs(), aot.stats["built"]
     promotion.start_promotion(target, gate=False, run_now=True)  # re-encodes every row
     target.refresh_from_db()
     assert target.status == VersionStatus.ACTIVE
@@ -120,7 +122,8 @@ def test_a_promotion_is_served_without_a_recompile(defaults, tmp_path):
     serving.forget_serving()
     vector, served = serving.query_vector("central banks raise interest rates")
     assert served == version != base_version
-    assert graphs() == before + 1  # the first query of the new version compiled nothing
+    # The first query of the new version compiled nothing: the package on disk serves it.
+    assert graphs() == before + 1 and aot.stats["built"] == built
     assert serving.get_encoder("default").compiled
     eager = SentenceEncoder.load(serving.resolve_directory(directory))
     np.testing.assert_allclose(
