@@ -135,7 +135,9 @@ class Walkthrough:
         """Select every training pair, start a run with the default recipe; the run's id once
         it has succeeded (its page reloads itself while it goes)."""
         self.run_action("/admin/django_sbert/trainingpair/", "fine_tune_encoder")
-        self.css("form input[type=submit][value='Start training']").click()
+        start = "form input[type=submit][value='Start training']"
+        self.wait(lambda: self.browser.find_elements("css selector", start), "the run form")
+        self.css(start).click()
         self.wait(lambda: "/trainingrun/" in self.browser.current_url, "the run's page")
         run = int(re.search(r"/trainingrun/(\d+)/", self.browser.current_url)[1])
         self.wait_for_run(run)
