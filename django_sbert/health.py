@@ -82,8 +82,8 @@ def check(
         state = warm_state().get(name)
         if state is not None and state.path:
             report.paths[name] = {"path": state.path, "reason": state.reason}
-        if report.checks[f"encoder:{name}"] == OK:
-            report.versions[name] = warm_state()[name].version
+        if report.checks[f"encoder:{name}"] == OK and state is not None:
+            report.versions[name] = state.version
     if broker:
         report.checks["broker"] = _broker()
     return report

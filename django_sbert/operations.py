@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import NotSupportedError
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.migrations.operations.base import Operation
 from django.db.migrations.state import ProjectState
@@ -90,13 +91,13 @@ class SetVectorStorage(Operation):
         storage: str | None,
     ) -> None:
         """Set ``storage``, or with ``None`` the storage the column's type declares."""
-        if schema_editor.connection.vendor != "postgresql":
-            raise NotImplementedError(
-                "SetVectorStorage needs PostgreSQL (column storage is PostgreSQL's own)"
-            )
         model = state.apps.get_model(app_label, self.model_name)
         if not self.allow_migrate_model(schema_editor.connection.alias, model):
-            return
+            return  # a database the routers keep this model off
+        if schema_editor.connection.vendor != "postgresql":
+            raise NotSupportedError(
+                "SetVectorStorage needs PostgreSQL (column storage is PostgreSQL's own)"
+            )
         table = model._meta.db_table
         column = model._meta.get_field(self.name).column
         quote = schema_editor.quote_name
