@@ -9,6 +9,7 @@ test's workers never answer for them.
 
 from __future__ import annotations
 
+import time
 import uuid
 from io import StringIO
 
@@ -59,10 +60,21 @@ def unique_queues(settings):
     queues.forget_consumed_queues()
 
 
+def wait_until_answering(queue: str, timeout: float = 60.0) -> None:
+    """Wait until a worker names ``queue`` in its reply: a worker that has logged "ready" can
+    still miss the first one-second remote-control question on a loaded machine."""
+    deadline = time.monotonic() + timeout
+    while queue not in (queues.ask_workers() or ()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no worker answered for {queue!r} within {timeout:.0f} s")
+    queues.forget_consumed_queues()
+
+
 @pytest.mark.django_db
 def test_a_training_run_waiting_with_only_an_indexing_worker_is_reported(unique_queues, tmp_path):
     worker = Worker(tmp_path / "indexing-only.log", INDEX_QUEUE)
     try:
+        wait_until_answering(INDEX_QUEUE)
         assert check_workers() == []  # nothing waits anywhere yet
         run = TrainingRun.objects.create(loss="mnrl")
         enqueue_training(run.pk)  # the message create_run sends
