@@ -20,6 +20,10 @@ uses the host's vector instructions and must never be loaded on a CPU without th
 ``PACKAGE_FORMAT``, this code's version of the package, bumped whenever this module exports
 differently.
 
+**Pruned.** Loading a package touches it; building a new one deletes the packages no
+process loaded for ``UNUSED_DAYS`` days (a torch upgrade or a new architecture leaves the old
+ones behind) and the temporary files of builds that died (``prune``).
+
 **Safe to share.** Processes of a host build an entry one at a time (an ``fcntl`` lock per
 entry) and write it to a temporary file renamed into place, so a package is complete or
 absent. A package that does not load or whose output differs from the eager transformer's on
@@ -38,10 +42,11 @@ import platform
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import torch
@@ -50,8 +55,14 @@ from torch import nn
 logger = logging.getLogger("django_sbert.encoder")
 
 # Bump when the exported module, the export settings or the key change: old entries are
-# then never loaded again (they stay on disk until the directory is cleared).
+# then never loaded again (``prune`` deletes them once they have gone unused long enough).
 PACKAGE_FORMAT = 1
+
+# A package no process has loaded for this long is deleted when a new one is built: entries
+# of an older torch, transformers or architecture are never loaded again.
+UNUSED_DAYS = 30
+# A temporary file of a build this old was left by a process that died while building.
+ABANDONED_BUILD_HOURS = 6
 
 # CPU flags (/proc/cpuinfo) that decide which vector instructions Inductor's generated code
 # uses. A package built on a CPU with one of them must not be loaded on a CPU without it.
@@ -192,9 +203,38 @@ def query_graph(transformer: nn.Module, cache_dir: str | os.PathLike[str]) -> Qu
             return graph
         _build(path, transformer)
     stats["built"] += 1
+    prune(path.parent, keep=path)
     graph = QueryGraph(path, transformer)
     _probe(graph)
     return graph
+
+
+def prune(cache_dir: str | os.PathLike[str], keep: Path | None = None) -> list[Path]:
+    """Delete the packages of ``cache_dir`` unused for ``UNUSED_DAYS`` days (a load touches a
+    package) and builds abandoned for ``ABANDONED_BUILD_HOURS`` hours, except ``keep``.
+
+    Returns what was deleted. A package another process loads at this moment is safe: a
+    loaded library stays mapped after its file is deleted, and a package in use is recent.
+    """
+    now = time.time()
+    limits = {
+        "query-*.pt2": UNUSED_DAYS * 86400,
+        ".building-*.pt2": ABANDONED_BUILD_HOURS * 3600,
+    }
+    deleted = []
+    for pattern, seconds in limits.items():
+        for path in Path(cache_dir).glob(pattern):
+            try:
+                if path == keep or now - path.stat().st_mtime < seconds:
+                    continue
+                path.unlink()
+                path.with_suffix(".lock").unlink(missing_ok=True)
+            except FileNotFoundError:  # another process pruned it first
+                continue
+            deleted.append(path)
+    if deleted:
+        logger.info("Deleted %d unused compiled query graph(s) from %s", len(deleted), cache_dir)
+    return deleted
 
 
 def _load_checked(path: Path, transformer: nn.Module) -> QueryGraph | None:
@@ -204,6 +244,8 @@ def _load_checked(path: Path, transformer: nn.Module) -> QueryGraph | None:
     try:
         graph = QueryGraph(path, transformer)
         _probe(graph)
+        with suppress(OSError):  # a read-only cache still serves; it is just never pruned
+            os.utime(path)  # used now: pruning keeps it
         return graph
     except PackageError as exc:
         message = (

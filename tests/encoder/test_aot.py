@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -106,9 +107,20 @@ def test_another_version_of_the_architecture_reuses_the_entry(warm_cache, tiny_m
     assert np.abs(vector - np.asarray(first["vector"])).max() > 1e-3
 
 
+def age(path: Path, days: float) -> Path:
+    """Set ``path``'s modification time ``days`` ago (creating an empty file if needed)."""
+    path.touch()
+    then = time.time() - days * 86400
+    os.utime(path, (then, then))
+    return path
+
+
 def test_a_damaged_entry_warns_and_is_rebuilt(warm_cache, tiny_model_dir, tiny_encoder):
     cache, first = warm_cache
     package = Path(first["package"])
+    # Left by a torch upgrade long ago: the rebuild below prunes it, and only it.
+    stale = age(cache / "query-0123456789abcdef0123456789abcdef.pt2", aot.UNUSED_DAYS + 1)
+    age(stale.with_suffix(".lock"), aot.UNUSED_DAYS + 1)
     data = bytearray(package.read_bytes())
     package.write_bytes(bytes(data[: len(data) // 2]))  # a half-written copy, say
     before = dict(aot.stats)
@@ -120,8 +132,30 @@ def test_a_damaged_entry_warns_and_is_rebuilt(warm_cache, tiny_model_dir, tiny_e
     assert encoder.compiled and encoder._compiled.query_package == package
     np.testing.assert_allclose(vector, tiny_encoder.encode(QUERY), atol=1e-5)
     assert package.stat().st_size >= len(data) // 2 + 1  # a whole package again
+    assert not stale.exists() and not stale.with_suffix(".lock").exists()
     # The next process loads the rebuilt entry as it is.
     assert fresh_process(tiny_model_dir, cache)["stats"] == {"loaded": 1}
+
+
+def test_loading_an_entry_marks_it_used(warm_cache, tiny_model_dir):
+    cache, first = warm_cache
+    package = age(Path(first["package"]), aot.UNUSED_DAYS - 1)
+    SentenceEncoder.load(tiny_model_dir, compile=True, compile_cache=cache).encode(QUERY)
+    assert time.time() - package.stat().st_mtime < 600
+    assert aot.prune(cache) == []  # just used: kept
+
+
+def test_prune_deletes_unused_packages_and_abandoned_builds(tmp_path):
+    old = age(tmp_path / "query-old.pt2", aot.UNUSED_DAYS + 1)
+    old_lock = age(tmp_path / "query-old.lock", aot.UNUSED_DAYS + 1)
+    recent = age(tmp_path / "query-recent.pt2", aot.UNUSED_DAYS - 1)
+    kept = age(tmp_path / "query-kept.pt2", aot.UNUSED_DAYS + 5)
+    abandoned = age(tmp_path / ".building-abc.pt2", aot.ABANDONED_BUILD_HOURS / 24 + 0.1)
+    building = age(tmp_path / ".building-def.pt2", 0)
+    other = age(tmp_path / "notes.txt", 400)  # not ours: never touched
+    assert sorted(aot.prune(tmp_path, keep=kept)) == sorted([old, abandoned])
+    assert not old.exists() and not old_lock.exists() and not abandoned.exists()
+    assert recent.exists() and kept.exists() and building.exists() and other.exists()
 
 
 def test_an_entry_with_wrong_output_is_rebuilt(warm_cache, tiny_model_dir, monkeypatch):
