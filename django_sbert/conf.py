@@ -52,13 +52,18 @@ ENCODER_DEFAULTS: dict[str, Any] = {
 SEARCH_DEFAULTS: dict[str, Any] = {
     "K": 10,  # rows returned when similar_to() is given no k and the queryset is not sliced
     # hnsw.ef_search: candidates an index search keeps; higher = better recall, slower. 100:
-    # recall@10 0.99 at 100k rows, and PostgreSQL keeps using the index on tables of a few
-    # thousand rows (at 200 it read the whole table there). Past ~500k rows set 200 (recall
-    # 0.96 instead of 0.93 at a million rows: docs/scale.md).
+    # recall@10 0.99 at 100k rows. Past ~500k rows set 200 (recall 0.96 instead of 0.93 at a
+    # million rows: docs/scale.md).
     "EF_SEARCH": 100,
     "ITERATIVE_SCAN": "relaxed_order",  # hnsw.iterative_scan: off | strict_order | relaxed_order
     "MAX_SCAN_TUPLES": 20000,  # hnsw.max_scan_tuples: stop an iterative scan after this many
     "STATEMENT_TIMEOUT": 5.0,  # seconds one search statement may run; None: no cap
+    # enable_seqscan during a vector search. PostgreSQL's planner does not count reading
+    # vectors stored out of line (TOAST), so on tables of a few thousand rows it chose to read
+    # every row (24 ms) over the HNSW index (3 ms, same top 10): False turns sequential scans
+    # off for the search's own transaction, as pgvector's README advises; True leaves the
+    # planner as configured (docs/search.md#how-it-uses-the-index)
+    "ENABLE_SEQSCAN": False,
     # hybrid_search() and keyword_search() (docs/hybrid.md)
     "RRF_K": 60,  # k of reciprocal rank fusion: larger flattens the weight of the top ranks
     "CANDIDATES": 100,  # rows taken from each side (vector top-N, keyword top-N) before fusing

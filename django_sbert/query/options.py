@@ -4,7 +4,7 @@ Every default comes from ``SBERT["SEARCH"]`` (``conf.SEARCH_DEFAULTS`` fills in 
 project leaves out); an argument given to a search method overrides it for that query.
 
 * ``SearchOptions`` / ``search_options()``: ``hnsw.ef_search``, ``hnsw.iterative_scan``,
-  ``hnsw.max_scan_tuples`` and ``statement_timeout``, set with
+  ``hnsw.max_scan_tuples``, ``enable_seqscan`` and ``statement_timeout``, set with
   ``set_config(..., is_local => true)`` inside a transaction that also runs the query: a
   ``SET LOCAL`` outside a transaction does nothing (pgvector #675). With psycopg 3 the
   transaction's ``BEGIN``, the ``set_config`` and the search statement go to PostgreSQL in one
@@ -31,6 +31,9 @@ from ..exceptions import ServiceUnavailable
 from ..serving import serving
 
 ITERATIVE_SCAN_MODES = ("off", "strict_order", "relaxed_order")
+# Unlike the hnsw.* settings, this one changes how every other query plans: restored after
+# a search that runs inside a caller's transaction.
+PLANNER_SETTING = "enable_seqscan"
 QUERY_CANCELED = "57014"  # PostgreSQL's SQLSTATE for a statement cancelled by statement_timeout
 
 
@@ -54,6 +57,7 @@ class SearchOptions:
     iterative_scan: str | None
     max_scan_tuples: int | None
     statement_timeout: float | None = None  # seconds; None: the session's own
+    enable_seqscan: bool | None = None  # False: "off" for the search; None/True: untouched
 
     @classmethod
     def without_index_settings(cls, k: int | None = None) -> SearchOptions:
@@ -75,6 +79,7 @@ class SearchOptions:
             "iterative_scan": search.get("ITERATIVE_SCAN"),
             "max_scan_tuples": search.get("MAX_SCAN_TUPLES"),
             "statement_timeout": search.get("STATEMENT_TIMEOUT"),
+            "enable_seqscan": search.get("ENABLE_SEQSCAN", True),
         }
         values.update({key: value for key, value in overrides.items() if value is not None})
         scan = values["iterative_scan"]
@@ -92,6 +97,8 @@ class SearchOptions:
             ("hnsw.max_scan_tuples", self.max_scan_tuples),
         ]
         settings = [(name, str(value)) for name, value in pairs if value is not None]
+        if self.enable_seqscan is False:
+            settings.append((PLANNER_SETTING, "off"))
         if self.statement_timeout:
             milliseconds = max(1, round(float(self.statement_timeout) * 1000))
             settings.append(("statement_timeout", str(milliseconds)))
@@ -106,7 +113,8 @@ def search_options(
 
     The settings are transaction-local, so they vanish at COMMIT and never leak to other
     queries on a pooled connection. Nested in a caller's transaction, they last until that
-    transaction ends (the usual SET LOCAL rule).
+    transaction ends (the usual SET LOCAL rule), except ``enable_seqscan``, which is put back
+    after the block: it would change the plans of the caller's other queries.
 
     ``pipelined=True`` is for a block that runs its statements on ordinary cursors and reads
     their rows whole (no server-side cursor, no COPY): outside a caller's transaction, with
@@ -118,14 +126,24 @@ def search_options(
     """
     config = options.config()
     connection = connections[using]
+    restore = None
+    nested = connection.in_atomic_block  # in a caller's transaction
     try:
         with _transaction(connection, pipelined):
             if config:
                 placeholders = ", ".join("set_config(%s, %s, true)" for _ in config)
                 params = [item for pair in config for item in pair]
+                keep = nested and any(name == PLANNER_SETTING for name, _ in config)
+                if keep:  # read before it is set: a target list is evaluated in order
+                    placeholders = f"current_setting('{PLANNER_SETTING}'), {placeholders}"
                 with connection.cursor() as cursor:
                     cursor.execute(f"SELECT {placeholders}", params)
+                    if keep:
+                        restore = cursor.fetchone()[0]
             yield
+            if restore is not None:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT set_config(%s, %s, true)", [PLANNER_SETTING, restore])
     except OperationalError as exc:
         cause = exc.__cause__
         code = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)  # psycopg 3, 2

@@ -298,6 +298,7 @@ def test_search_settings_take_effect_for_the_vector_side(articles):
             "hnsw.ef_search": "77",
             "hnsw.iterative_scan": "strict_order",
             "hnsw.max_scan_tuples": "20000",
+            "enable_seqscan": "off",
         }
     ]
 

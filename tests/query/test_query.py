@@ -63,9 +63,10 @@ def test_text_query_orders_by_cosine_and_annotates_similarity(articles):
     qvec = encode_query(query)
     with CaptureQueriesContext(connection) as ctx:
         loaded = list(Article.objects.similar_to(query, k=5).defer(None))
-    # set_config + the search; the vectors come with the rows, not one query per row (with
-    # fewer rows than k, the serving version is read once more: test_version_switch.py)
-    assert len(ctx.captured_queries) == 2
+    # set_config + the search + enable_seqscan put back (the test runs in a transaction); the
+    # vectors come with the rows, not one query per row (with fewer rows than k, the serving
+    # version is read once more: test_version_switch.py)
+    assert len(ctx.captured_queries) == 3
     for row in loaded:
         assert row.similarity == pytest.approx(cosine(qvec, row.embedding), abs=1e-5)
     assert "Not embedded yet" not in {r.title for r in results}  # rows without vectors excluded
@@ -205,6 +206,14 @@ def test_filtered_top_k_returns_k_rows_with_iterative_scan(many_articles):
     assert found >= 8, (sims, exact[:10])
 
 
+SEARCH_SETTINGS = (
+    "hnsw.ef_search",
+    "hnsw.iterative_scan",
+    "hnsw.max_scan_tuples",
+    "enable_seqscan",
+)
+
+
 def record_search_settings(log: list[dict[str, str]]):
     """An execute_wrapper reading the session's hnsw.* settings just before a vector query."""
 
@@ -212,7 +221,7 @@ def record_search_settings(log: list[dict[str, str]]):
         if "<=>" in sql:
             with context["connection"].connection.cursor() as cursor:
                 row = {}
-                for name in ("hnsw.ef_search", "hnsw.iterative_scan", "hnsw.max_scan_tuples"):
+                for name in SEARCH_SETTINGS:
                     cursor.execute(f"SHOW {name}")
                     row[name] = cursor.fetchone()[0]
             log.append(row)
@@ -243,10 +252,12 @@ def test_search_settings_take_effect_in_autocommit_mode_and_do_not_leak(embed):
             "hnsw.ef_search": "123",
             "hnsw.iterative_scan": "strict_order",
             "hnsw.max_scan_tuples": "5000",
+            "enable_seqscan": "off",
         }
     ]
     assert show("hnsw.ef_search") == "40"  # pgvector's default again: SET LOCAL ended with COMMIT
     assert show("hnsw.iterative_scan") == "off"
+    assert show("enable_seqscan") == "on"
 
 
 def test_search_settings_take_effect_inside_a_transaction(articles):
@@ -255,6 +266,59 @@ def test_search_settings_take_effect_inside_a_transaction(articles):
         list(Article.objects.similar_to("rates", ef_search=77, iterative_scan="relaxed_order"))
     assert log[0]["hnsw.ef_search"] == "77"
     assert log[0]["hnsw.iterative_scan"] == "relaxed_order"
+    assert log[0]["enable_seqscan"] == "off"
+
+
+@pytest.mark.parametrize("before", ["on", "off"])
+def test_inside_a_transaction_the_planner_setting_is_put_back_after_the_search(articles, before):
+    """hnsw.* settings last until the caller's transaction ends, but enable_seqscan would
+    change how the caller's other queries plan: it is restored once the search is done."""
+    log: list[dict[str, str]] = []
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('enable_seqscan', %s, true)", [before])
+        with connection.execute_wrapper(record_search_settings(log)):
+            embedded = Article.objects.filter(embedding__isnull=False).count()
+            assert len(list(Article.objects.similar_to("rates"))) == embedded
+            list(Article.objects.similar_to("rates").iterator())  # streamed: restored at the end
+        assert [row["enable_seqscan"] for row in log] == ["off", "off"]
+        assert show("enable_seqscan") == before
+        assert show("hnsw.ef_search") == "100"  # the usual SET LOCAL rule for hnsw.*
+
+
+def test_enable_seqscan_true_leaves_the_planner_alone(articles):
+    log: list[dict[str, str]] = []
+    with (
+        search_settings(ENABLE_SEQSCAN=True),
+        connection.execute_wrapper(record_search_settings(log)),
+    ):
+        list(Article.objects.similar_to("rates"))
+    assert log[0]["enable_seqscan"] == "on"
+
+
+@pytest.mark.django_db
+def test_the_index_serves_a_table_the_planner_would_read_whole():
+    """On tables of a few thousand rows pgvector's cost estimate makes PostgreSQL's planner
+    prefer reading every row, and it does not count the vectors kept out of line (TOAST),
+    which made that 8 times slower than the HNSW index on 5,000 SciFact abstracts
+    (docs/search.md). ENABLE_SEQSCAN=False (the default) keeps the search on the index."""
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((3000, DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    Article.objects.bulk_create(
+        Article(title=f"a{i}", body="", embedding=vectors[i]) for i in range(len(vectors))
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE testapp_article")
+    query = vectors[0]
+    with search_settings(ENABLE_SEQSCAN=True, EF_SEARCH=400):
+        plan = Article.objects.similar_to(query)[:10].explain()
+        assert "Seq Scan" in plan and "article_embedding_hnsw" not in plan, plan  # the pitfall
+    with search_settings(EF_SEARCH=400):
+        plan = Article.objects.similar_to(query)[:10].explain()
+        assert "article_embedding_hnsw" in plan, plan
+        nearest = list(Article.objects.similar_to(query)[:10])
+    assert nearest[0].title == "a0" and len(nearest) == 10
     with pytest.raises(ValueError, match="iterative_scan must be one of"):
         Article.objects.similar_to("rates", iterative_scan="fast")
 
