@@ -115,6 +115,24 @@ def age(path: Path, days: float) -> Path:
     return path
 
 
+def test_weights_replaced_after_loading_are_the_ones_used(warm_cache, tiny_model_dir):
+    """The package reads the transformer's tensors by address: tensors replaced since (not
+    changed in place) are handed to it again before the next query."""
+    cache, _ = warm_cache
+    encoder = SentenceEncoder.load(tiny_model_dir, compile=True, compile_cache=cache)
+    before = encoder.encode(QUERY)
+    with torch.no_grad():
+        for parameter in encoder.transformer.parameters():
+            parameter.data = parameter.data * 1.3  # new storage, as .to() gives
+    after = encoder.encode(QUERY)
+    eager = SentenceEncoder.load(tiny_model_dir)
+    with torch.no_grad():
+        for parameter in eager.transformer.parameters():
+            parameter.mul_(1.3)
+    np.testing.assert_allclose(after, eager.encode(QUERY), atol=1e-5)
+    assert np.abs(after - before).max() > 1e-3
+
+
 def test_a_damaged_entry_warns_and_is_rebuilt(warm_cache, tiny_model_dir, tiny_encoder):
     cache, first = warm_cache
     package = Path(first["package"])
