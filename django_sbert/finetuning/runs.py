@@ -48,7 +48,7 @@ from ..models import (
     TrainingRun,
     pair_kind_counts,
 )
-from ..serving import base_label, get_encoder, save_encoder, serving
+from ..serving import base_label, get_encoder, save_encoder, serving, trainable_encoder
 from . import quality, recovery
 from .gate import corpus_record, eval_distractors, eval_metrics, primary_metric
 from .hybrid import candidate_metrics
@@ -646,7 +646,8 @@ def _tracker(
 
 def _train(run: TrainingRun) -> str:
     """The body of ``execute_run`` for a claimed run: train, measure, save, record."""
-    from ..encoder.training import TrainingCancelled, fit  # torch: only in the worker
+    # torch: only in the worker
+    from ..encoder.training import TrainingCancelled, fit, training_precision
 
     reporter = _Reporter(run)
     try:
@@ -689,8 +690,14 @@ def _train(run: TrainingRun) -> str:
         before.update(quality.general_quality(base, sts))
         TrainingRun.objects.filter(pk=run.pk).update(metrics_before=before)
         tracker = _tracker(run, hyper, before, reporter, evaluation, held, distractors)
+        # The serving copy mines and measures the base fast (bf16 or int8 where configured);
+        # training starts from the version's float32 weights, in TRAINING_PRECISION.
+        trainable = trainable_encoder(current)
+        precision = training_precision(sbert_settings.TRAINING_PRECISION, trainable.device)
+        run.hyperparameters = {**run.hyperparameters, "precision": precision}
+        TrainingRun.objects.filter(pk=run.pk).update(hyperparameters=run.hyperparameters)
         result = fit(
-            base,
+            trainable,
             examples,
             loss=run.loss,
             epochs=int(hyper.epochs),
@@ -705,7 +712,9 @@ def _train(run: TrainingRun) -> str:
             evaluator=tracker,
             eval_every=hyper.eval_every if tracker else None,
             patience=hyper.patience if tracker else None,
+            precision=precision,
         )
+        del trainable  # fit trained a copy: free the weights it started from
         reporter.flush()
         if tracker is not None:
             # The kept checkpoint was measured when it was the live model: no second pass
