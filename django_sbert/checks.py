@@ -110,6 +110,13 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
             hint=f"Add STORAGES[{storage!r}] = {{'BACKEND': ...}} (docs/deployment.md), or set "
             "MODEL_STORAGE to None (files under SBERT['MODEL_DIR']).",
         )
+    precision = sbert_settings.TRAINING_PRECISION
+    if precision not in ("auto", "float32", "bfloat16"):
+        error(
+            f"SBERT['TRAINING_PRECISION'] is {precision!r}.",
+            hint="Use 'auto' (default: bfloat16 where the CPU has native bf16), 'float32' or "
+            "'bfloat16'.",
+        )
     search = sbert_settings.SEARCH
     scan = search.get("ITERATIVE_SCAN")
     if scan not in (None, "off", "strict_order", "relaxed_order"):

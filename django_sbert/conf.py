@@ -116,6 +116,9 @@ DEFAULTS: dict[str, Any] = {
     "TRAINING_EVAL_DISTRACTORS": 1000,
     # A small STS file (tab-separated) every run measures before and after; None: off
     "TRAINING_STS_FILE": None,
+    # Precision of a run's forward passes: "auto" (bfloat16 autocast on a CPU with native bf16,
+    # AVX-512 BF16 or AMX; float32 elsewhere), "float32" or "bfloat16". Weights stay float32.
+    "TRAINING_PRECISION": "auto",
     "PAIRS_MAX_FILE_BYTES": 20 * 1024 * 1024,  # largest pairs file an import reads; None: any
     # "Adapt to our content" (docs/fine-tuning.md): a run on a field's text, without pairs
     "ADAPT": {

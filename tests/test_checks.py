@@ -260,6 +260,16 @@ def test_e005_malformed_settings():
     assert check_settings() == []
 
 
+def test_e005_training_precision():
+    with override_settings(SBERT={"TRAINING_PRECISION": "fp16"}):
+        messages = check_settings()
+    assert ids(messages) == ["django_sbert.E005"] and "'fp16'" in messages[0].msg
+    assert "'auto'" in messages[0].hint
+    for value in ("auto", "float32", "bfloat16"):
+        with override_settings(SBERT={"TRAINING_PRECISION": value}):
+            assert check_settings() == []
+
+
 def test_e005_malformed_hybrid_settings():
     bad = {
         "RRF_K": -1,

@@ -13,6 +13,12 @@ the model before training and every ``eval_every`` steps, keeps the best weights
 stops once ``patience`` evaluations in a row did not beat the best (never before ``min_steps``:
 the first steps, still warming up, often measure below the start), and returns the best
 checkpoint, so a longer or stronger schedule cannot end past its peak.
+
+Mixed precision: ``precision="auto"`` runs the forward passes (training steps and the
+evaluations inside ``fit``) under ``torch.autocast`` in bfloat16 where the CPU has native bf16
+(AVX-512 BF16 or AMX: ``paths.CpuFeatures.native_bf16``), float32 elsewhere (emulated bf16 is
+slower than float32). The weights, the gradients' accumulation, the optimizer and the loss stay
+float32: only the matrix multiplies of the encoder run in bf16.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from .data import (
 )
 from .evaluation import sts_spearman
 from .losses import CoSENTLoss, EmbeddingLoss, build_loss
+from .paths import CpuFeatures, cpu_features
 
 if TYPE_CHECKING:
     from .model import SentenceEncoder
@@ -78,6 +85,7 @@ class FitResult:
     total_steps: int = 0  # steps planned (``steps`` is less after an early stop)
     eval_every: int | None = None
     min_steps: int | None = None  # no early stop before this step
+    precision: str = "float32"  # "float32", or "bfloat16" (autocast over float32 weights)
 
     @property
     def stopped_early(self) -> bool:
@@ -118,6 +126,7 @@ def fit(
     eval_every: int | None = None,
     patience: int | None = None,
     min_steps: int | None = None,
+    precision: str = "auto",
 ) -> FitResult:
     """Fine-tune a copy of ``encoder`` on ``examples`` with the objective ``loss``.
 
@@ -137,6 +146,12 @@ def fit(
     best (None: never stops early, still returns the best checkpoint), though not before
     ``min_steps`` steps (``default_min_steps``: an epoch, at most half the run, when None).
     Every evaluation counts for the best checkpoint, the early ones included.
+
+    ``precision``: ``"auto"`` (bfloat16 autocast on a CPU with native bf16, else float32),
+    ``"float32"`` or ``"bfloat16"`` (``training_precision`` decides; ``FitResult.precision``
+    says which ran). Under bfloat16 the forward passes and the evaluations run in
+    ``torch.autocast``; weights (a float32 copy, whatever the encoder's dtype), optimizer and
+    loss stay float32.
     """
     objective = build_loss(loss, encoder.dimensions, **dict(loss_options or {}))
     _check_settings(
@@ -150,6 +165,8 @@ def fit(
         report_every,
     )
     _check_early_stopping(evaluator, eval_every, patience, min_steps)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}.")
     data = validate_examples(examples, objective)
     if eval_examples is not None:
         eval_examples = [
@@ -158,7 +175,9 @@ def fit(
         ]
     started = time.perf_counter()
     model = encoder.copy()
+    model.float()  # master weights in float32, even from an encoder loaded in bf16
     device = model.device
+    chosen = training_precision(precision, device)
     objective.to(device)
     # Seed a private RNG state: the caller's global torch RNG is left as it was.
     rng_devices = [device.index or 0] if device.type == "cuda" else []
@@ -179,17 +198,21 @@ def fit(
         )
         evaluations: list[dict[str, float]] = []
         if eval_examples is not None:
-            evaluations.append(_evaluate(model, eval_examples, step=0, epoch=0))
+            with autocast(chosen, device):
+                evaluations.append(_evaluate(model, eval_examples, step=0, epoch=0))
         stopper = None
         if evaluator is not None:
             floor = default_min_steps(batches) if min_steps is None else min_steps
             stopper = _EarlyStopping(
                 evaluator, eval_every or default_eval_every(total), patience, floor
             )
-            stopper.measure(model, 0)
+            with autocast(chosen, device):
+                stopper.measure(model, 0)
 
         def embed(texts: list[str]) -> torch.Tensor:
-            return model(model.tokenize(texts))  # (batch, dim), differentiable
+            with autocast(chosen, device):
+                vectors = model(model.tokenize(texts))  # (batch, dim), differentiable
+            return vectors.float()  # the loss is computed in float32
 
         history: list[dict[str, float]] = []
         steps_done = 0
@@ -224,11 +247,13 @@ def fit(
                 callback(_progress(history, report_every, total, loop_started))
             last_of_epoch = step == total or batches[step][0] != epoch
             if eval_examples is not None and last_of_epoch:
-                evaluations.append(_evaluate(model, eval_examples, step=step, epoch=epoch))
+                with autocast(chosen, device):
+                    evaluations.append(_evaluate(model, eval_examples, step=step, epoch=epoch))
                 model.train()
             steps_done = step
             if stopper is not None and (step % stopper.every == 0 or step == total):
-                stopper.measure(model, step)
+                with autocast(chosen, device):
+                    stopper.measure(model, step)
                 model.train()
                 if stopper.exhausted(step):
                     break
@@ -248,6 +273,39 @@ def fit(
         total_steps=total,
         eval_every=stopper.every if stopper else None,
         min_steps=stopper.min_steps if stopper else None,
+        precision=chosen,
+    )
+
+
+PRECISIONS = ("auto", "float32", "bfloat16")
+
+
+def training_precision(
+    precision: str = "auto",
+    device: str | torch.device = "cpu",
+    cpu: CpuFeatures | None = None,
+) -> str:
+    """The precision ``fit`` trains in: ``"float32"`` or ``"bfloat16"``.
+
+    ``"auto"`` is bfloat16 on a CPU with native bf16 (``cpu.native_bf16``: AVX-512 BF16 or
+    AMX, and a torch build using AVX-512) and float32 everywhere else: an AVX2-only CPU
+    emulates bf16, slower than float32, and other devices keep float32. ``cpu`` defaults to
+    this machine's ``cpu_features()``.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}.")
+    if precision != "auto":
+        return precision
+    if torch.device(device).type != "cpu":
+        return "float32"
+    return "bfloat16" if (cpu or cpu_features()).native_bf16 else "float32"
+
+
+def autocast(precision: str, device: str | torch.device = "cpu") -> Any:
+    """The context ``fit`` runs forward passes in: bf16 autocast for ``"bfloat16"``, else a
+    no-op. It covers ``encode`` too (autocast holds under ``torch.inference_mode``)."""
+    return torch.autocast(
+        torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bfloat16"
     )
 
 

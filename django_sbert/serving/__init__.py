@@ -37,6 +37,7 @@ from .cache import (
     query_vector,
     reset_encoders,
     role_prompt,
+    trainable_encoder,
 )
 from .identity import base_label, base_version, model_fingerprint
 from .model_cache import cache_root, local_directory, unavailable_reason
@@ -94,6 +95,7 @@ __all__ = [
     "reset_encoders",
     "resolve_directory",
     "role_prompt",
+    "trainable_encoder",
     "save_encoder",
     "serving",
     "serving_changed",

@@ -96,6 +96,21 @@ def encoder_for(current: Serving) -> SentenceEncoder:
     return encoder
 
 
+def trainable_encoder(current: Serving) -> SentenceEncoder:
+    """A fresh float32, eager copy of a version (``serving()``'s answer), for fine-tuning.
+
+    Not cached, and without the settings' inference path (``PRECISION``, ``QUANTIZE``,
+    ``COMPILE``): the serving copy may hold bf16-rounded or int8 weights, and a run starts
+    from the version's own float32 weights. On the encoder's ``DEVICE``.
+    """
+    from ..encoder import SentenceEncoder  # imports torch: only when a model is loaded
+
+    name, version, directory = current.encoder, current.version, current.directory
+    config = encoder_config(name)
+    local = config["MODEL"] if directory is None else local_directory(name, version, directory)
+    return SentenceEncoder.load(str(local), device=config["DEVICE"])
+
+
 def _base_encoder(name: str) -> SentenceEncoder:
     encoder = _encoders.get(name)
     if encoder is not None:

@@ -166,7 +166,7 @@ def test_adapt_to_content_with_pseudo_queries_holds_back_pairs_without_an_eval_s
     run.refresh_from_db()
     # 10% of the 30 pseudo-pairs held back: measured before and after, apart from the gate's
     # metrics; at most 27 trained on (those with a mined negative), batches of 4, the mnrl
-    # recipe's 2 epochs at most.
+    # adapt recipe's 2 epochs at most.
     assert 0 < run.total_steps <= 14
     assert set(run.metrics_before) == set(run.metrics_after) >= {"pseudo_ndcg@10"}
     assert run.metrics_after["pseudo_eval_pairs"] == 3

@@ -8,12 +8,13 @@ import logging
 
 import numpy as np
 import pytest
+import torch
 from django.core.management import call_command
 
 from django_sbert import indexing, serving
 from django_sbert.admin.finetuning import FineTuneForm
 from django_sbert.api.finetuning import TrainingRunRequestSerializer
-from django_sbert.encoder.training import default_eval_every
+from django_sbert.encoder.training import default_eval_every, training_precision
 from django_sbert.finetuning import gate, negatives, runs
 from django_sbert.finetuning.quality import read_sts_file
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
@@ -81,7 +82,14 @@ def test_admin_api_and_command_use_the_recipe_when_given_nothing(capsys):
     call_command("sbert_train", "--sync", "--loss", "mnrl", "--batch-size", "4")
     run = TrainingRun.objects.get()
     assert run.status == RunStatus.SUCCEEDED, run.error
-    assert run.hyperparameters == {**expected, "batch_size": 4, "loss_options": {}}
+    # The worker records the precision it trained in (TRAINING_PRECISION "auto": this CPU's).
+    precision = training_precision("auto")
+    assert run.hyperparameters == {
+        **expected,
+        "batch_size": 4,
+        "loss_options": {},
+        "precision": precision,
+    }
     assert run.evaluations["metric"] == "ndcg@10" and run.evaluations["history"][0][0] == 0
 
 
@@ -137,6 +145,39 @@ def test_a_run_without_early_stopping_or_mining_trains_every_step(caplog):
     run.refresh_from_db()
     assert "hard negatives" not in caplog.text
     assert run.evaluations == {} and run.total_steps == 5 and "ndcg@10" in run.metrics_after
+
+
+def test_runs_train_float32_weights_in_the_precision_of_the_setting(settings, monkeypatch):
+    """The serving copy may run bf16 (PRECISION): training starts from float32 weights all
+    the same, and TRAINING_PRECISION reaches fit() and the run's record."""
+    from django_sbert.encoder import training
+
+    make_pairs()
+    encoders = settings.SBERT["ENCODERS"]
+    bf16 = {**encoders["default"], "PRECISION": "bfloat16"}
+    settings.SBERT = {
+        **settings.SBERT,
+        "ENCODERS": {**encoders, "default": bf16},
+        "TRAINING_PRECISION": "float32",
+    }
+    assert next(serving.get_encoder("default").transformer.parameters()).dtype == torch.bfloat16
+    given = []
+    real_fit = training.fit
+
+    def fit(encoder, *args, **kwargs):
+        given.append(({p.dtype for p in encoder.parameters()}, kwargs["precision"]))
+        return real_fit(encoder, *args, **kwargs)
+
+    monkeypatch.setattr(training, "fit", fit)
+    hyper = runs.Hyperparameters(
+        loss="mnrl", epochs=1, batch_size=4, hard_negatives=False, early_stopping=False
+    )
+    pair_ids = list(TrainingPair.objects.values_list("pk", flat=True))
+    run = runs.create_run("default", pair_ids, hyperparameters=hyper, enqueue=False)
+    assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED, run.error
+    run.refresh_from_db()
+    assert given == [({torch.float32}, "float32")]
+    assert run.hyperparameters["precision"] == "float32"
 
 
 def test_mining_corpus_reads_the_stored_vectors_of_the_base_version():
