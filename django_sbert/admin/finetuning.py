@@ -215,6 +215,9 @@ class TrainingPairAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
             "queryset": queryset,
             "counts": _counts(queryset),
             "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            # "Select all N" across pages: the confirmation posts that flag again rather than
+            # every pk, which past DATA_UPLOAD_MAX_NUMBER_FIELDS (1,000) Django refuses (400).
+            "select_across": request.POST.get("select_across") == "1",
         }
         return TemplateResponse(request, "django_sbert/admin/fine_tune_confirm.html", context)
 

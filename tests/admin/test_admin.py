@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import io
+import re
 from collections.abc import Iterator
 
 import numpy as np
@@ -268,6 +269,39 @@ def test_reembed_selected_queues_forced_embedding(staff, eager):
     assert response.status_code == 302
     article.refresh_from_db()
     assert article.embedding_updated_at is not None  # written again although up to date
+
+
+def test_fine_tuning_every_pair_across_pages_posts_one_field_not_one_per_pair(staff, settings):
+    """"Select all N pairs" (``select_across``) on a changelist: the confirmation page carries
+    the flag, not every pk, so its POST stays under DATA_UPLOAD_MAX_NUMBER_FIELDS (Django
+    answered 400 for the demo's 1,000 pairs), and the run trains on every pair the
+    changelist's filters keep."""
+    settings.DATA_UPLOAD_MAX_NUMBER_FIELDS = 40
+    TrainingPair.objects.bulk_create(
+        TrainingPair(text_a=f"{a} {n}", text_b=f"{b} {n}") for n in range(8) for a, b in TOPICS
+    )  # 64 train pairs
+    TrainingPair.objects.bulk_create(
+        TrainingPair(text_a=a, text_b=b, split="eval") for a, b in TOPICS
+    )
+    url = f"{ADMIN}/trainingpair/?split__exact=train"
+    first = TrainingPair.objects.order_by("pk").first().pk
+    page = select(staff, url, "fine_tune_encoder", [first], select_across="1")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "64 pairs selected: 64 train, 0 eval" in text
+    hidden = re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', text)
+    assert ("select_across", "1") in hidden and len(hidden) < 10, hidden
+    fields = {
+        "encoder": "default", "loss": "mnrl", "epochs": 1, "learning_rate": 2e-5,
+        "batch_size": 8, "warmup_ratio": 0.1,
+    }  # fmt: skip
+    data = {**fields, **{name: value for name, value in hidden if name != "_selected_action"}}
+    data["_selected_action"] = [value for name, value in hidden if name == "_selected_action"]
+    response = staff.post(url, data)
+    run = TrainingRun.objects.get()
+    assert response.status_code == 302 and response.url.endswith(f"/trainingrun/{run.pk}/change/")
+    train = TrainingPair.objects.filter(split="train").values_list("pk", flat=True)
+    assert sorted(run.data["train"]) == sorted(train)
 
 
 def test_cancel_action_stops_a_queued_run(staff):
