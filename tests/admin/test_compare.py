@@ -101,6 +101,12 @@ def test_the_page_shows_eval_queries_and_a_typed_query(staff, embed):
     assert headings == [q for q, _ in TOPICS[: compare.EVAL_QUERIES]]  # a handful of the split
     assert page.count("nDCG@10:") == compare.EVAL_QUERIES
     assert "On the whole eval split" in page  # the run's stored metrics
+    # Answers of the other eval queries rank in every query's list: only a query's own are
+    # labelled its expected answers.
+    first = page.split('<h2 class="sbert-query">')[1]
+    labelled = re.findall(r"<em>([^<]*)</em> \(an expected answer\)", first)
+    assert labelled and set(labelled) == {TOPICS[0][1]}, labelled
+    assert "(another eval query's answer)" in first
     typed = staff.get(url, {"q": "rain closes classrooms"}).content.decode()
     assert "rain closes classrooms" in typed and "nDCG@10:" not in typed
     assert typed.count('class="sbert-side"') == 2
