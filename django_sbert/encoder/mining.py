@@ -6,7 +6,9 @@ makes each step teach the fine distinction a search actually has to make. The ri
 negative: an unlabeled text that is in fact relevant. Candidates are therefore filtered the
 "positive-aware" way of NV-Retriever (Moreira et al. 2024): a candidate scoring at least
 ``max_ratio`` times the anchor's positive is presumed relevant and skipped, as is every text
-given as a positive of the same anchor. The negative is the best-ranked candidate left.
+given as a positive of the same anchor, as is every text that contains one (the row a content
+pair was cut from: an article holding its lead paragraph answers its headline too). The
+negative is the best-ranked candidate left.
 """
 
 from __future__ import annotations
@@ -85,7 +87,12 @@ def mine_hard_negatives(
     for anchor, positive in pairs:
         ceiling = max_ratio * float(anchor_vectors[anchor] @ positive_vectors[positive])
         for text, score in ranked[anchor]:
-            if text not in positives[anchor] and score < ceiling:
+            if score < ceiling and not _holds_a_positive(text, positives[anchor]):
                 triples.append((anchor, positive, text))
                 break
     return triples
+
+
+def _holds_a_positive(text: str, positives: set[str]) -> bool:
+    """Whether ``text`` is one of ``positives`` or contains one."""
+    return text in positives or any(positive in text for positive in positives)

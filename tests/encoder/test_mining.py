@@ -41,6 +41,17 @@ def test_negative_is_the_best_candidate_below_the_positive_aware_ceiling():
     assert mine_hard_negatives(table(), [("q2", "pos2")], corpus, top_k=2) == []
 
 
+def test_a_text_that_contains_the_positive_is_never_its_negative():
+    """The article a headline -> lead pair was cut from holds the lead: relevant, whatever
+    its score (here below the ceiling, where a plain text would be the negative)."""
+    encoder = table()
+    article = "Headline\npos\nMore paragraphs follow."
+    encoder.table[article] = angle(30)  # cos 0.866 < ceiling 0.893
+    encoder.table["another"] = angle(35)
+    triples = mine_hard_negatives(encoder, [("q", "pos")], [article, "pos", "another"])
+    assert triples == [("q", "pos", "another")]
+
+
 def test_given_corpus_vectors_replace_encoding_the_corpus():
     import numpy as np
 
