@@ -169,7 +169,8 @@ class Walkthrough:
     def promote(self, version: str, pk: int, action: str = "promote") -> str:
         """Run a promotion action on ``version``; the success message, once it serves."""
         self.run_action("/admin/django_sbert/encoderversion/", action, rows=version)
-        message = " ".join(self.texts(".messagelist li"))
+        # The message is on the page the action redirects to: wait for it to load.
+        message = self.wait(lambda: " ".join(self.texts(".messagelist li")), "the message")
         self.wait(lambda: self.version_status(pk) == "active", f"{version} to serve")
         return message
 

@@ -11,6 +11,8 @@ forks:
   count explicitly — ``SBERT["ENCODERS"][name]["THREADS"]`` or the CPUs divided by the
   concurrency — and starts loading every encoder an ``EmbeddingField`` uses, once per
   process, in a background thread so the child still reports "up" to its parent in time.
+  A task that arrives before the warm-up has finished waits for it (``task_prerun``): two
+  threads compiling the same graph at once fail inside Dynamo.
   A worker that consumes ``SBERT["TRAINING_QUEUE"]`` and not ``SBERT["QUEUE"]`` loads none:
   a training run and a promotion load the models they need (the base or a candidate
   version), never the serving one, so warming it would only take the cores from the
@@ -25,7 +27,7 @@ import sys
 import threading
 from typing import Any
 
-from celery.signals import worker_init, worker_process_init
+from celery.signals import task_prerun, worker_init, worker_process_init
 from django.apps import apps
 
 from ..conf import encoder_config, sbert_settings
@@ -98,7 +100,22 @@ def set_torch_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
+# Set while no warm-up is running in this process. A task waits for it (task_prerun): two
+# threads compiling one graph at once made Dynamo fail ("RuntimeError: custom") on a task
+# that arrived while the warm-up was still compiling.
+_warm = threading.Event()
+_warm.set()
+WARM_UP_WAIT_SECONDS = 900.0
+
+
 def _warm_up(names: list[str], threads: int) -> None:
+    try:
+        _warm_encoders(names, threads)
+    finally:
+        _warm.set()
+
+
+def _warm_encoders(names: list[str], threads: int) -> None:
     import torch  # in the child process only, after fork
 
     torch.set_num_threads(threads)  # a process-wide value, picked up by every thread
@@ -121,7 +138,7 @@ def prepare_worker_process(**kwargs: Any) -> None:
 
     Loading happens in a background thread: a prefork child must report "up" to its parent
     within ``worker_proc_alive_timeout`` (4 s), less than importing torch and loading a model
-    can take. A task that arrives first waits for the same load (``get_encoder`` locks).
+    can take. A task that arrives first waits until the warm-up has finished (``task_prerun``).
     """
     if not apps.ready:  # a Celery app that does not run Django: nothing of ours to load
         return
@@ -139,6 +156,20 @@ def prepare_worker_process(**kwargs: Any) -> None:
             sorted(queues or ()),
         )
         return
+    _warm.clear()
     threading.Thread(
         target=_warm_up, args=(names, threads), name="django-sbert-warm-up", daemon=True
     ).start()
+
+
+@task_prerun.connect(dispatch_uid="django_sbert.serving.worker.task_prerun")
+def wait_for_warm_up(**kwargs: Any) -> None:
+    """Hold a task until this process's warm-up has finished (at most WARM_UP_WAIT_SECONDS)."""
+    if _warm.is_set():
+        return
+    logger.info("django-sbert: task waits for this worker process's encoders to warm up.")
+    if not _warm.wait(WARM_UP_WAIT_SECONDS):
+        logger.warning(
+            "django-sbert: the warm-up took longer than %.0f s; the task runs anyway.",
+            WARM_UP_WAIT_SECONDS,
+        )
