@@ -1,62 +1,71 @@
 """A task that reaches a worker process while its encoders are still warming up waits for the
-warm-up (``serving.worker``): two threads compiling one graph at once failed inside Dynamo."""
+warm-up (``serving.worker``): two threads compiling one graph at once failed inside Dynamo.
+
+A real Celery worker subprocess on Redis, with the tiny model compiled (its warm-up takes a
+few seconds) and the rows' task already waiting in the queue when the worker starts, so the
+task arrives during the warm-up.
+"""
 
 from __future__ import annotations
 
 import threading
+import time
+import uuid
 
 import pytest
 from celery.signals import task_prerun
 
+from django_sbert import indexing
+from django_sbert.indexing.tasks import enqueue_stale
+from django_sbert.encoder.paths import compiler_available
 from django_sbert.serving import worker
+from tests.celery_app import app
+from tests.testapp.models import Article
+from tests.worker_process import Worker
+
+QUEUE = f"sbert-warm-{uuid.uuid4().hex[:8]}"
+WAITS = "task waits for this worker process's encoders to warm up"
+WARMED = "loaded encoders ['default']"
 
 
-def run_task_prerun(done: list[str]) -> threading.Thread:
-    def task() -> None:
-        task_prerun.send(sender=None, task_id="t", task=None, args=(), kwargs={})
-        done.append("task")
-
-    thread = threading.Thread(target=task)
-    thread.start()
-    return thread
-
-
-def test_a_task_waits_until_the_warm_up_has_finished(monkeypatch):
-    release = threading.Event()
-    order: list[str] = []
-
-    def slow_warm_up(names, threads):
-        release.wait(10)
-        order.append("warm-up")
-
-    monkeypatch.setattr(worker, "_warm_encoders", slow_warm_up)
-    worker._warm.clear()  # what prepare_worker_process does before starting the thread
-    warming = threading.Thread(target=worker._warm_up, args=(["default"], 1))
-    warming.start()
-    task = run_task_prerun(order)
-    task.join(0.5)
-    assert task.is_alive() and order == []  # held while the warm-up runs
-    release.set()
-    task.join(10)
-    warming.join(10)
-    assert order == ["warm-up", "task"]
-
-
-def test_a_failed_warm_up_does_not_hold_tasks(monkeypatch):
-    def broken(names, threads):
-        raise RuntimeError("no model files")
-
-    monkeypatch.setattr(worker, "_warm_encoders", broken)
-    worker._warm.clear()
-    with pytest.raises(RuntimeError):
-        worker._warm_up(["default"], 1)
-    order: list[str] = []
-    run_task_prerun(order).join(5)
-    assert order == ["task"]
+@pytest.mark.skipif(not compiler_available(), reason="no C++ compiler: nothing to compile")
+@pytest.mark.django_db(transaction=True)
+def test_a_task_waiting_at_start_runs_after_the_warm_up(settings, tmp_path):
+    settings.SBERT = {**settings.SBERT, "QUEUE": QUEUE}
+    app.set_current()
+    rows = Article.objects.bulk_create(
+        Article(title=f"row {i}", body="central banks raise interest rates") for i in range(8)
+    )
+    enqueue_stale(indexing.get_ref("testapp.Article", "embedding"))
+    started = Worker(
+        tmp_path / "worker.log",
+        QUEUE,
+        settings_module="tests.warm_worker_settings",
+        env={"SBERT_TEST_QUEUE": QUEUE},
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while Article.objects.filter(embedding__isnull=True).exists():
+            assert time.monotonic() < deadline, started.output()[-3000:]
+            time.sleep(0.2)
+        log = started.output()
+    finally:
+        started.stop()
+        with app.connection_for_write() as connection:
+            connection.default_channel.queue_purge(QUEUE)
+    assert WAITS in log and WARMED in log, log[-3000:]
+    assert log.index(WAITS) < log.index(WARMED) < log.index("succeeded"), log[-3000:]
+    assert "raised unexpected" not in log and "BackendCompilerFailed" not in log
+    assert Article.objects.filter(pk__in=[r.pk for r in rows], embedding__isnull=False).count() == 8
 
 
 def test_without_a_warm_up_tasks_run_at_once():
     assert worker._warm.is_set()
-    order: list[str] = []
-    run_task_prerun(order).join(5)
-    assert order == ["task"]
+    done = threading.Event()
+
+    def task() -> None:
+        task_prerun.send(sender=None, task_id="t", task=None, args=(), kwargs={})
+        done.set()
+
+    threading.Thread(target=task).start()
+    assert done.wait(5)
