@@ -12,6 +12,7 @@ from torch import nn
 
 from django_sbert.encoder.paths import CpuFeatures, cpu_features
 from django_sbert.encoder.training import PRECISIONS, fit, training_precision
+from tests.encoder.test_training import TOPICS
 
 SAPPHIRE_RAPIDS = CpuFeatures("AVX512", frozenset({"avx2", "avx512f", "avx512_bf16", "amx_bf16"}))
 ZEN4 = CpuFeatures("AVX512", frozenset({"avx2", "avx512f", "avx512_bf16"}))
@@ -23,15 +24,6 @@ AMX_CAPPED_AT_AVX2 = CpuFeatures("AVX2", frozenset({"avx2", "avx512f", "amx_bf16
 native_bf16 = pytest.mark.skipif(
     not cpu_features().native_bf16, reason="this CPU has no native bf16 (AVX-512 BF16 or AMX)"
 )
-
-TOPICS = [
-    ["bank", "rate", "interest", "money", "market"],
-    ["cat", "dog", "cats", "dogs", "child"],
-    ["election", "vote", "party", "minister", "president"],
-    ["guitar", "music", "play", "playing", "plays"],
-    ["food", "eats", "eating", "price", "prices"],
-    ["car", "cars", "fast", "slow", "runs"],
-]
 
 
 @pytest.mark.parametrize(

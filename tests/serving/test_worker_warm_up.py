@@ -16,8 +16,8 @@ import pytest
 from celery.signals import task_prerun
 
 from django_sbert import indexing
-from django_sbert.indexing.tasks import enqueue_stale
 from django_sbert.encoder.paths import compiler_available
+from django_sbert.indexing.tasks import enqueue_stale
 from django_sbert.serving import worker
 from tests.celery_app import app
 from tests.testapp.models import Article
