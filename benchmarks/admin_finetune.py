@@ -18,8 +18,9 @@ The run gets the hyperparameters given on the command line and the default recip
 rest (``runs.RECIPES``: what a staff user who changes nothing gets). ``--sts-file`` sets
 ``SBERT["TRAINING_STS_FILE"]``, so the run measures general quality before and after.
 
-Reported: nDCG@10 and Recall@10 of ``similar_to`` over the dev queries before and after the
-promotion, the run's evaluations (kept step), the gate's numbers, and the time of each step.
+Reported: nDCG@10 and Recall@10 over the dev queries, before and after the promotion, of
+``similar_to`` and of ``hybrid_search`` (after: with the fusion the run chose on the gate
+split), the run's evaluations (kept step), the gate's numbers, and the time of each step.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/admin_finetune.py --rows 2000
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/admin_finetune.py --rows 0 --dev-share 0.5 \
@@ -116,20 +117,19 @@ def pairs_jsonl(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def search_figures(data: dict, pk_of: dict[str, int]) -> dict[str, float]:
-    """nDCG@10 / Recall@10 of similar_to over the dev queries."""
+def search_figures(data: dict, pk_of: dict[str, int], method: str = "similar_to") -> dict:
+    """nDCG@10 / Recall@10 over the dev queries of ``Article.objects.<method>(query, k=10)``:
+    ``similar_to`` (vector) or ``hybrid_search`` (with the fusion the serving version chose,
+    or the site's settings before any fine-tune)."""
     from tests.testapp.models import Article
 
+    search = getattr(Article.objects, method)
     ndcg, recall = [], []
     doc_of = {pk: did for did, pk in pk_of.items()}
     for qid in data["split"]["dev"]:
         gold = data["relevant"][qid]
-        hits = [
-            doc_of[pk] in gold
-            for pk in Article.objects.similar_to(data["queries"][qid], k=10).values_list(
-                "pk", flat=True
-            )
-        ]
+        ranked = search(data["queries"][qid], k=10).values_list("pk", flat=True)
+        hits = [doc_of[pk] in gold for pk in ranked]
         dcg = sum(1 / math.log2(rank + 1) for rank, hit in enumerate(hits, start=1) if hit)
         idcg = sum(1 / math.log2(rank + 1) for rank in range(1, min(len(gold), 10) + 1))
         ndcg.append(dcg / idcg)
@@ -139,6 +139,9 @@ def search_figures(data: dict, pk_of: dict[str, int]) -> dict[str, float]:
         "recall@10": 100 * sum(recall) / len(recall),
         "queries": len(ndcg),
     }
+
+
+METHODS = ("similar_to", "hybrid_search")
 
 
 def main() -> None:
@@ -197,7 +200,7 @@ def main() -> None:
     timings["import pairs"] = time.perf_counter() - started
     print(f"imported {report.created} pairs")
 
-    before = search_figures(data, pk_of)
+    before = {method: search_figures(data, pk_of, method) for method in METHODS}
     print(f"before: {before}")
 
     started = time.perf_counter()
@@ -245,14 +248,18 @@ def main() -> None:
     serving.forget_serving()
     assert serving.serving_version("default") == candidate.version
 
-    after = search_figures(data, pk_of)
+    after = {method: search_figures(data, pk_of, method) for method in METHODS}
     print(f"after:  {after}")
-    print("\nsimilar_to on the dev queries      nDCG@10   Recall@10")
-    for label, figures in (
-        ("all-MiniLM-L6-v2 (base)", before),
-        ("after fine-tune + promotion", after),
-    ):
-        print(f"  {label:<32s}{figures['ndcg@10']:7.2f}   {figures['recall@10']:8.2f}")
+    fusion = {k: v for k, v in (candidate.metrics or {}).items() if k.startswith("fusion_")}
+    print(f"the promoted version's fusion (chosen on the gate split): {fusion or 'none'}")
+    print("\non the dev queries                  nDCG@10   Recall@10")
+    for method in METHODS:
+        for label, figures in (
+            ("all-MiniLM-L6-v2 (base)", before[method]),
+            ("after fine-tune + promotion", after[method]),
+        ):
+            row = f"{method}, {label}"
+            print(f"  {row:<46s}{figures['ndcg@10']:7.2f}   {figures['recall@10']:8.2f}")
     for name, seconds in timings.items():
         print(f"  {name:<32s} {seconds:7.1f} s")
     print(f"load average at the end: {os.getloadavg()}")
