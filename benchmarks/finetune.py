@@ -218,7 +218,9 @@ def run_scifact(
     started = time.perf_counter()
     if args.hard_negatives:
         # Mined by the base model from the corpus texts (no labels beyond the train pairs').
-        examples = mine_hard_negatives(base, data.train_pairs, list(data.corpus.values()))
+        examples = mine_hard_negatives(
+            base, data.train_pairs, list(data.corpus.values()), negatives=args.negatives
+        )
         print(f"  hard negatives for {len(examples)} of {len(data.train_pairs)} pairs", flush=True)
     mining = time.perf_counter() - started
     dev = read_sts(args.data / "stsbenchmark" / "sts-dev.csv")
@@ -257,7 +259,7 @@ def run_scifact(
             history = ", ".join(f"{s}: {100 * v:.2f}" for s, v in fitted.history)
             print(f"  eval split nDCG@10 by step ({len(data.eval_pairs)} pairs): {history}")
         results[f"scifact after mnrl lr {lr:g}"] = figures
-        negatives = ", hard negatives" if args.hard_negatives else ""
+        negatives = f", {args.negatives} hard negative(s)" if args.hard_negatives else ""
         stop = f", early stopping (patience {args.patience})" if args.early_stopping else ""
         show(
             f"SciFact after {args.mnrl_loss} ({len(examples)} pairs{negatives}, "
@@ -416,6 +418,9 @@ def main() -> None:
     parser.add_argument("--patience", type=int, default=None)
     parser.add_argument(
         "--hard-negatives", action="store_true", help="mnrl with one mined hard negative per pair"
+    )
+    parser.add_argument(
+        "--negatives", type=int, default=1, help="--hard-negatives: how many per pair"
     )
     parser.add_argument("--simcse-texts", type=int, default=640, help="texts to train on")
     parser.add_argument("--simcse-unit", choices=("sentence", "abstract"), default="sentence")

@@ -180,8 +180,12 @@ class MultipleNegativesRankingLoss(EmbeddingLoss):
     """
 
     name = "mnrl"
-    text_columns = (2, 3)
-    example_shape = "(anchor, positive) or (anchor, positive, hard_negative)"
+    # A pair, or a pair with 1 to 16 hard negatives (mine_hard_negatives(negatives=n)).
+    text_columns = tuple(range(2, 19))
+    example_shape = (
+        "(anchor, positive), (anchor, positive, hard_negative) or "
+        "(anchor, positive, negative_1, ..., negative_n)"
+    )
     in_batch_negatives = True
     compares_examples = True
 

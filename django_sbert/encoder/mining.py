@@ -8,7 +8,7 @@ negative: an unlabeled text that is in fact relevant. Candidates are therefore f
 ``max_ratio`` times the anchor's positive is presumed relevant and skipped, as is every text
 given as a positive of the same anchor, as is every text that contains one (the row a content
 pair was cut from: an article holding its lead paragraph answers its headline too). The
-negative is the best-ranked candidate left.
+negatives are the best-ranked candidates left (``negatives`` of them, one by default).
 """
 
 from __future__ import annotations
@@ -29,11 +29,14 @@ def mine_hard_negatives(
     top_k: int = 50,
     batch_size: int = 32,
     corpus_vectors: np.ndarray | None = None,
-) -> list[tuple[str, str, str]]:
-    """``(anchor, positive, hard_negative)`` triples for the pairs that have a candidate.
+    negatives: int = 1,
+) -> list[tuple[str, ...]]:
+    """``(anchor, positive, hard_negative)`` triples for the pairs that have a candidate
+    (``(anchor, positive, negative_1, ..., negative_n)`` with ``negatives=n``).
 
     ``corpus`` holds the texts negatives are drawn from (positives may be among them). A pair
-    whose ``top_k`` candidates are all positives or too close to its positive is left out.
+    whose ``top_k`` candidates hold fewer than ``negatives`` texts that are neither positives
+    nor too close to its positive is left out.
     ``corpus_vectors`` ((len(corpus), dim), unit length, by this encoder) skips encoding the
     corpus: the stored vectors of a site's rows, for instance.
     """
@@ -41,6 +44,8 @@ def mine_hard_negatives(
         raise ValueError(f"max_ratio must be in (0, 1], got {max_ratio}.")
     if top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}.")
+    if not 1 <= negatives <= top_k:
+        raise ValueError(f"negatives must be from 1 to top_k ({top_k}), got {negatives}.")
     pairs = [(str(a), str(p)) for a, p in pairs]
     given: np.ndarray | None = None
     if corpus_vectors is not None:
@@ -83,14 +88,17 @@ def mine_hard_negatives(
         order = best[row][np.argsort(-scores[row, best[row]], kind="stable")]
         ranked[anchor] = [(texts[i], float(scores[row, i])) for i in order]
 
-    triples = []
+    examples = []
     for anchor, positive in pairs:
         ceiling = max_ratio * float(anchor_vectors[anchor] @ positive_vectors[positive])
+        found = []
         for text, score in ranked[anchor]:
             if score < ceiling and not _holds_a_positive(text, positives[anchor]):
-                triples.append((anchor, positive, text))
-                break
-    return triples
+                found.append(text)
+                if len(found) == negatives:
+                    examples.append((anchor, positive, *found))
+                    break
+    return examples
 
 
 def _holds_a_positive(text: str, positives: set[str]) -> bool:

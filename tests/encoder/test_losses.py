@@ -115,6 +115,22 @@ def test_mnrl_adds_hard_negatives_as_extra_candidates():
     assert value.item() == pytest.approx(expected, rel=1e-5)
 
 
+def test_mnrl_takes_several_hard_negatives_per_anchor():
+    anchors = t([1.0, 0.0], [0.0, 1.0])
+    positives = t([1.0, 0.0], [1.0, 1.0])
+    first = t([0.0, 1.0], [-1.0, 0.0])
+    second = t([-1.0, 0.0], [0.0, -1.0])
+    # Candidates: p1, p2, the first negatives n1 n2, then the second ones m1 m2.
+    expected = _info_nce([[1.0, R2, 0.0, -1.0, -1.0, 0.0], [0.0, R2, 1.0, 0.0, 0.0, -1.0]])
+    loss = MultipleNegativesRankingLoss()
+    value = loss.compute_loss_from_embeddings([anchors, positives, first, second], None)
+    assert value.item() == pytest.approx(expected, rel=1e-5)
+    four = validate_examples([("a", "p", "n1", "n2")], loss)
+    assert four == [Example(("a", "p", "n1", "n2"))]
+    with pytest.raises(ValueError, match="item 0 has 19 items"):
+        validate_examples([("a", "p", *[f"n{i}" for i in range(17)])], loss)
+
+
 def test_simcse_embeds_the_same_texts_twice_and_contrasts_the_views():
     calls: list[list[str]] = []
 
@@ -275,7 +291,7 @@ def _cached_vs_plain_grads(encoder, columns, mini_batch_size):
     return results
 
 
-@pytest.mark.parametrize("negatives", [False, True])
+@pytest.mark.parametrize("negatives", [0, 1, 2])
 def test_cached_mnrl_gives_the_loss_and_gradients_of_plain_mnrl(tiny_model_dir, negatives):
     from django_sbert.encoder import SentenceEncoder
 
@@ -300,8 +316,9 @@ def test_cached_mnrl_gives_the_loss_and_gradients_of_plain_mnrl(tiny_model_dir, 
         "rate bank",
     ]
     columns = [anchors, positives]
-    if negatives:
-        columns.append(["cat", "bank", "food", "car", "vote", "music", "election"])
+    negative_texts = ["cat", "bank", "food", "car", "vote", "music", "election"]
+    for n in range(negatives):
+        columns.append([f"{text} {'again ' * n}".strip() for text in negative_texts])
     (plain_loss, plain), (cached_loss, cached) = _cached_vs_plain_grads(encoder, columns, 3)
     assert cached_loss == pytest.approx(plain_loss, abs=1e-5)
     assert plain.keys() == cached.keys() and len(plain) > 10

@@ -41,6 +41,18 @@ def test_negative_is_the_best_candidate_below_the_positive_aware_ceiling():
     assert mine_hard_negatives(table(), [("q2", "pos2")], corpus, top_k=2) == []
 
 
+def test_several_negatives_are_the_best_candidates_in_rank_order():
+    corpus = ["pos", "other pos", "near duplicate", "hard", "easy"]
+    # "near duplicate" stays presumed relevant: the two below the ceiling, best first.
+    assert mine_hard_negatives(table(), [("q", "pos")], corpus, negatives=2) == [
+        ("q", "pos", "hard", "easy")
+    ]
+    # A pair with fewer candidates left than asked for (two here) is left out, not padded.
+    assert mine_hard_negatives(table(), [("q", "pos")], corpus, negatives=3) == []
+    with pytest.raises(ValueError, match="negatives"):
+        mine_hard_negatives(table(), [("q", "pos")], corpus, negatives=0)
+
+
 def test_a_text_that_contains_the_positive_is_never_its_negative():
     """The article a headline -> lead pair was cut from holds the lead: relevant, whatever
     its score (here below the ceiling, where a plain text would be the negative)."""
