@@ -171,15 +171,25 @@ def run_size(n: int, all_vectors: np.ndarray, texts: list[str], queries: list[st
     assert "article_embedding_hnsw" in Article.objects.similar_to(vectors[0])[:10].explain()
     clear_query_cache()  # every timed query below is encoded (no hit from an earlier size)
 
-    total, search, found = [], [], []
-    for text in queries:
+    # Each query is searched once by text (the timed path). The search alone is timed twice:
+    # "fresh" on the vectors of other queries (other claims, encoded beforehand), whose index
+    # pages are no more cached than a real query's, and "repeat" with the vector just searched
+    # by text, whose pages are then in PostgreSQL's shared buffers. At 100k rows the index
+    # outgrows the embedded server's 128 MB of buffers, and the two differ by several ms.
+    fresh_queries = query_texts(len(queries) * 2)[len(queries) :]
+    fresh_vectors = [encode_query(text) for text in fresh_queries]
+    total, fresh, repeat, found = [], [], [], []
+    for text, other in zip(queries, fresh_vectors, strict=True):
+        t0 = time.perf_counter()
+        list(Article.objects.similar_to(other)[:10])
+        fresh.append((time.perf_counter() - t0) * 1000)
         t0 = time.perf_counter()
         rows = list(Article.objects.similar_to(text)[:10])  # uncached: each text once
         total.append((time.perf_counter() - t0) * 1000)
         qvec = encode_query(text)  # now cached; the same vector the search used
         t0 = time.perf_counter()
         list(Article.objects.similar_to(qvec)[:10])
-        search.append((time.perf_counter() - t0) * 1000)
+        repeat.append((time.perf_counter() - t0) * 1000)
         found.append((qvec, {r.pk for r in rows}))
     # The exact top 10 after the timed loop: numpy's BLAS threads keep spinning for a while
     # after a large product, and took the cores from the next timed search (+8 ms at p50).
@@ -211,8 +221,9 @@ def run_size(n: int, all_vectors: np.ndarray, texts: list[str], queries: list[st
         "p99_ms": round(percentile(total, 99), 2),
         "mean_ms": round(float(np.mean(total)), 2),
         "encode_p50_ms": round(percentile(encode_ms, 50), 2),
-        "search_p50_ms": round(percentile(search, 50), 2),
-        "search_p99_ms": round(percentile(search, 99), 2),
+        "search_p50_ms": round(percentile(fresh, 50), 2),
+        "search_p99_ms": round(percentile(fresh, 99), 2),
+        "repeat_search_p50_ms": round(percentile(repeat, 50), 2),
         "recall@10": round(float(np.mean(recalls)), 4),
         "filtered_1pct_p50_ms": round(percentile(filtered, 50), 2),
         "filtered_1pct_min_rows": min(filtered_counts),
@@ -251,6 +262,11 @@ def main() -> None:
     if args.prepare_only:
         return
     queries = query_texts(args.queries)
+    if len(query_texts(2 * args.queries)) < 2 * args.queries:
+        raise SystemExit(
+            "--queries: at most half the SciFact train claims (the other half "
+            "are the fresh vectors the search alone is timed on)."
+        )
     setup_django(args.threads, args.query_threads, args.ef_search, args.quantize, args.compile)
     from encode import cpu_line
 

@@ -272,7 +272,7 @@ def test_reembed_selected_queues_forced_embedding(staff, eager):
 
 
 def test_fine_tuning_every_pair_across_pages_posts_one_field_not_one_per_pair(staff, settings):
-    """"Select all N pairs" (``select_across``) on a changelist: the confirmation page carries
+    """ "Select all N pairs" (``select_across``) on a changelist: the confirmation page carries
     the flag, not every pk, so its POST stays under DATA_UPLOAD_MAX_NUMBER_FIELDS (Django
     answered 400 for the demo's 1,000 pairs), and the run trains on every pair the
     changelist's filters keep."""
