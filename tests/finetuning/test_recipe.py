@@ -51,6 +51,8 @@ def test_recipes_fill_what_is_not_given():
     assert mnrl.hard_negatives and mnrl.early_stopping and mnrl.eval_every is None
     cosent = runs.Hyperparameters(loss="cosent")
     assert (cosent.epochs, cosent.learning_rate) == (runs.RECIPE["epochs"], 2e-5)
+    cosine = runs.Hyperparameters(loss="cosine")  # scored pairs' default loss: its own recipe
+    assert (cosine.epochs, cosine.learning_rate) == (1, 5e-5)
     given = runs.Hyperparameters(loss="mnrl", epochs=7, learning_rate=1e-4)
     assert (given.epochs, given.learning_rate) == (7, 1e-4)
     with pytest.raises(runs.ValidationError, match="patience must be a whole number"):
