@@ -170,6 +170,9 @@ class TripletLoss(EmbeddingLoss):
         return {"name": self.name, "margin": self.margin}
 
 
+MAX_HARD_NEGATIVES = 16  # per example, for mnrl and its variants
+
+
 class MultipleNegativesRankingLoss(EmbeddingLoss):
     """In-batch negatives InfoNCE: each anchor must pick its own positive among all candidates.
 
@@ -180,8 +183,8 @@ class MultipleNegativesRankingLoss(EmbeddingLoss):
     """
 
     name = "mnrl"
-    # A pair, or a pair with 1 to 16 hard negatives (mine_hard_negatives(negatives=n)).
-    text_columns = tuple(range(2, 19))
+    # A pair, or a pair with hard negatives (mine_hard_negatives(negatives=n)).
+    text_columns = tuple(range(2, 3 + MAX_HARD_NEGATIVES))
     example_shape = (
         "(anchor, positive), (anchor, positive, hard_negative) or "
         "(anchor, positive, negative_1, ..., negative_n)"
