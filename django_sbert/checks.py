@@ -138,6 +138,16 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
             f"SBERT['SEARCH']['KEYWORD_MATCH'] is {search.get('KEYWORD_MATCH')!r}.",
             hint="Use 'any' (default) or 'all'.",
         )
+    statistics = search.get("KEYWORD_STATISTICS")
+    if statistics is not None and (
+        not isinstance(statistics, int)
+        or isinstance(statistics, bool)
+        or not 1 <= statistics <= 10000
+    ):
+        error(
+            f"SBERT['SEARCH']['KEYWORD_STATISTICS'] must be None or an integer from 1 to 10000 "
+            f"(PostgreSQL's statistics target), got {statistics!r}."
+        )
     timeout = search.get("STATEMENT_TIMEOUT")
     if timeout is not None and (
         not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0

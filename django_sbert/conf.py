@@ -75,6 +75,10 @@ SEARCH_DEFAULTS: dict[str, Any] = {
     "KEYWORD_MATCH": "any",  # keyword side of hybrid_search: "any" word or "all" words
     "KEYWORD_MAX_DF": 0.2,  # match="any" leaves out words found in more than this share of rows
     "KEYWORD_MAX_ROWS": 10000,  # a keyword search ranks at most this many matching rows
+    # Statistics target of each keyword column, set after migrate: ANALYZE then counts the rows
+    # of about 10x this many words, which match="any" weighs words by (PostgreSQL's default,
+    # 100, leaves every word past the 1,000 commonest with one weight). None: leave it.
+    "KEYWORD_STATISTICS": 1000,
     # Fields with passages= (docs/passages.md): passages the HNSW scan fetches per row asked for
     "PASSAGES_PER_ROW": 4,
     # Fields with binary_index=True (docs/scale.md): rows taken by Hamming distance per row

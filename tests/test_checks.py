@@ -277,14 +277,23 @@ def test_e005_malformed_hybrid_settings():
         "KEYWORD_MATCH": "some",
         "KEYWORD_MAX_DF": 2,
         "KEYWORD_MAX_ROWS": "all",
+        "KEYWORD_STATISTICS": 0,
     }
     with override_settings(SBERT={"SEARCH": bad}):
         messages = check_settings()
     text = " ".join(m.msg for m in messages)
-    assert set(ids(messages)) == {"django_sbert.E005"} and len(messages) == 5
-    for problem in ("'RRF_K'", "'CANDIDATES'", "'some'", "'KEYWORD_MAX_DF'", "'KEYWORD_MAX_ROWS'"):
+    assert set(ids(messages)) == {"django_sbert.E005"} and len(messages) == 6
+    for problem in (
+        "'RRF_K'",
+        "'CANDIDATES'",
+        "'some'",
+        "'KEYWORD_MAX_DF'",
+        "'KEYWORD_MAX_ROWS'",
+        "'KEYWORD_STATISTICS'",
+    ):
         assert problem in text
-    with override_settings(SBERT={"SEARCH": {"RRF_K": 10, "KEYWORD_MATCH": "all"}}):
+    good = {"RRF_K": 10, "KEYWORD_MATCH": "all", "KEYWORD_STATISTICS": None}
+    with override_settings(SBERT={"SEARCH": good}):
         assert check_settings() == []
 
 

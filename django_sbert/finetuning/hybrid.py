@@ -41,7 +41,7 @@ from .gate import eval_metrics, positive_pairs, ranking_task
 
 logger = logging.getLogger(__name__)
 
-RRF_KS = (10.0, 30.0, 60.0, 100.0)
+RRF_KS = (1.0, 5.0, 10.0, 30.0, 60.0, 100.0)
 KEYWORD_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)  # against vector weight 1
 K = 10  # the metrics' cut-off, as eval_metrics
 
