@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from django.apps import AppConfig
-from django.db import DatabaseError, connections
+from django.db import DatabaseError, connections, transaction
 from django.db.models.signals import post_migrate, pre_migrate
 
 from .conf import sbert_settings
@@ -100,10 +100,22 @@ def set_keyword_statistics(*, using: str = "default", **kwargs: Any) -> list[tup
             row = cursor.fetchone()
             if row is None or row[0] == target:
                 continue
-            cursor.execute(
-                f"ALTER TABLE {quote(table)} ALTER COLUMN {quote(column)} "
-                f"SET STATISTICS {int(target)}"
-            )
+            try:
+                with transaction.atomic(using=using):  # a failure leaves migrate's work alone
+                    cursor.execute(
+                        f"ALTER TABLE {quote(table)} ALTER COLUMN {quote(column)} "
+                        f"SET STATISTICS {int(target)}"
+                    )
+            except DatabaseError as exc:  # e.g. a role that does not own the table
+                logger.warning(
+                    "django-sbert: could not set the statistics target of %s.%s on database "
+                    "%r (%s); keyword search weighs words by PostgreSQL's default statistics.",
+                    table,
+                    column,
+                    using,
+                    exc,
+                )
+                continue
             changed.append((table, column))
     if changed:
         logger.info(

@@ -67,3 +67,19 @@ def test_analyze_then_counts_the_rows_of_more_words():
     many = counted()
     assert few <= 1000 < many
     clear_statistics_cache()
+
+
+@pytest.mark.django_db
+def test_a_role_that_cannot_alter_the_table_gets_a_warning_and_migrate_goes_on(caplog):
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE ROLE sbert_test_reader NOLOGIN")  # rolled back with the test
+        cursor.execute(f"GRANT SELECT ON {TABLE} TO sbert_test_reader")
+        cursor.execute("SET LOCAL ROLE sbert_test_reader")
+    try:
+        with override_settings(SBERT=search_settings(KEYWORD_STATISTICS=300)):
+            assert set_keyword_statistics(using="default") == []
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET ROLE")
+    assert "could not set the statistics target of testapp_article.embedding_tsv" in caplog.text
+    assert statistics_target() == 1000  # unchanged, and the connection still works
