@@ -1,0 +1,98 @@
+"""Keyword search quality against the keyword column's statistics target, on SciFact.
+
+``keyword_search(text, match="any")`` weighs each word by how rare it is, from the lexeme
+frequencies ANALYZE keeps for the tsvector column: about ten times the column's statistics
+target of them (``SBERT["SEARCH"]["KEYWORD_STATISTICS"]``, set after migrate). A word outside
+them gets one shared weight. This loads the 5,183 SciFact abstracts into the test app's
+``Article`` (title -> ``title``, abstract -> ``body``; no vectors: keyword search only),
+then for each target sets it, runs ANALYZE and reports nDCG@10 / Recall@10 over the dev
+half of ``admin_finetune.py``'s split of the training claims (seeded; nothing from
+../shared/eval), with the words counted and ANALYZE's time.
+
+``--equal-weights`` also ranks with the title weighed as the body (rank multiplier 0.4 for
+both, what ``keyword_weights={"title": "B", "body": "B"}`` gives) at the last target.
+
+    .venv/bin/python benchmarks/keyword_statistics.py [--targets 100 1000 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def ndcg_recall(ranked: list[str], gold: set[str], k: int = 10) -> tuple[float, float]:
+    hits = [doc in gold for doc in ranked[:k]]
+    dcg = sum(1 / math.log2(rank + 1) for rank, hit in enumerate(hits, start=1) if hit)
+    idcg = sum(1 / math.log2(rank + 1) for rank in range(1, min(len(gold), k) + 1))
+    return dcg / idcg, sum(hits) / len(gold)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", type=int, nargs="+", default=[100, 1000, 10000])
+    parser.add_argument("--dev-share", type=float, default=0.5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--equal-weights", action="store_true")
+    args = parser.parse_args()
+
+    from _django import setup_django
+
+    setup_django({"AUTO_EMBED": False})
+    from admin_finetune import load
+    from django.db import connection
+    from encode import cpu_line
+
+    from django_sbert import fulltext
+    from tests.testapp.models import Article
+
+    print(cpu_line())
+    data = load(0, args.seed, args.dev_share, 0.0)
+    objs = Article.objects.bulk_create(
+        Article(title=title[:300], body=text) for title, text in data["corpus"].values()
+    )
+    doc_of = {obj.pk: did for did, obj in zip(data["corpus"], objs, strict=True)}
+    dev = data["split"]["dev"]
+    print(f"SciFact: {len(objs)} abstracts, {len(dev)} dev claims (seed {args.seed})")
+
+    def measure(label: str) -> None:
+        ndcg, recall = [], []
+        for qid in dev:
+            qs = Article.objects.keyword_search(data["queries"][qid], match="any", k=10)
+            ranked = [doc_of[pk] for pk in qs.values_list("pk", flat=True)]
+            scores = ndcg_recall(ranked, data["relevant"][qid])
+            ndcg.append(scores[0])
+            recall.append(scores[1])
+        print(
+            f"{label}: keyword nDCG@10 {100 * sum(ndcg) / len(ndcg):.2f}, "
+            f"Recall@10 {100 * sum(recall) / len(recall):.2f}",
+            flush=True,
+        )
+
+    for target in args.targets:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "ALTER TABLE testapp_article ALTER COLUMN embedding_tsv "
+                f"SET STATISTICS {int(target)}"
+            )
+            started = time.perf_counter()
+            cursor.execute("ANALYZE testapp_article")
+            seconds = time.perf_counter() - started
+        fulltext.clear_statistics_cache()
+        words = len(fulltext.column_statistics(connection, "testapp_article", "embedding_tsv")[0])
+        measure(f"statistics target {target} ({words} words counted, ANALYZE {seconds:.2f} s)")
+    if args.equal_weights:
+        # Weight A's multiplier set to B's: what keyword_weights={"title": "B", ...} ranks by.
+        fulltext.RANK_WEIGHTS = (*fulltext.RANK_WEIGHTS[:3], fulltext.RANK_WEIGHTS[2])
+        measure(f"statistics target {args.targets[-1]}, title weighed as the body")
+
+
+if __name__ == "__main__":
+    main()
