@@ -19,7 +19,6 @@ both, what ``keyword_weights={"title": "B", "body": "B"}`` gives) at the last ta
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 import time
@@ -28,13 +27,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-
-
-def ndcg_recall(ranked: list[str], gold: set[str], k: int = 10) -> tuple[float, float]:
-    hits = [doc in gold for doc in ranked[:k]]
-    dcg = sum(1 / math.log2(rank + 1) for rank, hit in enumerate(hits, start=1) if hit)
-    idcg = sum(1 / math.log2(rank + 1) for rank in range(1, min(len(gold), k) + 1))
-    return dcg / idcg, sum(hits) / len(gold)
 
 
 def main() -> None:
@@ -53,6 +45,7 @@ def main() -> None:
     from encode import cpu_line
 
     from django_sbert import fulltext
+    from django_sbert.encoder.evaluation import ranking_metrics
     from tests.testapp.models import Article
 
     print(cpu_line())
@@ -65,18 +58,17 @@ def main() -> None:
     print(f"SciFact: {len(objs)} abstracts, {len(dev)} dev claims (seed {args.seed})")
 
     def measure(label: str) -> None:
-        ndcg, recall, times = [], [], []
+        rankings, times = {}, []
         for qid in dev:
             started = time.perf_counter()
             qs = Article.objects.keyword_search(data["queries"][qid], match="any", k=10)
             pks = list(qs.values_list("pk", flat=True))
             times.append(1000 * (time.perf_counter() - started))
-            scores = ndcg_recall([doc_of[pk] for pk in pks], data["relevant"][qid])
-            ndcg.append(scores[0])
-            recall.append(scores[1])
+            rankings[qid] = [doc_of[pk] for pk in pks]
+        scores = ranking_metrics(rankings, data["relevant"], 10)
         print(
-            f"{label}: keyword nDCG@10 {100 * sum(ndcg) / len(ndcg):.2f}, "
-            f"Recall@10 {100 * sum(recall) / len(recall):.2f}, "
+            f"{label}: keyword nDCG@10 {100 * scores['ndcg@10']:.2f}, "
+            f"Recall@10 {100 * scores['recall@10']:.2f}, "
             f"p50 {statistics.median(times):.2f} ms",
             flush=True,
         )
