@@ -26,7 +26,10 @@ Queries (see docs/hybrid.md):
   PostgreSQL's ANALYZE already keeps for a tsvector column (``pg_stats.most_common_elems``),
   so nothing else has to be maintained. Words in more than ``max_df`` of the rows are dropped
   (unless every word is), and a row must hold one of the rarest words (together in at most
-  ``MATCH_DF`` of the rows) to be ranked at all, which keeps the rows to rank few.
+  ``MATCH_DF`` of the rows) to be ranked at all, which keeps the rows to rank few. A word the
+  statistics do not list (rarer than every listed word, or in no row at all: a typo, a name the
+  site never mentions) is always searched for but takes none of that share, so it can never
+  be the only word a row may hold.
 
 Neither raises on user input at evaluation: an empty or punctuation-only text simply matches
 no row, and a text PostgreSQL cannot take (a NUL character) is refused by ``check_text()``
@@ -156,7 +159,9 @@ def clear_statistics_cache() -> None:
         _stats_cache.clear()
 
 
-Term = tuple[str, float, float | None]  # (lexeme, idf, fraction of rows holding it)
+# (lexeme, idf, fraction of rows holding it): the fraction is 0.0 for a word the statistics do
+# not list (its idf then assumes half the rarest listed fraction) and None without statistics.
+Term = tuple[str, float, float | None]
 
 
 def query_terms(
@@ -165,8 +170,9 @@ def query_terms(
     """``(lexeme, idf, df)`` of the words of ``text`` worth searching for, rarest first.
 
     ``idf = ln(1 + (1 - df) / df)`` with ``df`` the fraction of rows holding the word; a word
-    outside the most common ones counts as half as frequent as the least common of them.
-    Without statistics yet (a new table) every word weighs 1 and none is dropped.
+    outside the most common ones counts as half as frequent as the least common of them (and
+    is returned with df 0.0: how many rows hold it, if any, is unknown). Without statistics
+    yet (a new table) every word weighs 1 and none is dropped.
     """
     with connection.cursor() as cursor:
         cursor.execute(LEXEMES_SQL, [config, text])
@@ -178,11 +184,14 @@ def query_terms(
         return tuple((lexeme, 1.0, None) for lexeme in lexemes[:MAX_TERMS])
     weighted = []
     for lexeme in lexemes:
-        df = min(max(freqs.get(lexeme, floor / 2), 1e-6), 1.0)
-        weighted.append((df, lexeme, math.log(1.0 + (1.0 - df) / df)))
+        listed = lexeme in freqs
+        df = min(max(freqs[lexeme] if listed else floor / 2, 1e-6), 1.0)
+        weighted.append((df, lexeme, math.log(1.0 + (1.0 - df) / df), listed))
     weighted.sort()
     kept = [item for item in weighted if item[0] <= max_df] or weighted[:1]
-    return tuple((lexeme, idf, df) for df, lexeme, idf in kept[:MAX_TERMS])
+    return tuple(
+        (lexeme, idf, df if listed else 0.0) for df, lexeme, idf, listed in kept[:MAX_TERMS]
+    )
 
 
 def tsquery_literal(lexemes: Sequence[str]) -> str:
@@ -276,17 +285,26 @@ def keyword_filter_and_rank(
 
 
 def matching_lexemes(terms: Sequence[Term]) -> list[str]:
-    """The words a candidate row must hold one of: the rarest, while together they are in at
-    most ``MATCH_DF`` of the rows (at least one); every word without statistics."""
+    """The words a candidate row must hold one of: every word the statistics do not list, and
+    the rarest listed ones while together they are in at most ``MATCH_DF`` of the rows (at
+    least one listed word); every word without statistics.
+
+    An unlisted word is in few rows or in none (a word no row holds looks exactly like a rare
+    one), so it costs the GIN index little, but it must not stand in for the listed words:
+    on its own it could leave no candidate at all.
+    """
     if any(df is None for _, _, df in terms):
         return [lexeme for lexeme, _, _ in terms]
-    chosen, total = [], 0.0
-    for lexeme, _, df in sorted(terms, key=lambda term: term[2]):
+    unlisted = [lexeme for lexeme, _, df in terms if df == 0.0]
+    listed = sorted((df, lexeme) for lexeme, _, df in terms if df)
+    chosen: list[str] = []
+    total = 0.0
+    for df, lexeme in listed:
         if chosen and total + df > MATCH_DF:
             break
         chosen.append(lexeme)
         total += df
-    return chosen
+    return unlisted + chosen
 
 
 def is_text_field(field: models.Field) -> bool:

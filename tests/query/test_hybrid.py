@@ -10,6 +10,7 @@ from django.core.paginator import Paginator
 from django.db import connection, models
 from django.test.utils import isolate_apps, override_settings
 
+from django_sbert import fulltext
 from django_sbert.fields import EmbeddingField
 from django_sbert.fulltext import clear_statistics_cache
 from django_sbert.query import SemanticManager
@@ -426,6 +427,36 @@ def test_any_word_ranking_weighs_rare_words_by_idf(db):
     assert list(Article.objects.keyword_search("enzyme patients", match="any")) == [rare]
     with pytest.raises(ValueError, match="max_df"):
         Article.objects.keyword_search(text, match="any", max_df=0)
+
+
+def test_a_word_no_row_holds_does_not_hide_the_listed_words(db):
+    # 60 rows; "increase" is in 20 of them (over MATCH_DF alone, under max_df). At this size
+    # ANALYZE lists every word, so "pyongyang", listed nowhere, is in no row: the listed word
+    # must still find candidates, or the keyword side would find nothing at all.
+    Article.objects.bulk_create(
+        Article(title=f"report {i}", body="prices increase" if i < 20 else "prices fall")
+        for i in range(60)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE testapp_article")
+    clear_statistics_cache()
+    text = "increase in pyongyang"
+    terms = dict((t[0], t[2]) for t in keyword_terms(text))
+    assert terms["pyongyang"] == 0.0 and terms["increas"] > fulltext.MATCH_DF
+    found = list(Article.objects.keyword_search(text, match="any", max_df=0.5, k=100))
+    assert len(found) == 20 and all("increase" in row.body for row in found)
+    # A row written after ANALYZE with the unlisted word is found, and first: the word is
+    # still searched for, with the idf of a word rarer than every listed one.
+    new = Article.objects.create(title="Pyongyang", body="a quiet day")
+    ranked = list(Article.objects.keyword_search(text, match="any", max_df=0.5, k=100))
+    assert ranked[0] == new and len(ranked) == 21
+
+
+def keyword_terms(text: str) -> tuple[fulltext.Term, ...]:
+    """The (lexeme, idf, df) the keyword side of a search of ``text`` uses."""
+    return fulltext.query_terms(
+        connection, "testapp_article", "embedding_tsv", "english", text, 0.5
+    )
 
 
 # -- the fusion chosen for the serving version (finetuning/hybrid.py) -----------------------
