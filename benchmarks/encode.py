@@ -119,6 +119,11 @@ def main() -> None:
     parser.add_argument("--onnx", action="store_true", help="also sentence-transformers ONNX")
     parser.add_argument("--no-sts", action="store_true", help="skip STSb dev Spearman")
     parser.add_argument(
+        "--unbucketed",
+        action="store_true",
+        help="also the default path with each batch padded to its longest text, not bucketed",
+    )
+    parser.add_argument(
         "--one-at-a-time",
         action="store_true",
         help="encode each text alone, as a web process encodes a search query (use --threads 1)",
@@ -142,6 +147,11 @@ def main() -> None:
         "default": SentenceEncoder.load(model, compile=path.compile, dtype=dtype),
         "fp32": SentenceEncoder.load(model),
     }
+    if args.unbucketed:
+        variants["default unbucketed"] = SentenceEncoder.load(
+            model, compile=path.compile, dtype=dtype
+        )
+        variants["default unbucketed"].pad_buckets = False
     if not args.no_int8:
         variants["int8"] = SentenceEncoder.load(model, quantize="int8")
     print(

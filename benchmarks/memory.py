@@ -4,7 +4,7 @@
         [--threads 2]
     .venv/bin/python benchmarks/memory.py --role web      # default path, warm, 200 queries
     .venv/bin/python benchmarks/memory.py --role worker   # default path, 1,000 batches of 32
-        [--batches 1000] [--batch-size 32]
+        [--batches 1000] [--batch-size 32] [--random-lengths] [--unbucketed]
 
 ``--role`` loads the encoder on the path a web process (``query``) or an encoding worker
 (``document``) takes by default (``encoder.paths``), warms it, and prints RSS after warming
@@ -14,7 +14,10 @@ training``, an optimizer) was imported: a web process should not carry it.
 Encodes the same ``--n`` texts ``--repeats`` times and prints the resident set size after the
 first encode and after the last, and the largest growth seen in between. Target: growth within
 50 MB. Texts are STSb sentences plus long wikinews articles (truncated at 256 tokens), so the
-batches take many different shapes, which is what makes allocators grow.
+batches take many different shapes, which is what makes allocators grow. ``--random-lengths``
+feeds texts of every length from 1 to 250 words instead (random words, seeded), and
+``--unbucketed`` pads each batch to its longest text rather than to a bucketed width
+(``SentenceEncoder.pad_buckets``): the two show what the buckets bound.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import random
 import time
 
 import psutil
@@ -42,7 +46,35 @@ def texts(n: int) -> list[str]:
     return [articles[i % len(articles)] if i % 10 == 0 else short[i % len(short)] for i in range(n)]
 
 
-def warm_process(role: str, model: str, threads: int, batches: int, size: int) -> None:
+def random_length_texts(n: int, seed: int = 0) -> list[str]:
+    """``n`` texts of 1 to 250 random words each: batches of every width up to 256 tokens."""
+    rng = random.Random(seed)
+    words = [
+        "the",
+        "of",
+        "market",
+        "bank",
+        "rates",
+        "economy",
+        "growth",
+        "prices",
+        "and",
+        "to",
+        "in",
+        "a",
+    ]
+    return [" ".join(rng.choices(words, k=rng.randint(1, 250))) for _ in range(n)]
+
+
+def warm_process(
+    role: str,
+    model: str,
+    threads: int,
+    batches: int,
+    size: int,
+    random_lengths: bool = False,
+    bucketed: bool = True,
+) -> None:
     import sys
 
     from encode import cpu_line
@@ -54,7 +86,8 @@ def warm_process(role: str, model: str, threads: int, batches: int, size: int) -
     path = default_path("query" if role == "web" else "document", model)
     dtype = None if path.dtype == "float32" else path.dtype
     encoder = SentenceEncoder.load(model, compile=path.compile, dtype=dtype)
-    data = texts(batches * size)
+    encoder.pad_buckets = bucketed
+    data = random_length_texts(batches * size) if random_lengths else texts(batches * size)
     start = time.perf_counter()
     if role == "web":
         encoder.encode("warm up", threads=1)
@@ -72,6 +105,8 @@ def warm_process(role: str, model: str, threads: int, batches: int, size: int) -
                 rss = process.memory_info().rss
                 print(f"batch {batch + 1}: rss {rss / 2**20:.0f} MB", flush=True)
         what = f"{batches} batches of {size}"
+        what += ", random lengths" if random_lengths else ""
+        what += "" if bucketed else ", unbucketed"
     gc.collect()
     final = process.memory_info().rss
     training = sorted(m for m in sys.modules if m.startswith("django_sbert.encoder.training"))
@@ -91,10 +126,20 @@ def main() -> None:
     parser.add_argument("--role", choices=["web", "worker"], help="a warm process's RSS")
     parser.add_argument("--batches", type=int, default=1000, help="--role worker: batches")
     parser.add_argument("--batch-size", type=int, default=32, help="--role worker: texts each")
+    parser.add_argument("--random-lengths", action="store_true", help="texts of 1-250 words")
+    parser.add_argument("--unbucketed", action="store_true", help="pad to the longest text")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.role:
-        warm_process(args.role, args.model, args.threads, args.batches, args.batch_size)
+        warm_process(
+            args.role,
+            args.model,
+            args.threads,
+            args.batches,
+            args.batch_size,
+            random_lengths=args.random_lengths,
+            bucketed=not args.unbucketed,
+        )
         return
     encoder = SentenceEncoder.load(args.model)
     data = texts(args.n)

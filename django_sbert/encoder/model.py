@@ -94,6 +94,9 @@ class SentenceEncoder(nn.Module):
         self.pooling = pooling
         self.dense = nn.ModuleList(dense)
         self.normalize_output = normalize
+        # encode() pads batches to a few widths (tokenization.bucket_width): bounded shapes,
+        # same vectors. False pads each batch to its longest text (benchmarks compare).
+        self.pad_buckets = True
         self.spec = spec
         self.prompts = dict(spec.prompts)
         self.default_prompt_name = spec.default_prompt_name
@@ -451,7 +454,10 @@ class SentenceEncoder(nn.Module):
             with torch.inference_mode():
                 for start in starts:
                     index = order[start : start + batch_size]
-                    input_ids, mask = self.tokenizer.pad(rows, index)
+                    # A lone text keeps its width (the single-query graph); batches are
+                    # padded to a bucketed width, which bounds the shapes a worker sees.
+                    bucket = self.pad_buckets and len(index) > 1
+                    input_ids, mask = self.tokenizer.pad(rows, index, bucket=bucket)
                     features = {
                         "input_ids": torch.from_numpy(input_ids).to(device),
                         "attention_mask": torch.from_numpy(mask).to(device),

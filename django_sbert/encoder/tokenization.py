@@ -23,6 +23,10 @@ logger = logging.getLogger("django_sbert.encoder")
 # tokens. English runs at 4-5 characters per token; only texts with long runs of whitespace or
 # of one unsplittable "word" (one [UNK]) use more.
 CHARS_PER_TOKEN = 32
+# Batches are padded to a width in a short list (see bucket_width), not to any length: the
+# bf16 matrix multiplies (oneDNN) keep state for every input shape they have seen, so a worker
+# fed every length from 1 to 256 grew by hundreds of MB (docs/benchmarks.md, Memory).
+EXACT_WIDTHS = 32
 
 
 @dataclass(frozen=True)
@@ -172,12 +176,32 @@ class TextTokenizer:
             )
         return _pack(rows, np.asarray(owner, dtype=np.int64))
 
-    def pad(self, rows: TokenRows, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Right-pad the rows at ``index`` into ``(input_ids, attention_mask)``, both (b, L)."""
+    def pad(
+        self, rows: TokenRows, index: np.ndarray, bucket: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Right-pad the rows at ``index`` into ``(input_ids, attention_mask)``, both (b, L).
+
+        ``bucket``: L is ``bucket_width`` of the longest row (masked padding, same vectors).
+        """
         lengths = rows.lengths[index]
         width = int(lengths.max()) if len(index) else 0
+        if bucket:
+            width = bucket_width(width, max(width, self.max_seq_length))
         positions = np.arange(width)
         mask = positions[None, :] < lengths[:, None]  # (b, L)
         gather = rows.starts[index][:, None] + positions[None, :]
         input_ids = np.where(mask, rows.ids[np.minimum(gather, len(rows.ids) - 1)], self.pad_id)
         return input_ids.astype(np.int64), mask.astype(np.int64)
+
+
+def bucket_width(width: int, limit: int) -> int:
+    """``width`` rounded up to one of a few dozen widths, never past ``limit``.
+
+    Up to ``EXACT_WIDTHS`` tokens every width is its own (short sentences pay no padding);
+    above, the step is a sixteenth of the next power of two (4 up to 64, 8 up to 128, 16 up to
+    256...), so a batch carries at most about 12% padding and 256 tokens come in 56 widths.
+    """
+    if width <= EXACT_WIDTHS:
+        return width
+    step = 1 << ((width - 1).bit_length() - 4)
+    return min(-(-width // step) * step, limit)

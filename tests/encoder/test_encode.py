@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from django_sbert.encoder import SentenceEncoder
+from django_sbert.encoder.tokenization import bucket_width
 
 WORDS = [
     "the",
@@ -64,6 +65,45 @@ def test_order_is_restored_and_independent_of_batching(tiny_encoder):
     np.testing.assert_allclose(
         tiny_encoder.encode(texts[::-1], batch_size=64)[::-1], together, atol=1e-5
     )
+
+
+def test_bucket_widths():
+    assert [bucket_width(w, 256) for w in (1, 17, 32)] == [1, 17, 32]  # short: no padding
+    assert [bucket_width(w, 256) for w in (33, 36, 37, 64, 65, 129, 250, 256)] == [
+        36, 36, 40, 64, 72, 144, 256, 256
+    ]  # fmt: skip
+    assert bucket_width(97, 100) == 100  # never past the limit (max_seq_length)
+    assert len({bucket_width(w, 256) for w in range(1, 257)}) == 56
+
+
+def test_batches_are_padded_to_a_few_widths_with_the_same_vectors(tmp_path):
+    from tests.tiny_model import build_tiny_model
+
+    encoder = SentenceEncoder.load(build_tiny_model(tmp_path / "m", max_seq_length=100))
+    widths: list[int] = []
+
+    def record(module, args, kwargs):
+        ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
+        widths.append(ids.shape[1])
+
+    hook = encoder.transformer.register_forward_pre_hook(record, with_kwargs=True)
+    rng = np.random.default_rng(1)
+    texts = [" ".join(rng.choice(WORDS, size=rng.integers(1, 120))) for _ in range(1000)]
+    try:
+        together = encoder.encode(texts, batch_size=4)
+        batches = set(widths)
+        widths.clear()
+        alone = np.stack([encoder.encode(t) for t in texts[:40]])
+    finally:
+        hook.remove()
+    # Texts of every length from 3 tokens ([CLS] word [SEP]) to 100 (max_seq_length), yet
+    # batches came in the 43 bucketed widths only; a lone text keeps its own width.
+    lengths = [len(encoder.tokenizer.truncated([t]).ids) for t in texts]
+    assert set(lengths) == set(range(3, 101))
+    assert batches == {bucket_width(w, 100) for w in range(3, 101)}, sorted(batches)
+    assert len(batches) == 43 and 37 not in batches
+    assert set(widths) == set(lengths[:40])
+    np.testing.assert_allclose(together[:40], alone, atol=1e-5)
 
 
 def test_normalize_switch(tiny_model_dir, tmp_path):
