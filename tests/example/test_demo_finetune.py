@@ -105,7 +105,10 @@ def test_fine_tune_compare_promote_and_roll_back_in_the_admin(demo, walk: Walkth
     # changes nothing; a staff user asks again, as this does.
     def rollback_started() -> bool:
         walk.run_action("/admin/django_sbert/encoderversion/", "rollback", rows=version)
-        return "Rolling back" in " ".join(walk.texts(".messagelist li"))
+        # The message is on the page the action redirects to: read it once that page is in
+        # (read too early, a rollback that started looks refused, and the next try is).
+        said = walk.wait(lambda: " ".join(walk.texts(".messagelist li")), "the message")
+        return "Rolling back" in said
 
     walk.wait(rollback_started, "the rollback to start")
     walk.wait(lambda: walk.version_status(pk) == "retired", f"{version} to be retired")
