@@ -260,7 +260,7 @@ def test_a_training_only_worker_loads_no_serving_encoder_at_start(monkeypatch):
     from django_sbert.serving import worker
 
     def queues(*names: str) -> set[str] | None:
-        training = Celery("queues")
+        training = Celery("queues", set_as_current=False)
         if names:
             training.amqp.queues.select(list(names))
         return worker.consumed_queues(training)
@@ -272,7 +272,7 @@ def test_a_training_only_worker_loads_no_serving_encoder_at_start(monkeypatch):
     assert worker.serves_encoders(queues())  # no -Q: Celery's default queue
     assert worker.serves_encoders(None)  # not in a worker
 
-    training = Celery("training")
+    training = Celery("training", set_as_current=False)
     training.amqp.queues.select(["sbert-train"])
     monkeypatch.setattr(worker, "_worker_app", training)
     for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
