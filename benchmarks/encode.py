@@ -14,6 +14,12 @@ encoding worker on this host (``encoder.paths.choose_path``, printed with its re
 ``--one-at-a-time`` encodes each text alone (a search query in a web process: use
 ``--threads 1``) and the ms/text column is its mean latency. ``--long`` times Wikinews
 articles (truncated at 256 tokens) instead of STSb sentences.
+``--int8-static`` adds static int8 through PT2E and Inductor (oneDNN's int8 kernels, AMX int8
+where the CPU has it), calibrated on 256 other texts: a measurement, not a path of the app; it
+needs torchao beside the venv (``benchmarks/_int8_static.py`` says how).
+``--math-attention`` adds the default path with attention written out as matrix products and
+a softmax (transformers' "eager" attention) instead of PyTorch's fused kernel (sdpa), which
+Inductor then fuses into its own code.
 ``--onnx`` adds sentence-transformers' ONNX backend (``backend="onnx"``, exported from the
 local model directory into a temporary copy) and its dynamically quantized int8 export; it
 needs ``optimum-onnx[onnxruntime]`` importable (docs/benchmarks.md says how).
@@ -119,6 +125,16 @@ def main() -> None:
     parser.add_argument("--onnx", action="store_true", help="also sentence-transformers ONNX")
     parser.add_argument("--no-sts", action="store_true", help="skip STSb dev Spearman")
     parser.add_argument(
+        "--int8-static",
+        action="store_true",
+        help="also static int8 through PT2E and Inductor (needs torchao; _int8_static.py)",
+    )
+    parser.add_argument(
+        "--math-attention",
+        action="store_true",
+        help="also the default path with attention as matmul + softmax instead of sdpa",
+    )
+    parser.add_argument(
         "--unbucketed",
         action="store_true",
         help="also the default path with each batch padded to its longest text, not bucketed",
@@ -152,8 +168,25 @@ def main() -> None:
             model, compile=path.compile, dtype=dtype
         )
         variants["default unbucketed"].pad_buckets = False
+    if args.math_attention:
+        variants["default, math attention"] = SentenceEncoder.load(
+            model, compile=path.compile, dtype=dtype
+        )
+        variants["default, math attention"].transformer.set_attn_implementation("eager")
     if not args.no_int8:
         variants["int8"] = SentenceEncoder.load(model, quantize="int8")
+    if args.int8_static:
+        from _int8_static import static_int8
+
+        # Calibrated on texts of the same kind that are not timed.
+        calibration = (long_texts if args.long else sts_sentences)(args.n + 256)[args.n :]
+        variants["int8 static"] = static_int8(model, calibration)
+        if args.math_attention:
+            variants["int8 static, math attention"] = static_int8(
+                model, calibration, attention="eager"
+            )
+        if cpu.native_bf16:
+            variants["int8 static + bf16"] = static_int8(model, calibration, bf16=True)
     print(
         f"{type(variants['fp32'].transformer).__name__}, "
         f"attention {variants['fp32'].transformer.config._attn_implementation}, "
@@ -208,12 +241,13 @@ def main() -> None:
         f"{torch.get_num_threads()} threads, "
         f"median of {args.repeats} alternating runs"
     )
-    print(f"{'variant':<22}{'sent/s':>8}{'ms/text':>9}{'x peer':>8}{'STSb dev':>10}")
+    width = max(22, *(len(name) + 2 for name in encoders))
+    print(f"{'variant':<{width}}{'sent/s':>8}{'ms/text':>9}{'x peer':>8}{'STSb dev':>10}")
     for name, encode in encoders.items():
         ratio = statistics.median(ratios[name]) if name in ratios else 1.0
         rate = statistics.median(rates[name])
         sts = "" if args.no_sts else f"{spearman(encode, dev):>10.2f}"
-        print(f"{name:<22}{rate:>8.0f}{1000 / rate:>9.2f}{ratio:>8.2f}{sts}", flush=True)
+        print(f"{name:<{width}}{rate:>8.0f}{1000 / rate:>9.2f}{ratio:>8.2f}{sts}", flush=True)
 
 
 if __name__ == "__main__":
