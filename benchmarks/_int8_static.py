@@ -29,24 +29,8 @@ import torch
 from torch import nn
 
 from django_sbert.encoder import SentenceEncoder
-
-
-class _Hidden(nn.Module):
-    """The transformer as ``(input_ids, attention_mask) -> last_hidden_state``, for export."""
-
-    def __init__(self, transformer: nn.Module) -> None:
-        super().__init__()
-        self.transformer = transformer
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.transformer(input_ids=input_ids, attention_mask=attention_mask)[0]
-
-
-class _Output:
-    __slots__ = ("last_hidden_state",)
-
-    def __init__(self, last_hidden_state: torch.Tensor) -> None:
-        self.last_hidden_state = last_hidden_state
+from django_sbert.encoder.aot import QueryModule
+from django_sbert.encoder.compiled import QueryOutput
 
 
 class _QuantizedTransformer(nn.Module):
@@ -62,12 +46,12 @@ class _QuantizedTransformer(nn.Module):
         self.config = config
         self.bf16 = bf16
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> _Output:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> QueryOutput:
         autocast = (
             torch.autocast("cpu", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
         )
         with autocast:
-            return _Output(self.compiled(input_ids, attention_mask).float())
+            return QueryOutput(self.compiled(input_ids, attention_mask).float())
 
 
 def _skip_partitions_without_output(quantizer_module: Any) -> None:
@@ -120,7 +104,7 @@ def static_int8(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # export's and torchao's notices, not actionable here
         exported = torch.export.export(
-            _Hidden(encoder.transformer).eval(),
+            QueryModule(encoder.transformer).eval(),  # (input_ids, mask) -> token states
             (first["input_ids"], first["attention_mask"]),
             dynamic_shapes=shapes,
         ).module()
