@@ -10,7 +10,8 @@ Parts (run all, or some with ``--only``):
               after, ranking the whole corpus. ``--dev-share 0.5`` splits them in halves;
               ``--early-stopping`` holds ``--eval-share`` of the train queries apart as the
               eval split (what a run's eval pairs are) and keeps the best step on it;
-              several ``--mnrl-lr`` values train one model each from one mining pass.
+              several ``--mnrl-lr`` values (and ``--variant`` loss options) train one model
+              each from one mining pass; ``--train-queries`` trains on fewer queries.
 * ``simcse``  unsupervised SimCSE on SciFact abstracts alone; the same retrieval figures.
 * ``adapt``   "adapt to our content" with pseudo-queries: ``mnrl`` on pairs cut from the
               SciFact abstracts alone (``--adapt-method ict``: a sentence against the rest of
@@ -86,6 +87,7 @@ class SciFact:
         max_corpus: int | None,
         dev_share: float = 0.2,
         eval_share: float = 0.0,
+        train_queries: int | None = None,
     ) -> None:
         corpus = {
             d["_id"]: f"{d['title']} {d['text']}".strip() for d in read_jsonl(data / "corpus.jsonl")
@@ -99,9 +101,9 @@ class SciFact:
         dev_ids = set(ids[:n_dev])
         rest = [q for q in ids if q not in dev_ids]
         eval_ids = set(rest[: int(len(rest) * eval_share)])  # the run's eval split, if any
-        self.train_pairs = [
-            (queries[q], corpus[d]) for q in rest if q not in eval_ids for d in sorted(qrels[q])
-        ]
+        train_ids = [q for q in rest if q not in eval_ids][:train_queries]  # rest is shuffled
+        self.train_pairs = [(queries[q], corpus[d]) for q in train_ids for d in sorted(qrels[q])]
+        self.train_queries = len(train_ids)
         self.eval_pairs = [(queries[q], corpus[d]) for q in rest if q in eval_ids for d in qrels[q]]
         self.dev = ({q: queries[q] for q in dev_ids}, {q: qrels[q] for q in dev_ids})
         test_queries = {q["_id"]: q["text"] for q in read_jsonl(eval_dir / "queries-test.jsonl")}
@@ -222,9 +224,11 @@ def run_scifact(
             base, data.train_pairs, list(data.corpus.values()), negatives=args.negatives
         )
         print(f"  hard negatives for {len(examples)} of {len(data.train_pairs)} pairs", flush=True)
+    print(f"  {data.train_queries} train queries, {len(data.train_pairs)} pairs", flush=True)
     mining = time.perf_counter() - started
     dev = read_sts(args.data / "stsbenchmark" / "sts-dev.csv")
-    for lr in args.mnrl_lr:
+    variants = args.variant or [{}]
+    for lr, variant in [(lr, v) for lr in args.mnrl_lr for v in variants]:
         started, cpu = time.perf_counter(), time.process_time()
         stopping: dict[str, Any] = {}
         if args.early_stopping:
@@ -242,7 +246,7 @@ def run_scifact(
             learning_rate=lr,
             seed=args.seed,
             callback=progress_printer(f"mnrl lr {lr:g}"),
-            loss_options=dict(args.loss_option or []),
+            loss_options=dict(args.loss_option or []) | variant,
             **stopping,
         )
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu
@@ -258,11 +262,12 @@ def run_scifact(
             figures |= {"best step": fitted.best_step, "of steps": fitted.total_steps}
             history = ", ".join(f"{s}: {100 * v:.2f}" for s, v in fitted.history)
             print(f"  eval split nDCG@10 by step ({len(data.eval_pairs)} pairs): {history}")
-        results[f"scifact after mnrl lr {lr:g}"] = figures
+        options = f" {json.dumps(variant, separators=(',', ':'))}" if variant else ""
+        results[f"scifact after mnrl lr {lr:g}{options}"] = figures
         negatives = f", {args.negatives} hard negative(s)" if args.hard_negatives else ""
         stop = f", early stopping (patience {args.patience})" if args.early_stopping else ""
         show(
-            f"SciFact after {args.mnrl_loss} ({len(examples)} pairs{negatives}, "
+            f"SciFact after {args.mnrl_loss}{options} ({len(examples)} pairs{negatives}, "
             f"{args.mnrl_epochs} epoch(s), lr {lr:g}, batch {args.batch_size}{stop})",
             figures,
         )
@@ -381,6 +386,14 @@ def run_general(
     show("STSb dev after an mnrl fine-tune on 300 SciFact pairs (defaults)", results["general"])
 
 
+def json_or_text(value: str) -> Any:
+    """A command-line value: JSON (``32``, ``5.0``, ``["a", "b"]``) or else the text itself."""
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -403,11 +416,28 @@ def main() -> None:
         "--loss-option",
         nargs=2,
         action="append",
-        metavar=("NAME", "INT"),
-        type=lambda v: int(v) if v.isdigit() else v,
-        help="a loss option, e.g. --loss-option mini_batch_size 32",
+        metavar=("NAME", "VALUE"),
+        type=json_or_text,
+        help="a loss option, its value JSON or a plain word, e.g. --loss-option mini_batch_size "
+        '32, --loss-option directions \'["query_to_doc", "doc_to_query"]\'',
+    )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        type=json.loads,
+        metavar="JSON",
+        help="scifact: train once more with these loss options on top (repeatable; one mining "
+        "pass for all), e.g. --variant '{}' --variant "
+        '\'{"hardness_mode": "hard_negatives", "hardness_strength": 5}\'',
     )
     parser.add_argument("--dev-share", type=float, default=0.2, help="train queries for dev")
+    parser.add_argument(
+        "--train-queries",
+        type=int,
+        default=None,
+        help="train on the pairs of this many of the remaining train queries (a seeded sample; "
+        "the dev split stays the same): how the gain grows with the labelled data",
+    )
     parser.add_argument(
         "--early-stopping",
         action="store_true",
@@ -466,6 +496,7 @@ def main() -> None:
             args.max_corpus,
             dev_share=args.dev_share,
             eval_share=args.eval_share if args.early_stopping else 0.0,
+            train_queries=args.train_queries,
         )
         if needs_scifact
         else None

@@ -173,6 +173,11 @@ class TripletLoss(EmbeddingLoss):
 MAX_HARD_NEGATIVES = 16  # per example, for mnrl and its variants
 
 
+DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")
+PARTITION_MODES = ("joint", "per_direction")
+HARDNESS_MODES = ("in_batch_negatives", "hard_negatives", "all_negatives")
+
+
 class MultipleNegativesRankingLoss(EmbeddingLoss):
     """In-batch negatives InfoNCE: each anchor must pick its own positive among all candidates.
 
@@ -180,6 +185,23 @@ class MultipleNegativesRankingLoss(EmbeddingLoss):
     negative. Scores are scale * cos (scale 20 = temperature 0.05); cross-entropy against the
     diagonal. The batch builder keeps a text from appearing twice in a batch, since a
     duplicate would be a false negative.
+
+    The options are sentence-transformers' (same names, same math):
+
+    * ``directions`` adds terms to the softmax's denominator besides ``query_to_doc`` (the
+      anchor against every candidate, always there): ``doc_to_query`` (each positive against
+      every anchor: the symmetric loss), ``query_to_query`` (each anchor against the other
+      anchors) and ``doc_to_doc`` (each positive against the other rows' candidates); all
+      four with ``partition_mode="joint"`` is GTE's improved contrastive loss (Li et al.
+      2023).
+    * ``partition_mode``: ``"joint"``, one softmax over every direction's scores, or
+      ``"per_direction"``, one softmax per direction, averaged (only for directions whose
+      candidates hold the positive: ``query_to_doc`` and ``doc_to_query``).
+    * ``hardness_mode`` with ``hardness_strength`` (alpha) adds ``alpha * cos`` (no gradient
+      through it) to negatives' logits, so the harder a negative the more it weighs:
+      ``"in_batch_negatives"`` (the other rows' candidates; Lan et al. 2025 use alpha 9),
+      ``"hard_negatives"`` (the row's own mined negatives; EmbeddingGemma uses 5) or
+      ``"all_negatives"``.
     """
 
     name = "mnrl"
@@ -192,21 +214,108 @@ class MultipleNegativesRankingLoss(EmbeddingLoss):
     in_batch_negatives = True
     compares_examples = True
 
-    def __init__(self, scale: float = 20.0) -> None:
+    def __init__(
+        self,
+        scale: float = 20.0,
+        directions: Sequence[str] = ("query_to_doc",),
+        partition_mode: str = "joint",
+        hardness_mode: str | None = None,
+        hardness_strength: float = 0.0,
+    ) -> None:
         super().__init__()
         self.scale = scale
+        self.directions = _directions(directions, partition_mode)
+        self.partition_mode = partition_mode
+        self.hardness_mode, self.hardness_strength = _hardness(hardness_mode, hardness_strength)
 
     def compute_loss_from_embeddings(
         self, embeddings: list[Tensor], labels: Tensor | None
     ) -> Tensor:
-        anchors = embeddings[0]  # (batch, dim)
+        anchors, positives = embeddings[0], embeddings[1]  # (batch, dim) each
         candidates = torch.cat(embeddings[1:], dim=0)  # (batch * (1 + negatives), dim)
-        scores = self.scale * cosine_matrix(anchors, candidates)  # (batch, candidates)
-        target = torch.arange(anchors.size(0), device=anchors.device)  # positive i sits at i
-        return F.cross_entropy(scores, target)
+        batch, columns = anchors.size(0), len(embeddings) - 1
+        rows = torch.arange(batch, device=anchors.device)  # positive i sits at column i
+        to_docs = cosine_matrix(anchors, candidates)  # (batch, candidates)
+        own = torch.eye(batch, dtype=torch.bool, device=anchors.device).repeat(1, columns)
+        logits = {"query_to_doc": self.scale * to_docs}
+        if self.hardness_mode is not None:
+            logits["query_to_doc"] = logits["query_to_doc"] + self.hardness_strength * (
+                to_docs.detach().masked_fill(~self._penalised(own, batch), 0.0)
+            )
+        if "query_to_query" in self.directions:
+            others = cosine_matrix(anchors, anchors).masked_fill(own[:, :batch], float("-inf"))
+            logits["query_to_query"] = self.scale * others  # (batch, batch)
+        if "doc_to_query" in self.directions:
+            logits["doc_to_query"] = self.scale * cosine_matrix(positives, anchors)
+        if "doc_to_doc" in self.directions:
+            # A row's own candidates (its positive, its negatives) are no negatives of it.
+            others = cosine_matrix(positives, candidates).masked_fill(own, float("-inf"))
+            logits["doc_to_doc"] = self.scale * others  # (batch, candidates)
+        # Cross-entropy against the diagonal: the positive of row i is column i of query_to_doc
+        # (first, so also of the joint scores) and of doc_to_query.
+        if self.partition_mode == "joint":
+            return F.cross_entropy(torch.cat(list(logits.values()), dim=1), rows)
+        return sum(F.cross_entropy(v, rows) for v in logits.values()) / len(logits)
+
+    def _penalised(self, own: Tensor, batch: int) -> Tensor:
+        """Which query-to-candidate logits get the hardness term, (batch, candidates)."""
+        hard = own.clone()
+        hard[:, :batch] = False  # the row's own mined negatives
+        if self.hardness_mode == "hard_negatives":
+            return hard
+        in_batch = ~own  # the other rows' positives and negatives
+        return in_batch if self.hardness_mode == "in_batch_negatives" else in_batch | hard
 
     def config(self) -> dict[str, Any]:
-        return {"name": self.name, "scale": self.scale}
+        config: dict[str, Any] = {"name": self.name, "scale": self.scale}
+        if self.directions != ("query_to_doc",):
+            config |= {"directions": list(self.directions), "partition_mode": self.partition_mode}
+        if self.hardness_mode is not None:
+            config |= {
+                "hardness_mode": self.hardness_mode,
+                "hardness_strength": self.hardness_strength,
+            }
+        return config
+
+
+def _directions(directions: Sequence[str], partition_mode: str) -> tuple[str, ...]:
+    """The validated ``directions`` of an in-batch loss (a JSON list is fine)."""
+    if isinstance(directions, str) or not all(isinstance(d, str) for d in directions):
+        raise ValueError(f"directions must be a list of names, got {directions!r}")
+    unknown = [d for d in directions if d not in DIRECTIONS]
+    if unknown:
+        raise ValueError(f"Unknown directions {unknown}; choose among: {', '.join(DIRECTIONS)}")
+    if "query_to_doc" not in directions:
+        raise ValueError("directions must include 'query_to_doc' (it holds the positive pair)")
+    if partition_mode not in PARTITION_MODES:
+        raise ValueError(
+            f"partition_mode must be 'joint' or 'per_direction', got {partition_mode!r}"
+        )
+    same_kind = {"query_to_query", "doc_to_doc"} & set(directions)
+    if partition_mode == "per_direction" and same_kind:
+        raise ValueError(
+            f"partition_mode 'per_direction' needs the positive among every direction's "
+            f"candidates, which {sorted(same_kind)} lack; use partition_mode 'joint'"
+        )
+    return tuple(dict.fromkeys(directions))
+
+
+def _hardness(mode: str | None, strength: float) -> tuple[str | None, float]:
+    """The validated ``hardness_mode`` and ``hardness_strength`` of an in-batch loss."""
+    if mode is not None and mode not in HARDNESS_MODES:
+        raise ValueError(
+            f"hardness_mode must be one of {', '.join(HARDNESS_MODES)} or None, got {mode!r}"
+        )
+    if isinstance(strength, bool) or not isinstance(strength, (int, float)) or not strength >= 0:
+        raise ValueError(f"hardness_strength must be a number >= 0, got {strength!r}")
+    if mode is not None and strength == 0:
+        raise ValueError(
+            f"hardness_mode {mode!r} does nothing at hardness_strength 0; "
+            "give an alpha > 0 (5 to 9 is usual)"
+        )
+    if mode is None and strength != 0:
+        raise ValueError("hardness_strength needs a hardness_mode to apply to")
+    return mode, float(strength)
 
 
 class CachedMultipleNegativesRankingLoss(MultipleNegativesRankingLoss):
@@ -228,8 +337,8 @@ class CachedMultipleNegativesRankingLoss(MultipleNegativesRankingLoss):
 
     name = "cached_mnrl"
 
-    def __init__(self, scale: float = 20.0, mini_batch_size: int = 16) -> None:
-        super().__init__(scale)
+    def __init__(self, scale: float = 20.0, mini_batch_size: int = 16, **options: Any) -> None:
+        super().__init__(scale, **options)
         if not isinstance(mini_batch_size, int) or mini_batch_size < 1:
             raise ValueError(
                 f"mini_batch_size must be a whole number >= 1, got {mini_batch_size!r}"
@@ -268,7 +377,7 @@ class CachedMultipleNegativesRankingLoss(MultipleNegativesRankingLoss):
         return value
 
     def config(self) -> dict[str, Any]:
-        return {"name": self.name, "scale": self.scale, "mini_batch_size": self.mini_batch_size}
+        return super().config() | {"mini_batch_size": self.mini_batch_size}
 
 
 def _rng_state() -> tuple[Tensor, list[Tensor]]:

@@ -269,7 +269,7 @@ def test_losses_that_compare_examples_get_random_batches():
     assert spreads["cosine"] == 15 and spreads["cosent"] > 100
 
 
-def _cached_vs_plain_grads(encoder, columns, mini_batch_size):
+def _cached_vs_plain_grads(encoder, columns, mini_batch_size, **options):
     """Loss and parameter gradients of plain and cached mnrl on one batch of ``encoder``."""
 
     def embed(texts):
@@ -277,8 +277,8 @@ def _cached_vs_plain_grads(encoder, columns, mini_batch_size):
 
     results = []
     for loss in (
-        MultipleNegativesRankingLoss(),
-        CachedMultipleNegativesRankingLoss(mini_batch_size=mini_batch_size),
+        MultipleNegativesRankingLoss(**options),
+        CachedMultipleNegativesRankingLoss(mini_batch_size=mini_batch_size, **options),
     ):
         encoder.zero_grad(set_to_none=True)
         torch.manual_seed(11)
@@ -291,8 +291,17 @@ def _cached_vs_plain_grads(encoder, columns, mini_batch_size):
     return results
 
 
-@pytest.mark.parametrize("negatives", [0, 1, 2])
-def test_cached_mnrl_gives_the_loss_and_gradients_of_plain_mnrl(tiny_model_dir, negatives):
+@pytest.mark.parametrize(
+    ("negatives", "options"),
+    [
+        (0, {}),
+        (1, {}),
+        (2, {}),
+        (1, {"directions": ["query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc"]}),
+        (1, {"hardness_mode": "all_negatives", "hardness_strength": 5.0}),
+    ],
+)
+def test_cached_mnrl_gives_the_loss_and_gradients_of_plain_mnrl(tiny_model_dir, negatives, options):
     from django_sbert.encoder import SentenceEncoder
 
     encoder = SentenceEncoder.load(tiny_model_dir)
@@ -319,7 +328,9 @@ def test_cached_mnrl_gives_the_loss_and_gradients_of_plain_mnrl(tiny_model_dir, 
     negative_texts = ["cat", "bank", "food", "car", "vote", "music", "election"]
     for n in range(negatives):
         columns.append([f"{text} {'again ' * n}".strip() for text in negative_texts])
-    (plain_loss, plain), (cached_loss, cached) = _cached_vs_plain_grads(encoder, columns, 3)
+    (plain_loss, plain), (cached_loss, cached) = _cached_vs_plain_grads(
+        encoder, columns, 3, **options
+    )
     assert cached_loss == pytest.approx(plain_loss, abs=1e-5)
     assert plain.keys() == cached.keys() and len(plain) > 10
     for name in plain:
@@ -387,3 +398,103 @@ def test_cached_mnrl_trains_end_to_end_and_checks_its_chunk_size(tiny_model_dir)
         "mini_batch_size": 4,
     }
     assert np.isfinite(result.loss_history[0]["loss"])
+
+
+IN_BATCH_VARIANTS = [
+    {"directions": ("query_to_doc", "doc_to_query"), "partition_mode": "per_direction"},
+    {"directions": ("query_to_doc", "doc_to_query"), "partition_mode": "joint"},
+    {"directions": ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")},
+    {"directions": ("query_to_doc", "doc_to_doc")},
+    {"hardness_mode": "in_batch_negatives", "hardness_strength": 9.0},
+    {"hardness_mode": "hard_negatives", "hardness_strength": 5.0},
+    {
+        "hardness_mode": "all_negatives",
+        "hardness_strength": 5.0,
+        "directions": ["query_to_doc", "doc_to_query"],
+    },
+]
+
+
+@pytest.mark.parametrize("negatives", [0, 1, 2])
+@pytest.mark.parametrize("options", IN_BATCH_VARIANTS)
+def test_mnrl_variants_equal_sentence_transformers(options, negatives):
+    """Directions, partitions and hardness weighting: sentence-transformers' loss, value and
+    gradients, on the same tensors."""
+    from sentence_transformers.sentence_transformer.losses import (
+        MultipleNegativesRankingLoss as Peer,
+    )
+
+    generator = torch.Generator().manual_seed(negatives)
+    columns = [torch.randn(5, 8, generator=generator) for _ in range(2 + negatives)]
+    ours_in = [c.clone().requires_grad_() for c in columns]
+    peer_in = [c.clone().requires_grad_() for c in columns]
+    ours = MultipleNegativesRankingLoss(**options).compute_loss_from_embeddings(ours_in, None)
+    peer_options = {k: tuple(v) if k == "directions" else v for k, v in options.items()}
+    peer = Peer(None, **peer_options).compute_loss_from_embeddings(peer_in, None)
+    assert ours.item() == pytest.approx(peer.item(), abs=1e-5)
+    ours.backward()
+    peer.backward()
+    for mine, theirs in zip(ours_in, peer_in, strict=True):
+        torch.testing.assert_close(mine.grad, theirs.grad, atol=1e-6, rtol=1e-5)
+
+
+def test_mnrl_defaults_are_plain_info_nce_and_the_variants_change_the_loss():
+    generator = torch.Generator().manual_seed(0)
+    anchors = torch.randn(4, 6, generator=generator)
+    # Positives near their anchors, hard negatives a little further: a loss worth weighting.
+    positives = anchors + 0.3 * torch.randn(4, 6, generator=generator)
+    negatives = anchors + 0.6 * torch.randn(4, 6, generator=generator)
+    columns = [anchors, positives, negatives]
+    plain = MultipleNegativesRankingLoss().compute_loss_from_embeddings(columns, None)
+    cosines = (
+        torch.nn.functional.normalize(columns[0], dim=-1)
+        @ torch.nn.functional.normalize(torch.cat(columns[1:]), dim=-1).T
+    )
+    assert plain.item() == pytest.approx(_info_nce(cosines.tolist()), rel=1e-5)
+    for options in IN_BATCH_VARIANTS:
+        varied = MultipleNegativesRankingLoss(**options).compute_loss_from_embeddings(columns, None)
+        assert abs(varied.item() - plain.item()) > 1e-3, options
+
+
+def test_symmetric_mnrl_adds_the_positive_choosing_its_anchor():
+    anchors = t([1.0, 0.0], [0.0, 1.0])
+    positives = t([1.0, 0.0], [1.0, 1.0])
+    forward = _info_nce([[1.0, R2], [0.0, R2]])  # each anchor among the positives
+    backward = _info_nce([[1.0, 0.0], [R2, R2]])  # each positive among the anchors
+    loss = MultipleNegativesRankingLoss(
+        directions=["query_to_doc", "doc_to_query"], partition_mode="per_direction"
+    )
+    value = loss.compute_loss_from_embeddings([anchors, positives], None)
+    # per_direction averages the two partition functions, so the loss is the two's mean.
+    assert value.item() == pytest.approx((forward + backward) / 2, rel=1e-5)
+    assert loss.config() == {
+        "name": "mnrl",
+        "scale": 20.0,
+        "directions": ["query_to_doc", "doc_to_query"],
+        "partition_mode": "per_direction",
+    }
+    assert MultipleNegativesRankingLoss().config() == {"name": "mnrl", "scale": 20.0}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"directions": "doc_to_query"}, "directions must be a list of names"),
+        ({"directions": ["doc_to_query"]}, "must include 'query_to_doc'"),
+        ({"directions": ["query_to_doc", "doc_to_docs"]}, r"Unknown directions \['doc_to_docs'\]"),
+        ({"partition_mode": "each"}, "partition_mode must be 'joint' or 'per_direction'"),
+        (
+            {"directions": ["query_to_doc", "doc_to_doc"], "partition_mode": "per_direction"},
+            "use partition_mode 'joint'",
+        ),
+        ({"hardness_mode": "hardest"}, "hardness_mode must be one of"),
+        ({"hardness_mode": "hard_negatives"}, "does nothing at hardness_strength 0"),
+        ({"hardness_strength": 5.0}, "needs a hardness_mode"),
+        ({"hardness_mode": "hard_negatives", "hardness_strength": -1}, "a number >= 0"),
+    ],
+)
+def test_mnrl_option_errors_say_what_to_do(options, message):
+    with pytest.raises(ValueError, match=message):
+        build_loss("mnrl", 384, **options)
+    with pytest.raises(ValueError, match=message):
+        build_loss("cached_mnrl", 384, **options)
