@@ -23,7 +23,7 @@ from tests.example.conftest import ARTIFACTS, DEMO_ARTICLES, DemoProcess
 
 pytestmark = [pytest.mark.example, pytest.mark.slow]
 
-QUERY = "reporters held by Pyongyang"
+QUERY = "reporters arrested by Pyongyang"
 EXPECTED = "North Korean military detains two American journalists"
 ALL_EMBEDDED = rf"All {DEMO_ARTICLES} articles (are )?embedded"
 INSTALL_HINT = (
