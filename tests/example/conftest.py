@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -133,6 +134,22 @@ class DemoProcess:
         if pg is not None and psutil.pid_exists(pg):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pg, signal.SIGQUIT)  # PostgreSQL's immediate shutdown
+
+
+BROWSER_HINT = (
+    "The browser tests need Debian's Chromium and its driver: "
+    "`sudo apt-get install chromium chromium-driver` (`make test` runs `make browser`, which "
+    "installs them when run as root)."
+)
+
+
+def chromium_paths() -> tuple[str, str]:
+    """Where ``chromium`` and ``chromedriver`` are; fails the test, saying how to install them,
+    when either is missing. Call it before starting a demo, not after its minutes of set-up."""
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (chromium and driver):
+        pytest.fail(f"chromium or chromedriver not found on PATH. {BROWSER_HINT}", pytrace=False)
+    return chromium, driver
 
 
 @pytest.fixture(scope="module")

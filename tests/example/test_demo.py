@@ -11,7 +11,6 @@ the "N of M embedded" notice; the screenshots are kept in ``artifacts/screenshot
 from __future__ import annotations
 
 import re
-import shutil
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -19,18 +18,13 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from tests.example.conftest import ARTIFACTS, DEMO_ARTICLES, DemoProcess
+from tests.example.conftest import ARTIFACTS, DEMO_ARTICLES, DemoProcess, chromium_paths
 
 pytestmark = [pytest.mark.example, pytest.mark.slow]
 
 QUERY = "reporters arrested by Pyongyang"
 EXPECTED = "North Korean military detains two American journalists"
 ALL_EMBEDDED = rf"All {DEMO_ARTICLES} articles (are )?embedded"
-INSTALL_HINT = (
-    "The browser test needs Debian's Chromium and its driver: "
-    "`sudo apt-get install chromium chromium-driver` (`make test` runs `make browser`, which "
-    "installs them when run as root)."
-)
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +40,7 @@ def demo(start_demo) -> DemoProcess:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator:
-    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
-    if not (chromium and driver_path):
-        pytest.fail(f"chromium or chromedriver not found on PATH. {INSTALL_HINT}", pytrace=False)
+    chromium, driver_path = chromium_paths()
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.example.conftest import ARTIFACTS, DEMO_ARTICLES, ROOT, DemoProcess
+from tests.example.conftest import ARTIFACTS, DEMO_ARTICLES, ROOT, DemoProcess, chromium_paths
 from tests.tiny_model import build_tiny_model
 
 pytestmark = [pytest.mark.example, pytest.mark.slow]
@@ -32,6 +32,7 @@ SHOTS = ARTIFACTS / "screenshots"
 
 @pytest.fixture(scope="module")
 def demo(start_demo, tmp_path_factory) -> DemoProcess:
+    chromium_paths()  # every test here drives the browser: say it is missing before the demo starts
     model = build_tiny_model(tmp_path_factory.mktemp("tiny-demo-model"))
     # Eager: compiling a random model would be most of the run's time, and proves nothing here.
     run = start_demo(env={"SBERT_MODEL": str(model), "SBERT_COMPILE": "0"})
