@@ -12,6 +12,12 @@ end to end with an uncached query encoding, and search only (the query vector al
 
     .venv/bin/python benchmarks/hybrid.py                 # encode (first run), tune, report
     .venv/bin/python benchmarks/hybrid.py --prepare-only  # just encode and cache the corpus
+    .venv/bin/python benchmarks/hybrid.py --fusion-families  # RRF against convex, then stop
+
+``--fusion-families`` compares the two families of fusion function on the same candidate
+lists: RRF over the grid a fine-tuning run searches (``finetuning.hybrid``), and a convex
+combination of normalised scores (Bruch, Gai and Ingber 2023), each chosen on the dev half and
+reported on the held-out half, then the other way round.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from encode import cpu_line  # noqa: E402
 from search import DATA, encode_cached, percentile, setup_django  # noqa: E402
 
 SCIFACT = DATA / "scifact"
@@ -182,6 +189,79 @@ def tune(lists: dict[str, list[list[int]]], dev: list, ids: list[str]) -> list[d
     return sorted(results, key=lambda r: -r["ndcg@10"])
 
 
+def scored_lists(queries: list, depth: int) -> tuple[list, list]:
+    """Per query, the vector top-``depth`` as (pk, cosine) and the keyword top-``depth`` as
+    (pk, keyword_score), as ``hybrid_search()`` with the defaults takes its candidates."""
+    from django_sbert.conf import SEARCH_DEFAULTS
+    from tests.testapp.models import Article
+
+    match, max_df = SEARCH_DEFAULTS["KEYWORD_MATCH"], SEARCH_DEFAULTS["KEYWORD_MAX_DF"]
+    vector, keyword = [], []
+    for _, text, _ in queries:
+        found = Article.objects.similar_to(text, k=depth)
+        vector.append(list(found.values_list("pk", "similarity")))
+        words = Article.objects.keyword_search(text, k=depth, match=match, max_df=max_df)
+        keyword.append(list(words.values_list("pk", "keyword_score")))
+    return vector, keyword
+
+
+def convex_fuse(vector: list, keyword: list, alpha: float) -> list[int]:
+    """``alpha * cosine + (1 - alpha) * keyword score``, each side normalised per query: the
+    cosine min-max over the vector candidates, the keyword score divided by the best one (its
+    least possible value is 0). A row missing from a side gets 0 from it; ties by pk."""
+    scores: dict[int, float] = defaultdict(float)
+    if vector:
+        high, low = vector[0][1], vector[-1][1]
+        for pk, cosine in vector:
+            scores[pk] += alpha * ((cosine - low) / (high - low) if high > low else 1.0)
+    if keyword and keyword[0][1] > 0:
+        for pk, score in keyword:
+            scores[pk] += (1.0 - alpha) * score / keyword[0][1]
+    return sorted(scores, key=lambda pk: (-scores[pk], pk))[:CUTOFF]
+
+
+def compare_fusion_families(dev: list, held: list, ids: list[str]) -> None:
+    """RRF (the grid a fine-tuning run searches) against convex fusion, each chosen on one
+    half and reported on the other."""
+    from django_sbert.finetuning.hybrid import KEYWORD_WEIGHTS, RRF_KS
+
+    def rrf(vector: list, keyword: list, rrf_k: float, weight: float) -> list[int]:
+        return fuse([pk for pk, _ in vector], [pk for pk, _ in keyword], rrf_k, weight, 100)
+
+    alphas = [(round(float(alpha), 2),) for alpha in np.arange(0.0, 1.001, 0.05)]
+    families = {
+        "rrf (rrf_k, keyword weight)": (rrf, list(itertools.product(RRF_KS, KEYWORD_WEIGHTS))),
+        "convex (alpha)": (convex_fuse, alphas),
+    }
+    started = time.perf_counter()
+    halves = {"dev": (dev, scored_lists(dev, 100)), "held-out": (held, scored_lists(held, 100))}
+    print(f"candidate lists in {time.perf_counter() - started:.0f} s")
+
+    def ndcg(half: str, fusion, params: tuple) -> float:
+        queries, (vector, keyword) = halves[half]
+        runs = [
+            [ids[pk - 1] for pk in fusion(v, k, *params)]
+            for v, k in zip(vector, keyword, strict=True)
+        ]
+        return evaluate(runs, queries)["ndcg@10"]
+
+    for half in halves:
+        queries, (vector, keyword) = halves[half]
+        for side, lists in (("vector", vector), ("keyword", keyword)):
+            runs = [[ids[pk - 1] for pk, _ in found[:CUTOFF]] for found in lists]
+            print(f"{half} {side} alone: nDCG@10 {evaluate(runs, queries)['ndcg@10']:.2f}")
+    print("\n| fusion | chosen on | settings | nDCG@10 there | nDCG@10 on the other half |")
+    print("|---|---|---|---|---|")
+    for name, (fusion, grid) in families.items():
+        for chosen_on, other in (("dev", "held-out"), ("held-out", "dev")):
+            scores = {params: ndcg(chosen_on, fusion, params) for params in grid}
+            best = max(grid, key=lambda params: scores[params])  # first of equals: grid order
+            print(
+                f"| {name} | {chosen_on} | {best} | {scores[best]:.2f} | "
+                f"{ndcg(other, fusion, best):.2f} |"
+            )
+
+
 def search_runs(queries: list, mode: str, ids: list[str], **options) -> list[list[str]]:
     from tests.testapp.models import Article
 
@@ -242,8 +322,12 @@ def main() -> None:
     parser.add_argument("--dev-fraction", type=float, default=0.5)
     parser.add_argument("--latency-queries", type=int, default=200)
     parser.add_argument("--prepare-only", action="store_true", help="encode the corpus and stop")
+    parser.add_argument(
+        "--fusion-families", action="store_true", help="compare RRF and convex fusion, then stop"
+    )
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    print(cpu_line())
     rows = corpus()
     texts = [embedding_text(row) for row in rows]
     vectors = encode_cached(texts, len(texts), args.threads)
@@ -266,6 +350,10 @@ def main() -> None:
         f"{args.vector_storage}; "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"
     )
+
+    if args.fusion_families:
+        compare_fusion_families(dev, held, ids)
+        return
 
     from django_sbert.conf import SEARCH_DEFAULTS
     from tests.testapp.models import Article
