@@ -12,12 +12,13 @@ end to end with an uncached query encoding, and search only (the query vector al
 
     .venv/bin/python benchmarks/hybrid.py                 # encode (first run), tune, report
     .venv/bin/python benchmarks/hybrid.py --prepare-only  # just encode and cache the corpus
-    .venv/bin/python benchmarks/hybrid.py --fusion-families  # RRF against convex, then stop
+    .venv/bin/python benchmarks/hybrid.py --fusion-families  # RRF against linear, then stop
 
-``--fusion-families`` compares the two families of fusion function on the same candidate
-lists: RRF over the grid a fine-tuning run searches (``finetuning.hybrid``), and a convex
-combination of normalised scores (Bruch, Gai and Ingber 2023), each chosen on the dev half and
-reported on the held-out half, then the other way round.
+``--fusion-families`` compares ``hybrid_search()``'s two kinds of fusion on the same candidate
+lists, over the grid a fine-tuning run searches (``finetuning.hybrid``): RRF, and linear fusion
+of normalised scores (Bruch, Gai and Ingber 2023), each chosen on the dev half and reported on
+the held-out half, then the other way round. Each choice then runs once more in SQL, through
+``hybrid_search()``, on the other half: the same figure, or the Python twin is wrong.
 """
 
 from __future__ import annotations
@@ -205,33 +206,18 @@ def scored_lists(queries: list, depth: int) -> tuple[list, list]:
     return vector, keyword
 
 
-def convex_fuse(vector: list, keyword: list, alpha: float) -> list[int]:
-    """``alpha * cosine + (1 - alpha) * keyword score``, each side normalised per query: the
-    cosine min-max over the vector candidates, the keyword score divided by the best one (its
-    least possible value is 0). A row missing from a side gets 0 from it; ties by pk."""
-    scores: dict[int, float] = defaultdict(float)
-    if vector:
-        high, low = vector[0][1], vector[-1][1]
-        for pk, cosine in vector:
-            scores[pk] += alpha * ((cosine - low) / (high - low) if high > low else 1.0)
-    if keyword and keyword[0][1] > 0:
-        for pk, score in keyword:
-            scores[pk] += (1.0 - alpha) * score / keyword[0][1]
-    return sorted(scores, key=lambda pk: (-scores[pk], pk))[:CUTOFF]
-
-
 def compare_fusion_families(dev: list, held: list, ids: list[str]) -> None:
-    """RRF (the grid a fine-tuning run searches) against convex fusion, each chosen on one
-    half and reported on the other."""
-    from django_sbert.finetuning.hybrid import KEYWORD_WEIGHTS, RRF_KS
+    """RRF against linear fusion, each over the grid a fine-tuning run searches, chosen on one
+    half and reported on the other (in Python, then in SQL)."""
+    from django_sbert.finetuning import hybrid
 
-    def rrf(vector: list, keyword: list, rrf_k: float, weight: float) -> list[int]:
-        return fuse([pk for pk, _ in vector], [pk for pk, _ in keyword], rrf_k, weight, 100)
+    def run(vector: list, keyword: list, options: tuple) -> list[int]:
+        return hybrid.fuse(vector, keyword, **dict(options))[:CUTOFF]
 
-    alphas = [(round(float(alpha), 2),) for alpha in np.arange(0.0, 1.001, 0.05)]
+    grid = [tuple(sorted(option.items())) for option in hybrid.fusion_grid(hybrid.site_fusion())]
     families = {
-        "rrf (rrf_k, keyword weight)": (rrf, list(itertools.product(RRF_KS, KEYWORD_WEIGHTS))),
-        "convex (alpha)": (convex_fuse, alphas),
+        kind: (run, [options for options in grid if dict(options)["fusion"] == kind])
+        for kind in ("rrf", "linear")
     }
     started = time.perf_counter()
     halves = {"dev": (dev, scored_lists(dev, 100)), "held-out": (held, scored_lists(held, 100))}
@@ -250,15 +236,24 @@ def compare_fusion_families(dev: list, held: list, ids: list[str]) -> None:
         for side, lists in (("vector", vector), ("keyword", keyword)):
             runs = [[ids[pk - 1] for pk, _ in found[:CUTOFF]] for found in lists]
             print(f"{half} {side} alone: nDCG@10 {evaluate(runs, queries)['ndcg@10']:.2f}")
-    print("\n| fusion | chosen on | settings | nDCG@10 there | nDCG@10 on the other half |")
-    print("|---|---|---|---|---|")
-    for name, (fusion, grid) in families.items():
+    print(
+        "\n| fusion | chosen on | settings | nDCG@10 there | nDCG@10 on the other half "
+        "| the same in SQL |"
+    )
+    print("|---|---|---|---|---|---|")
+    for name, (fusion, options) in families.items():
         for chosen_on, other in (("dev", "held-out"), ("held-out", "dev")):
-            scores = {params: ndcg(chosen_on, fusion, params) for params in grid}
-            best = max(grid, key=lambda params: scores[params])  # first of equals: grid order
+            scores = {params: ndcg(chosen_on, fusion, (params,)) for params in options}
+            best = max(options, key=lambda params: scores[params])  # first of equals: grid order
+            chosen = dict(best)
+            sql = evaluate(
+                search_runs(halves[other][0], "hybrid_search", ids, **chosen),
+                halves[other][0],
+            )["ndcg@10"]
+            shown = {k: v for k, v in chosen.items() if name == "rrf" or k != "rrf_k"}
             print(
-                f"| {name} | {chosen_on} | {best} | {scores[best]:.2f} | "
-                f"{ndcg(other, fusion, best):.2f} |"
+                f"| {name} | {chosen_on} | {shown} | {scores[best]:.2f} | "
+                f"{ndcg(other, fusion, (best,)):.2f} | {sql:.2f} |"
             )
 
 

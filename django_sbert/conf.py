@@ -65,12 +65,15 @@ SEARCH_DEFAULTS: dict[str, Any] = {
     # planner as configured (docs/search.md#how-it-uses-the-index)
     "ENABLE_SEQSCAN": False,
     # hybrid_search() and keyword_search() (docs/hybrid.md)
+    # "rrf": reciprocal rank fusion of the two lists; "linear": weighted sum of the two sides'
+    # scores, each normalised within its list (docs/hybrid.md)
+    "FUSION": "rrf",
     "RRF_K": 60,  # k of reciprocal rank fusion: larger flattens the weight of the top ranks
     "CANDIDATES": 100,  # rows taken from each side (vector top-N, keyword top-N) before fusing
-    "VECTOR_WEIGHT": 1.0,  # weight of the vector side's 1 / (k + rank)
-    "KEYWORD_WEIGHT": 1.0,  # weight of the keyword side's 1 / (k + rank)
-    # hybrid_search() uses the RRF_K and weights a fine-tuning run chose for the serving version
-    # on its eval split (docs/hybrid.md); False: always the three settings above
+    "VECTOR_WEIGHT": 1.0,  # weight of the vector side's 1 / (k + rank), or of its score
+    "KEYWORD_WEIGHT": 1.0,  # weight of the keyword side's 1 / (k + rank), or of its score
+    # hybrid_search() uses the fusion a fine-tuning run chose for the serving version on its
+    # eval split (docs/hybrid.md); False: always the four settings above
     "TUNED_FUSION": True,
     "KEYWORD_MATCH": "any",  # keyword side of hybrid_search: "any" word or "all" words
     "KEYWORD_MAX_DF": 0.2,  # match="any" leaves out words found in more than this share of rows

@@ -128,21 +128,26 @@ def search_table(*measured: tuple[str, dict[str, Any]]) -> str:
         for title, m in models
         for metric in ("ndcg@10", "recall@10")
     ]
-    fusion = [
-        (
-            title,
-            f"rrf_k {m['fusion_rrf_k']:g}, vector weight {m['fusion_vector_weight']:g}, "
-            f"keyword weight {m['fusion_keyword_weight']:g}",
-        )
-        for title, m in models
-        if "fusion_rrf_k" in m
-    ]
+    fusion = [(title, describe_fusion(m)) for title, m in models if "fusion_rrf_k" in m]
     return format_html(
         "<table><tr><th></th>{}</tr>{}</table><p>{}</p>",
         format_html_join("", "<th>{}</th>", ((side,) for side, _ in SEARCH_SIDES)),
         format_html_join("", "<tr><th>{}</th>{}</tr>", rows),
         format_html_join("; ", "chosen fusion ({}): {}", fusion),
     )
+
+
+def describe_fusion(metrics: dict[str, Any]) -> str:
+    """The fusion stored in a version's metrics, in words: "linear, vector weight 0.7, keyword
+    weight 0.3" or "rrf, rrf_k 60, vector weight 1, keyword weight 0.25"."""
+    method = metrics.get("fusion_method", "rrf")  # versions stored before linear fusion: rrf
+    weights = (
+        f"vector weight {metrics['fusion_vector_weight']:g}, "
+        f"keyword weight {metrics['fusion_keyword_weight']:g}"
+    )
+    if method == "rrf":
+        return f"rrf, rrf_k {metrics['fusion_rrf_k']:g}, {weights}"
+    return f"{method}, {weights}"
 
 
 def eval_curve_svg(evaluations: dict[str, Any], width: int = 360, height: int = 180) -> str:

@@ -149,7 +149,8 @@ class SearchQuerySerializer(SimilarQuerySerializer):
         default="vector",
         help_text="vector: cosine similarity of sentence embeddings (default). keyword: "
         'PostgreSQL full-text search (web search syntax: every word, "a phrase", -not, or). '
-        "hybrid: both, fused by reciprocal rank fusion. keyword and hybrid need a model whose "
+        "hybrid: both, fused (reciprocal rank fusion unless the settings or the serving "
+        "encoder version chose linear fusion). keyword and hybrid need a model whose "
         "EmbeddingField has keyword_search=True.",
         error_messages={
             "invalid_choice": "Unknown mode {input!r}; use one of: " + ", ".join(SEARCH_MODES) + "."
@@ -257,8 +258,9 @@ class HybridResultSerializer(serializers.Serializer):
     id = PrimaryKeyField(source="pk", help_text="Primary key of the row.")
     score = serializers.FloatField(
         read_only=True,
-        help_text="Reciprocal rank fusion score: the sum over vector and keyword search of "
-        "weight / (rrf_k + rank); higher is better.",
+        help_text="Fused score: the sum over vector and keyword search of weight / (rrf_k + "
+        "rank) (reciprocal rank fusion), or of weight * the side's normalised score (linear "
+        "fusion); higher is better.",
     )
     similarity = serializers.FloatField(
         read_only=True,

@@ -212,7 +212,8 @@ _PAGE_PARAMETERS = (
         "mode=vector (default): encodes q, and returns the k rows of the model nearest to it by "
         "cosine similarity, nearest first; rows not yet embedded are left out. mode=keyword: "
         "PostgreSQL full-text search, best ts_rank_cd first; results carry keyword_score. "
-        "mode=hybrid: both, fused by reciprocal rank fusion; results carry score, similarity, "
+        "mode=hybrid: both, fused (reciprocal rank fusion, or linear fusion where the settings "
+        "or the serving encoder version chose it); results carry score, similarity, "
         "vector_rank, keyword_rank and keyword_score. Only rows this client may see are "
         "searched. k counts all results; pages (page, page_size) split those k."
     ),

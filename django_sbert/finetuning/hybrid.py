@@ -3,8 +3,8 @@
 ::
 
     figures = hybrid_metrics(encoder, eval_pairs)
-    # {"keyword_ndcg@10": .., "hybrid_ndcg@10": .., "tuned_ndcg@10": ..,
-    #  "fusion_rrf_k": 60.0, "fusion_vector_weight": 1.0, "fusion_keyword_weight": 0.25, ...}
+    # {"keyword_ndcg@10": .., "hybrid_ndcg@10": .., "tuned_ndcg@10": .., "fusion_method":
+    #  "linear", "fusion_rrf_k": 60.0, "fusion_vector_weight": 0.7, "fusion_keyword_weight": 0.3}
 
 A fine-tuned encoder's vector side can be much stronger than the keyword side; fused with
 equal weights, the keyword side then pulls the vector side's good results down, and hybrid
@@ -14,11 +14,12 @@ query, every ``text_b`` and the run's distractors the corpus, as ``gate.eval_met
 by the candidate's
 vectors, by PostgreSQL full-text search (the ranking ``keyword_search()`` uses, with word
 statistics from the split's own corpus) and fused as ``hybrid_search()`` fuses. A small grid
-of fusions is tried, the site's own settings first; the best by nDCG@10 (the site's settings
-on a tie) is stored in the version's metrics (``fusion_*`` keys) and ``hybrid_search()`` uses
-it while that version serves (``serving.Serving.fusion``). Keyword weight 0 is in the grid, so
-on the eval split the chosen fusion is never worse than vector search alone, nor than the
-site's settings.
+of fusions is tried, the site's own settings first, then reciprocal rank fusion at several
+``rrf_k`` and keyword weights and linear fusion at several ``alpha``; the best by nDCG@10
+(the site's settings on a tie, else the earlier in the grid) is stored in the version's metrics
+(``fusion_*`` keys) and ``hybrid_search()`` uses it while that version serves
+(``serving.Serving.fusion``). Keyword weight 0 is in the grid, so on the eval split the chosen
+fusion is never worse than vector search alone, nor than the site's settings.
 """
 
 from __future__ import annotations
@@ -43,57 +44,97 @@ logger = logging.getLogger(__name__)
 
 RRF_KS = (1.0, 5.0, 10.0, 30.0, 60.0, 100.0)
 KEYWORD_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)  # against vector weight 1
+# Linear fusion's vector weight alpha (keyword weight 1 - alpha): 0.05 to 1 in steps of 0.05.
+ALPHAS = tuple(round(0.05 * step, 2) for step in range(1, 21))
 K = 10  # the metrics' cut-off, as eval_metrics
 
+Scored = Sequence[tuple[str, float]]  # (id, score) best first: one side's candidate list
 
-def site_fusion() -> dict[str, float]:
-    """The fusion ``SBERT["SEARCH"]`` gives (``RRF_K``, ``VECTOR_WEIGHT``, ``KEYWORD_WEIGHT``)."""
+
+def site_fusion() -> dict[str, Any]:
+    """The fusion ``SBERT["SEARCH"]`` gives (``FUSION``, ``RRF_K``, ``VECTOR_WEIGHT``,
+    ``KEYWORD_WEIGHT``)."""
     search = sbert_settings.SEARCH
     return {
+        "fusion": str(search["FUSION"]),
         "rrf_k": float(search["RRF_K"]),
         "vector_weight": float(search["VECTOR_WEIGHT"]),
         "keyword_weight": float(search["KEYWORD_WEIGHT"]),
     }
 
 
-def fusion_grid(default: Mapping[str, float]) -> list[dict[str, float]]:
-    """The fusions tried: ``default`` first, then every ``RRF_KS`` x ``KEYWORD_WEIGHTS``."""
+def fusion_grid(default: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The fusions tried: ``default`` first, then reciprocal rank fusion at every ``RRF_KS`` x
+    ``KEYWORD_WEIGHTS`` (vector weight 1), then linear fusion at every ``ALPHAS``."""
     grid = [dict(default)]
-    for rrf_k in RRF_KS:
-        for weight in KEYWORD_WEIGHTS:
-            option = {"rrf_k": rrf_k, "vector_weight": 1.0, "keyword_weight": weight}
-            if option not in grid:
-                grid.append(option)
+    options = [
+        {"fusion": "rrf", "rrf_k": rrf_k, "vector_weight": 1.0, "keyword_weight": weight}
+        for rrf_k in RRF_KS
+        for weight in KEYWORD_WEIGHTS
+    ]
+    options += [
+        {
+            "fusion": "linear",
+            "rrf_k": float(default["rrf_k"]),  # unused by linear fusion; kept as the site's
+            "vector_weight": alpha,
+            "keyword_weight": round(1.0 - alpha, 2),
+        }
+        for alpha in ALPHAS
+    ]
+    grid += [option for option in options if option != grid[0]]
     return grid
 
 
 def fuse(
-    vector: Sequence[str],
-    keyword: Sequence[str],
+    vector: Scored,
+    keyword: Scored,
     *,
+    fusion: str = "rrf",
     rrf_k: float,
     vector_weight: float,
     keyword_weight: float,
 ) -> list[str]:
-    """Ids of both ranked lists by ``weight / (rrf_k + rank)`` summed over the lists, best
-    first: ``hybrid_search()``'s score (query/fusion.py); ties go to the smaller id."""
+    """Ids of both candidate lists by ``hybrid_search()``'s fused score (query/fusion.py),
+    best first; ties go to the smaller id.
+
+    ``vector``: (id, cosine similarity), ``keyword``: (id, keyword score), each best first.
+    ``"rrf"``: ``weight / (rrf_k + rank)`` summed over the lists; ``"linear"``: each side's
+    score normalised within its list (cosine min-max, keyword score over the best one) times
+    its weight, summed.
+    """
     scores: dict[str, float] = {}
-    for weight, ranked in ((vector_weight, vector), (keyword_weight, keyword)):
-        for rank, doc in enumerate(ranked, start=1):
-            scores[doc] = scores.get(doc, 0.0) + weight / (rrf_k + rank)
+    if fusion == "linear":
+        if vector:
+            high, low = vector[0][1], vector[-1][1]
+            for doc, cosine in vector:
+                share = (cosine - low) / (high - low) if high > low else 1.0
+                scores[doc] = scores.get(doc, 0.0) + vector_weight * share
+        best = keyword[0][1] if keyword else 0.0
+        for doc, score in keyword:
+            share = score / best if best > 0 else 0.0
+            scores[doc] = scores.get(doc, 0.0) + keyword_weight * share
+    else:
+        for weight, ranked in ((vector_weight, vector), (keyword_weight, keyword)):
+            for rank, (doc, _) in enumerate(ranked, start=1):
+                scores[doc] = scores.get(doc, 0.0) + weight / (rrf_k + rank)
     return sorted(scores, key=lambda doc: (-scores[doc], doc))
 
 
 def vector_rankings(
     encoder: Encodes, queries: Mapping[str, str], corpus: Mapping[str, str], depth: int
-) -> dict[str, list[str]]:
-    """Each query's ``depth`` nearest corpus ids by cosine, best first (ties: earlier id)."""
+) -> dict[str, list[tuple[str, float]]]:
+    """Each query's ``depth`` nearest corpus ids by cosine, with their cosine similarity,
+    best first (ties: earlier id)."""
     doc_ids = list(corpus)
     docs = np.asarray(encoder.encode([corpus[d] for d in doc_ids], normalize=True))  # (n, dim)
     ids = list(queries)
     vectors = np.asarray(encoder.encode([queries[q] for q in ids], normalize=True))  # (q, dim)
-    ranked = np.argsort(-(vectors @ docs.T), axis=1, kind="stable")[:, :depth]  # (q, depth)
-    return {q: [doc_ids[j] for j in ranked[row]] for row, q in enumerate(ids)}
+    similarity = vectors @ docs.T  # (q, n)
+    ranked = np.argsort(-similarity, axis=1, kind="stable")[:, :depth]  # (q, depth)
+    return {
+        q: [(doc_ids[j], float(similarity[row, j])) for j in ranked[row]]
+        for row, q in enumerate(ids)
+    }
 
 
 _CREATE = (
@@ -115,8 +156,9 @@ def keyword_rankings(
     match: str = "any",
     max_df: float = 0.2,
     using: str | None = None,
-) -> dict[str, list[str]]:
-    """Each query's ``depth`` best corpus ids by PostgreSQL full-text search, best first.
+) -> dict[str, list[tuple[str, float]]]:
+    """Each query's ``depth`` best corpus ids by PostgreSQL full-text search, with their
+    keyword score, best first.
 
     The ranking of ``keyword_search()`` (fulltext.py): ``match="any"`` ranks rows holding one
     of the query's rarest words by ``sum(idf * ts_rank)``, the document frequencies counted
@@ -127,7 +169,7 @@ def keyword_rankings(
     alias = using or router.db_for_read(TrainingPair)
     ids = list(corpus)
     weights = "{" + ",".join(str(w) for w in fulltext.RANK_WEIGHTS) + "}"
-    rankings: dict[str, list[str]] = {}
+    rankings: dict[str, list[tuple[str, float]]] = {}
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
         cursor.execute(_CREATE)
         cursor.execute(_FILL, [config, ids, [corpus[d] for d in ids]])
@@ -136,11 +178,12 @@ def keyword_rankings(
         for qid, text in queries.items():
             if match == "all":
                 cursor.execute(
-                    "SELECT id FROM sbert_eval_docs, websearch_to_tsquery(%s::regconfig, %s) q "
-                    "WHERE tsv @@ q ORDER BY ts_rank_cd(%s::float4[], tsv, q) DESC, id LIMIT %s",
-                    [config, text, weights, depth],
+                    "SELECT id, ts_rank_cd(%s::float4[], tsv, q) AS score "
+                    "FROM sbert_eval_docs, websearch_to_tsquery(%s::regconfig, %s) q "
+                    "WHERE tsv @@ q ORDER BY score DESC, id LIMIT %s",
+                    [weights, config, text, depth],
                 )
-                rankings[qid] = [row[0] for row in cursor.fetchall()]
+                rankings[qid] = [(row[0], float(row[1])) for row in cursor.fetchall()]
                 continue
             terms = _terms(cursor, config, text, df, max_df)
             if not terms:
@@ -152,11 +195,11 @@ def keyword_rankings(
                 params += [idf, weights, fulltext.tsquery_literal([lexeme])]
             matching = fulltext.tsquery_literal(fulltext.matching_lexemes(terms))
             cursor.execute(
-                f"SELECT id FROM sbert_eval_docs WHERE tsv @@ %s::tsquery "
-                f"ORDER BY {rank_sql} DESC, id LIMIT %s",
-                [matching, *params, depth],
+                f"SELECT id, {rank_sql} AS score FROM sbert_eval_docs WHERE tsv @@ %s::tsquery "
+                f"ORDER BY score DESC, id LIMIT %s",
+                [*params, matching, depth],
             )
-            rankings[qid] = [row[0] for row in cursor.fetchall()]
+            rankings[qid] = [(row[0], float(row[1])) for row in cursor.fetchall()]
         cursor.execute("DROP TABLE sbert_eval_docs")
     return rankings
 
@@ -215,9 +258,11 @@ def hybrid_metrics(
         match=str(search["KEYWORD_MATCH"]),
         max_df=float(search["KEYWORD_MAX_DF"]),
     )
-    keyword = {q: [by_id[doc_id] for doc_id in ids] for q, ids in ranked_ids.items()}
+    keyword = {
+        q: [(by_id[doc_id], score) for doc_id, score in ranked] for q, ranked in ranked_ids.items()
+    }
 
-    def scored(fusion: Mapping[str, float]) -> dict[str, Any]:
+    def scored(fusion: Mapping[str, Any]) -> dict[str, Any]:
         fused = {q: fuse(vector[q], keyword.get(q, []), **fusion) for q in queries}
         return ranking_metrics(fused, relevant, K, corpus_size=len(corpus))
 
@@ -228,7 +273,12 @@ def hybrid_metrics(
         figures = scored(option)
         if figures[f"ndcg@{K}"] > best_metrics[f"ndcg@{K}"] + 1e-12:
             best, best_metrics = option, figures
-    words = ranking_metrics(keyword, relevant, K, corpus_size=len(corpus))
+    words = ranking_metrics(
+        {q: [doc for doc, _ in ranked] for q, ranked in keyword.items()},
+        relevant,
+        K,
+        corpus_size=len(corpus),
+    )
     return {
         f"keyword_ndcg@{K}": words[f"ndcg@{K}"],
         f"keyword_recall@{K}": words[f"recall@{K}"],
@@ -236,6 +286,7 @@ def hybrid_metrics(
         f"hybrid_recall@{K}": default_metrics[f"recall@{K}"],
         f"tuned_ndcg@{K}": best_metrics[f"ndcg@{K}"],
         f"tuned_recall@{K}": best_metrics[f"recall@{K}"],
+        "fusion_method": str(best["fusion"]),
         **{f"fusion_{key}": float(best[key]) for key in FUSION_KEYS},
     }
 

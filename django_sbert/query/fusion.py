@@ -1,4 +1,4 @@
-"""Reciprocal rank fusion of a vector top-N and a keyword top-N, inside one SQL query.
+"""Fusion of a vector top-N and a keyword top-N, inside one SQL query.
 
 ``hybrid_search()`` joins the model's table to a derived table built when the query is
 compiled, so every filter of the queryset (whether chained before or after ``hybrid_search()``)
@@ -11,12 +11,14 @@ applies to both candidate lists::
         SELECT COALESCE(v.pk, t.pk) AS pk, v.rank AS vector_rank, t.rank AS keyword_rank,
                t.score AS keyword_score,
                COALESCE(:wv / (:k + v.rank), 0) + COALESCE(:wt / (:k + t.rank), 0) AS score
-        FROM (SELECT pk, ROW_NUMBER() OVER (ORDER BY distance, pk) AS rank
+        FROM (SELECT pk, distance, ROW_NUMBER() OVER (ORDER BY distance, pk) AS rank,
+                     MIN(distance) OVER () AS nearest, MAX(distance) OVER () AS farthest
               FROM (SELECT id, embedding <=> :q FROM article WHERE <filters>
                     AND embedding IS NOT NULL ORDER BY embedding <=> :q LIMIT :n) c (pk, distance)
              ) v                                         -- HNSW index scan
         FULL OUTER JOIN
-             (SELECT pk, score, ROW_NUMBER() OVER (ORDER BY score DESC, pk) AS rank
+             (SELECT pk, score, ROW_NUMBER() OVER (ORDER BY score DESC, pk) AS rank,
+                     MAX(score) OVER () AS best
               FROM (SELECT id, <keyword rank> FROM article WHERE <filters>
                     AND id = ANY(ARRAY(SELECT id FROM article WHERE <filters>
                                        AND embedding_tsv @@ :tsq LIMIT :max_rows))
@@ -27,13 +29,23 @@ applies to both candidate lists::
     WHERE <filters>
     ORDER BY f.score DESC, article.id
 
-The keyword side ranks at most ``max_rows`` matching rows (``CappedMatch``, also what
-``keyword_search()`` filters with): however common the words, the costly part, ranking, stays
-bounded.
+(the ``score`` of ``fusion="rrf"``; ``"linear"`` below). The keyword side ranks at most
+``max_rows`` matching rows (``CappedMatch``, also what ``keyword_search()`` filters with):
+however common the words, the costly part, ranking, stays bounded.
 
-The fused score of a row is ``sum over sides of weight / (rrf_k + rank)``, with rank 1 for the
-best row of a side; a row missing from a side's top-N gets nothing from it (Cormack, Clarke and
-Buettcher 2009, with per-side weights).
+Two fusions (``serving.FUSIONS``); a row missing from a side's top-N gets nothing from that side:
+
+- ``"rrf"``, reciprocal rank fusion (Cormack, Clarke and Buettcher 2009, with per-side
+  weights): ``sum over sides of weight / (rrf_k + rank)``, rank 1 for the best row of a side.
+  Only the order of each list counts.
+- ``"linear"``, a weighted sum of the two sides' scores, each brought to [0, 1] within its own
+  list (Bruch, Gai and Ingber 2023; Elasticsearch's ``linear`` retriever):
+  ``vector_weight * (d_max - d) / (d_max - d_min) + keyword_weight * s / s_max``, with ``d``
+  the row's cosine distance and ``d_min`` / ``d_max`` the nearest and farthest of the vector
+  candidates (every candidate gets 1 when they are equally near), ``s`` its keyword score and
+  ``s_max`` the best one (a keyword score is never below 0, so 0 stays 0). How far ahead the
+  best rows are counts, not only their order: a vector candidate far ahead of the rest keeps
+  its lead over a row that only a few matching words put near the top of the keyword list.
 """
 
 from __future__ import annotations
@@ -60,6 +72,20 @@ from .vectors import QuerySource, QueryVector
 
 TABLE_NAME = "sbert_hybrid"
 
+# The fused score of each fusion, in SQL over the two numbered candidate lists v and t; its
+# parameters, in order: vector_weight, rrf_k, keyword_weight, rrf_k.
+_RRF_SCORE = (
+    "COALESCE(%s::float8 / (%s::float8 + v.rank), 0) "
+    "+ COALESCE(%s::float8 / (%s::float8 + t.rank), 0)"
+)
+# Parameters: vector_weight, keyword_weight. NULLIF: a list whose best keyword score is 0
+# adds nothing (rather than dividing by 0); equally near vector candidates all get 1.
+_LINEAR_SCORE = (
+    "COALESCE(%s::float8 * CASE WHEN v.farthest > v.nearest "
+    "THEN (v.farthest - v.distance) / (v.farthest - v.nearest) ELSE 1 END, 0) "
+    "+ COALESCE(%s::float8 * t.score / NULLIF(t.best, 0), 0)"
+)
+
 
 @dataclass(frozen=True)
 class Fusion:
@@ -76,6 +102,7 @@ class Fusion:
     vector_weight: float
     keyword_weight: float
     candidates: int
+    fusion: str = "rrf"  # one of serving.FUSIONS
     # (column, value) pairs that keep the vector side to rows encoded by the query's encoder
     # version; empty for a vector passed in. A tuple, so that the dataclass stays hashable.
     vector_filter: tuple[tuple[str, Any], ...] = ()
@@ -200,28 +227,27 @@ class FusedJoin(DerivedTableJoin):
         keyword_sql, keyword_params = self._keyword_side(base, connection)
         qn = compiler.quote_name_unless_alias
         f = self.fusion
+        if f.fusion == "linear":
+            score_sql, score_params = _LINEAR_SCORE, [f.vector_weight, f.keyword_weight]
+        else:
+            score_sql = _RRF_SCORE
+            score_params = [f.vector_weight, f.rrf_k, f.keyword_weight, f.rrf_k]
         sql = (
             "INNER JOIN (SELECT COALESCE(v.pk, t.pk) AS pk, v.rank AS vector_rank, "
             "t.rank AS keyword_rank, t.score AS keyword_score, "
-            "COALESCE(%s::float8 / (%s::float8 + v.rank), 0) "
-            "+ COALESCE(%s::float8 / (%s::float8 + t.rank), 0) AS score "
-            "FROM (SELECT c.pk, ROW_NUMBER() OVER (ORDER BY c.distance, c.pk) AS rank "
+            f"{score_sql} AS score "
+            "FROM (SELECT c.pk, c.distance, "
+            "ROW_NUMBER() OVER (ORDER BY c.distance, c.pk) AS rank, "
+            "MIN(c.distance) OVER () AS nearest, MAX(c.distance) OVER () AS farthest "
             f"FROM ({vector_sql}) AS c (pk, distance)) AS v "
             "FULL OUTER JOIN (SELECT c.pk, c.score, "
-            "ROW_NUMBER() OVER (ORDER BY c.score DESC, c.pk) AS rank "
+            "ROW_NUMBER() OVER (ORDER BY c.score DESC, c.pk) AS rank, MAX(c.score) OVER () AS best "
             f"FROM ({keyword_sql}) AS c (pk, score)) AS t ON v.pk = t.pk"
             f") {qn(self.table_alias)} "
             f"ON ({qn(self.table_alias)}.pk = "
             f"{qn(self.parent_alias)}.{connection.ops.quote_name(self.pk_column)})"
         )
-        params = [
-            float(f.vector_weight),
-            float(f.rrf_k),
-            float(f.keyword_weight),
-            float(f.rrf_k),
-            *vector_params,
-            *keyword_params,
-        ]
+        params = [*(float(value) for value in score_params), *vector_params, *keyword_params]
         return sql, params
 
     def _candidates(self, outer: Query) -> QuerySet:

@@ -28,7 +28,7 @@ from django.db import OperationalError, connections, transaction
 from .. import fulltext
 from ..conf import sbert_settings
 from ..exceptions import ServiceUnavailable
-from ..serving import serving
+from ..serving import FUSIONS, serving
 
 ITERATIVE_SCAN_MODES = ("off", "strict_order", "relaxed_order")
 # Unlike the hnsw.* settings, this one changes how every other query plans: restored after
@@ -193,6 +193,7 @@ def hybrid_settings(**overrides: Any) -> dict[str, Any]:
     search = sbert_settings.SEARCH
     keys = {
         "candidates": "CANDIDATES",
+        "fusion": "FUSION",
         "rrf_k": "RRF_K",
         "vector_weight": "VECTOR_WEIGHT",
         "keyword_weight": "KEYWORD_WEIGHT",
@@ -203,6 +204,11 @@ def hybrid_settings(**overrides: Any) -> dict[str, Any]:
         for name, key in keys.items()
     }
     match_mode(values["match"])
+    if values["fusion"] not in FUSIONS:
+        raise ValueError(
+            f"fusion must be one of {FUSIONS}, got {values['fusion']!r} "
+            "(check SBERT['SEARCH']['FUSION'])."
+        )
     candidates = values["candidates"]
     if isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1:
         raise ValueError(
@@ -217,11 +223,12 @@ def hybrid_settings(**overrides: Any) -> dict[str, Any]:
     return values
 
 
-def tuned_fusion(source: Any) -> dict[str, float]:
-    """``rrf_k``, ``vector_weight`` and ``keyword_weight`` chosen for the version that encoded
-    the query (``source``, a ``vectors.QuerySource``) when its run evaluated it; {} when none
-    was chosen (the base model, a site that never fine-tunes), for a vector passed in, or with
-    ``SBERT["SEARCH"]["TUNED_FUSION"]`` False. Read with the serving version (cached as it is).
+def tuned_fusion(source: Any) -> dict[str, Any]:
+    """``fusion``, ``rrf_k``, ``vector_weight`` and ``keyword_weight`` chosen for the version
+    that encoded the query (``source``, a ``vectors.QuerySource``) when its run evaluated it;
+    {} when none was chosen (the base model, a site that never fine-tunes), for a vector
+    passed in, or with ``SBERT["SEARCH"]["TUNED_FUSION"]`` False. Read with the serving
+    version (cached as it is).
     """
     if source is None or not sbert_settings.SEARCH.get("TUNED_FUSION", True):
         return {}

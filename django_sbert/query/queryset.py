@@ -197,6 +197,7 @@ class SemanticQuerySet(models.QuerySet):
         field: str | None = None,
         *,
         candidates: int | None = None,
+        fusion: str | None = None,
         rrf_k: float | None = None,
         vector_weight: float | None = None,
         keyword_weight: float | None = None,
@@ -206,21 +207,25 @@ class SemanticQuerySet(models.QuerySet):
         iterative_scan: str | None = None,
         passages: bool | None = None,
     ) -> SemanticQuerySet:
-        """Rows ranked by reciprocal rank fusion of vector and keyword search, best first.
+        """Rows ranked by a fusion of vector and keyword search, best first.
 
         The ``candidates`` nearest rows by cosine similarity (HNSW, as ``similar_to``) and the
-        ``candidates`` best full-text matches (GIN, as ``keyword_search``) are fused:
-        ``score = vector_weight / (rrf_k + vector_rank) + keyword_weight / (rrf_k +
-        keyword_rank)``, a side contributing nothing for a row outside its top list. Rows are
+        ``candidates`` best full-text matches (GIN, as ``keyword_search``) are fused, a side
+        contributing nothing for a row outside its top list. ``fusion="rrf"``: ``score =
+        vector_weight / (rrf_k + vector_rank) + keyword_weight / (rrf_k + keyword_rank)``;
+        ``fusion="linear"``: ``score = vector_weight * v + keyword_weight * t``, ``v`` the
+        row's cosine min-max normalised over the vector candidates and ``t`` its keyword score
+        over the best one. Rows are
         annotated with ``score``, ``similarity`` (cosine; None without an embedding),
         ``vector_rank`` and ``keyword_rank`` (1-based positions in each list, None when absent)
         and ``keyword_score`` (the keyword side's rank value). Filters, chained before or after,
         apply to both lists. Needs ``EmbeddingField(..., keyword_search=True)``; defaults come from
-        ``SBERT["SEARCH"]`` (``RRF_K``, ``CANDIDATES``, ``VECTOR_WEIGHT``, ``KEYWORD_WEIGHT``,
-        ``KEYWORD_MATCH``, ``KEYWORD_MAX_DF``), except that while a fine-tuned version whose
-        run chose a fusion on its eval split serves, its ``rrf_k`` and weights replace the
-        settings' (``SEARCH["TUNED_FUSION"]``; docs/hybrid.md); ``match`` and ``max_df`` work
-        as in ``keyword_search()``. A blank text returns no rows. On a field with ``passages=`` the
+        ``SBERT["SEARCH"]`` (``FUSION``, ``RRF_K``, ``CANDIDATES``, ``VECTOR_WEIGHT``,
+        ``KEYWORD_WEIGHT``, ``KEYWORD_MATCH``, ``KEYWORD_MAX_DF``), except that while a
+        fine-tuned version whose run chose a fusion on its eval split serves, its fusion
+        replaces the settings' (``SEARCH["TUNED_FUSION"]``; docs/hybrid.md); ``match`` and
+        ``max_df`` work as in ``keyword_search()``. A blank text returns no rows. On a field
+        with ``passages=`` the
         vector side ranks rows by their best passage, and each row gets ``passage`` and the
         best passage's ``similarity`` (``passages=False``: the row's own vector).
         """
@@ -236,24 +241,23 @@ class SemanticQuerySet(models.QuerySet):
                 "queryset without it (filters may come before or after)."
             )
         embedding = self._embedding_field(field, keyword=True)
-        settings = hybrid_settings(
-            candidates=candidates,
-            rrf_k=rrf_k,
-            vector_weight=vector_weight,
-            keyword_weight=keyword_weight,
-            match=match,
-        )
+        if fusion is None and rrf_k is not None:
+            fusion = "rrf"  # rrf_k means nothing to the other fusion
+        given = {
+            "fusion": fusion,
+            "rrf_k": rrf_k,
+            "vector_weight": vector_weight,
+            "keyword_weight": keyword_weight,
+        }
+        settings = hybrid_settings(candidates=candidates, match=match, **given)
         qs = self._pinned()  # rows and version from one database (query/replicas.py)
         vector, _, source = (
             qs._query_vector(text, embedding) if text.strip() else (None, None, None)
         )
         tuned = tuned_fusion(source)
-        if tuned:  # the fusion chosen for the serving version; arguments given still win
-            given = {
-                "rrf_k": rrf_k,
-                "vector_weight": vector_weight,
-                "keyword_weight": keyword_weight,
-            }
+        # The fusion chosen for the serving version, unless the caller chose another kind;
+        # arguments given still win, each on its own.
+        if tuned and fusion in (None, tuned["fusion"]):
             settings.update({k: v for k, v in tuned.items() if given[k] is None})
         text = str(text)  # ahybrid_search() passes an EncodedText: from here on, the words
         match = settings.pop("match")

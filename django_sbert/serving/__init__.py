@@ -52,6 +52,7 @@ from .storage import (
 )
 from .versions import (
     FUSION_KEYS,
+    FUSIONS,
     Serving,
     forget_serving,
     promoting_version,
@@ -64,6 +65,7 @@ from .versions import (
 
 __all__ = [
     "FUSION_KEYS",
+    "FUSIONS",
     "MAX_TUNED_LOADED",
     "PROMPT_NAMES",
     "Role",

@@ -58,8 +58,12 @@ logger = logging.getLogger(__name__)
 
 UNDEFINED_TABLE = "42P01"  # PostgreSQL's SQLSTATE for a relation that does not exist
 
+# hybrid_search()'s fusions (query/fusion.py): reciprocal rank fusion, or a weighted sum of
+# the two sides' normalised scores.
+FUSIONS = ("rrf", "linear")
 # The fusion of hybrid_search() chosen for a version on its eval split, stored in its metrics
-# as "fusion_<key>" (finetuning/hybrid.py chooses it).
+# as "fusion_<key>" (finetuning/hybrid.py chooses it); "fusion_method" is one of FUSIONS
+# (versions stored before it was chosen have none: "rrf").
 FUSION_KEYS = ("rrf_k", "vector_weight", "keyword_weight")
 
 _lock = threading.Lock()
@@ -75,27 +79,38 @@ class Serving:
     # Storage key of a fine-tuned version's files (model_cache fetches them), or an absolute
     # local directory for rows saved before SBERT["MODEL_STORAGE"]; None: the settings' model.
     directory: str | None
-    # (rrf_k, vector_weight, keyword_weight) chosen for this version on its eval split; None:
-    # none was (the base model, a run without positive eval pairs), SBERT["SEARCH"] applies.
-    fusion: tuple[float, float, float] | None = None
+    # (rrf_k, vector_weight, keyword_weight, method) chosen for this version on its eval
+    # split; None: none was (the base model, a run without positive eval pairs), and
+    # SBERT["SEARCH"] applies.
+    fusion: tuple[float, float, float, str] | None = None
 
     @property
     def is_base(self) -> bool:
         return self.directory is None
 
-    def fusion_settings(self) -> dict[str, float]:
-        """``fusion`` as hybrid_search()'s keyword arguments; {} when none was chosen."""
-        return dict(zip(FUSION_KEYS, self.fusion, strict=True)) if self.fusion else {}
+    def fusion_settings(self) -> dict[str, Any]:
+        """``fusion`` as hybrid_search()'s keyword arguments (``fusion``, ``rrf_k``,
+        ``vector_weight``, ``keyword_weight``); {} when none was chosen."""
+        if not self.fusion:
+            return {}
+        *numbers, method = self.fusion
+        return {"fusion": method, **dict(zip(FUSION_KEYS, numbers, strict=True))}
 
 
-def stored_fusion(values: Sequence[Any]) -> tuple[float, float, float] | None:
-    """The fusion from a version's ``fusion_<key>`` metrics, in ``FUSION_KEYS`` order; None
-    when any is missing or not a number."""
+def stored_fusion(
+    values: Sequence[Any], method: Any = None
+) -> tuple[float, float, float, str] | None:
+    """The fusion from a version's metrics: ``fusion_<key>`` values in ``FUSION_KEYS`` order
+    and ``fusion_method`` (None: "rrf", as stored before linear fusion existed); None when a
+    value is missing or not a number, or the method is unknown."""
     try:
         rrf_k, vector, keyword = (float(value) for value in values)
     except (TypeError, ValueError):
         return None
-    return rrf_k, vector, keyword
+    method = "rrf" if method is None else method
+    if method not in FUSIONS:
+        return None
+    return rrf_k, vector, keyword, method
 
 
 def _db(using: str | None = None) -> str:
@@ -109,7 +124,8 @@ def _read_active(name: str, alias: str) -> tuple[tuple[Any, ...] | None, bool]:
     qs = EncoderVersion.objects.using(alias).filter(
         encoder_name=name, status__in=[VersionStatus.ACTIVE, VersionStatus.PROMOTING]
     )
-    fusion = [f"metrics__fusion_{key}" for key in FUSION_KEYS]  # three keys, not all metrics
+    # The fusion's four keys, not all metrics.
+    fusion = [f"metrics__fusion_{key}" for key in (*FUSION_KEYS, "method")]
     fields = ("version", "directory", "is_base", "status", *fusion)
     try:
         if connections[alias].in_atomic_block:
@@ -126,7 +142,11 @@ def _read_active(name: str, alias: str) -> tuple[tuple[Any, ...] | None, bool]:
         # no version can be active before the table that records versions exists.
         return None, False
     active = next(
-        ((*row[:3], stored_fusion(row[4:])) for row in rows if row[3] == VersionStatus.ACTIVE),
+        (
+            (*row[:3], stored_fusion(row[4:7], row[7]))
+            for row in rows
+            if row[3] == VersionStatus.ACTIVE
+        ),
         None,
     )
     return active, any(row[3] == VersionStatus.PROMOTING for row in rows)

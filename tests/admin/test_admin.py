@@ -451,7 +451,7 @@ def test_tracebacks_of_runs_and_promotions_are_for_superusers_only(client):
 
 
 def test_run_and_version_pages_show_vector_keyword_and_hybrid_side_by_side(staff):
-    def measured(vector: float, keyword: float, hybrid: float, tuned: float) -> dict:
+    def measured(vector: float, keyword: float, hybrid: float, tuned: float, **fusion) -> dict:
         return {
             "ndcg@10": vector,
             "recall@10": vector,
@@ -464,21 +464,26 @@ def test_run_and_version_pages_show_vector_keyword_and_hybrid_side_by_side(staff
             "fusion_rrf_k": 30.0,
             "fusion_vector_weight": 1.0,
             "fusion_keyword_weight": 0.25,
+            **fusion,
         }
 
+    after = {"fusion_method": "linear", "fusion_vector_weight": 0.7, "fusion_keyword_weight": 0.3}
     run = TrainingRun.objects.create(
         loss="mnrl",
         status=RunStatus.SUCCEEDED,
+        # Stored before linear fusion existed: no fusion_method, which means rrf.
         metrics_before=measured(0.61, 0.52, 0.63, 0.64),
-        metrics_after=measured(0.7111, 0.52, 0.6822, 0.7233),
+        metrics_after=measured(0.7111, 0.52, 0.6822, 0.7233, **after),
     )
     version = EncoderVersion.objects.create(version="v:tuned", run=run, metrics=run.metrics_after)
+    run_page = staff.get(f"{ADMIN}/trainingrun/{run.pk}/change/").content.decode()
+    assert "rrf, rrf_k 30, vector weight 1, keyword weight 0.25" in run_page
     for url in (f"{ADMIN}/trainingrun/{run.pk}/change/", f"{ADMIN}/encoderversion/{version.pk}/"):
         page = staff.get(url if url.endswith("change/") else url + "change/").content.decode()
         assert "hybrid (chosen fusion)" in page and "keyword" in page
         for figure in ("0.7111", "0.5200", "0.6822", "0.7233"):
             assert figure in page, (url, figure)
-        assert "rrf_k 30, vector weight 1, keyword weight 0.25" in page
+        assert "linear, vector weight 0.7, keyword weight 0.3" in page
     bare = EncoderVersion.objects.create(version="v:bare", metrics={"ndcg@10": 0.5})
     page = staff.get(f"{ADMIN}/encoderversion/{bare.pk}/change/").content.decode()
     assert "hybrid (chosen fusion)" not in page  # nothing measured: "-"

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from django_sbert import serving
 from django_sbert.finetuning import runs
 from django_sbert.finetuning.gate import eval_metrics, gate
 from django_sbert.finetuning.hybrid import (
+    ALPHAS,
     fuse,
     fusion_grid,
     hybrid_metrics,
@@ -26,7 +29,8 @@ TOPICS = [
 
 
 def test_fuse_is_hybrid_searchs_weighted_reciprocal_rank_sum():
-    vector, keyword = ["a", "b", "c"], ["c", "d"]
+    vector = [("a", 0.9), ("b", 0.8), ("c", 0.1)]
+    keyword = [("c", 3.0), ("d", 0.5)]
     # a: 1/(1+1) = .5; b: 1/3; c: 1/4 + 2/(1+1) = 1.25; d: 2/3
     assert fuse(vector, keyword, rrf_k=1, vector_weight=1, keyword_weight=2) == [
         "c",
@@ -35,13 +39,41 @@ def test_fuse_is_hybrid_searchs_weighted_reciprocal_rank_sum():
         "b",
     ]
     # Keyword weight 0: the vector ranking, the keyword-only rows after it.
-    assert fuse(vector, keyword, rrf_k=60, vector_weight=1, keyword_weight=0)[:3] == vector
+    top = fuse(vector, keyword, rrf_k=60, vector_weight=1, keyword_weight=0)[:3]
+    assert top == ["a", "b", "c"]
 
 
-def test_the_grid_tries_the_sites_fusion_first_and_keyword_weight_zero():
+def test_linear_fuse_sums_the_normalised_scores():
+    vector = [("a", 0.9), ("b", 0.8), ("c", 0.1)]  # min-max: a 1, b .875, c 0
+    keyword = [("c", 3.0), ("d", 0.5)]  # over the best: c 1, d 1/6
+    # alpha .5: a .5, b .4375, c .5, d 1/12; a and c tie: the smaller id first.
+    linear = {"fusion": "linear", "rrf_k": 60}
+    assert fuse(vector, keyword, vector_weight=0.5, keyword_weight=0.5, **linear) == [
+        "a",
+        "c",
+        "b",
+        "d",
+    ]
+    # Unlike rank fusion, the margins count. b is far ahead of a on the vector side, a just
+    # ahead of b on the keyword side: linear fusion keeps b first, rank fusion (each first
+    # once, second once) lets the heavier keyword side decide.
+    far = [("b", 0.9), ("a", 0.5), ("c", 0.1)]
+    words = [("a", 1.0), ("b", 0.95)]
+    assert fuse(far, words, vector_weight=0.5, keyword_weight=0.55, **linear)[:2] == ["b", "a"]
+    assert fuse(far, words, rrf_k=60, vector_weight=0.5, keyword_weight=0.55)[:2] == ["a", "b"]
+    # Equally near candidates all get 1; a best keyword score of 0 adds nothing.
+    flat = fuse([("a", 0.5), ("b", 0.5)], [("c", 0.0)], vector_weight=1, keyword_weight=1, **linear)
+    assert flat == ["a", "b", "c"]
+
+
+def test_the_grid_tries_the_sites_fusion_first_then_both_kinds():
     grid = fusion_grid(site_fusion())
-    assert grid[0] == {"rrf_k": 60.0, "vector_weight": 1.0, "keyword_weight": 1.0}
-    assert {"rrf_k": 60.0, "vector_weight": 1.0, "keyword_weight": 0.0} in grid
+    site = {"fusion": "rrf", "rrf_k": 60.0, "vector_weight": 1.0, "keyword_weight": 1.0}
+    assert grid[0] == site
+    assert {**site, "keyword_weight": 0.0} in grid  # vector search alone, in rank order
+    linear = [g for g in grid if g["fusion"] == "linear"]
+    assert [g["vector_weight"] for g in linear] == list(ALPHAS)
+    assert all(g["vector_weight"] + g["keyword_weight"] == pytest.approx(1) for g in linear)
     assert len(grid) == len({tuple(sorted(g.items())) for g in grid})  # no repeats
 
 
@@ -55,11 +87,13 @@ def test_keyword_rankings_come_from_postgresql_full_text_search(db):
     ranked = keyword_rankings(queries, corpus, 10)
     # "zebra" is in one document of three, "road" in two: the rare word decides (idf), and
     # only documents that hold one of the rarest words are ranked at all.
-    assert ranked["q1"][0] == "zebra"
-    assert ranked["q2"] == ["cat"]  # stemmed: "cats" matches "cat"
+    assert ranked["q1"][0][0] == "zebra"
+    assert [doc for doc, _ in ranked["q2"]] == ["cat"]  # stemmed: "cats" matches "cat"
     assert ranked["q3"] == []
+    scores = [score for _, score in ranked["q1"]]
+    assert scores == sorted(scores, reverse=True) and scores[-1] > 0
     every = keyword_rankings({"q": "road stripes"}, corpus, 10, match="all")
-    assert every["q"] == ["zebra"]  # both words: only one document has them
+    assert [doc for doc, _ in every["q"]] == ["zebra"]  # both words: only one document has them
 
 
 def test_hybrid_metrics_never_choose_a_fusion_worse_than_vector_or_the_sites(db, tiny_encoder):
@@ -70,16 +104,21 @@ def test_hybrid_metrics_never_choose_a_fusion_worse_than_vector_or_the_sites(db,
         "keyword_ndcg@10",
         "hybrid_ndcg@10",
         "tuned_ndcg@10",
+        "fusion_method",
         "fusion_rrf_k",
         "fusion_vector_weight",
         "fusion_keyword_weight",
     }
     assert figures["tuned_ndcg@10"] >= figures["hybrid_ndcg@10"]
     assert figures["tuned_ndcg@10"] >= vector - 1e-9
-    fusion = stored_fusion([figures[f"fusion_{k}"] for k in serving.FUSION_KEYS])
+    values = [figures[f"fusion_{k}"] for k in serving.FUSION_KEYS]
+    fusion = stored_fusion(values, figures["fusion_method"])
     assert fusion is not None and fusion in {
-        (g["rrf_k"], g["vector_weight"], g["keyword_weight"]) for g in fusion_grid(site_fusion())
+        (g["rrf_k"], g["vector_weight"], g["keyword_weight"], g["fusion"])
+        for g in fusion_grid(site_fusion())
     }
+    assert stored_fusion(values) == (*fusion[:3], "rrf")  # stored before fusion_method: rrf
+    assert stored_fusion(values, "borda") is None  # an unknown kind: the settings apply
     # Scored or labelled pairs only: nothing to rank.
     assert hybrid_metrics(tiny_encoder, [TrainingPair(text_a="a", text_b="b", score=0.5)]) == {}
 
@@ -100,13 +139,19 @@ def test_a_run_stores_its_versions_fusion_and_serving_reads_it_once_active(db, m
     candidate = EncoderVersion.objects.get(run=run)
     for metrics in (run.metrics_before, run.metrics_after, candidate.metrics):
         assert {"ndcg@10", "keyword_ndcg@10", "hybrid_ndcg@10", "tuned_ndcg@10"} <= set(metrics)
-    chosen = tuple(candidate.metrics[f"fusion_{k}"] for k in serving.FUSION_KEYS)
+    chosen = (
+        *(candidate.metrics[f"fusion_{k}"] for k in serving.FUSION_KEYS),
+        candidate.metrics["fusion_method"],
+    )
     assert gate(candidate).metric == "ndcg@10"  # the gate still compares vector search
     assert serving.serving("default", max_age=0).fusion is None  # the candidate is not serving
     EncoderVersion.objects.filter(pk=candidate.pk).update(status=VersionStatus.ACTIVE)
     current = serving.serving("default", max_age=0)
     assert current.version == candidate.version and current.fusion == chosen
-    assert current.fusion_settings() == dict(zip(serving.FUSION_KEYS, chosen, strict=True))
+    assert current.fusion_settings() == {
+        "fusion": chosen[3],
+        **dict(zip(serving.FUSION_KEYS, chosen[:3], strict=True)),
+    }
 
 
 def test_hybrid_metrics_rank_texts_too_long_for_an_index_key(db, tiny_encoder):

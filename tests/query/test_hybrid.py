@@ -231,6 +231,35 @@ def test_weights_rrf_k_and_candidates(articles):
             Article.objects.hybrid_search("XJ-9000", **bad)
 
 
+def test_linear_fusion_sums_each_sides_normalised_score(articles):
+    results = list(
+        Article.objects.hybrid_search(
+            "XJ-9000", fusion="linear", vector_weight=0.6, keyword_weight=0.4
+        )
+    )
+    similarities = [r.similarity for r in results]
+    high, low = max(similarities), min(similarities)  # every row is a vector candidate
+    best = max(r.keyword_score for r in results if r.keyword_score is not None)
+    for r in results:
+        words = 0.4 * r.keyword_score / best if r.keyword_score is not None else 0.0
+        assert r.score == pytest.approx(0.6 * (r.similarity - low) / (high - low) + words)
+    # The keyword match is the vector side's farthest row: 0.4 from its words alone, below
+    # the nearest row's 0.6; with the weights the other way round, it comes first.
+    assert results[0] == articles[1] and results[0].score == pytest.approx(0.6)
+    assert results[-1] == articles[0] and results[-1].score == pytest.approx(0.4)
+    flipped = Article.objects.hybrid_search(
+        "XJ-9000", fusion="linear", vector_weight=0.4, keyword_weight=0.6
+    ).first()
+    assert flipped == articles[0] and flipped.score == pytest.approx(0.6)
+    # The same fusion from the settings.
+    search = {**settings.SBERT.get("SEARCH", {}), "FUSION": "linear", "KEYWORD_WEIGHT": 1.5}
+    with override_settings(SBERT={**settings.SBERT, "SEARCH": search}):
+        top = Article.objects.hybrid_search("XJ-9000").first()
+        assert top == articles[0] and top.score == pytest.approx(1.5)
+    with pytest.raises(ValueError, match="fusion must be one of"):
+        Article.objects.hybrid_search("XJ-9000", fusion="borda")
+
+
 def test_filters_before_and_after_apply_to_both_candidate_lists(articles):
     # With one candidate per side, the top vector row (economy) and the top keyword row (shop)
     # are both outside "music": a filter applied only after fusing would return nothing.
@@ -492,6 +521,23 @@ def test_a_version_with_a_chosen_fusion_changes_hybrid_searchs_fusion(articles):
     search = {**settings.SBERT.get("SEARCH", {}), "TUNED_FUSION": False}
     with override_settings(SBERT={**settings.SBERT, "SEARCH": search}):
         assert Article.objects.hybrid_search("XJ-9000").first() == articles[0]
+
+
+def test_a_version_that_chose_linear_fusion_searches_with_it(articles):
+    linear = {"rrf_k": 60.0, "vector_weight": 0.8, "keyword_weight": 0.2}
+    serve_with_fusion({**linear, "method": "linear"})
+    results = list(Article.objects.hybrid_search("XJ-9000"))
+    # Linear scores: the nearest row 0.8, the keyword match (farthest by vector) 0.2.
+    assert results[0] == articles[1] and results[0].score == pytest.approx(0.8)
+    assert results[-1] == articles[0] and results[-1].score == pytest.approx(0.2)
+    # A weight given replaces the version's; the kind stays.
+    given = Article.objects.hybrid_search("XJ-9000", keyword_weight=0.9).first()
+    assert given == articles[0] and given.score == pytest.approx(0.9)
+    # Another kind asked for (or rrf_k, which only rank fusion has): the settings' fusion,
+    # none of the version's weights.
+    for other in ({"fusion": "rrf"}, {"rrf_k": 60}):
+        top = Article.objects.hybrid_search("XJ-9000", **other).first()
+        assert top == articles[0] and top.score == pytest.approx(1 / 61 + 1 / (60 + len(ROWS)))
 
 
 def test_a_version_without_a_chosen_fusion_searches_as_today(articles):
