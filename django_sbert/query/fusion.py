@@ -78,11 +78,12 @@ _RRF_SCORE = (
     "COALESCE(%s::float8 / (%s::float8 + v.rank), 0) "
     "+ COALESCE(%s::float8 / (%s::float8 + t.rank), 0)"
 )
-# Parameters: vector_weight, keyword_weight. NULLIF: a list whose best keyword score is 0
-# adds nothing (rather than dividing by 0); equally near vector candidates all get 1.
+# Parameters: vector_weight, keyword_weight. A row outside the vector list (v.pk NULL) gets
+# nothing from it; equally near vector candidates all get 1. NULLIF: a list whose best
+# keyword score is 0 adds nothing (rather than dividing by 0).
 _LINEAR_SCORE = (
-    "COALESCE(%s::float8 * CASE WHEN v.farthest > v.nearest "
-    "THEN (v.farthest - v.distance) / (v.farthest - v.nearest) ELSE 1 END, 0) "
+    "%s::float8 * CASE WHEN v.pk IS NULL THEN 0 WHEN v.farthest > v.nearest "
+    "THEN (v.farthest - v.distance) / (v.farthest - v.nearest) ELSE 1 END "
     "+ COALESCE(%s::float8 * t.score / NULLIF(t.best, 0), 0)"
 )
 

@@ -251,6 +251,17 @@ def test_linear_fusion_sums_each_sides_normalised_score(articles):
         "XJ-9000", fusion="linear", vector_weight=0.4, keyword_weight=0.6
     ).first()
     assert flipped == articles[0] and flipped.score == pytest.approx(0.6)
+    # Two vector candidates: the keyword match is outside the vector list and gets nothing
+    # from it; the nearer candidate 1, the farther 0.
+    few = Article.objects.hybrid_search(
+        "XJ-9000", fusion="linear", vector_weight=0.6, keyword_weight=0.4, candidates=2
+    )
+    scores = {r.pk: (r.vector_rank, r.score) for r in few}
+    assert scores == {
+        articles[1].pk: (1, pytest.approx(0.6)),
+        articles[0].pk: (None, pytest.approx(0.4)),
+        articles[2].pk: (2, pytest.approx(0.0)),
+    }
     # The same fusion from the settings.
     search = {**settings.SBERT.get("SEARCH", {}), "FUSION": "linear", "KEYWORD_WEIGHT": 1.5}
     with override_settings(SBERT={**settings.SBERT, "SEARCH": search}):
