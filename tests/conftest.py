@@ -14,6 +14,18 @@ from tests.tiny_model import build_tiny_model
 # Tests never reach the network: a hub id that is not cached must fail, not download.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+# Modules that start whole sites or virtualenvs: the longest, so they run first. With two test
+# processes (make test: pytest-xdist, --dist loadfile), a long module started last would run
+# alone at the end while the other process has nothing left to do.
+LONGEST_FIRST = ("packaging", "example")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def longest_first(item: pytest.Item) -> int:
+        return 0 if any(item.get_closest_marker(name) for name in LONGEST_FIRST) else 1
+
+    items.sort(key=longest_first)  # stable: every module keeps its own order
+
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
