@@ -71,10 +71,11 @@ browser:
 # Two test processes (pytest-xdist): much of the suite waits on subprocesses (sites, workers,
 # PostgreSQL), so two processes keep both cores busy. --dist loadfile keeps each test module in
 # one process, so a module's fixtures (a site, a Celery worker on the module's own queue)
-# start once.
+# start once; --no-loadscope-reorder keeps the collection's order, which puts the longest
+# modules first (tests/conftest.py) instead of the modules with the most tests.
 test: install browser
 	$(VENV)/bin/ruff check .
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -rs -n $(TEST_WORKERS) --dist loadfile
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -rs -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: install
 	$(VENV)/bin/ruff check .

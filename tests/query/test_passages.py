@@ -251,6 +251,19 @@ def test_hybrid_search_ranks_its_vector_side_by_best_passage():
         assert row.passage["text"] == stored.text
     plain = list(Report.objects.hybrid_search(text, k=5, passages=False))
     assert not hasattr(plain[0], "passage")
+    # Linear fusion normalises the best passages' similarities over the vector candidates.
+    linear = list(
+        Report.objects.hybrid_search(
+            text, k=40, candidates=20, fusion="linear", vector_weight=0.7, keyword_weight=0.3
+        )
+    )
+    near = [r.similarity for r in linear if r.vector_rank]
+    high, low = max(near), min(near)
+    best = max(r.keyword_score for r in linear if r.keyword_score is not None)
+    for row in linear:
+        vector = 0.7 * (row.similarity - low) / (high - low) if row.vector_rank else 0.0
+        words = 0.3 * row.keyword_score / best if row.keyword_score is not None else 0.0
+        assert row.score == pytest.approx(vector + words, abs=1e-5)
 
 
 def test_best_sentences_points_at_the_sentence_nearest_to_the_query():
