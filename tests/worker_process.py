@@ -64,7 +64,7 @@ class Worker:
         self.process = subprocess.Popen(
             command, cwd=ROOT, env=environment, stdout=self.log, stderr=subprocess.STDOUT
         )
-        self.wait_for("ready.", timeout=90)
+        self.wait_for("ready.", timeout=180)  # generous: another test process may share the CPU
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")

@@ -353,11 +353,11 @@ def test_ctrl_c_stops_everything_and_a_second_run_reuses_the_data(demo, start_de
     # Again: the data is reused (no second load, no new password), it serves in seconds,
     # and the rows whose vectors were dropped above are queued again and embedded.
     again = start_demo()
-    ready = float(again.wait_for(r"Serving at \S+ +\(ready in ([\d.]+) s\)", timeout=120)[1])
+    ready = float(again.wait_for(r"Serving at \S+ +\(ready in ([\d.]+) s\)", timeout=240)[1])
     assert "Loaded" not in again.output
     assert "password printed on the first run" in again.output
     assert ready < 30, f"second start took {ready} s"
-    again.wait_for(ALL_EMBEDDED, timeout=180)
+    again.wait_for(ALL_EMBEDDED, timeout=300)
     children = [p.pid for p in again.descendants()]
     postmaster = again.postmaster_pid()
     assert again.interrupt(timeout=60) == 0
