@@ -210,23 +210,21 @@ def compare_fusion_families(dev: list, held: list, ids: list[str]) -> None:
     """RRF against linear fusion, each over the grid a fine-tuning run searches, chosen on one
     half and reported on the other (in Python, then in SQL)."""
     from django_sbert.finetuning import hybrid
+    from django_sbert.serving import FUSIONS
 
-    def run(vector: list, keyword: list, options: tuple) -> list[int]:
-        return hybrid.fuse(vector, keyword, **dict(options))[:CUTOFF]
-
+    # Options as sorted item tuples: hashable, so the scores can be keyed by them.
     grid = [tuple(sorted(option.items())) for option in hybrid.fusion_grid(hybrid.site_fusion())]
     families = {
-        kind: (run, [options for options in grid if dict(options)["fusion"] == kind])
-        for kind in ("rrf", "linear")
+        kind: [options for options in grid if dict(options)["fusion"] == kind] for kind in FUSIONS
     }
     started = time.perf_counter()
     halves = {"dev": (dev, scored_lists(dev, 100)), "held-out": (held, scored_lists(held, 100))}
     print(f"candidate lists in {time.perf_counter() - started:.0f} s")
 
-    def ndcg(half: str, fusion, params: tuple) -> float:
+    def ndcg(half: str, options: tuple) -> float:
         queries, (vector, keyword) = halves[half]
         runs = [
-            [ids[pk - 1] for pk in fusion(v, k, *params)]
+            [ids[pk - 1] for pk in hybrid.fuse(v, k, **dict(options))[:CUTOFF]]
             for v, k in zip(vector, keyword, strict=True)
         ]
         return evaluate(runs, queries)["ndcg@10"]
@@ -241,9 +239,9 @@ def compare_fusion_families(dev: list, held: list, ids: list[str]) -> None:
         "| the same in SQL |"
     )
     print("|---|---|---|---|---|---|")
-    for name, (fusion, options) in families.items():
+    for name, options in families.items():
         for chosen_on, other in (("dev", "held-out"), ("held-out", "dev")):
-            scores = {params: ndcg(chosen_on, fusion, (params,)) for params in options}
+            scores = {params: ndcg(chosen_on, params) for params in options}
             best = max(options, key=lambda params: scores[params])  # first of equals: grid order
             chosen = dict(best)
             sql = evaluate(
@@ -253,7 +251,7 @@ def compare_fusion_families(dev: list, held: list, ids: list[str]) -> None:
             shown = {k: v for k, v in chosen.items() if name == "rrf" or k != "rrf_k"}
             print(
                 f"| {name} | {chosen_on} | {shown} | {scores[best]:.2f} | "
-                f"{ndcg(other, fusion, (best,)):.2f} | {sql:.2f} |"
+                f"{ndcg(other, best):.2f} | {sql:.2f} |"
             )
 
 
