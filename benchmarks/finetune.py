@@ -13,11 +13,13 @@ Parts (run all, or some with ``--only``):
               several ``--mnrl-lr`` values (and ``--variant`` loss options) train one model
               each from one mining pass; ``--train-queries`` trains on fewer queries.
 * ``simcse``  unsupervised SimCSE on SciFact abstracts alone; the same retrieval figures.
-* ``adapt``   "adapt to our content" with pseudo-queries: ``mnrl`` on pairs cut from the
-              SciFact abstracts alone (``--adapt-method ict``: a sentence against the rest of
-              its abstract; ``crop``: two random spans), optionally with negatives mined by
-              the base model among the pairs' positives; the same retrieval figures and STSb
-              dev Spearman (general quality kept?). No claim is used for training.
+* ``adapt``   "adapt to our content" with pseudo-queries cut from the SciFact abstracts alone
+              (``--adapt-method ict``: a sentence against the rest of its abstract; ``crop``:
+              two random spans): ``margin_mse`` on the margins of a teacher fusing the base
+              model with BM25 (``--adapt-dense-share``), or ``--adapt-loss mnrl`` on the pairs
+              (optionally with negatives mined by the base model among the pairs'
+              positives); the same retrieval figures and STSb dev Spearman (general quality
+              kept?). No claim is used for training.
 * ``general`` fine-tune with ``mnrl`` on 300 SciFact train pairs with the default settings,
               then STSb dev Spearman: a small domain fine-tune must not wreck general quality.
 
@@ -43,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from encode import cpu_line  # noqa: E402
 
 from django_sbert.encoder import SentenceEncoder
+from django_sbert.encoder.distillation import DENSE_SHARE, PER_QUERY, lexical_teacher_examples
 from django_sbert.encoder.evaluation import retrieval_metrics, sts_spearman
 from django_sbert.encoder.mining import mine_hard_negatives
 from django_sbert.encoder.pseudo_queries import pseudo_pairs
@@ -331,15 +334,25 @@ def run_adapt(
         flush=True,
     )
     started, cpu = time.perf_counter(), time.process_time()
-    examples: list[tuple[str, ...]] = list(pairs)
-    if args.adapt_negatives:
+    examples: list[tuple[Any, ...]] = list(pairs)
+    if args.adapt_loss == "margin_mse":
+        # The teacher fuses the base model's cosines with BM25 over the pairs' own passages.
+        examples = lexical_teacher_examples(
+            base,
+            pairs,
+            dense_share=args.adapt_dense_share,
+            per_query=args.adapt_per_query,
+            seed=args.seed,
+        )
+        print(f"  {len(examples)} teacher margins (dense share {args.adapt_dense_share:g})")
+    elif args.adapt_negatives:
         # Mined by the base model among the pairs' own positives (no label of any kind).
         examples = mine_hard_negatives(base, pairs, [p for _, p in pairs])
         print(f"  hard negatives for {len(examples)} of {len(pairs)} pairs", flush=True)
     fitted = fit(
         base,
         examples,
-        loss="mnrl",
+        loss=args.adapt_loss,
         epochs=args.adapt_epochs,
         batch_size=args.batch_size,
         learning_rate=args.adapt_lr,
@@ -354,7 +367,11 @@ def run_adapt(
         "train cpu seconds": cpu,
         "steps": fitted.steps,
     }
-    label = f"adapt {args.adapt_method}{' negatives' if args.adapt_negatives else ''}"
+    label = f"adapt {args.adapt_method} {args.adapt_loss}"
+    if args.adapt_loss == "margin_mse":
+        label += f" dense share {args.adapt_dense_share:g}, {args.adapt_per_query} per query"
+    elif args.adapt_negatives:
+        label += " negatives"
     results[f"scifact after {label}"] = figures
     show(
         f"SciFact after {label} ({len(examples)} pairs, {args.adapt_epochs} epoch(s), "
@@ -459,6 +476,25 @@ def main() -> None:
     parser.add_argument("--adapt-docs", type=int, default=1000, help="abstracts to cut pairs from")
     parser.add_argument("--adapt-epochs", type=int, default=1)
     parser.add_argument("--adapt-lr", type=float, default=2e-5)
+    parser.add_argument(
+        "--adapt-loss",
+        choices=("mnrl", "margin_mse"),
+        default="mnrl",
+        help="margin_mse: margins of a teacher fusing the base model with BM25; mnrl: the "
+        "pseudo-pairs as positives (with --adapt-negatives, a mined negative each)",
+    )
+    parser.add_argument(
+        "--adapt-dense-share",
+        type=float,
+        default=DENSE_SHARE,
+        help="margin_mse: the teacher's weight on the base model's cosine (the rest is BM25)",
+    )
+    parser.add_argument(
+        "--adapt-per-query",
+        type=int,
+        default=PER_QUERY,
+        help="margin_mse: examples per pseudo-query (other candidates drawn at random)",
+    )
     parser.add_argument(
         "--adapt-negatives", action="store_true", help="mine a hard negative per pseudo-pair"
     )

@@ -262,14 +262,15 @@ class TrainingRunRequestSerializer(serializers.Serializer):
     content = serializers.RegexField(
         r"^\w+\.\w+\.\w+$",
         required=False,
-        help_text="'app_label.Model.field': adapt to that field's text, no pairs (loss mnrl: "
-        "pseudo-queries cut from the text; or simcse).",
+        help_text="'app_label.Model.field': adapt to that field's text, no pairs (loss "
+        "margin_mse: pseudo-queries cut from the text, scored by a teacher fusing the model "
+        "with BM25; mnrl: the pseudo-queries as pairs; or simcse).",
     )
     loss = serializers.ChoiceField(
         choices=runs.LOSS_CHOICES,
         required=False,
         help_text="Default: picked from the pairs' shape (scores: cosine, labels: softmax, "
-        "else mnrl); with content, SBERT['ADAPT']['LOSS'] (mnrl or simcse).",
+        "else mnrl); with content, SBERT['ADAPT']['LOSS'] (margin_mse, mnrl or simcse).",
     )
     epochs = serializers.IntegerField(
         required=False,

@@ -170,6 +170,28 @@ class TripletLoss(EmbeddingLoss):
         return {"name": self.name, "margin": self.margin}
 
 
+class MarginMSELoss(EmbeddingLoss):
+    """Margin-MSE distillation (Hofstätter et al. 2020; GPL, Wang et al. 2022): the student's
+    ``cos(q, a) - cos(q, b)`` regresses a teacher's margin for the same query and passages.
+
+    Only differences are learned, so a teacher on another scale works once its margins are in
+    cosine units, and a passage the teacher half-likes is neither forced up as a positive nor
+    down as a negative.
+    """
+
+    name = "margin_mse"
+    text_columns = (3,)
+    label_kind = "float"
+    example_shape = "(query, passage_a, passage_b, margin) with margin = teacher(a) - teacher(b)"
+
+    def compute_loss_from_embeddings(
+        self, embeddings: list[Tensor], labels: Tensor | None
+    ) -> Tensor:
+        q, a, b = embeddings  # (batch, dim) each
+        margin = F.cosine_similarity(q, a, dim=-1) - F.cosine_similarity(q, b, dim=-1)  # (batch,)
+        return F.mse_loss(margin, labels.to(margin.dtype))
+
+
 MAX_HARD_NEGATIVES = 16  # per example, for mnrl and its variants
 
 
@@ -469,6 +491,7 @@ LOSSES: dict[str, type[EmbeddingLoss]] = {
         CosineLoss,
         CoSENTLoss,
         TripletLoss,
+        MarginMSELoss,
         MultipleNegativesRankingLoss,
         CachedMultipleNegativesRankingLoss,
         SimCSELoss,

@@ -67,11 +67,13 @@ LOSS_CHOICES = (
     "triplet",
     "simcse",
     "matryoshka",
+    "margin_mse",
 )
-# "Adapt to our content" (a run on a field's text, no pairs) trains with one of these:
-# "mnrl" on pseudo-queries cut from the text (encoder/pseudo_queries.py) with mined negatives,
-# or "simcse" (a text against itself under another dropout mask).
-ADAPT_LOSSES = ("mnrl", "simcse")
+# "Adapt to our content" (a run on a field's text, no pairs) trains with one of these, on
+# pseudo-queries cut from the text (encoder/pseudo_queries.py): "margin_mse" on the margins of
+# a teacher fusing the base model with BM25 (encoder/distillation.py), "mnrl" with mined
+# negatives; or "simcse" (a text against itself under another dropout mask).
+ADAPT_LOSSES = ("margin_mse", "mnrl", "simcse")
 
 
 class RunConflict(Exception):
@@ -245,6 +247,11 @@ def examples_for(loss: str, pairs: Sequence[TrainingPair]) -> tuple[list[Any], d
     elif name == "simcse":
         examples = list(dict.fromkeys(t for p in pairs for t in (p.text_a, p.text_b)))
         need = "pairs"
+    elif name == "margin_mse":
+        raise ValidationError(
+            "Loss 'margin_mse' learns a teacher's margins on pseudo-queries: it adapts the "
+            'encoder to a field\'s text ("Adapt to our content"), not to pairs.'
+        )
     else:
         raise ValidationError(f"Unknown loss {loss!r}; choose one of {', '.join(LOSS_CHOICES)}.")
     if not examples:
@@ -278,7 +285,8 @@ def _content_texts(target: str, limit: int = 20000) -> list[str]:
 
 def adapt_hyperparameters(loss: str | None = None, **options: Any) -> Hyperparameters:
     """What "adapt to our content" trains with when the caller gives no value: the recipe
-    measured on SciFact (docs/training.md, "Adapt to our content"); ``options`` override it."""
+    measured on SciFact (docs/training.md, "Adapt to our content"; ``margin_mse``: 1 epoch at
+    2e-5, the loss-independent ``RECIPE``); ``options`` override it."""
     loss = loss or sbert_settings.ADAPT["LOSS"]
     recipe = (
         {"learning_rate": sbert_settings.ADAPT["LEARNING_RATE"], "epochs": ADAPT_EPOCHS}
@@ -308,17 +316,26 @@ def pseudo_query_pairs(texts: Sequence[str], seed: int) -> list[tuple[str, str]]
 
 
 def _adapt_examples(
-    base: Any, texts: Sequence[str], seed: int, hold: bool
+    base: Any, texts: Sequence[str], loss: str, seed: int, hold: bool
 ) -> tuple[list[Any], list[TrainingPair]]:
-    """Training examples of a pseudo-query run, and the pairs held back to stop early on
-    (``hold``: the run has no eval split) as unsaved ``TrainingPair`` objects."""
+    """Training examples of a pseudo-query run (``loss`` ``margin_mse`` or ``mnrl``), and the
+    pairs held back to stop early on (``hold``: the run has no eval split) as unsaved
+    ``TrainingPair`` objects."""
+    # numpy and the base model's encodes: only in the worker
+    from ..encoder.distillation import DENSE_SHARE, lexical_teacher_examples
+
     pairs = pseudo_query_pairs(texts, seed)
     held: list[Any] = []
     if hold:
         fraction = float(sbert_settings.ADAPT["HOLD_OUT"])
         pairs, held = hold_out(pairs, fraction, seed=seed, most=200)  # type: ignore[arg-type]
     examples: list[Any] = list(pairs)
-    if sbert_settings.ADAPT["NEGATIVES"]:
+    if loss == "margin_mse":
+        share = sbert_settings.ADAPT["DENSE_SHARE"]
+        examples = lexical_teacher_examples(
+            base, pairs, dense_share=DENSE_SHARE if share is None else float(share), seed=seed
+        )
+    elif sbert_settings.ADAPT["NEGATIVES"]:
         mined = mine_hard_negatives(base, pairs, [p for _, p in pairs])
         if len(mined) >= 2:
             examples = mined
@@ -341,7 +358,8 @@ def create_run(
     """Validate everything that can be checked now, record the run and queue it on commit.
 
     ``content`` (``"app_label.Model.field"``) trains on that field's text instead of pairs
-    ("adapt to our content"): ``mnrl`` on pseudo-queries cut from it, or ``simcse``; the eval
+    ("adapt to our content"): ``margin_mse`` or ``mnrl`` on pseudo-queries cut from it, or
+    ``simcse``; the eval
     split (the selected eval pairs, else all) measures it like any run. Raises
     ``ValidationError`` (bad settings or data) or ``RunConflict`` (a run of this encoder is
     queued or running).
@@ -356,8 +374,8 @@ def create_run(
     if content:
         if loss not in ADAPT_LOSSES:
             raise ValidationError(
-                "Adapting to content trains with 'mnrl' (pseudo-queries cut from the text) or "
-                f"'simcse', not {loss!r}."
+                "Adapting to content trains with 'margin_mse' or 'mnrl' (pseudo-queries cut "
+                f"from the text) or 'simcse', not {loss!r}."
             )
         texts = _content_texts(content)
         options: dict[str, Any] = {}
@@ -382,7 +400,8 @@ def create_run(
         data = {"train": [p.pk for p in train], "eval": [p.pk for p in evaluation]}
     try:
         objective = build_loss(loss, encoder_dimensions(encoder_name), **dict(options))
-        validate_examples(examples, objective)
+        if loss != "margin_mse":  # its examples (the teacher's margins) are the worker's work
+            validate_examples(examples, objective)
     except ValueError as exc:
         raise ValidationError(str(exc)) from exc
     if len(examples) < 2:
@@ -678,7 +697,9 @@ def _train(run: TrainingRun) -> str:
             if run.loss == "simcse":
                 examples: list[Any] = texts
             else:
-                examples, held = _adapt_examples(base, texts, hyper.seed, hold=not evaluation)
+                examples, held = _adapt_examples(
+                    base, texts, run.loss, hyper.seed, hold=not evaluation
+                )
         else:
             train = list(TrainingPair.objects.filter(pk__in=run.data.get("train", [])))
             evaluation = list(TrainingPair.objects.filter(pk__in=run.data.get("eval", [])))

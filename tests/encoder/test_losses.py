@@ -19,6 +19,7 @@ from django_sbert.encoder.losses import (
     CachedMultipleNegativesRankingLoss,
     CoSENTLoss,
     CosineLoss,
+    MarginMSELoss,
     MatryoshkaLoss,
     MultipleNegativesRankingLoss,
     SimCSELoss,
@@ -86,6 +87,20 @@ def test_triplet_uses_euclidean_distance_and_margin_one():
     value = TripletLoss().compute_loss_from_embeddings([a, p, n], None)
     expected = (max(5 - 1 + 1, 0) + max(1 - 3 + 1, 0)) / 2  # = 2.5
     assert value.item() == pytest.approx(expected, abs=1e-4)
+
+
+def test_margin_mse_regresses_the_cosine_margin_on_the_teachers():
+    q = t([1.0, 0.0], [1.0, 0.0])
+    a = t([1.0, 0.0], [1.0, 1.0])  # cosines with q: 1 and 1/sqrt(2)
+    b = t([0.0, 1.0], [1.0, 0.0])  # cosines with q: 0 and 1
+    margins = torch.tensor([0.25, -0.5])  # the teacher's score(a) - score(b)
+    value = MarginMSELoss().compute_loss_from_embeddings([q, a, b], margins)
+    expected = ((1 - 0 - 0.25) ** 2 + (R2 - 1 + 0.5) ** 2) / 2
+    assert value.item() == pytest.approx(expected, abs=1e-6)
+    # A student whose margins are the teacher's has nothing left to learn, at any scale.
+    assert MarginMSELoss().compute_loss_from_embeddings(
+        [3 * q, a, b], torch.tensor([1.0, R2 - 1])
+    ).item() == pytest.approx(0.0, abs=1e-7)
 
 
 def _info_nce(cosines: list[list[float]], scale: float = 20.0) -> float:
@@ -225,6 +240,8 @@ def test_validate_examples_normalises_shapes():
         (MultipleNegativesRankingLoss(), [("a", "")], "empty text"),
         (MultipleNegativesRankingLoss(), [], "No examples given"),
         (SimCSELoss(), [42], "not a tuple"),
+        (MarginMSELoss(), [("q", "a", "b")], r"\(query, passage_a, passage_b, margin\)"),
+        (MarginMSELoss(), [("q", "a", "b", "wide")], "not a number"),
     ],
 )
 def test_validate_examples_rejects_wrong_shapes(loss, examples, message):

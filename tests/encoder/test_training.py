@@ -119,6 +119,11 @@ def test_mnrl_fit_learns_to_pick_the_positive(word_encoder):
         ),
         ("simcse", ["bank rate", "cat dog", "vote party", "food price"], {}),
         (
+            "margin_mse",
+            [("bank rate", "money market", "cat dog", 0.4), ("cat", "dogs", "vote", 0.3)] * 4,
+            {},
+        ),
+        (
             "matryoshka",
             [("bank rate", "money", 1.0), ("cat dog", "vote party", 0.0)] * 4,
             {"inner": "cosent", "dims": [32, 16, 8]},

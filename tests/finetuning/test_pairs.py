@@ -181,6 +181,35 @@ def test_adapt_to_content_with_pseudo_queries_holds_back_pairs_without_an_eval_s
     assert "adapted to content, with no eval pairs" in gate(candidate).reason
 
 
+def test_adapt_to_content_by_default_learns_a_lexical_teachers_margins():
+    articles_to_adapt_to()
+    hyper = runs.adapt_hyperparameters(batch_size=4)
+    assert (hyper.loss, hyper.epochs, hyper.learning_rate) == ("margin_mse", 1, 2e-5)
+    run = runs.create_run(
+        "default", hyperparameters=hyper, content="testapp.Article.embedding", enqueue=False
+    )
+    assert run.data == {"content": "testapp.Article.embedding", "eval": []}
+    assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+    run.refresh_from_db()
+    # 27 pseudo-pairs trained on (3 held back), two teacher margins each, batches of 4, 1 epoch.
+    assert run.total_steps == 14
+    assert run.metrics_after["pseudo_eval_pairs"] == 3
+    assert run.evaluations["metric"] == "pseudo_ndcg@10"
+    assert EncoderVersion.objects.filter(run=run).exists()
+
+
+def test_margin_mse_is_for_content_not_pairs():
+    TrainingPair.objects.bulk_create(TrainingPair(text_a=a, text_b=b) for a, b in TOPICS)
+    with pytest.raises(runs.ValidationError, match="it adapts the encoder to a field"):
+        runs.create_run(
+            "default",
+            list(TrainingPair.objects.values_list("pk", flat=True)),
+            hyperparameters=runs.Hyperparameters(loss="margin_mse"),
+            enqueue=False,
+        )
+    assert not TrainingRun.objects.exists()
+
+
 def test_adapt_to_content_is_measured_on_the_eval_split_when_there_is_one():
     articles_to_adapt_to()
     TrainingPair.objects.bulk_create(
@@ -215,7 +244,7 @@ def test_content_too_short_to_cut_pseudo_queries_is_refused_with_the_way_out():
 
 
 def test_the_admin_api_and_command_adapt_with_the_same_defaults(settings):
-    assert runs.adapt_hyperparameters() == runs.Hyperparameters(loss="simcse")  # the default
+    assert runs.adapt_hyperparameters() == runs.Hyperparameters(loss="margin_mse")  # default
     settings.SBERT = {**settings.SBERT, "ADAPT": {"LOSS": "mnrl", "LEARNING_RATE": 1e-4}}
     assert runs.adapt_hyperparameters(epochs=2, seed=None) == runs.Hyperparameters(
         loss="mnrl", learning_rate=1e-4, epochs=2

@@ -32,8 +32,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--content",
             metavar="app_label.Model.field",
-            help="Adapt to that field's text (no pairs): SBERT['ADAPT']'s loss, else --loss "
-            "mnrl (pseudo-queries) or simcse.",
+            help="Adapt to that field's text (no pairs): SBERT['ADAPT']'s loss (margin_mse: "
+            "pseudo-queries scored by a teacher fusing the model with BM25), else --loss mnrl "
+            "(pseudo-queries as pairs) or simcse.",
         )
         parser.add_argument("--loss", choices=runs.LOSS_CHOICES)
         parser.add_argument(

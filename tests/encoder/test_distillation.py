@@ -1,0 +1,82 @@
+"""The adapt teacher: linear fusion of the encoder's cosines and BM25, as margin-MSE examples."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from django_sbert.encoder.distillation import lexical_teacher_examples, teacher_scores
+from django_sbert.encoder.lexical import BM25
+from tests.encoder.test_evaluation import TableEncoder, angle
+
+
+def test_teacher_scores_fuse_on_the_cosines_own_spread():
+    cosines = np.array([0.9, 0.5, 0.7])
+    lexical = np.array([0.0, 4.0, 2.0])
+    # lo 0.5, hi 0.9: w * (cos - 0.5) + (1 - w) * 0.4 * bm25 / 4
+    assert teacher_scores(cosines, lexical, 1.0) == pytest.approx([0.4, 0.0, 0.2])
+    assert teacher_scores(cosines, lexical, 0.0) == pytest.approx([0.0, 0.4, 0.2])
+    assert teacher_scores(cosines, lexical, 0.5) == pytest.approx([0.2, 0.2, 0.2])
+    # No word in common anywhere: the teacher is the encoder, shifted.
+    assert teacher_scores(cosines, np.zeros(3), 0.5) == pytest.approx([0.2, 0.0, 0.1])
+
+
+PAIRS = [
+    ("kinase inhibitor trial", "the kinase inhibitor was tested"),
+    ("heart failure outcomes", "outcomes after heart failure"),
+    ("malaria vaccine dose", "a malaria vaccine at one dose"),
+]
+# The encoder ranks the passages in the opposite order of the words they share.
+TABLE = {
+    PAIRS[0][0]: angle(0),
+    PAIRS[0][1]: angle(40),
+    PAIRS[1][0]: angle(60),
+    PAIRS[1][1]: angle(10),
+    PAIRS[2][0]: angle(32),
+    PAIRS[2][1]: angle(20),
+}
+
+
+def test_each_example_is_the_own_passage_against_a_candidate_with_the_teachers_margin():
+    encoder = TableEncoder(TABLE)
+    examples = lexical_teacher_examples(encoder, PAIRS, dense_share=0.5, per_query=2)
+    passages = [p for _, p in PAIRS]
+    bm25 = BM25(passages)
+    vectors = np.array([angle(40), angle(10), angle(20)])
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    assert len(examples) == 6  # two other candidates for each query
+    for query, own, other, margin in examples:
+        assert (query, own) in PAIRS and other != own
+        q = np.array(TABLE[query]) / np.linalg.norm(TABLE[query])
+        scores = teacher_scores(vectors @ q, bm25.scores(query), 0.5)
+        expected = scores[passages.index(own)] - scores[passages.index(other)]
+        assert margin == pytest.approx(expected)
+    # The query and the passages are encoded once each, queries first.
+    assert encoder.calls == [[q for q, _ in PAIRS], passages]
+
+
+def test_the_word_evidence_moves_the_margins_the_encoder_alone_would_give():
+    encoder = TableEncoder(TABLE)
+    dense = lexical_teacher_examples(encoder, PAIRS, dense_share=1.0, per_query=2)
+    fused = lexical_teacher_examples(encoder, PAIRS, dense_share=0.4, per_query=2)
+    # "kinase inhibitor trial": the encoder prefers another passage (10 degrees away, against
+    # 40 for its own), every shared word says its own; the teacher's margin rises.
+    first = {other: margin for q, _, other, margin in dense if q == PAIRS[0][0]}
+    second = {other: margin for q, _, other, margin in fused if q == PAIRS[0][0]}
+    assert set(first) == set(second)
+    assert all(second[o] > first[o] for o in first)
+    assert min(first.values()) < 0 < min(second.values())
+
+
+def test_candidates_per_query_and_bad_values():
+    encoder = TableEncoder(TABLE)
+    one = lexical_teacher_examples(encoder, PAIRS, candidates=1, per_query=5, seed=3)
+    # The best passage by cosine and by BM25, and the own one: BM25's best is the own passage
+    # for each query and the encoder's best another, so one example per query.
+    assert sorted(q for q, *_ in one) == sorted(q for q, _ in PAIRS)
+    assert lexical_teacher_examples(encoder, PAIRS[:1]) == []  # nothing to compare with
+    assert lexical_teacher_examples(encoder, []) == []
+    with pytest.raises(ValueError, match="dense_share must be in"):
+        lexical_teacher_examples(encoder, PAIRS, dense_share=1.5)
+    with pytest.raises(ValueError, match="candidates and per_query must be >= 1"):
+        lexical_teacher_examples(encoder, PAIRS, per_query=0)
