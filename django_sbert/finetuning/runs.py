@@ -35,6 +35,7 @@ from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
 from ..conf import encoder_config, sbert_settings
+from ..encoder.distillation import DENSE_SHARE, lexical_teacher_examples
 from ..encoder.mining import mine_hard_negatives
 from ..encoder.pseudo_queries import hold_out, pseudo_pairs
 from ..exceptions import BrokerUnavailable
@@ -321,9 +322,6 @@ def _adapt_examples(
     """Training examples of a pseudo-query run (``loss`` ``margin_mse`` or ``mnrl``), and the
     pairs held back to stop early on (``hold``: the run has no eval split) as unsaved
     ``TrainingPair`` objects."""
-    # numpy and the base model's encodes: only in the worker
-    from ..encoder.distillation import DENSE_SHARE, lexical_teacher_examples
-
     pairs = pseudo_query_pairs(texts, seed)
     held: list[Any] = []
     if hold:
