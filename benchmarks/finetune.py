@@ -344,7 +344,11 @@ def run_adapt(
             per_query=args.adapt_per_query,
             seed=args.seed,
         )
-        print(f"  {len(examples)} teacher margins (dense share {args.adapt_dense_share:g})")
+        margins = sum(len(e[-1]) for e in examples)
+        print(
+            f"  {margins} teacher margins in {len(examples)} examples "
+            f"(dense share {args.adapt_dense_share:g})"
+        )
     elif args.adapt_negatives:
         # Mined by the base model among the pairs' own positives (no label of any kind).
         examples = mine_hard_negatives(base, pairs, [p for _, p in pairs])
@@ -369,7 +373,7 @@ def run_adapt(
     }
     label = f"adapt {args.adapt_method} {args.adapt_loss}"
     if args.adapt_loss == "margin_mse":
-        label += f" dense share {args.adapt_dense_share:g}, {args.adapt_per_query} per query"
+        label += f" dense share {args.adapt_dense_share:g}, {args.adapt_per_query} margins a query"
     elif args.adapt_negatives:
         label += " negatives"
     results[f"scifact after {label}"] = figures
@@ -493,7 +497,8 @@ def main() -> None:
         "--adapt-per-query",
         type=int,
         default=PER_QUERY,
-        help="margin_mse: examples per pseudo-query (other candidates drawn at random)",
+        help="margin_mse: margins per pseudo-query, each of its own passage over another "
+        "candidate drawn at random (one example per pseudo-query holds them all)",
     )
     parser.add_argument(
         "--adapt-negatives", action="store_true", help="mine a hard negative per pseudo-pair"

@@ -279,7 +279,11 @@ class TrainingRunRequestSerializer(serializers.Serializer):
         help_text=f"Default: the loss's recipe ({runs.recipe_summary()}).",
     )
     batch_size = serializers.IntegerField(
-        default=runs.option_default("batch_size"), min_value=2, max_value=1024
+        default=runs.option_default("batch_size"),
+        min_value=2,
+        max_value=1024,
+        help_text=f"Default: {runs.option_default('batch_size')}; a content run with "
+        f"margin_mse: {runs.ADAPT_MARGIN_BATCH_SIZE} (each example holds several margins).",
     )
     learning_rate = serializers.FloatField(
         required=False, min_value=1e-9, max_value=1e-2, help_text="Default: the loss's recipe."

@@ -31,7 +31,7 @@ class Example:
     """One validated training example: its text columns and its label (None when unlabeled)."""
 
     texts: tuple[str, ...]
-    label: float | int | None = None
+    label: float | int | tuple[float, ...] | None = None
 
 
 def _describe(raw: object) -> str:
@@ -64,7 +64,11 @@ def validate_examples(
                 raise ValueError(
                     f"{expected}; item {index} has a non-text or empty text: {text!r}."
                 )
-        validated.append(Example(tuple(texts), _check_label(label, loss, index, expected)))
+        if loss.label_kind == "margins":
+            label = _check_margins(label, len(texts) - 2, index, expected)
+        else:
+            label = _check_label(label, loss, index, expected)
+        validated.append(Example(tuple(texts), label))
     if not validated:
         raise ValueError(f"No {what} given; {expected}.")
     if len({len(e.texts) for e in validated}) > 1:
@@ -93,6 +97,20 @@ def _check_label(
             "[-1, 1]: scale the scores first (STSb's 0-5 scores divided by 5, for example)."
         )
     return float(label)
+
+
+def _check_margins(label: object, others: int, index: int, expected: str) -> tuple[float, ...]:
+    """A margin per passage after the first: a number for one, a list of ``others`` numbers."""
+    margins = label if isinstance(label, (tuple, list)) else (label,)
+    if len(margins) != others:
+        raise ValueError(
+            f"{expected}; item {index} has {len(margins)} margin(s) for {others} other "
+            f"passage(s): {_describe(label)}."
+        )
+    for margin in margins:
+        if isinstance(margin, bool) or not isinstance(margin, numbers.Real) or math.isnan(margin):
+            raise ValueError(f"{expected}; item {index} has the margin {margin!r}, not a number.")
+    return tuple(float(margin) for margin in margins)
 
 
 def smart_batches(

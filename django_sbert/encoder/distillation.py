@@ -12,9 +12,10 @@ from a document, ``pseudo_queries.py``):
    candidates and ``w`` is ``dense_share``. The BM25 half is stretched to the encoder's own
    cosine spread, so the teacher reorders the candidates without asking for a wider spread
    (margins in raw cosine plus BM25 asked for one and cost 5 points of nDCG@10 on SciFact);
-3. each example is ``(query, own passage, another candidate, teacher margin)``, for
-   ``MarginMSELoss``: the student's cosine margin regresses the teacher's; ``per_query``
-   other candidates (two) are drawn at random per query.
+3. each query gives one example, ``(query, own passage, other_1, ..., other_n, margins)``
+   for ``MarginMSELoss``: the student's cosine margins regress the teacher's; ``per_query``
+   other candidates are drawn at random (the query and its passage are embedded once for
+   all of them).
 
 The own passage is not assumed relevant and the other candidate is not assumed irrelevant,
 so a near-duplicate document (a false negative for in-batch or mined negatives) is only asked
@@ -33,7 +34,7 @@ from .lexical import BM25
 
 DENSE_SHARE = 0.5  # the teacher's weight on the encoder's cosine; the rest is BM25's
 CANDIDATES = 20  # per query, from each side (dense and BM25)
-PER_QUERY = 2  # examples per query: the own passage against this many other candidates
+PER_QUERY = 4  # margins per query: the own passage against this many other candidates
 
 
 def teacher_scores(cosines: np.ndarray, lexical: np.ndarray, dense_share: float) -> np.ndarray:
@@ -54,12 +55,14 @@ def lexical_teacher_examples(
     per_query: int = PER_QUERY,
     seed: int = 0,
     batch_size: int = 32,
-) -> list[tuple[str, str, str, float]]:
-    """``(query, own passage, other candidate, margin)`` examples for ``margin_mse`` from
-    (pseudo-query, passage) pairs; the other candidates come from the pairs' passages.
+) -> list[tuple]:
+    """``(query, own passage, other_1, ..., other_n, [margin_1, ..., margin_n])`` examples
+    for ``margin_mse`` from (pseudo-query, passage) pairs; the other candidates come from the
+    pairs' passages.
 
     ``encoder`` is the model the run starts from (the student's own cosines are half the
-    teacher). A query whose candidates hold nothing but its own passage gives no example.
+    teacher). Every example has the same n: ``per_query``, or fewer when the pairs hold too
+    few passages to give every query that many candidates (one passage gives no example).
     """
     if not 0 <= dense_share <= 1:
         raise ValueError(f"dense_share must be in [0, 1], got {dense_share!r}.")
@@ -69,15 +72,18 @@ def lexical_teacher_examples(
         )
     passages = list(dict.fromkeys(passage for _, passage in pairs))
     own = {passage: index for index, passage in enumerate(passages)}
-    queries = [query for query, _ in pairs]
-    if not queries:
+    top = min(candidates, len(passages))
+    # Each side gives `top` candidates, at most one of them the own passage, so every query
+    # has at least top - 1 others; a shape shared by all examples is what validation asks.
+    others_each = min(per_query, top - 1)
+    if not pairs or others_each < 1:
         return []
+    queries = [query for query, _ in pairs]
     query_vectors = encoder.encode(queries, batch_size=batch_size, normalize=True)
     passage_vectors = encoder.encode(passages, batch_size=batch_size, normalize=True)
     bm25 = BM25(passages)
     rng = random.Random(seed)
-    top = min(candidates, len(passages))
-    examples: list[tuple[str, str, str, float]] = []
+    examples: list[tuple] = []
     for (query, passage), vector in zip(pairs, query_vectors, strict=True):
         cosines = passage_vectors @ vector  # (passages,)
         lexical = bm25.scores(query)  # (passages,)
@@ -88,8 +94,7 @@ def lexical_teacher_examples(
         scores = dict(
             zip(ids.tolist(), teacher_scores(cosines[ids], lexical[ids], dense_share), strict=True)
         )
-        others = [i for i in ids.tolist() if i != own[passage]]
-        for other in rng.sample(others, min(per_query, len(others))):
-            margin = float(scores[own[passage]] - scores[other])
-            examples.append((query, passage, passages[other], margin))
+        others = rng.sample([i for i in ids.tolist() if i != own[passage]], others_each)
+        margins = [float(scores[own[passage]] - scores[other]) for other in others]
+        examples.append((query, passage, *(passages[other] for other in others), margins))
     return examples

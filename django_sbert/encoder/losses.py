@@ -48,7 +48,8 @@ class EmbeddingLoss(nn.Module):
 
     name: ClassVar[str] = ""
     text_columns: ClassVar[tuple[int, ...]] = (2,)  # allowed numbers of texts per example
-    label_kind: ClassVar[str | None] = None  # "float", "int" or None (no label)
+    # "float", "int", "margins" (a float per text after the second) or None (no label)
+    label_kind: ClassVar[str | None] = None
     example_shape: ClassVar[str] = ""  # how the examples look, for error messages
     in_batch_negatives: ClassVar[bool] = False  # other rows of the batch act as negatives
     # The loss compares examples with each other, so batches must be random samples: batches
@@ -170,6 +171,9 @@ class TripletLoss(EmbeddingLoss):
         return {"name": self.name, "margin": self.margin}
 
 
+MAX_HARD_NEGATIVES = 16  # per example, for mnrl and its variants; other passages for margin_mse
+
+
 class MarginMSELoss(EmbeddingLoss):
     """Margin-MSE distillation (Hofstätter et al. 2020; GPL, Wang et al. 2022): the student's
     ``cos(q, a) - cos(q, b)`` regresses a teacher's margin for the same query and passages.
@@ -177,22 +181,28 @@ class MarginMSELoss(EmbeddingLoss):
     Only differences are learned, so a teacher on another scale works once its margins are in
     cosine units, and a passage the teacher half-likes is neither forced up as a positive nor
     down as a negative.
+
+    An example may hold several other passages, ``(query, a, b_1, ..., b_n, [m_1, ..., m_n])``
+    with ``m_i = teacher(a) - teacher(b_i)`` (sentence-transformers' shape): the query and
+    ``a`` are embedded once for all n margins, so n margins cost n + 2 texts instead of 3n.
     """
 
     name = "margin_mse"
-    text_columns = (3,)
-    label_kind = "float"
-    example_shape = "(query, passage_a, passage_b, margin) with margin = teacher(a) - teacher(b)"
+    text_columns = tuple(range(3, 3 + MAX_HARD_NEGATIVES))
+    label_kind = "margins"
+    example_shape = (
+        "(query, passage_a, passage_b, margin) with margin = teacher(a) - teacher(b), or "
+        "(query, passage_a, b_1, ..., b_n, [m_1, ..., m_n]) with m_i = teacher(a) - teacher(b_i)"
+    )
 
     def compute_loss_from_embeddings(
         self, embeddings: list[Tensor], labels: Tensor | None
     ) -> Tensor:
-        q, a, b = embeddings  # (batch, dim) each
-        margin = F.cosine_similarity(q, a, dim=-1) - F.cosine_similarity(q, b, dim=-1)  # (batch,)
-        return F.mse_loss(margin, labels.to(margin.dtype))
-
-
-MAX_HARD_NEGATIVES = 16  # per example, for mnrl and its variants
+        q, a, *others = embeddings  # (batch, dim) each
+        own = F.cosine_similarity(q, a, dim=-1)  # (batch,)
+        other = torch.stack([F.cosine_similarity(q, b, dim=-1) for b in others], dim=1)
+        margin = own[:, None] - other  # (batch, n)
+        return F.mse_loss(margin, labels.to(margin.dtype).reshape(margin.shape))
 
 
 DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")

@@ -482,7 +482,7 @@ def _labels(
     if objective.label_kind is None:
         return None
     dtype = torch.long if objective.label_kind == "int" else torch.float32
-    return torch.tensor([e.label for e in batch], dtype=dtype, device=device)
+    return torch.tensor([e.label for e in batch], dtype=dtype, device=device)  # (batch[, n])
 
 
 def _progress(history: list[dict[str, float]], window: int, total: int, started: float) -> Progress:

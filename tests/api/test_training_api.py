@@ -436,7 +436,7 @@ def test_a_content_run_takes_the_adapt_recipe_and_only_the_values_sent(roles):
     assert made.status_code == 201, made.content
     run = TrainingRun.objects.get(pk=made.json()["id"])
     assert run.loss == "margin_mse" and run.hyperparameters["learning_rate"] == 2e-5
-    assert run.hyperparameters["epochs"] == 1
+    assert run.hyperparameters["epochs"] == 1 and run.hyperparameters["batch_size"] == 8
     run.delete()  # frees the encoder's slot for the next run
     made = client.post(
         f"{API}/training-runs/",

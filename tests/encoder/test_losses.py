@@ -103,6 +103,24 @@ def test_margin_mse_regresses_the_cosine_margin_on_the_teachers():
     ).item() == pytest.approx(0.0, abs=1e-7)
 
 
+def test_margin_mse_with_several_other_passages_averages_every_margin():
+    q = t([1.0, 0.0], [1.0, 0.0])
+    a = t([1.0, 0.0], [1.0, 1.0])  # cosines with q: 1 and 1/sqrt(2)
+    b = t([0.0, 1.0], [1.0, 0.0])  # 0 and 1
+    c = t([-1.0, 0.0], [0.0, 1.0])  # -1 and 0
+    margins = torch.tensor([[0.25, 1.5], [-0.5, 0.0]])  # row: a - b, a - c
+    value = MarginMSELoss().compute_loss_from_embeddings([q, a, b, c], margins)
+    student = torch.tensor([[1.0, 2.0], [R2 - 1, R2]])  # cos(q, a) - cos(q, b or c)
+    expected = ((student - margins) ** 2).mean().item()
+    assert value.item() == pytest.approx(expected, abs=1e-6)
+    # The same as two single-margin examples per query: one loss, however the margins come.
+    single = [
+        MarginMSELoss().compute_loss_from_embeddings([q, a, other], margins[:, i]).item()
+        for i, other in enumerate((b, c))
+    ]
+    assert value.item() == pytest.approx(sum(single) / 2, abs=1e-6)
+
+
 def _info_nce(cosines: list[list[float]], scale: float = 20.0) -> float:
     """Mean over rows of -log softmax(scale * cosines)[row, row]."""
     total = 0.0
@@ -242,6 +260,8 @@ def test_validate_examples_normalises_shapes():
         (SimCSELoss(), [42], "not a tuple"),
         (MarginMSELoss(), [("q", "a", "b")], r"\(query, passage_a, passage_b, margin\)"),
         (MarginMSELoss(), [("q", "a", "b", "wide")], "not a number"),
+        (MarginMSELoss(), [("q", "a", "b", "c", [0.1])], r"1 margin\(s\) for 2 other passage"),
+        (MarginMSELoss(), [("q", "a", "b", 0.2), ("q", "a", "b", "c", [0.1, 0.2])], "same number"),
     ],
 )
 def test_validate_examples_rejects_wrong_shapes(loss, examples, message):

@@ -124,6 +124,15 @@ def test_mnrl_fit_learns_to_pick_the_positive(word_encoder):
             {},
         ),
         (
+            "margin_mse",
+            [
+                ("bank rate", "money", "cat dog", "vote", [0.4, 0.5]),
+                ("cat", "dogs", "car", "a", (0.3, 0.1)),
+            ]
+            * 4,
+            {},
+        ),
+        (
             "matryoshka",
             [("bank rate", "money", 1.0), ("cat dog", "vote party", 0.0)] * 4,
             {"inner": "cosent", "dims": [32, 16, 8]},

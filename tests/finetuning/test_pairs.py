@@ -191,8 +191,9 @@ def test_adapt_to_content_by_default_learns_a_lexical_teachers_margins():
     assert run.data == {"content": "testapp.Article.embedding", "eval": []}
     assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
     run.refresh_from_db()
-    # 27 pseudo-pairs trained on (3 held back), two teacher margins each, batches of 4, 1 epoch.
-    assert run.total_steps == 14
+    # 27 pseudo-pairs trained on (3 held back), one example each (holding all its teacher
+    # margins), batches of 4, 1 epoch.
+    assert run.total_steps == 7
     assert run.metrics_after["pseudo_eval_pairs"] == 3
     assert run.evaluations["metric"] == "pseudo_ndcg@10"
     assert EncoderVersion.objects.filter(run=run).exists()
@@ -244,7 +245,9 @@ def test_content_too_short_to_cut_pseudo_queries_is_refused_with_the_way_out():
 
 
 def test_the_admin_api_and_command_adapt_with_the_same_defaults(settings):
-    assert runs.adapt_hyperparameters() == runs.Hyperparameters(loss="margin_mse")  # default
+    # The default: margin_mse, 1 epoch at 2e-5, batches of 8 four-margin examples.
+    assert runs.adapt_hyperparameters() == runs.Hyperparameters(loss="margin_mse", batch_size=8)
+    assert runs.adapt_hyperparameters(batch_size=32).batch_size == 32
     settings.SBERT = {**settings.SBERT, "ADAPT": {"LOSS": "mnrl", "LEARNING_RATE": 1e-4}}
     assert runs.adapt_hyperparameters(epochs=2, seed=None) == runs.Hyperparameters(
         loss="mnrl", learning_rate=1e-4, epochs=2
