@@ -64,10 +64,7 @@ def validate_examples(
                 raise ValueError(
                     f"{expected}; item {index} has a non-text or empty text: {text!r}."
                 )
-        if loss.label_kind == "margins":
-            label = _check_margins(label, len(texts) - 2, index, expected)
-        else:
-            label = _check_label(label, loss, index, expected)
+        label = _check_label(label, loss, len(texts), index, expected)
         validated.append(Example(tuple(texts), label))
     if not validated:
         raise ValueError(f"No {what} given; {expected}.")
@@ -79,12 +76,18 @@ def validate_examples(
     return validated
 
 
+def _is_number(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, numbers.Real) and not math.isnan(value)
+
+
 def _check_label(
-    label: object, loss: EmbeddingLoss, index: int, expected: str
-) -> float | int | None:
+    label: object, loss: EmbeddingLoss, n_texts: int, index: int, expected: str
+) -> float | int | tuple[float, ...] | None:
     if loss.label_kind is None:
         return None
-    if isinstance(label, bool) or not isinstance(label, numbers.Real) or math.isnan(label):
+    if loss.label_kind == "margins":
+        return _check_margins(label, n_texts - 2, index, expected)
+    if not _is_number(label):
         raise ValueError(f"{expected}; item {index} has the label {label!r}, not a number.")
     if loss.label_kind == "int":
         num_labels = getattr(loss, "num_labels", None)
@@ -108,7 +111,7 @@ def _check_margins(label: object, others: int, index: int, expected: str) -> tup
             f"passage(s): {_describe(label)}."
         )
     for margin in margins:
-        if isinstance(margin, bool) or not isinstance(margin, numbers.Real) or math.isnan(margin):
+        if not _is_number(margin):
             raise ValueError(f"{expected}; item {index} has the margin {margin!r}, not a number.")
     return tuple(float(margin) for margin in margins)
 
