@@ -11,7 +11,10 @@ Parts (run all, or some with ``--only``):
               ``--early-stopping`` holds ``--eval-share`` of the train queries apart as the
               eval split (what a run's eval pairs are) and keeps the best step on it;
               several ``--mnrl-lr`` values (and ``--variant`` loss options) train one model
-              each from one mining pass; ``--train-queries`` trains on fewer queries.
+              each from one mining pass; ``--train-queries`` trains on fewer queries;
+              ``--mining-top-k 50`` mines negatives among the 50 best-ranked texts only (the
+              default looks down the whole ranking); ``--scifact-from-adapt`` (with ``--only
+              adapt scifact``) trains from the adapt part's model instead of the base.
 * ``simcse``  unsupervised SimCSE on SciFact abstracts alone; the same retrieval figures.
 * ``adapt``   "adapt to our content" with pseudo-queries cut from the SciFact abstracts alone
               (``--adapt-method ict``: a sentence against the rest of its abstract; ``crop``:
@@ -214,17 +217,29 @@ def eval_split_ndcg(pairs: list[tuple[str, str]]) -> Any:
 
 
 def run_scifact(
-    base: SentenceEncoder, data: SciFact, args: argparse.Namespace, results: dict
+    base: SentenceEncoder,
+    data: SciFact,
+    args: argparse.Namespace,
+    results: dict,
+    start: SentenceEncoder | None = None,
 ) -> None:
+    """``start``: train from this encoder (the adapt part's, ``--scifact-from-adapt``) instead
+    of ``base``; "before" stays the base model's figures."""
     before = results.get("scifact before") or retrieval(base, data, args.heldout)
     results["scifact before"] = before
     show(f"SciFact before ({len(data.corpus)} docs)", before)
+    if start is not None:
+        base = start
     examples: list[tuple[str, ...]] = list(data.train_pairs)
     started = time.perf_counter()
     if args.hard_negatives:
         # Mined by the base model from the corpus texts (no labels beyond the train pairs').
         examples = mine_hard_negatives(
-            base, data.train_pairs, list(data.corpus.values()), negatives=args.negatives
+            base,
+            data.train_pairs,
+            list(data.corpus.values()),
+            negatives=args.negatives,
+            top_k=args.mining_top_k or None,
         )
         print(f"  hard negatives for {len(examples)} of {len(data.train_pairs)} pairs", flush=True)
     print(f"  {data.train_queries} train queries, {len(data.train_pairs)} pairs", flush=True)
@@ -314,7 +329,7 @@ def run_simcse(
 
 def run_adapt(
     base: SentenceEncoder, data: SciFact, args: argparse.Namespace, results: dict
-) -> None:
+) -> SentenceEncoder:
     if not args.no_before:
         before = results.get("scifact before") or retrieval(base, data, args.heldout)
         results["scifact before"] = before
@@ -358,7 +373,7 @@ def run_adapt(
         examples,
         loss=args.adapt_loss,
         epochs=args.adapt_epochs,
-        batch_size=args.batch_size,
+        batch_size=args.adapt_batch_size or args.batch_size,
         learning_rate=args.adapt_lr,
         seed=args.seed,
         callback=progress_printer(args.adapt_method),
@@ -379,9 +394,10 @@ def run_adapt(
     results[f"scifact after {label}"] = figures
     show(
         f"SciFact after {label} ({len(examples)} pairs, {args.adapt_epochs} epoch(s), "
-        f"lr {args.adapt_lr:g}, batch {args.batch_size})",
+        f"lr {args.adapt_lr:g}, batch {args.adapt_batch_size or args.batch_size})",
         figures,
     )
+    return fitted.encoder
 
 
 def run_general(
@@ -473,6 +489,12 @@ def main() -> None:
     parser.add_argument(
         "--negatives", type=int, default=1, help="--hard-negatives: how many per pair"
     )
+    parser.add_argument(
+        "--mining-top-k",
+        type=int,
+        default=50,
+        help="--hard-negatives: the best-ranked texts a negative is looked for in (0: all)",
+    )
     parser.add_argument("--simcse-texts", type=int, default=640, help="texts to train on")
     parser.add_argument("--simcse-unit", choices=("sentence", "abstract"), default="sentence")
     parser.add_argument("--simcse-lr", type=float, default=2e-5)
@@ -480,6 +502,9 @@ def main() -> None:
     parser.add_argument("--adapt-docs", type=int, default=1000, help="abstracts to cut pairs from")
     parser.add_argument("--adapt-epochs", type=int, default=1)
     parser.add_argument("--adapt-lr", type=float, default=2e-5)
+    parser.add_argument(
+        "--adapt-batch-size", type=int, default=None, help="adapt's batch (default --batch-size)"
+    )
     parser.add_argument(
         "--adapt-loss",
         choices=("mnrl", "margin_mse"),
@@ -516,6 +541,12 @@ def main() -> None:
         help="skip the before-training figures of simcse, adapt and general (another run "
         "printed them)",
     )
+    parser.add_argument(
+        "--scifact-from-adapt",
+        action="store_true",
+        help="with --only adapt scifact: the scifact part trains from the adapted model "
+        "(adapt to the content first, then learn from the labelled pairs)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
 
@@ -542,16 +573,22 @@ def main() -> None:
         if needs_scifact
         else None
     )
+    if args.scifact_from_adapt and not {"adapt", "scifact"} <= set(args.only):
+        parser.error("--scifact-from-adapt needs --only adapt scifact")
+    if args.scifact_from_adapt and args.only.index("adapt") > args.only.index("scifact"):
+        args.only.remove("adapt")
+        args.only.insert(0, "adapt")  # the scifact part starts from its result
+    adapted = None
     for part in args.only:
         started = time.perf_counter()
         if part == "stsb":
             run_stsb(base, args, results)
         elif part == "scifact":
-            run_scifact(base, data, args, results)
+            run_scifact(base, data, args, results, adapted if args.scifact_from_adapt else None)
         elif part == "simcse":
             run_simcse(base, data, args, results)
         elif part == "adapt":
-            run_adapt(base, data, args, results)
+            adapted = run_adapt(base, data, args, results)
         else:
             run_general(base, data, args, results)
         print(f"({part} took {time.perf_counter() - started:.0f}s)", flush=True)

@@ -41,6 +41,22 @@ def test_negative_is_the_best_candidate_below_the_positive_aware_ceiling():
     assert mine_hard_negatives(table(), [("q2", "pos2")], corpus, top_k=2) == []
 
 
+def test_without_top_k_a_pair_looks_past_the_first_window(monkeypatch):
+    """By default (``top_k=None``) FIRST_LOOK texts are ranked for every anchor, and the whole
+    corpus for a pair that finds nothing there: the pair the model ranks worst is kept."""
+    from django_sbert.encoder import mining
+
+    corpus = ["pos", "other pos", "near duplicate", "hard", "easy", "pos2"]
+    monkeypatch.setattr(mining, "FIRST_LOOK", 2)
+    # q2's two best texts are pos2 (its positive) and "easy" (presumed relevant).
+    assert mine_hard_negatives(table(), [("q2", "pos2")], corpus, top_k=2) == []
+    assert mine_hard_negatives(table(), [("q2", "pos2")], corpus) == [("q2", "pos2", "hard")]
+    # From q2 (90 deg): hard cos 0.50, pos 0.34, near duplicate 0.33, in that order.
+    assert mine_hard_negatives(table(), [("q2", "pos2")], corpus, top_k=None, negatives=3) == [
+        ("q2", "pos2", "hard", "pos", "near duplicate")
+    ]
+
+
 def test_several_negatives_are_the_best_candidates_in_rank_order():
     corpus = ["pos", "other pos", "near duplicate", "hard", "easy"]
     # "near duplicate" stays presumed relevant: the two below the ceiling, best first.
