@@ -228,14 +228,13 @@ def run_scifact(
     before = results.get("scifact before") or retrieval(base, data, args.heldout)
     results["scifact before"] = before
     show(f"SciFact before ({len(data.corpus)} docs)", before)
-    if start is not None:
-        base = start
+    origin = base if start is None else start  # what mines and trains
     examples: list[tuple[str, ...]] = list(data.train_pairs)
     started = time.perf_counter()
     if args.hard_negatives:
-        # Mined by the base model from the corpus texts (no labels beyond the train pairs').
+        # Mined by the model trained from, over the corpus texts (no labels beyond the pairs').
         examples = mine_hard_negatives(
-            base,
+            origin,
             data.train_pairs,
             list(data.corpus.values()),
             negatives=args.negatives,
@@ -256,7 +255,7 @@ def run_scifact(
                 "patience": args.patience,
             }
         fitted = fit(
-            base,
+            origin,
             examples,
             loss=args.mnrl_loss,
             epochs=args.mnrl_epochs,
@@ -492,8 +491,9 @@ def main() -> None:
     parser.add_argument(
         "--mining-top-k",
         type=int,
-        default=50,
-        help="--hard-negatives: the best-ranked texts a negative is looked for in (0: all)",
+        default=0,
+        help="--hard-negatives: the best-ranked texts a negative is looked for in (0, the "
+        "default: the whole ranking, as mine_hard_negatives does)",
     )
     parser.add_argument("--simcse-texts", type=int, default=640, help="texts to train on")
     parser.add_argument("--simcse-unit", choices=("sentence", "abstract"), default="sentence")
