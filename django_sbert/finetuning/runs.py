@@ -105,6 +105,8 @@ ADAPT_EPOCHS = 2
 # 0.3 point lower on SciFact (docs/training.md).
 ADAPT_MARGIN_BATCH_SIZE = 8
 HARD_NEGATIVE_LOSSES = ("mnrl", "cached_mnrl", "matryoshka")  # the losses mined negatives feed
+# Mined triples replace a run's pairs only when they keep at least this share of them.
+MIN_MINED_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -579,15 +581,40 @@ def _mined(
     base: Any, examples: list[Any], run: TrainingRun, version: str, train: list[TrainingPair]
 ) -> list[Any]:
     """Positive pairs with one mined hard negative each; examples that already carry a
-    negative, or too few mined triples to train on, are left as they are."""
+    negative are left as they are.
+
+    A pair no negative was found for is left out of the triples (its candidates are all
+    positives or presumed relevant), and one run cannot mix pairs and triples. So the triples
+    replace the pairs only when they keep at least ``MIN_MINED_SHARE`` of them and two of
+    them share no text (a batch to train on); otherwise the run trains on the plain pairs:
+    negatives are not worth most of the training data.
+    """
     if not examples or len(examples[0]) != 2:
         return examples
     extra = [p.text_negative for p in train if p.text_negative]
     triples = with_hard_negatives(
         base, examples, encoder_name=run.encoder_name, version=version, extra_texts=extra
     )
-    logger.info("Run %s: hard negatives for %d of %d pairs", run.pk, len(triples), len(examples))
-    return triples if len(triples) >= 2 else examples
+    kept = len(triples) >= MIN_MINED_SHARE * len(examples) and _has_batch(triples)
+    logger.info(
+        "Run %s: hard negatives for %d of %d pairs%s",
+        run.pk,
+        len(triples),
+        len(examples),
+        "" if kept else "; training on the plain pairs",
+    )
+    return triples if kept else examples
+
+
+def _has_batch(examples: Sequence[Sequence[str]]) -> bool:
+    """Whether two of ``examples`` share no text (mnrl's smallest batch)."""
+    seen: list[set[str]] = []
+    for example in examples:
+        texts = set(example)
+        if any(not texts & other for other in seen):
+            return True
+        seen.append(texts)
+    return False
 
 
 class _EvalTracker:

@@ -149,6 +149,46 @@ def test_a_run_without_early_stopping_or_mining_trains_every_step(caplog):
     assert run.evaluations == {} and run.total_steps == 5 and "ndcg@10" in run.metrics_after
 
 
+def test_too_few_mined_negatives_train_on_the_plain_pairs(caplog, monkeypatch):
+    """Mining that finds negatives for a few pairs only (the demo's tiny random model ranks
+    every text alike, so most candidates look relevant) must not shrink the run to those
+    few: two triples that share a text would make no batch at all."""
+    make_pairs()
+    pairs = [(f"{a} 0", f"{b} 0") for a, b in TOPICS]
+    found = [(*pairs[0], pairs[1][1]), (*pairs[1], pairs[0][1])]  # each holds the other's text
+    monkeypatch.setattr(runs, "with_hard_negatives", lambda *args, **kwargs: found)
+    hyper = runs.Hyperparameters(loss="mnrl", epochs=1, batch_size=4, early_stopping=False)
+    pair_ids = list(TrainingPair.objects.values_list("pk", flat=True))
+    run = runs.create_run("default", pair_ids, hyperparameters=hyper, enqueue=False)
+    with caplog.at_level(logging.INFO, logger="django_sbert.finetuning.runs"):
+        assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert f"hard negatives for 2 of {3 * len(TOPICS)} pairs; training on the plain pairs" in (
+        caplog.text
+    )
+    assert run.total_steps == 5  # the plain pairs' steps, as without mining
+
+
+@pytest.mark.parametrize(
+    ("found", "kept"),
+    [
+        (6, True),  # half the pairs, apart: the triples replace them
+        (5, False),  # under half
+    ],
+)
+def test_mined_triples_replace_the_pairs_from_half_of_them(monkeypatch, found, kept):
+    pairs = [(f"q{n}", f"p{n}") for n in range(12)]
+    triples = [(q, p, f"n{n}") for n, (q, p) in enumerate(pairs[:found])]
+    monkeypatch.setattr(runs, "with_hard_negatives", lambda *args, **kwargs: triples)
+    run = TrainingRun(pk=1, encoder_name="default")
+    assert runs._mined(None, pairs, run, "v", []) == (triples if kept else pairs)
+    # Triples that all share a text make no batch: the pairs stay whatever the share.
+    shared = [(q, p, "one negative") for q, p in pairs]
+    monkeypatch.setattr(runs, "with_hard_negatives", lambda *args, **kwargs: shared)
+    assert runs._mined(None, pairs, run, "v", []) == pairs
+
+
 def test_runs_train_float32_weights_in_the_precision_of_the_setting(settings, monkeypatch):
     """The serving copy may run bf16 (PRECISION): training starts from float32 weights all
     the same, and TRAINING_PRECISION reaches fit() and the run's record."""
