@@ -63,10 +63,14 @@ def model_dir(settings, tmp_path: Path) -> Iterator[Path]:
 
 @pytest.fixture(autouse=True)
 def _fresh_encoder_caches():
-    """Each test starts with an empty query cache (encoders themselves stay loaded)."""
-    from django_sbert.serving import clear_query_cache
+    """Each test starts with an empty query cache and reads the serving version afresh
+    (encoders themselves stay loaded). A version cached by an earlier test may name a
+    promotion its rolled-back transaction undid: rows embedded under it, then searched once
+    the cache expired (``VERSION_CACHE_SECONDS``), would match nothing."""
+    from django_sbert.serving import clear_query_cache, forget_serving
 
     clear_query_cache()
+    forget_serving()
     yield
 
 

@@ -326,6 +326,19 @@ def test_the_index_serves_a_table_the_planner_would_read_whole():
 # -- the encoder: once per process, thread-safe, LRU-cached queries ----------------------------
 
 
+def test_a_settings_change_forgets_the_cached_serving_version(db, settings):
+    """Rows are stored with the serving version and searches match on it: a version cached
+    under the settings before (here another document prompt, so another base version) must
+    not outlive them, or rows embedded under it stop matching once the cache expires."""
+    settings.SBERT = {**settings.SBERT, "VERSION_CACHE_SECONDS": 60}
+    before = serving.encoder_version("default")
+    encoders = settings.SBERT["ENCODERS"]
+    prompted = {**encoders["default"], "DOCUMENT_PROMPT": "passage: "}
+    settings.SBERT = {**settings.SBERT, "ENCODERS": {**encoders, "default": prompted}}
+    after = serving.encoder_version("default")
+    assert after != before and after == serving.base_version("default")
+
+
 def test_encoder_is_loaded_once_across_threads(db, settings):
     settings.SBERT = {**settings.SBERT, "VERSION_CACHE_SECONDS": 60}
     serving.reset_encoders()
