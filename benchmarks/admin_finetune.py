@@ -169,6 +169,9 @@ def main() -> None:
     parser.add_argument("--no-hard-negatives", action="store_true")
     parser.add_argument("--no-early-stopping", action="store_true")
     parser.add_argument(
+        "--tolerance", type=float, help="early stopping's tolerance (0: the strict best step)"
+    )
+    parser.add_argument(
         "--equal-keyword-weights",
         action="store_true",
         help="rank keyword matches with the title weighed as the body, as "
@@ -232,6 +235,7 @@ def main() -> None:
                 "seed": args.seed,
                 "hard_negatives": False if args.no_hard_negatives else None,
                 "early_stopping": False if args.no_early_stopping else None,
+                "tolerance": args.tolerance,
             },
         ),
         enqueue=False,

@@ -85,6 +85,14 @@ class FineTuneForm(forms.Form):
     patience = forms.IntegerField(
         required=False, initial=runs.option_default("patience"), min_value=1, max_value=1000
     )
+    tolerance = forms.FloatField(
+        required=False,
+        initial=runs.option_default("tolerance"),
+        min_value=0.0,
+        max_value=1.0,
+        help_text="A measurement within this of the best counts as no worse: the latest such "
+        "step is kept (0.01: one point of nDCG@10).",
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

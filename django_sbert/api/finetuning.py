@@ -306,6 +306,13 @@ class TrainingRunRequestSerializer(serializers.Serializer):
     patience = serializers.IntegerField(
         default=runs.option_default("patience"), min_value=1, max_value=1000
     )
+    tolerance = serializers.FloatField(
+        default=runs.option_default("tolerance"),
+        min_value=0.0,
+        max_value=1.0,
+        help_text="A measurement within this of the best counts as no worse: the latest such "
+        "step is kept (0.01: one point of nDCG@10).",
+    )
     eval_every = serializers.IntegerField(
         required=False, min_value=1, help_text="Steps between evaluations; default: ~10 per run."
     )

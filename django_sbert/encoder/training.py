@@ -126,6 +126,7 @@ def fit(
     eval_every: int | None = None,
     patience: int | None = None,
     min_steps: int | None = None,
+    tolerance: float = 0.0,
     precision: str = "auto",
 ) -> FitResult:
     """Fine-tune a copy of ``encoder`` on ``examples`` with the objective ``loss``.
@@ -145,7 +146,11 @@ def fit(
     end, and training stops once ``patience`` evaluations in a row did not improve on the
     best (None: never stops early, still returns the best checkpoint), though not before
     ``min_steps`` steps (``default_min_steps``: an epoch, at most half the run, when None).
-    Every evaluation counts for the best checkpoint, the early ones included.
+    Every evaluation counts for the best checkpoint, the early ones included. ``tolerance``
+    (in the metric's units, 0 by default) keeps the latest checkpoint that measures within it
+    of the best rather than the best itself, and such a checkpoint resets the patience: on a
+    small eval split, differences under the split's noise should not stop training or roll it
+    back to an earlier, less trained step.
 
     ``precision``: ``"auto"`` (bfloat16 autocast on a CPU with native bf16, else float32),
     ``"float32"`` or ``"bfloat16"`` (``training_precision`` decides; ``FitResult.precision``
@@ -164,7 +169,7 @@ def fit(
         max_grad_norm,
         report_every,
     )
-    _check_early_stopping(evaluator, eval_every, patience, min_steps)
+    _check_early_stopping(evaluator, eval_every, patience, min_steps, tolerance)
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}.")
     data = validate_examples(examples, objective)
@@ -204,7 +209,7 @@ def fit(
         if evaluator is not None:
             floor = default_min_steps(batches) if min_steps is None else min_steps
             stopper = _EarlyStopping(
-                evaluator, eval_every or default_eval_every(total), patience, floor
+                evaluator, eval_every or default_eval_every(total), patience, floor, tolerance
             )
             with autocast(chosen, device):
                 stopper.measure(model, 0)
@@ -334,13 +339,16 @@ class _EarlyStopping:
         every: int,
         patience: int | None,
         min_steps: int = 0,
+        tolerance: float = 0.0,
     ) -> None:
         self.evaluator = evaluator
         self.every = every
         self.patience = patience
         self.min_steps = min_steps
+        self.tolerance = tolerance
         self.history: list[tuple[int, float]] = []
-        self.best_step: int | None = None
+        self.top: float | None = None  # the highest metric measured
+        self.best_step: int | None = None  # the checkpoint kept, and its metric
         self.best_metric: float | None = None
         self.best_weights: dict[str, torch.Tensor] | None = None
         self.since_best = 0
@@ -349,7 +357,13 @@ class _EarlyStopping:
         model.eval()
         value = float(self.evaluator(model))
         self.history.append((step, value))
-        if math.isfinite(value) and (self.best_metric is None or value > self.best_metric):
+        finite = math.isfinite(value)
+        improved = finite and (self.top is None or value > self.top)
+        if improved:
+            self.top = value
+        # With a tolerance the latest step within it of the top is kept (ties count); without
+        # one, only a new top.
+        if improved or (finite and self.tolerance > 0 and value >= self.top - self.tolerance):
             self.best_step, self.best_metric, self.since_best = step, value, 0
             # A copy in memory (MiniLM: 90 MB); the next steps update the live tensors.
             self.best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -434,6 +448,7 @@ def _check_early_stopping(
     eval_every: int | None,
     patience: int | None,
     min_steps: int | None = None,
+    tolerance: float = 0.0,
 ) -> None:
     problems = []
     if evaluator is not None and not callable(evaluator):
@@ -444,10 +459,14 @@ def _check_early_stopping(
         problems.append(f"patience must be a whole number >= 1, got {patience!r}")
     if min_steps is not None and (not isinstance(min_steps, int) or min_steps < 0):
         problems.append(f"min_steps must be a whole number >= 0, got {min_steps!r}")
+    if not isinstance(tolerance, int | float) or not 0 <= tolerance < math.inf:
+        problems.append(f"tolerance must be a number >= 0, got {tolerance!r}")
     if evaluator is None and (
-        eval_every is not None or patience is not None or min_steps is not None
+        eval_every is not None or patience is not None or min_steps is not None or tolerance
     ):
-        problems.append("eval_every, patience and min_steps need an evaluator (encoder -> metric)")
+        problems.append(
+            "eval_every, patience, min_steps and tolerance need an evaluator (encoder -> metric)"
+        )
     if problems:
         raise ValueError("Cannot start training: " + "; ".join(problems) + ".")
 

@@ -253,25 +253,28 @@ def test_early_stopping_keeps_the_encoder_given_when_training_never_improves(wor
     assert same_weights(weights(result.encoder), weights(word_encoder))
 
 
+# Two epochs of batches of 8, an evaluation every 2 steps, patience 2.
+EVERY_TWO_STEPS = dict(
+    loss="cosine", epochs=2, batch_size=8, learning_rate=1e-3, eval_every=2, patience=2
+)
+
+
 def test_early_stopping_never_stops_before_min_steps(word_encoder):
     # 2 epochs of 6 steps, evaluations every 2 steps, patience 2. The metric dips below the
     # start over the first evaluations and peaks at step 6: with no minimum the run stops at
     # step 4 and keeps the encoder given; the default minimum (the first epoch) trains on to
     # the peak, keeps it, and stops once patience runs out after it.
     metrics = [0.8, 0.5, 0.4, 0.9, 0.3, 0.2, 0.1]
-    options = dict(
-        loss="cosine", epochs=2, batch_size=8, learning_rate=1e-3, eval_every=2, patience=2
-    )
     hasty = fit(
         word_encoder,
         toy_pairs(48, seed=10),
-        **options,
+        **EVERY_TWO_STEPS,
         evaluator=PeakingEvaluator(metrics),
         min_steps=0,
     )
     assert (hasty.steps, hasty.best_step, hasty.min_steps) == (4, 0, 0)
     evaluator = PeakingEvaluator(metrics)
-    result = fit(word_encoder, toy_pairs(48, seed=10), **options, evaluator=evaluator)
+    result = fit(word_encoder, toy_pairs(48, seed=10), **EVERY_TWO_STEPS, evaluator=evaluator)
     assert result.total_steps == 12 and result.min_steps == 6
     assert [s for s, _ in result.history] == [0, 2, 4, 6, 8, 10]
     assert (result.best_step, result.best_metric) == (6, 0.9) and result.steps == 10
@@ -280,10 +283,43 @@ def test_early_stopping_never_stops_before_min_steps(word_encoder):
     early = fit(
         word_encoder,
         toy_pairs(48, seed=10),
-        **options,
+        **EVERY_TWO_STEPS,
         evaluator=PeakingEvaluator([0.1, 0.9, 0.5, 0.4, 0.3, 0.2]),
     )
     assert (early.best_step, early.steps) == (2, 6)
+
+
+def test_a_tolerance_keeps_the_latest_step_within_it_of_the_best(word_encoder):
+    # Evaluations at steps 0, 2, ..., 12, patience 2, no minimum. The top (0.82) comes at
+    # step 4; steps 6 and 8 measure within 0.01 of it, so with that tolerance each becomes the
+    # kept checkpoint and resets the patience, and step 10 (0.805) and 12 (0.80) exhaust it.
+    # Without a tolerance step 4 is kept and the run stops at step 8.
+    metrics = [0.5, 0.7, 0.82, 0.815, 0.812, 0.805, 0.80]
+    strict = fit(
+        word_encoder,
+        toy_pairs(64, seed=11),
+        **EVERY_TWO_STEPS,
+        evaluator=PeakingEvaluator(metrics),
+        min_steps=0,
+    )
+    assert (strict.best_step, strict.best_metric, strict.steps) == (4, 0.82, 8)
+    evaluator = PeakingEvaluator(metrics)
+    tolerant = fit(
+        word_encoder,
+        toy_pairs(64, seed=11),
+        **EVERY_TWO_STEPS,
+        evaluator=evaluator,
+        min_steps=0,
+        tolerance=0.01,
+    )
+    assert (tolerant.best_step, tolerant.best_metric, tolerant.steps) == (8, 0.812, 12)
+    assert same_weights(weights(tolerant.encoder), evaluator.seen[4])
+    # Within the tolerance of the top, not of the step kept: no drift downwards.
+    assert tolerant.history[-2:] == [(10, 0.805), (12, 0.80)]
+    with pytest.raises(ValueError, match="tolerance must be a number >= 0"):
+        fit(word_encoder, toy_pairs(16, seed=9), evaluator=lambda e: 0.0, tolerance=-0.1)
+    with pytest.raises(ValueError, match="need an evaluator"):
+        fit(word_encoder, toy_pairs(16, seed=9), tolerance=0.01)
 
 
 def test_default_min_steps_is_an_epoch_and_at_most_half_the_run():

@@ -49,6 +49,7 @@ def test_recipes_fill_what_is_not_given():
         runs.RECIPES["mnrl"]["learning_rate"],
     )
     assert mnrl.hard_negatives and mnrl.early_stopping and mnrl.eval_every is None
+    assert mnrl.tolerance == runs.EARLY_STOPPING_TOLERANCE == 0.01
     cosent = runs.Hyperparameters(loss="cosent")
     assert (cosent.epochs, cosent.learning_rate) == (runs.RECIPE["epochs"], 2e-5)
     cosine = runs.Hyperparameters(loss="cosine")  # scored pairs' default loss: its own recipe
@@ -57,6 +58,16 @@ def test_recipes_fill_what_is_not_given():
     assert (given.epochs, given.learning_rate) == (7, 1e-4)
     with pytest.raises(runs.ValidationError, match="patience must be a whole number"):
         runs.Hyperparameters(patience=0).validate()
+    with pytest.raises(runs.ValidationError, match="tolerance must be a number from 0 to 1"):
+        runs.Hyperparameters(tolerance=-0.5).validate()
+
+
+def test_a_run_stored_before_an_option_existed_trains_without_it():
+    stored = {"epochs": 2, "batch_size": 8, "learning_rate": 5e-5, "patience": 3}
+    options = runs._stored_options(stored)
+    assert options["hard_negatives"] is False and options["early_stopping"] is False
+    assert options["tolerance"] == 0.0  # the strict best step, as such runs were measured
+    assert runs.Hyperparameters(loss="mnrl", **options).epochs == 2
 
 
 def test_admin_api_and_command_use_the_recipe_when_given_nothing(capsys):
@@ -70,6 +81,7 @@ def test_admin_api_and_command_use_the_recipe_when_given_nothing(capsys):
             "batch_size": FineTuneForm.base_fields["batch_size"].initial,
             "warmup_ratio": FineTuneForm.base_fields["warmup_ratio"].initial,
             "patience": FineTuneForm.base_fields["patience"].initial,
+            "tolerance": FineTuneForm.base_fields["tolerance"].initial,
             "hard_negatives": "on",
             "early_stopping": "on",
         }
@@ -114,8 +126,10 @@ def test_default_run_mines_negatives_and_keeps_the_best_checkpoint(caplog):
     every = default_eval_every(total)
     assert total <= 6 * hyper.epochs and steps[:3] == [0, every, 2 * every]
     assert steps[-1] == evaluations["steps"] == run.step == len(run.loss_history)
-    best = max(history, key=lambda item: item[1])
-    assert [evaluations["best_step"], evaluations["best_metric"]] == best
+    # The step kept: the latest within the recipe's tolerance of the best measured.
+    top = max(metric for _, metric in history)
+    kept = [item for item in history if item[1] >= top - hyper.tolerance][-1]
+    assert [evaluations["best_step"], evaluations["best_metric"]] == kept
     assert evaluations["stopped_early"] == (evaluations["steps"] < total)
     # Step 0 is the base model (metrics_before); the metrics kept are the best step's, and
     # they are the candidate's: the gate compares the kept checkpoint.

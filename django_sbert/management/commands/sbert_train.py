@@ -55,6 +55,12 @@ class Command(BaseCommand):
             help="Keep the best step on the eval pairs, stop after --patience (default: on).",
         )
         parser.add_argument("--patience", type=int)
+        parser.add_argument(
+            "--tolerance",
+            type=float,
+            help="A measurement within this of the best counts as no worse; the latest such "
+            f"step is kept (default: {runs.option_default('tolerance')}).",
+        )
         parser.add_argument("--eval-every", type=int, help="Default: about ten per run.")
         parser.add_argument("--sync", action="store_true", help="Run in this process and wait.")
         parser.add_argument(
