@@ -1,169 +1,544 @@
-"""The ``SBERT`` settings dict, read through one object with documented defaults.
+"""The ``SBERT`` settings dict: declared once here, read through one object.
 
-Modelled on Django REST framework's ``api_settings``::
+Every key is declared below with its default, the rule its value follows and one line on what
+it does. That one declaration is what the settings object falls back to, what the start-up
+check (``django_sbert.E005``) validates against, naming the closest known key for a typo, and
+what docs/settings.md's tables are rendered from (``python -m django_sbert.conf`` prints them;
+``python -m django_sbert.conf --write docs/settings.md`` updates the page)::
 
     from django_sbert.conf import sbert_settings
     sbert_settings.QUEUE                 # "sbert" unless settings.SBERT["QUEUE"] says otherwise
+    sbert_settings.TRAINING["QUEUE"]     # a group: the project's dict merged over the defaults
     encoder_config("default")["MODEL"]   # one encoder's settings, inner defaults filled in
 
 Attributes are read lazily on first access and cached; the cache is dropped when the ``SBERT``
-setting changes (``override_settings`` in tests fires ``setting_changed``). Every key is
-documented in docs/settings.md.
+setting changes (``override_settings`` in tests fires ``setting_changed``). Spellings of an
+earlier release (``TRAINING_QUEUE``, ``INDEX_MEMORY``, ``SEARCH_DATABASE``...) are read into
+their groups with a ``DeprecationWarning`` (and check ``django_sbert.W003``) for one release.
 """
 
 from __future__ import annotations
 
+import sys
+import warnings
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
-SETTING_NAME = "SBERT"
-
-# What one entry of SBERT["ENCODERS"] may hold; missing keys fall back to these.
-ENCODER_DEFAULTS: dict[str, Any] = {
-    "MODEL": "all-MiniLM-L6-v2",  # packaged name, model directory, or Hugging Face Hub id
-    "DEVICE": "cpu",  # "cpu", "cuda", "cuda:1", "mps"
-    "BATCH_SIZE": 32,  # texts per forward pass when indexing rows
-    "THREADS": None,  # torch.set_num_threads() in each process; None leaves torch's default
-    "QUERY_THREADS": 1,  # torch threads while encoding one search query; None: as THREADS
-    "QUANTIZE": None,  # None or "int8": dynamic int8 quantization of linear layers (CPU)
-    # The inference path (docs/encoder.md, "Which path"): "auto" chooses per CPU and host;
-    # explicit values are obeyed. COMPILE: "auto" | True | False (torch.compile, ~2x faster on
-    # a CPU, same vectors); PRECISION: "auto" | "float32" | "bfloat16" ("auto": bf16 only on a
-    # CPU with native bf16, for a model measured to keep its quality).
-    "COMPILE": "auto",
-    "PRECISION": "auto",
-    "LONG_TEXT": "truncate",  # what encode() does with texts over max_seq_length
-    "MAX_CHUNKS": 64,  # LONG_TEXT="chunk": windows encoded per text at most; None: no cap
-    # Texts put before search queries and before indexed rows (e5's "query: " / "passage: ").
-    # None: the model's named prompts ("query"; "document", "passage" or "corpus") from its
-    # config_sentence_transformers.json; "": no prompt, whatever the model declares.
-    "QUERY_PROMPT": None,
-    "DOCUMENT_PROMPT": None,
-    # Sizes the model was trained to serve truncated (the matryoshka loss's dims, e.g.
-    # [256, 128]): an EmbeddingField(dimensions=d) below the model's width needs d listed here.
-    # None: the model serves only its full width (docs/scale.md, "Matryoshka dimensions").
-    "MATRYOSHKA_DIMS": None,
-}
-
-# Search defaults for SemanticQuerySet.similar_to().
-SEARCH_DEFAULTS: dict[str, Any] = {
-    "K": 10,  # rows returned when similar_to() is given no k and the queryset is not sliced
-    # hnsw.ef_search: candidates an index search keeps; higher = better recall, slower. 100:
-    # recall@10 0.99 at 100k rows. Past ~500k rows set 200 (recall 0.96 instead of 0.93 at a
-    # million rows: docs/scale.md).
-    "EF_SEARCH": 100,
-    "ITERATIVE_SCAN": "relaxed_order",  # hnsw.iterative_scan: off | strict_order | relaxed_order
-    "MAX_SCAN_TUPLES": 20000,  # hnsw.max_scan_tuples: stop an iterative scan after this many
-    "STATEMENT_TIMEOUT": 5.0,  # seconds one search statement may run; None: no cap
-    # enable_seqscan during a vector search. PostgreSQL's planner does not count reading
-    # vectors stored out of line (TOAST), so on tables of a few thousand rows it chose to read
-    # every row (24 ms) over the HNSW index (3 ms, same top 10): False turns sequential scans
-    # off for the search's own transaction, as pgvector's README advises; True leaves the
-    # planner as configured (docs/search.md#how-it-uses-the-index)
-    "ENABLE_SEQSCAN": False,
-    # hybrid_search() and keyword_search() (docs/hybrid.md)
-    # "rrf": reciprocal rank fusion of the two lists; "linear": weighted sum of the two sides'
-    # scores, each normalised within its list (docs/hybrid.md)
-    "FUSION": "rrf",
-    "RRF_K": 60,  # k of reciprocal rank fusion: larger flattens the weight of the top ranks
-    "CANDIDATES": 100,  # rows taken from each side (vector top-N, keyword top-N) before fusing
-    "VECTOR_WEIGHT": 1.0,  # weight of the vector side's 1 / (k + rank), or of its score
-    "KEYWORD_WEIGHT": 1.0,  # weight of the keyword side's 1 / (k + rank), or of its score
-    # hybrid_search() uses the fusion a fine-tuning run chose for the serving version on its
-    # eval split (docs/hybrid.md); False: always the four settings above
-    "TUNED_FUSION": True,
-    "KEYWORD_MATCH": "any",  # keyword side of hybrid_search: "any" word or "all" words
-    "KEYWORD_MAX_DF": 0.2,  # match="any" leaves out words found in more than this share of rows
-    "KEYWORD_MAX_ROWS": 10000,  # a keyword search ranks at most this many matching rows
-    # Statistics target of each keyword column, set after migrate: ANALYZE then counts the rows
-    # of about 10x this many words, which match="any" weighs words by (PostgreSQL's default,
-    # 100, leaves every word past the 1,000 commonest with one weight). None: leave it.
-    "KEYWORD_STATISTICS": 1000,
-    # Fields with passages= (docs/passages.md): passages the HNSW scan fetches per row asked for
-    "PASSAGES_PER_ROW": 4,
-    # Fields with binary_index=True (docs/scale.md): rows taken by Hamming distance per row
-    # asked for, then re-ranked by exact cosine; 0 searches the float vectors instead
-    "BINARY_OVERSAMPLE": 4,
-}
-
-DEFAULTS: dict[str, Any] = {
-    "ENCODERS": {"default": dict(ENCODER_DEFAULTS)},
-    "QUEUE": "sbert",  # Celery queue of the embedding tasks
-    "TRAINING_QUEUE": "sbert-train",  # Celery queue of fine-tuning runs
-    "AUTO_EMBED": True,  # post_save schedules embedding; False leaves rows to sbert_reindex
-    "SEARCH": dict(SEARCH_DEFAULTS),
-    "QUERY_CACHE_SIZE": 256,  # query texts whose vectors each process keeps (LRU); 0 disables
-    "SWEEP_BATCH_SIZE": 500,  # rows per task when the periodic sweep re-embeds stale rows
-    "SKIPPED_RETRY_SECONDS": 3600,  # the sweep retries an unchanged skipped row after this,
-    "SKIPPED_RETRY_MAX_SECONDS": 7 * 86400,  # doubling per failure up to this
-    "LARGE_TABLE_ROWS": 10000,  # check W001: tables this large should have an HNSW index
-    "API": {},  # the REST API's settings, read by django_sbert.api.settings (docs/api.md)
-    # Fine-tuning (docs/fine-tuning.md)
-    "MODEL_DIR": None,  # where fine-tuned versions are saved; None: <BASE_DIR>/sbert_models
-    # Several hosts (docs/deployment.md): the STORAGES key versions are written to (None: a
-    # FileSystemStorage under MODEL_DIR) and this host's verified copies (None: MODEL_DIR/.cache)
-    "MODEL_STORAGE": None,
-    "MODEL_CACHE": None,
-    # This host's compiled single-query graphs (docs/encoder.md, "Cold start"): a new process
-    # loads them instead of compiling. None: <MODEL_CACHE>/.compiled; False: none kept
-    "COMPILE_CACHE": None,
-    "VERSION_CACHE_SECONDS": 2.0,  # how long a process trusts its idea of the serving version
-    "TRAINING_PROGRESS_SECONDS": 2.0,  # at most one progress write per run this often
-    "TRAINING_STALLED_SECONDS": 600,  # a running run silent this long lost its worker
-    "EVAL_GATE_TOLERANCE": 0.0,  # promote refuses a candidate worse than active by more than this
-    # Rows (texts and stored vectors) a run mines hard negatives from, at most
-    "TRAINING_MINING_ROWS": 50000,
-    # Texts (a seeded sample of the encoder's rows and the train pairs' positives) the eval
-    # split's queries are ranked against besides its own positives, by early stopping and the
-    # gate: without them a small split is too easy to tell a better model from the base. Each
-    # evaluation encodes them with the model measured; 0: the eval positives alone
-    "TRAINING_EVAL_DISTRACTORS": 1000,
-    # A small STS file (tab-separated) every run measures before and after; None: off
-    "TRAINING_STS_FILE": None,
-    # Precision of a run's forward passes: "auto" (bfloat16 autocast on a CPU with native bf16,
-    # AVX-512 BF16 or AMX; float32 elsewhere), "float32" or "bfloat16". Weights stay float32.
-    "TRAINING_PRECISION": "auto",
-    "PAIRS_MAX_FILE_BYTES": 20 * 1024 * 1024,  # largest pairs file an import reads; None: any
-    # "Adapt to our content" (docs/fine-tuning.md): a run on a field's text, without pairs
-    "ADAPT": {
-        # "margin_mse": pseudo-queries cut from the text, scored by a teacher fusing the
-        # serving model with BM25; "mnrl": the same pseudo-queries as positive pairs;
-        # "simcse". Only "margin_mse" improved SciFact retrieval from all-MiniLM-L6-v2
-        # (docs/training.md, "Adapt to our content").
-        "LOSS": "margin_mse",
-        "METHOD": "ict",  # how pseudo-queries are cut: "ict" (a sentence vs the rest), "crop"
-        "DOCUMENTS": 1000,  # rows (a seeded sample) cut into pseudo-queries; None: all
-        # "margin_mse": the teacher's weight on the model's cosine, the rest on BM25; None:
-        # encoder.distillation.DENSE_SHARE (0.5, measured)
-        "DENSE_SHARE": None,
-        "NEGATIVES": True,  # "mnrl": mine a hard negative per pseudo-query with the model
-        "LEARNING_RATE": 5e-5,  # of "mnrl" (the one measured), when the caller gives none
-        "HOLD_OUT": 0.1,  # share of pseudo-pairs (at most 200) held back when no eval split
-    },
-    # Read replicas (docs/deployment.md)
-    "SEARCH_DATABASE": None,  # alias searches read rows and version from; None: Django's router
-}
-
-# Large tables (docs/scale.md): building vector indexes (manage.py sbert_index) and sizing them.
-DEFAULTS.update(
-    {
-        # maintenance_work_mem of an index build (a PostgreSQL size); None: the server's
-        "INDEX_MAINTENANCE_WORK_MEM": "1GB",
-        # max_parallel_maintenance_workers of an index build; None: the server's
-        "INDEX_PARALLEL_WORKERS": None,
-        # check W022: bytes (or "12GB") the HNSW indexes should fit in; None: the server's
-        # effective_cache_size (its estimate of shared_buffers + the OS cache)
-        "INDEX_MEMORY": None,
-    }
+from .settings_schema import (
+    BOOLEAN,
+    IMPORT_STRINGS,
+    PATH,
+    POSITIVE_INTEGERS,
+    RATES,
+    SIZE,
+    TEXT,
+    Group,
+    PerName,
+    Rule,
+    Setting,
+    group_problems,
+    integer,
+    markdown_table,
+    number,
+    one_of,
+    optional,
+    unknown_key,
+    unknown_key_hint,
+    value_problems,
 )
 
-# Keys whose value is a dict merged over the default dict rather than replacing it: a project
-# that adds an encoder keeps "default", SEARCH={"K": 5} keeps the other search defaults (and
-# ADAPT the other adapt defaults).
-MERGED_KEYS = ("ENCODERS", "SEARCH", "ADAPT")
+SETTING_NAME = "SBERT"
+
+ENCODER = Group(
+    {
+        "MODEL": Setting(
+            "all-MiniLM-L6-v2",
+            "A packaged model name, a model directory (sentence-transformers layout) or a "
+            "Hugging Face Hub id, downloaded only when online and asked for "
+            "([encoder.md](encoder.md)).",
+            TEXT,
+        ),
+        "DEVICE": Setting(
+            "cpu", 'Where the model runs: `"cpu"`, `"cuda"`, `"cuda:1"`, `"mps"`.', TEXT
+        ),
+        "BATCH_SIZE": Setting(32, "Texts per forward pass when rows are embedded.", integer(1)),
+        "THREADS": Setting(
+            None,
+            "`torch.set_num_threads()` in each process that loads the encoder; a Celery "
+            "worker started without it gives torch the CPUs divided by its concurrency. "
+            "`None`: torch's default ([deployment.md](deployment.md)).",
+            optional(integer(1)),
+        ),
+        "QUERY_THREADS": Setting(
+            1,
+            "torch threads while a web process encodes one search query (a short query gains "
+            "little from more, and spinning threads take CPU from PostgreSQL). `None`: as "
+            "`THREADS`.",
+            optional(integer(1)),
+        ),
+        "QUANTIZE": Setting(
+            None,
+            '`"int8"`: dynamic int8 quantization of the linear layers (CPU; faster, slightly '
+            "different vectors: give every process the same value and re-embed after a "
+            "change).",
+            one_of(None, "int8"),
+        ),
+        "COMPILE": Setting(
+            "auto",
+            '`torch.compile` for `encode`: `"auto"` where a C++ compiler is found on a CPU, '
+            "`True` / `False` force it; same vectors either way "
+            "([encoder.md](encoder.md#which-path-each-process-takes)).",
+            one_of("auto", True, False),
+        ),
+        "PRECISION": Setting(
+            "auto",
+            '`"float32"` or `"bfloat16"`; `"auto"`: bfloat16 only on a CPU with native bf16 '
+            "and for a model measured to keep its quality ([encoder.md](encoder.md)).",
+            one_of("auto", "float32", "bfloat16"),
+        ),
+        "LONG_TEXT": Setting(
+            "truncate",
+            'Texts over the model\'s `max_seq_length`: `"truncate"` keeps the start, '
+            '`"chunk"` averages the vectors of overlapping windows.',
+            one_of("truncate", "chunk"),
+        ),
+        "MAX_CHUNKS": Setting(
+            64,
+            'With `LONG_TEXT="chunk"`, the most windows one row is encoded from (the rest is '
+            "ignored, with a warning), so no row can exhaust a worker's memory. `None`: no "
+            "cap.",
+            optional(integer(1)),
+        ),
+        "QUERY_PROMPT": Setting(
+            None,
+            "Text put before every search query (e5's `\"query: \"`). `None`: the model's "
+            '`"query"` prompt, if it names one; `""`: none '
+            "([prompts](#prompts-for-queries-and-documents)).",
+            optional(TEXT),
+        ),
+        "DOCUMENT_PROMPT": Setting(
+            None,
+            'Text put before every indexed row (e5\'s `"passage: "`); part of the encoder '
+            "version, so changing it re-embeds every row. `None`: the model's document "
+            'prompt, if any; `""`: none.',
+            optional(TEXT),
+        ),
+        "MATRYOSHKA_DIMS": Setting(
+            None,
+            "Sizes below its width the model was trained to serve truncated, e.g. "
+            "`[256, 128]`; an `EmbeddingField(dimensions=d)` below the width needs `d` here "
+            "([scale.md](scale.md#matryoshka-dimensions)).",
+            optional(POSITIVE_INTEGERS),
+        ),
+    },
+    "One encoder, by name; fields choose theirs with `EmbeddingField(encoder=...)`.",
+    anchor="encoders",
+)
+
+SEARCH = Group(
+    {
+        "K": Setting(
+            10,
+            "Rows `similar_to()` returns when the queryset is not sliced.",
+            optional(integer(1)),
+        ),
+        "EF_SEARCH": Setting(
+            100,
+            "`hnsw.ef_search`: candidates an index search keeps; higher: better recall, "
+            "slower. Past about 500k rows set 200 ([scale.md](scale.md)).",
+            optional(integer(1)),
+        ),
+        "ITERATIVE_SCAN": Setting(
+            "relaxed_order",
+            "`hnsw.iterative_scan`: with a filter, keep scanning until k rows match "
+            '(`"relaxed_order"`, `"strict_order"`, or `"off"`, which may return fewer).',
+            one_of(None, "off", "strict_order", "relaxed_order"),
+        ),
+        "MAX_SCAN_TUPLES": Setting(
+            20000,
+            "`hnsw.max_scan_tuples`: where an iterative scan gives up.",
+            optional(integer(1)),
+        ),
+        "STATEMENT_TIMEOUT": Setting(
+            5.0,
+            "Seconds one search statement may run; past it the search raises `SearchTimeout` "
+            "instead of holding a worker. `None`: no cap.",
+            optional(number(0, above=True)),
+        ),
+        "ENABLE_SEQSCAN": Setting(
+            False,
+            "`enable_seqscan` during a vector search: `False` keeps the planner on the HNSW "
+            "index, which it undercounts on small tables of long rows "
+            "([search.md](search.md#how-it-uses-the-index)).",
+            BOOLEAN,
+        ),
+        "DATABASE": Setting(
+            None,
+            "The database alias searches read rows and the serving version from (a read "
+            "replica); `None`: Django's router ([deployment.md](deployment.md#read-replicas)).",
+            optional(TEXT),
+        ),
+        "FUSION": Setting(
+            "rrf",
+            '`hybrid_search()`: `"rrf"`, reciprocal rank fusion, or `"linear"`, a weighted '
+            "sum of each side's normalised scores ([hybrid.md](hybrid.md#fusion)).",
+            one_of("rrf", "linear"),
+        ),
+        "RRF_K": Setting(60, "k of reciprocal rank fusion, `w / (k + rank)` per side.", number(0)),
+        "CANDIDATES": Setting(
+            100, "Rows taken from each side of a hybrid search before fusing.", integer(1)
+        ),
+        "VECTOR_WEIGHT": Setting(1.0, "Weight of the vector side in fusion.", number(0)),
+        "KEYWORD_WEIGHT": Setting(1.0, "Weight of the keyword side in fusion.", number(0)),
+        "TUNED_FUSION": Setting(
+            True,
+            "`hybrid_search()` uses the fusion a fine-tuning run chose for the serving version "
+            "on its eval split; `False`: always the settings above.",
+            BOOLEAN,
+        ),
+        "KEYWORD_MATCH": Setting(
+            "any",
+            'Keyword side: rows with `"any"` of the words or `"all"` of them.',
+            one_of("any", "all"),
+        ),
+        "KEYWORD_MAX_DF": Setting(
+            0.2,
+            'With `"any"`, words found in more than this share of the rows are left out.',
+            number(0, 1, above=True),
+        ),
+        "KEYWORD_MAX_ROWS": Setting(
+            10000,
+            "A keyword search ranks at most this many matching rows.",
+            optional(integer(1)),
+        ),
+        "KEYWORD_STATISTICS": Setting(
+            1000,
+            "Statistics target `migrate` gives each keyword column, so ANALYZE counts enough "
+            "words to weigh them. `None`: leave PostgreSQL's.",
+            optional(integer(1, 10000)),
+        ),
+        "PASSAGES_PER_ROW": Setting(
+            4,
+            "Fields with `passages=`: passages the index scan fetches per row asked for "
+            "([passages.md](passages.md)).",
+            optional(integer(1)),
+        ),
+        "BINARY_OVERSAMPLE": Setting(
+            4,
+            "Fields with `binary_index=True`: rows taken by Hamming distance per row asked "
+            "for, then re-ranked by cosine; `0` searches the float vectors "
+            "([scale.md](scale.md)).",
+            integer(0),
+        ),
+    },
+    "Defaults of `similar_to()`, `keyword_search()` and `hybrid_search()`; each can be "
+    "overridden per query.",
+    anchor="search",
+)
+
+INDEX = Group(
+    {
+        "MAINTENANCE_WORK_MEM": Setting(
+            "1GB",
+            "`maintenance_work_mem` of an index build by `sbert_index`; `None`: the server's "
+            "([scale.md](scale.md#sizing-maintenance_work_mem)).",
+            optional(SIZE),
+        ),
+        "PARALLEL_WORKERS": Setting(
+            None,
+            "`max_parallel_maintenance_workers` of an index build by `sbert_index`; `None`: "
+            "the server's.",
+            optional(integer(0)),
+        ),
+        "MEMORY": Setting(
+            None,
+            'Check `W022`: bytes (or `"12GB"`) the HNSW indexes should fit in; `None`: the '
+            "server's `effective_cache_size`.",
+            optional(SIZE),
+        ),
+    },
+    "Building and sizing vector indexes (manage.py sbert_index, check W022).",
+    anchor="index",
+)
+
+TRAINING = Group(
+    {
+        "QUEUE": Setting(
+            "sbert-train",
+            "Celery queue of fine-tuning runs and promotions; run a worker with "
+            "`-Q sbert-train` so indexing never waits behind them.",
+            TEXT,
+        ),
+        "PRECISION": Setting(
+            "auto",
+            'Forward passes of a run: `"auto"` (bfloat16 autocast where the CPU has native '
+            'bf16, float32 elsewhere), `"float32"` or `"bfloat16"`; weights stay float32.',
+            one_of("auto", "float32", "bfloat16"),
+        ),
+        "MINING_ROWS": Setting(
+            50000, "Stored rows a run mines hard negatives from, at most.", integer(1)
+        ),
+        "EVAL_DISTRACTORS": Setting(
+            1000,
+            "Texts the eval queries are ranked against besides their positives, so a small "
+            "eval split still tells a better model apart; `0`: the positives alone.",
+            integer(0),
+        ),
+        "STS_FILE": Setting(
+            None,
+            "A small tab-separated STS file every run measures before and after (general "
+            "quality); `None`: off.",
+            optional(PATH),
+        ),
+        "GATE_TOLERANCE": Setting(
+            0.0,
+            "Promotion refuses a candidate worse than the active version by more than this "
+            "(its primary eval metric).",
+            number(0),
+        ),
+        "STALLED_SECONDS": Setting(
+            600,
+            "A running run whose heartbeat stopped this long ago lost its worker and is "
+            "failed; a queued run silent this long is sent again.",
+            number(0),
+        ),
+        "PAIRS_MAX_FILE_BYTES": Setting(
+            20 * 1024 * 1024,
+            "The largest pairs file an import reads (it is held in memory); `None`: any.",
+            optional(integer(1)),
+            shown_default="`20971520` (20 MB)",
+        ),
+    },
+    "Fine-tuning runs, the gate and promotions ([fine-tuning.md](fine-tuning.md)).",
+    anchor="training",
+)
+
+ADAPT = Group(
+    {
+        "LOSS": Setting(
+            "margin_mse",
+            '"Adapt to our content": `"margin_mse"` (pseudo-queries scored by the model fused '
+            'with BM25), `"mnrl"` (pseudo-queries as pairs) or `"simcse"`.',
+            one_of("margin_mse", "mnrl", "simcse"),
+        ),
+        "METHOD": Setting(
+            "ict",
+            'How pseudo-queries are cut: `"ict"` (a sentence against the rest of the row) or '
+            '`"crop"`.',
+            one_of("ict", "crop"),
+        ),
+        "DOCUMENTS": Setting(
+            1000,
+            "Rows (a seeded sample) cut into pseudo-queries; `None`: all.",
+            optional(integer(1)),
+        ),
+        "DENSE_SHARE": Setting(
+            None,
+            "`\"margin_mse\"`: the teacher's weight on the model's cosine, the rest on BM25; "
+            "`None`: 0.5.",
+            optional(number(0, 1)),
+        ),
+        "NEGATIVES": Setting(
+            True, '`"mnrl"`: mine a hard negative per pseudo-query with the model.', BOOLEAN
+        ),
+        "LEARNING_RATE": Setting(
+            5e-5, '`"mnrl"`: the learning rate when the run gives none.', number(0, above=True)
+        ),
+        "HOLD_OUT": Setting(
+            0.1,
+            "Share of pseudo-pairs (at most 200) held back for the gate when no eval split "
+            "is given.",
+            number(0, 1, above=True),
+        ),
+    },
+    'A run on a field\'s own text, without pairs ("Adapt to our content", '
+    "[fine-tuning.md](fine-tuning.md)).",
+    anchor="adapt",
+)
+
+_PERMISSIONS = optional(IMPORT_STRINGS)
+
+API = Group(
+    {
+        "DEFAULT_K": Setting(10, "Results when a request gives no `k`.", integer(1)),
+        "MAX_K": Setting(
+            100,
+            "The largest `k` a client may ask for; each request fetches at most this many rows.",
+            integer(1),
+        ),
+        "MAX_QUERY_LENGTH": Setting(
+            1000, "Characters of `q` (and of `?semantic=` in the filter backend).", integer(1)
+        ),
+        "PAGE_SIZE": Setting(10, "Results per page of `search/` and `similar/`.", integer(1)),
+        "MAX_PAGE_SIZE": Setting(
+            100, "The largest `?page_size=` a client may ask for.", integer(1)
+        ),
+        "PAGINATION_CLASS": Setting(
+            "django_sbert.api.pagination.SearchPagination",
+            "Pagination of `search/` and `similar/`; `None`: one page.",
+            optional(Rule(lambda v: isinstance(v, str) or callable(v), "a dotted path")),
+        ),
+        "SEARCH_PERMISSION_CLASSES": Setting(
+            None,
+            "Permission classes of the searches; `None`: "
+            '`REST_FRAMEWORK["DEFAULT_PERMISSION_CLASSES"]` (a registered model may name its '
+            "own).",
+            _PERMISSIONS,
+        ),
+        "EMBED_PERMISSION_CLASSES": Setting(
+            ["rest_framework.permissions.IsAuthenticated"],
+            "Permission classes of `embed/`.",
+            _PERMISSIONS,
+        ),
+        "EMBED_MAX_TEXTS": Setting(64, "Texts per `embed/` request.", integer(1)),
+        "EMBED_MAX_TEXT_LENGTH": Setting(5000, "Characters per `embed/` text.", integer(1)),
+        "MAX_BODY_BYTES": Setting(2 * 1024 * 1024, "Request bodies over this get 413.", integer(1)),
+        "SCHEMA_PERMISSION_CLASSES": Setting(
+            None,
+            "Permission classes of `schema/`; `None`: drf-spectacular's `SERVE_PERMISSIONS`.",
+            _PERMISSIONS,
+        ),
+        "THROTTLE_RATES": Setting(
+            {"search": "120/minute", "embed": "30/minute", "schema": "60/minute"},
+            'Requests per period per client and scope (DRF\'s `"60/minute"`); merged, so '
+            "naming one scope keeps the others; `None` turns a scope off.",
+            RATES,
+        ),
+        "NUM_PROXIES": Setting(
+            None,
+            "Proxies in front of the site that append to `X-Forwarded-For`; `None`: count "
+            "anonymous clients by `REMOTE_ADDR`.",
+            optional(integer(0)),
+        ),
+    },
+    "The REST API: limits, throttle rates, permissions ([api.md](api.md)).",
+    anchor="api",
+)
+
+TOP = {
+    "ENCODERS": PerName(
+        ENCODER,
+        default={"default": ENCODER.defaults()},
+        doc='Encoders by name (below); merged, so adding `"multilingual"` keeps `"default"`.',
+    ),
+    "QUEUE": Setting("sbert", "Celery queue of the embedding tasks (workers: `-Q sbert`).", TEXT),
+    "AUTO_EMBED": Setting(
+        True,
+        "Saving a row schedules its embedding; `False`: only `sbert_reindex` and the sweep "
+        "embed rows.",
+        BOOLEAN,
+    ),
+    "QUERY_CACHE_SIZE": Setting(
+        256, "Query texts whose vectors each process keeps (LRU); `0` turns it off.", integer(0)
+    ),
+    "VERSION_CACHE_SECONDS": Setting(
+        2.0,
+        "How long a process trusts what it read about the serving version; a promotion "
+        "reaches every process within this time. `0`: read it on every use.",
+        number(0),
+    ),
+    "MODEL_DIR": Setting(
+        None,
+        "Where fine-tuned versions are saved when `MODEL_STORAGE` is `None`; `None`: "
+        "`<BASE_DIR>/sbert_models`.",
+        optional(PATH),
+    ),
+    "MODEL_STORAGE": Setting(
+        None,
+        "A key of `STORAGES` that fine-tuned versions are written to and every host fetches "
+        "them from; `None`: a `FileSystemStorage` under `MODEL_DIR` "
+        "([deployment.md](deployment.md)).",
+        optional(TEXT),
+    ),
+    "MODEL_CACHE": Setting(
+        None,
+        "This host's directory of verified copies of the versions it serves (one per host, "
+        "never shared); `None`: `<MODEL_DIR>/.cache`.",
+        optional(PATH),
+    ),
+    "COMPILE_CACHE": Setting(
+        None,
+        "This host's compiled single-query graphs, loaded by a new process instead of "
+        "compiling; `None`: `<MODEL_CACHE>/.compiled`; `False`: none kept "
+        "([encoder.md](encoder.md)).",
+        Rule(
+            lambda v: v is None or v is False or isinstance(v, str) or hasattr(v, "__fspath__"),
+            "a path, None or False",
+        ),
+    ),
+    "SEARCH": SEARCH,
+    "INDEX": INDEX,
+    "TRAINING": TRAINING,
+    "ADAPT": ADAPT,
+    "API": API,
+}
+
+# Spellings of the previous release, read into their groups for one more release.
+RENAMED: dict[str, tuple[str, str]] = {
+    "TRAINING_QUEUE": ("TRAINING", "QUEUE"),
+    "TRAINING_PRECISION": ("TRAINING", "PRECISION"),
+    "TRAINING_MINING_ROWS": ("TRAINING", "MINING_ROWS"),
+    "TRAINING_EVAL_DISTRACTORS": ("TRAINING", "EVAL_DISTRACTORS"),
+    "TRAINING_STS_FILE": ("TRAINING", "STS_FILE"),
+    "TRAINING_STALLED_SECONDS": ("TRAINING", "STALLED_SECONDS"),
+    "EVAL_GATE_TOLERANCE": ("TRAINING", "GATE_TOLERANCE"),
+    "PAIRS_MAX_FILE_BYTES": ("TRAINING", "PAIRS_MAX_FILE_BYTES"),
+    "INDEX_MAINTENANCE_WORK_MEM": ("INDEX", "MAINTENANCE_WORK_MEM"),
+    "INDEX_PARALLEL_WORKERS": ("INDEX", "PARALLEL_WORKERS"),
+    "INDEX_MEMORY": ("INDEX", "MEMORY"),
+    "SEARCH_DATABASE": ("SEARCH", "DATABASE"),
+}
+# Former settings that are now constants of the module that uses them: ignored, with a warning.
+RETIRED: dict[str, str] = {
+    "SWEEP_BATCH_SIZE": "the sweep sends 500 rows per task",
+    "SKIPPED_RETRY_SECONDS": "a skipped row is retried after an hour, doubling per failure",
+    "SKIPPED_RETRY_MAX_SECONDS": "a skipped row's retry wait stops doubling at 7 days",
+    "LARGE_TABLE_ROWS": "check W001 looks at tables of 10,000 rows or more",
+    "TRAINING_PROGRESS_SECONDS": "a run writes its progress at most every 2 s",
+}
+
+_TRANSITION = {
+    **RENAMED,
+    "SWEEP_BATCH_SIZE": 500,
+    "SKIPPED_RETRY_SECONDS": 3600,
+    "SKIPPED_RETRY_MAX_SECONDS": 604800,
+    "LARGE_TABLE_ROWS": 10000,
+    "TRAINING_PROGRESS_SECONDS": 2.0,
+}  # TRANSITION-REMOVE
+ENCODER_DEFAULTS: dict[str, Any] = ENCODER.defaults()
+SEARCH_DEFAULTS: dict[str, Any] = SEARCH.defaults()
+API_DEFAULTS: dict[str, Any] = API.defaults()
+DEFAULTS: dict[str, Any] = {
+    name: (item.default if isinstance(item, Setting | PerName) else item.defaults())
+    for name, item in TOP.items()
+}
+# Keys whose value is a dict merged over the default dict rather than replacing it.
+MERGED_KEYS = tuple(name for name, item in TOP.items() if not isinstance(item, Setting))
+
+
+def normalized(user: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``user`` with earlier spellings moved into their groups, and a note for each one.
+
+    The new spelling wins where a project gives both; retired keys are dropped.
+    """
+    if not any(key in RENAMED or key in RETIRED for key in user):
+        return user, []
+    notes: list[str] = []
+    result = {key: value for key, value in user.items() if key not in RENAMED | RETIRED}
+    for old, (group, key) in RENAMED.items():
+        if old not in user:
+            continue
+        inner = dict(result.get(group) or {})
+        inner.setdefault(key, user[old])
+        result[group] = inner
+        notes.append(f"SBERT[{old!r}] is now SBERT[{group!r}][{key!r}]: rename it.")
+    for old, now in RETIRED.items():
+        if old in user:
+            notes.append(f"SBERT[{old!r}] is no longer a setting ({now}): remove it.")
+    return result, notes
 
 
 class SbertSettings:
@@ -196,11 +571,17 @@ class SbertSettings:
                 raise ImproperlyConfigured(
                     f"settings.{self.label} must be a dict, got {type(value).__name__}."
                 )
+            value, notes = normalized(value) if self.defaults is DEFAULTS else (value, [])
+            for note in notes:
+                warnings.warn(note, DeprecationWarning, stacklevel=3)
             self._user = value
         return self._user
 
     def __getattr__(self, attr: str) -> Any:
-        if attr not in self.defaults:
+        if self.defaults is DEFAULTS and attr in _TRANSITION:  # TRANSITION-REMOVE
+            group, key = RENAMED.get(attr, (None, attr))  # TRANSITION-REMOVE
+            return getattr(self, group)[key] if group else _TRANSITION[attr]  # TRANSITION-REMOVE
+        if attr.startswith("_") or attr not in self.defaults:
             known = ", ".join(sorted(self.defaults))
             raise AttributeError(
                 f"Invalid {self.label} setting: {attr!r}. Known settings: {known}."
@@ -223,6 +604,41 @@ class SbertSettings:
 sbert_settings = SbertSettings()
 
 
+def settings_problems() -> list[tuple[str, str | None]]:
+    """(message, hint) for every way ``settings.SBERT`` departs from the declaration:
+    unknown keys (with the closest known one), values that break their rules, and earlier
+    spellings. The start-up check (``django_sbert.E005``, ``W003``) reports them."""
+    user = sbert_settings.user_settings
+    found: list[tuple[str, str | None]] = []
+    for key, value in user.items():
+        declared = TOP.get(key)
+        path = f"SBERT[{key!r}]"
+        if declared is None:
+            found.append(unknown_key("SBERT", key, TOP))
+        elif isinstance(declared, Group):
+            found.extend(group_problems(path, value, declared))
+        elif isinstance(declared, PerName):
+            if not isinstance(value, dict):
+                found.append((f"{path} must be a dict of name -> settings dict.", None))
+                continue
+            for name, inner in value.items():
+                inner_path = f"{path}[{name!r}]"
+                inner_problems = group_problems(inner_path, inner or {}, declared.group)
+                found.extend(inner_problems)
+                if not inner_problems and isinstance(inner or {}, dict):
+                    conflict = encoder_conflict(inner_path, {**ENCODER_DEFAULTS, **(inner or {})})
+                    found.extend([(conflict, None)] if conflict else [])
+        else:
+            found.extend(value_problems(path, value, declared))
+    return found
+
+
+def deprecated_settings() -> list[str]:
+    """A note per earlier spelling the project still uses (check ``django_sbert.W003``)."""
+    user = getattr(settings, SETTING_NAME, None) or {}
+    return normalized(user)[1] if isinstance(user, dict) else []
+
+
 def encoder_config(name: str = "default") -> dict[str, Any]:
     """Settings of the encoder called ``name``, with missing keys taken from ENCODER_DEFAULTS."""
     encoders = sbert_settings.ENCODERS or {}
@@ -234,46 +650,31 @@ def encoder_config(name: str = "default") -> dict[str, Any]:
             "settings, or pass one of the defined names as EmbeddingField(encoder=...)."
         )
     config = encoders[name] or {}
-    unknown = set(config) - set(ENCODER_DEFAULTS)
+    path = f"settings.SBERT['ENCODERS'][{name!r}]"
+    unknown = sorted(set(config) - set(ENCODER.keys))
     if unknown:
         raise ImproperlyConfigured(
-            f"settings.SBERT['ENCODERS'][{name!r}] has unknown keys {sorted(unknown)}; "
-            f"valid keys are {sorted(ENCODER_DEFAULTS)}."
+            f"{path} has unknown keys {unknown}; {unknown_key_hint(unknown[0], ENCODER.keys)}"
         )
+    problems = group_problems(path, config, ENCODER)
+    if problems:
+        raise ImproperlyConfigured(problems[0][0])
     merged = {**ENCODER_DEFAULTS, **config}
-    if merged["COMPILE"] not in ("auto", True, False):
-        raise ImproperlyConfigured(
-            f"settings.SBERT['ENCODERS'][{name!r}]['COMPILE'] must be 'auto', True or False, "
-            f"got {merged['COMPILE']!r}."
-        )
-    if merged["PRECISION"] not in ("auto", "float32", "bfloat16"):
-        raise ImproperlyConfigured(
-            f"settings.SBERT['ENCODERS'][{name!r}]['PRECISION'] must be 'auto', 'float32' or "
-            f"'bfloat16', got {merged['PRECISION']!r}."
-        )
-    if merged["QUANTIZE"] and (merged["COMPILE"] is True or merged["PRECISION"] == "bfloat16"):
-        raise ImproperlyConfigured(
-            f"settings.SBERT['ENCODERS'][{name!r}] sets QUANTIZE with COMPILE=True or "
-            "PRECISION='bfloat16'; choose one (COMPILE keeps float32 vectors, QUANTIZE trades "
-            "a little accuracy for speed), or leave COMPILE and PRECISION at 'auto'."
-        )
-    for key in ("QUERY_PROMPT", "DOCUMENT_PROMPT"):
-        if merged[key] is not None and not isinstance(merged[key], str):
-            raise ImproperlyConfigured(
-                f"settings.SBERT['ENCODERS'][{name!r}][{key!r}] must be a string (the text put "
-                f"before each text, e.g. 'query: ') or None, got {type(merged[key]).__name__}."
-            )
-    dims = merged["MATRYOSHKA_DIMS"]
-    if dims is not None and (
-        not isinstance(dims, list | tuple)
-        or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims)
-    ):
-        raise ImproperlyConfigured(
-            f"settings.SBERT['ENCODERS'][{name!r}]['MATRYOSHKA_DIMS'] must be None or a list of "
-            f"positive integers (the sizes the model was trained for, e.g. [256, 128]), got "
-            f"{dims!r}."
-        )
+    conflict = encoder_conflict(path, merged)
+    if conflict:
+        raise ImproperlyConfigured(conflict)
     return merged
+
+
+def encoder_conflict(path: str, merged: dict[str, Any]) -> str | None:
+    """The one rule across an encoder's keys: int8 quantization excludes the other paths."""
+    if merged["QUANTIZE"] and (merged["COMPILE"] is True or merged["PRECISION"] == "bfloat16"):
+        return (
+            f"{path} sets QUANTIZE with COMPILE=True or PRECISION='bfloat16'; choose one "
+            "(COMPILE keeps float32 vectors, QUANTIZE trades a little accuracy for speed), or "
+            "leave COMPILE and PRECISION at 'auto'."
+        )
+    return None
 
 
 def reload_sbert_settings(*, setting: str, **kwargs: Any) -> None:
@@ -282,3 +683,53 @@ def reload_sbert_settings(*, setting: str, **kwargs: Any) -> None:
 
 
 setting_changed.connect(reload_sbert_settings, dispatch_uid="django_sbert.conf.reload")
+
+
+# The reference tables of docs/settings.md, rendered from the declaration.
+
+BEGIN, END = "<!-- settings:{} -->", "<!-- /settings:{} -->"
+
+
+def reference_tables() -> dict[str, str]:
+    """Markdown table per part of docs/settings.md: "top", each group by its anchor, "renamed"."""
+    top: dict[str, Setting] = {}
+    for name, item in TOP.items():
+        if isinstance(item, Setting):
+            top[name] = item
+        elif isinstance(item, Group):
+            top[name] = Setting(None, f"{item.doc} [Keys](#{item.anchor}).", shown_default="`{}`")
+        else:
+            doc = f"{item.doc} [Keys](#{item.group.anchor})."
+            top[name] = Setting(None, doc, shown_default='`{"default": {}}`')
+    tables = {"top": markdown_table(top), ENCODER.anchor: markdown_table(ENCODER.keys)}
+    for item in TOP.values():
+        if isinstance(item, Group):
+            tables[item.anchor] = markdown_table(item.keys)
+    rows = ["| earlier key | now |", "|---|---|"]
+    rows += [f"| `{old}` | `{group}` / `{key}` |" for old, (group, key) in RENAMED.items()]
+    rows += [f"| `{old}` | not a setting: {now} |" for old, now in RETIRED.items()]
+    tables["renamed"] = "\n".join(rows)
+    return tables
+
+
+def write_reference(text: str) -> str:
+    """``text`` (docs/settings.md) with every marked table replaced by the rendered one."""
+    for part, table in reference_tables().items():
+        begin, end = BEGIN.format(part), END.format(part)
+        head, found, rest = text.partition(begin)
+        if not found:
+            raise ValueError(f"docs/settings.md lacks the marker {begin}")
+        _, _, tail = rest.partition(end)
+        text = f"{head}{begin}\n{table}\n{end}{tail}"
+    return text
+
+
+if __name__ == "__main__":  # python -m django_sbert.conf [--write docs/settings.md]
+    if sys.argv[1:2] == ["--write"]:
+        from pathlib import Path
+
+        page = Path(sys.argv[2])
+        page.write_text(write_reference(page.read_text()))
+    else:
+        for part, table in reference_tables().items():
+            print(f"{BEGIN.format(part)}\n{table}\n")

@@ -12,7 +12,7 @@
 
 Like DRF's ``api_settings``: values are read lazily, import strings are imported on access, and
 everything is dropped when ``SBERT`` changes (``override_settings`` in tests). Every key is
-documented in docs/api.md.
+declared, with its default, in ``django_sbert.conf.API`` and listed in docs/settings.md.
 """
 
 from __future__ import annotations
@@ -24,34 +24,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
-from ..conf import SbertSettings
-
-API_DEFAULTS: dict[str, Any] = {
-    # search/ and similar/
-    "DEFAULT_K": 10,  # results when the request gives no k
-    "MAX_K": 100,  # largest k a client may ask for; each request fetches at most this many rows
-    "MAX_QUERY_LENGTH": 1000,  # characters of q (and of ?semantic= in SemanticSearchFilter)
-    "PAGE_SIZE": 10,  # results per page of search/ and similar/
-    "MAX_PAGE_SIZE": 100,  # largest ?page_size= a client may ask for
-    "PAGINATION_CLASS": "django_sbert.api.pagination.SearchPagination",  # None: one page
-    # None: the project's REST_FRAMEWORK["DEFAULT_PERMISSION_CLASSES"]; a model registered
-    # with permission_classes=... uses its own.
-    "SEARCH_PERMISSION_CLASSES": None,
-    # embed/
-    "EMBED_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "EMBED_MAX_TEXTS": 64,  # texts per request
-    "EMBED_MAX_TEXT_LENGTH": 5000,  # characters per text
-    "MAX_BODY_BYTES": 2 * 1024 * 1024,  # request bodies over this get 413
-    # schema/: None keeps drf-spectacular's SPECTACULAR_SETTINGS["SERVE_PERMISSIONS"] (AllowAny
-    # unless the project changed it). The document names every registered model.
-    "SCHEMA_PERMISSION_CLASSES": None,
-    # Requests per period for each client (user id, or IP address when anonymous); None
-    # turns a scope off. DRF's rate syntax: "60/minute", "1000/hour", "10/second".
-    "THROTTLE_RATES": {"search": "120/minute", "embed": "30/minute", "schema": "60/minute"},
-    # How many proxies in front of the site append to X-Forwarded-For. None: trust no proxy,
-    # count anonymous clients by REMOTE_ADDR; N: the Nth address from the right of the header.
-    "NUM_PROXIES": None,
-}
+from ..conf import API_DEFAULTS, SbertSettings
+from ..settings_schema import unknown_key_hint
 
 IMPORT_STRINGS = (
     "PAGINATION_CLASS",
@@ -59,7 +33,7 @@ IMPORT_STRINGS = (
     "EMBED_PERMISSION_CLASSES",
     "SCHEMA_PERMISSION_CLASSES",
 )
-MERGED_KEYS = ("THROTTLE_RATES",)
+MERGED_KEYS = ("THROTTLE_RATES",)  # a project naming one scope keeps the others' rates
 
 
 def _import(value: Any, key: str) -> Any:
@@ -89,11 +63,11 @@ class APISettings(SbertSettings):
 
     def read_user_settings(self) -> Any:
         value = (getattr(settings, "SBERT", None) or {}).get("API") or {}
-        unknown = set(value) - set(API_DEFAULTS) if isinstance(value, dict) else set()
+        unknown = sorted(set(value) - set(API_DEFAULTS)) if isinstance(value, dict) else []
         if unknown:
             raise ImproperlyConfigured(
-                f"Unknown SBERT['API'] settings: {', '.join(sorted(unknown))}. "
-                f"Valid keys: {', '.join(sorted(API_DEFAULTS))}."
+                f"Unknown SBERT['API'] settings: {', '.join(unknown)}. "
+                + unknown_key_hint(unknown[0], API_DEFAULTS)
             )
         return value
 

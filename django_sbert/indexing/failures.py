@@ -13,8 +13,9 @@ and listed by ``sbert_status``) and skipped; the rest of the chunk is written. A
 raised *by a source* is not the row's fault: it fails the task (retried when transient).
 
 The sweep leaves a recorded row alone while it is unchanged (same text hash, or still
-unreadable, and the same serving version) until its ``retry_after``: ``SKIPPED_RETRY_SECONDS``
-after the first failure, doubling with each further one up to ``SKIPPED_RETRY_MAX_SECONDS``.
+unreadable, and the same serving version) until its ``retry_after``: ``RETRY_SECONDS`` (an
+hour) after the first failure, doubling with each further one up to ``RETRY_MAX_SECONDS``
+(7 days).
 An edit, a new version, an ``embed_rows`` task or ``sbert_reindex`` tries it at once, and a
 row that is then embedded (or found up to date, or deleted) loses its record.
 """
@@ -38,7 +39,6 @@ from django.db import (
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from ..conf import sbert_settings
 from ..models import SkippedRow, SkipStage
 from .refs import FieldRef, Pk, content_type_id
 
@@ -48,6 +48,11 @@ logger = logging.getLogger(__name__)
 ROW_ERRORS: tuple[type[BaseException], ...] = (DataError, IntegrityError)
 
 MAX_MESSAGE = 2000  # characters of an error message kept in SkippedRow.message
+# A row that failed on its own is left alone this long before the sweep tries it again, doubling
+# per further failure: soon enough for a fixed bug, rarely enough that a row that always fails
+# costs the workers almost nothing. An edit or sbert_reindex retries it at once.
+RETRY_SECONDS = 3600.0
+RETRY_MAX_SECONDS = 7 * 86400.0
 
 T = TypeVar("T")
 
@@ -135,8 +140,7 @@ def record(ref: FieldRef, failures: Sequence[RowFailure], version: str) -> None:
         )
     connection = connections[ref.db_alias]
     table = connection.ops.quote_name(SkippedRow._meta.db_table)
-    first = float(sbert_settings.SKIPPED_RETRY_SECONDS or 0)
-    longest = float(sbert_settings.SKIPPED_RETRY_MAX_SECONDS or first)
+    first, longest = RETRY_SECONDS, RETRY_MAX_SECONDS
     now = timezone.now()
     sql = (
         f"INSERT INTO {table} AS t (content_type_id, object_pk, field, stage, text_hash, version, "

@@ -45,6 +45,10 @@ from .refs import FieldRef, field_refs, get_ref
 from .rows import chunks
 from .staleness import iter_stale_pks
 
+# Rows per embedding task sent by the sweep and by sbert_reindex: a task short enough that a
+# lost or redelivered one repeats little work, long enough that the broker carries few.
+SWEEP_BATCH_SIZE = 500
+
 logger = logging.getLogger(__name__)
 
 # Errors worth retrying: the database restarting, a dropped connection, a failover.
@@ -160,7 +164,7 @@ def enqueue_stale(
     ``leave_skipped``: not the rows skipped after errors of their own that are unchanged and
     not due for a retry (what the sweep asks).
     """
-    size = int(chunk_size or sbert_settings.SWEEP_BATCH_SIZE)
+    size = int(chunk_size or SWEEP_BATCH_SIZE)
     rows = 0
     for pks in iter_stale_pks(ref, chunk_rows=size, leave_skipped=leave_skipped):
         enqueue_embed(ref, pks, chunk_size=size, expires=expires)

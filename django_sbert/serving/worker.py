@@ -84,7 +84,7 @@ def serves_encoders(queues: set[str] | None) -> bool:
     """
     if queues is None:
         return True
-    return not (sbert_settings.TRAINING_QUEUE in queues and sbert_settings.QUEUE not in queues)
+    return not (sbert_settings.TRAINING["QUEUE"] in queues and sbert_settings.QUEUE not in queues)
 
 
 def set_torch_threads(threads: int) -> None:
