@@ -1,6 +1,16 @@
-"""Exceptions for the parts a request needs that can be away: the broker, a model's files, time.
+"""The exceptions django-sbert raises for its users to catch: one family under ``SbertError``.
 
-Each is a ``ServiceUnavailable``: the request was valid and may succeed later, and nothing was
+::
+
+    from django_sbert.exceptions import SbertError, ServiceUnavailable
+
+Each keeps the built-in or Django base it had (``LookupError``, ``ValueError``,
+``OperationalError``...), so code that catches those still catches them. ``SbertError`` and the
+ML core's own exceptions are defined in ``encoder/exceptions.py`` (the core imports nothing of
+Django, nor anything above it) and re-exported here; docs/reference.md lists the family.
+
+The parts a request needs can be away: the broker, a model's files, time. Each of those is a
+``ServiceUnavailable``: the request was valid and may succeed later, and nothing was
 left half done. The REST API answers all of them with 503 (``api/errors.py``); views of a site
 can catch ``ServiceUnavailable`` the same way::
 
@@ -9,14 +19,45 @@ can catch ``ServiceUnavailable`` the same way::
     except ServiceUnavailable as exc:
         return render(request, "busy.html", {"reason": str(exc)}, status=503)
 
-``query.SearchTimeout`` (a search statement ran past ``SBERT["SEARCH"]["STATEMENT_TIMEOUT"]``)
-is one too.
+``SearchTimeout`` (a search statement ran past ``SBERT["SEARCH"]["STATEMENT_TIMEOUT"]``) is
+one too.
 """
 
 from __future__ import annotations
 
+from django.core.exceptions import ImproperlyConfigured
+from django.db import OperationalError
 
-class ServiceUnavailable(Exception):
+from .encoder.exceptions import (
+    ModelNotFoundError,
+    PackageError,
+    SbertError,
+    TrainingCancelled,
+    UnsupportedModelError,
+)
+
+__all__ = [
+    "AlreadyRegistered",
+    "BrokerUnavailable",
+    "CompareError",
+    "ManifestError",
+    "MissingAPIDependencies",
+    "ModelNotFoundError",
+    "NotRegistered",
+    "PackageError",
+    "PairsImportError",
+    "PromotionRefused",
+    "RunConflict",
+    "SbertError",
+    "SearchTimeout",
+    "ServiceUnavailable",
+    "TrainingCancelled",
+    "UnsupportedModelError",
+    "VersionUnavailable",
+]
+
+
+class ServiceUnavailable(SbertError):
     """Something the request needs is unavailable now; the message says what and where."""
 
 
@@ -30,3 +71,67 @@ class VersionUnavailable(ServiceUnavailable):
     Raised instead of encoding with another version: vectors of two versions must never meet
     in one search or one table.
     """
+
+
+class SearchTimeout(OperationalError, ServiceUnavailable):
+    """PostgreSQL cancelled a search statement at ``SBERT["SEARCH"]["STATEMENT_TIMEOUT"]``.
+
+    ``seconds`` is the timeout that was in force.
+    """
+
+    def __init__(self, message: str, seconds: float | None = None) -> None:
+        super().__init__(message)
+        self.seconds = seconds
+
+
+# --- models and their files --------------------------------------------------------------------
+
+
+class ManifestError(SbertError):
+    """A version's manifest is missing or malformed; the message says which and where."""
+
+
+# --- fine-tuning -------------------------------------------------------------------------------
+
+
+class PairsImportError(SbertError, ValueError):
+    """The import as a whole cannot go ahead (a file too large or not UTF-8, a source that
+    does not fit its column); nothing was saved. The message says what to do."""
+
+
+class RunConflict(SbertError):
+    """Another run of the same encoder is queued or running."""
+
+
+class CompareError(SbertError):
+    """The two versions cannot be compared now; the message says why and what to do."""
+
+
+class PromotionRefused(SbertError):
+    """``start_promotion`` will not promote: the gate failed or the state does not allow it."""
+
+
+# --- the REST API ------------------------------------------------------------------------------
+
+
+class MissingAPIDependencies(SbertError, ImproperlyConfigured, ImportError):
+    """The REST API was imported on a site installed without the ``api`` extra.
+
+    Also an ``ImportError``, so ``try: from django_sbert import api`` still works as a probe.
+    """
+
+
+class AlreadyRegistered(SbertError, ImproperlyConfigured):
+    """The model is registered already; ``unregister()`` it first to change its options."""
+
+
+class NotRegistered(SbertError, LookupError):
+    """The label names no registered model.
+
+    The message lists the registered labels, for the developer reading a traceback; the API
+    views tell clients only that ``label`` is unknown (the list goes to staff and the log).
+    """
+
+    def __init__(self, message: str, label: object = None) -> None:
+        super().__init__(message)
+        self.label = label

@@ -16,15 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from django.core.exceptions import ImproperlyConfigured
-
-
-class MissingAPIDependencies(ImproperlyConfigured, ImportError):
-    """The REST API was imported on a site installed without the ``api`` extra.
-
-    Also an ``ImportError``, so ``try: from django_sbert import api`` still works as a probe.
-    """
-
+from ..exceptions import MissingAPIDependencies
 
 if importlib.util.find_spec("rest_framework") is None:
     raise MissingAPIDependencies(

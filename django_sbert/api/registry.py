@@ -28,27 +28,12 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.settings import api_settings as drf_settings
 
+from ..exceptions import AlreadyRegistered, NotRegistered
 from ..fields import EmbeddingField, embedding_fields
 from ..query import SemanticQuerySet, as_semantic
 from .settings import api_settings
 
 QuerySetSource = models.QuerySet | models.Manager | Callable[[Request], models.QuerySet] | None
-
-
-class AlreadyRegistered(ImproperlyConfigured):
-    """The model is registered already; ``unregister()`` it first to change its options."""
-
-
-class NotRegistered(LookupError):
-    """The label names no registered model.
-
-    The message lists the registered labels, for the developer reading a traceback; the API
-    views tell clients only that ``label`` is unknown (the list goes to staff and the log).
-    """
-
-    def __init__(self, message: str, label: object = None) -> None:
-        super().__init__(message)
-        self.label = label
 
 
 @dataclass(frozen=True)

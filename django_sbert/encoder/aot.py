@@ -1,7 +1,7 @@
 """The single-query graph compiled ahead of time and kept on disk, so a new process loads it.
 
-``torch.compile`` traces the model again in every new process: with Inductor's code cache
-warm that still took 12 s of a web process's start on the 2-core benchmark machine. Here the
+``torch.compile`` traces the model again in every new process, seconds of a web process's
+start even with Inductor's code cache warm (docs/benchmarks.md, "Cold start"). Here the
 same graph is exported once (``torch.export``, the sequence length dynamic), compiled by
 AOTInductor into a package (``.pt2``: generated C++ built into a shared library) and stored
 in a cache directory; a later process loads the library in a fraction of a second and runs it
@@ -52,6 +52,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .exceptions import PackageError
+
 logger = logging.getLogger("django_sbert.encoder")
 
 # Bump when the exported module, the export settings or the key change: old entries are
@@ -92,10 +94,6 @@ PROBE_LENGTH = 8
 
 # What this process did with packages: "built", "loaded", "rebuilt" (after a bad entry).
 stats: Counter[str] = Counter()
-
-
-class PackageError(RuntimeError):
-    """A cached package that cannot be used: damaged, built elsewhere, or wrong output."""
 
 
 class QueryModule(nn.Module):
@@ -179,7 +177,7 @@ class QueryGraph:
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         # Weights replaced (not changed in place) since binding, e.g. by .to(dtype): rebind.
-        # Walking the module tree (named_parameters) took 1 ms a query; the slots take 30 us.
+        # Slots, not a walk of the module tree (named_parameters): this runs on every query.
         current = [getattr(module, name).data_ptr() for module, name in self._slots]
         if current != self._bound:
             with self._bind_lock:

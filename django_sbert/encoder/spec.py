@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .exceptions import ModelNotFoundError, UnsupportedModelError
+
 logger = logging.getLogger(__name__)
 
 # Packaged name -> (Python package, folder inside it, pip requirement that installs it).
@@ -100,18 +102,6 @@ LEGACY_POOLING_KEYS: dict[str, str] = {
     "pooling_mode_weightedmean_tokens": "weightedmean",
     "pooling_mode_lasttoken": "lasttoken",
 }
-
-
-class ModelNotFoundError(LookupError):
-    """No model directory could be found for a name; the message lists what was tried."""
-
-
-class UnsupportedModelError(ValueError):
-    """A model directory asks for something SentenceEncoder does not implement.
-
-    The message names the model's architecture and the missing piece (a module type, a pooling
-    mode, custom code...), so a developer can choose another model or another library.
-    """
 
 
 # Builds the error for one model directory from what it lacks (see ``read_spec``).

@@ -41,6 +41,7 @@ from .data import (
     validate_examples,
 )
 from .evaluation import sts_spearman
+from .exceptions import TrainingCancelled
 from .losses import CoSENTLoss, EmbeddingLoss, build_loss
 from .paths import CpuFeatures, cpu_features
 
@@ -90,19 +91,6 @@ class FitResult:
     @property
     def stopped_early(self) -> bool:
         return self.steps < self.total_steps
-
-
-class TrainingCancelled(Exception):
-    """Raised by ``fit`` when ``should_stop()`` returned True; nothing was returned or written.
-
-    ``step`` is how many optimizer steps had finished; ``history`` holds them.
-    """
-
-    def __init__(self, step: int, total_steps: int, history: list[dict[str, float]]) -> None:
-        super().__init__(f"Training cancelled after {step} of {total_steps} steps.")
-        self.step = step
-        self.total_steps = total_steps
-        self.history = history
 
 
 def fit(

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..encoder.evaluation import ranking_metrics
+from ..exceptions import CompareError
 from ..indexing import field_refs
 from ..models import EncoderVersion, TrainingPair, VersionStatus
 from ..query import as_semantic
@@ -34,10 +35,6 @@ from .gate import PositiveIndex, positive_pairs
 
 K = 10  # results shown per version, and the cut-off of the per-query nDCG
 EVAL_QUERIES = 5  # eval queries a page shows
-
-
-class CompareError(Exception):
-    """The two versions cannot be compared now; the message says why and what to do."""
 
 
 @dataclass

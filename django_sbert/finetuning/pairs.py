@@ -27,6 +27,7 @@ from typing import IO, Any
 from django.db import transaction
 
 from ..conf import sbert_settings
+from ..exceptions import PairsImportError
 from ..models import TrainingPair
 
 COLUMNS = ("text_a", "text_b", "text_negative", "score", "label", "split")
@@ -34,11 +35,6 @@ REQUIRED = ("text_a", "text_b")
 TEXT_COLUMNS = ("text_a", "text_b", "text_negative", "label")
 SETTING = "SBERT['PAIRS_MAX_FILE_BYTES']"
 LISTED_LINES = 5  # bad lines a "not UTF-8" message names before "and N more"
-
-
-class PairsImportError(ValueError):
-    """The import as a whole cannot go ahead (a file too large or not UTF-8, a source that
-    does not fit its column); nothing was saved. The message says what to do."""
 
 
 def max_length(column: str) -> int | None:

@@ -28,7 +28,7 @@ from django.db import IntegrityError, connections, router, transaction
 from django.utils import timezone
 
 from ..conf import sbert_settings
-from ..exceptions import BrokerUnavailable
+from ..exceptions import BrokerUnavailable, PromotionRefused
 from ..indexing import FieldRef, field_refs
 from ..indexing.writes import content_type_id, stage_pending, unstaged
 from ..models import EncoderVersion, StagedEmbedding, VersionStatus
@@ -41,10 +41,6 @@ from .passages import switch_passages
 logger = logging.getLogger(__name__)
 
 STAGE_CHUNK_ROWS = 256
-
-
-class PromotionRefused(Exception):
-    """``start_promotion`` will not promote: the gate failed or the state does not allow it."""
 
 
 # --- which rows a promotion covers ----------------------------------------------------------

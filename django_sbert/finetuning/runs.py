@@ -38,7 +38,7 @@ from ..conf import encoder_config, sbert_settings
 from ..encoder.distillation import DENSE_SHARE, lexical_teacher_examples
 from ..encoder.mining import mine_hard_negatives
 from ..encoder.pseudo_queries import hold_out, pseudo_pairs
-from ..exceptions import BrokerUnavailable
+from ..exceptions import BrokerUnavailable, RunConflict
 from ..fields import encoder_dimensions
 from ..indexing import light_rows, resolve_targets
 from ..models import (
@@ -75,10 +75,6 @@ LOSS_CHOICES = (
 # a teacher fusing the base model with BM25 (encoder/distillation.py), "mnrl" with mined
 # negatives; or "simcse" (a text against itself under another dropout mask).
 ADAPT_LOSSES = ("margin_mse", "mnrl", "simcse")
-
-
-class RunConflict(Exception):
-    """Another run of the same encoder is queued or running."""
 
 
 # The default recipe of each loss: what a run trains with when the admin, the API or

@@ -27,7 +27,7 @@ from django.db import OperationalError, connections, transaction
 
 from .. import fulltext
 from ..conf import sbert_settings
-from ..exceptions import ServiceUnavailable
+from ..exceptions import SearchTimeout
 from ..serving import FUSIONS, serving
 
 ITERATIVE_SCAN_MODES = ("off", "strict_order", "relaxed_order")
@@ -35,17 +35,6 @@ ITERATIVE_SCAN_MODES = ("off", "strict_order", "relaxed_order")
 # a search that runs inside a caller's transaction.
 PLANNER_SETTING = "enable_seqscan"
 QUERY_CANCELED = "57014"  # PostgreSQL's SQLSTATE for a statement cancelled by statement_timeout
-
-
-class SearchTimeout(OperationalError, ServiceUnavailable):
-    """PostgreSQL cancelled a search statement at ``SBERT["SEARCH"]["STATEMENT_TIMEOUT"]``.
-
-    ``seconds`` is the timeout that was in force.
-    """
-
-    def __init__(self, message: str, seconds: float | None = None) -> None:
-        super().__init__(message)
-        self.seconds = seconds
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from django.core.files.storage import FileSystemStorage, Storage, storages
 from django.core.files.storage.handler import InvalidStorageError
 
 from ..conf import sbert_settings
+from ..exceptions import ManifestError
 from .identity import model_fingerprint
 
 if TYPE_CHECKING:
@@ -43,10 +44,6 @@ if TYPE_CHECKING:
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
 CHUNK = 1024 * 1024  # bytes read at a time while hashing or copying
-
-
-class ManifestError(Exception):
-    """A version's manifest is missing or malformed; the message says which and where."""
 
 
 def model_root() -> Path:
