@@ -30,6 +30,7 @@ from django.utils import timezone
 from ..conf import sbert_settings
 from ..exceptions import BrokerUnavailable, PromotionRefused
 from ..indexing import FieldRef, field_refs
+from ..indexing.rows import pages_by_pk
 from ..indexing.writes import content_type_id, stage_pending, unstaged
 from ..models import EncoderVersion, StagedEmbedding, VersionStatus
 from ..serving import forget_serving, serving, switch_lock
@@ -67,21 +68,14 @@ def stage_field(
     committed on its own, so a killed worker keeps what it finished.
     """
     encoded = 0
-    last = None
-    while True:
-        qs = ref.manager.order_by("pk")
-        if last is not None:
-            qs = qs.filter(pk__gt=last)
-        pks = list(qs.values_list("pk", flat=True)[:chunk_rows])
-        if not pks:
-            return encoded
-        last = pks[-1]
+    for pks in pages_by_pk(ref.manager.all(), chunk_rows):
         pending = unstaged(ref, pks, version)
         if pending:
             stage_pending(ref, pending, version)
             encoded += len(pending)
         if progress is not None:
             progress(len(pks))
+    return encoded
 
 
 # --- the switch -------------------------------------------------------------------------------

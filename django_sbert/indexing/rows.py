@@ -149,6 +149,29 @@ def encode_rows(
     return ref.field.fit_vectors(vectors)
 
 
+def pages_by_pk(qs: models.QuerySet, size: int, *, rows: bool = False) -> Iterator[list[Any]]:
+    """The rows of ``qs`` in primary-key order, ``size`` at a time: their primary keys, or
+    with ``rows`` the model instances ``qs`` yields.
+
+    Keyset pagination: each page is read with ``pk > last`` of the page before, not OFFSET,
+    so a page costs the same at the end of a big table as at its start, no list of every key
+    is held in memory, and each row is visited at most once (a row that still matches when
+    the next page is read is not seen again).
+    """
+    if size < 1:
+        raise ValueError(f"size must be at least 1, got {size!r}.")
+    ordered = qs.order_by("pk") if rows else qs.order_by("pk").values_list("pk", flat=True)
+    last: Pk | None = None
+    while True:
+        page = list((ordered if last is None else ordered.filter(pk__gt=last))[:size])
+        if not page:
+            return
+        yield page
+        if len(page) < size:  # the last page: asking again would find nothing
+            return
+        last = page[-1].pk if rows else page[-1]
+
+
 def chunks(items: Sequence[Any], size: int) -> Iterator[list[Any]]:
     """``items`` in consecutive lists of at most ``size``."""
     for start in range(0, len(items), size):

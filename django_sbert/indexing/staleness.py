@@ -26,7 +26,7 @@ from ..fields import text_hash
 from ..passages import passages_exist
 from .failures import RowFailure, read_text, skipped_rows, waiting_exists, waiting_hashes
 from .refs import FieldRef, Pk
-from .rows import is_current, light_rows
+from .rows import is_current, light_rows, pages_by_pk
 
 
 @dataclass
@@ -98,39 +98,30 @@ def iter_stale_pks(
     skipped that are unchanged (same text hash and version) and not due for a retry yet.
     """
     version = ref.version()
-    exact = has_exact_sql_staleness(ref)
-    last: Pk | None = None
+    if has_exact_sql_staleness(ref):
+        qs = stale_queryset(ref, version)
+        if leave_skipped:
+            qs = qs.exclude(waiting_exists(ref, version, "_sbert_current_hash"))
+        found: Iterator[list[Pk]] = pages_by_pk(qs, chunk_rows)
+    else:
+        pages = pages_by_pk(light_rows(ref, ref.manager.all()), chunk_rows, rows=True)
+        found = (_stale_of(ref, version, page, leave_skipped) for page in pages)
     yielded = 0
-    while limit is None or yielded < limit:
-        size = chunk_rows if limit is None else min(chunk_rows, limit - yielded)
-        if exact:
-            qs = stale_queryset(ref, version)
-            if leave_skipped:
-                qs = qs.exclude(waiting_exists(ref, version, "_sbert_current_hash"))
-            if last is not None:
-                qs = qs.filter(pk__gt=last)
-            pks = list(qs.order_by("pk").values_list("pk", flat=True)[:size])
-            if not pks:
-                return
-            last = pks[-1]
-        else:
-            pks, last, done = _scan_callable(ref, version, last, size, leave_skipped)
-            if not pks and done:
-                return
+    for pks in found:
+        if limit is not None:
+            pks = pks[: limit - yielded]
         if pks:
             yielded += len(pks)
             yield pks
+        if limit is not None and yielded >= limit:
+            return
 
 
-def _scan_callable(
-    ref: FieldRef, version: str, after: Pk | None, size: int, leave_skipped: bool = False
-) -> tuple[list[Pk], Pk | None, bool]:
-    """Check ``size`` rows after ``after`` in Python; return the stale ones, the last pk seen, and
-    whether the table is exhausted. A row whose source raises is stale (its task records it)."""
-    qs = light_rows(ref, ref.manager.order_by("pk"))
-    if after is not None:
-        qs = qs.filter(pk__gt=after)
-    instances = list(qs[:size])
+def _stale_of(
+    ref: FieldRef, version: str, instances: list[models.Model], leave_skipped: bool = False
+) -> list[Pk]:
+    """The primary keys of the stale rows among ``instances``, checked in Python (a callable
+    source). A row whose source raises is stale (its task records it)."""
     waiting = waiting_hashes(ref, [obj.pk for obj in instances], version) if leave_skipped else {}
     stale = []
     for obj in instances:
@@ -140,8 +131,7 @@ def _scan_callable(
             continue  # skipped before, unchanged since, not due for a retry
         if isinstance(text, RowFailure) or not is_current(ref, obj, digest, version):
             stale.append(obj.pk)
-    last = instances[-1].pk if instances else after
-    return stale, last, len(instances) < size
+    return stale
 
 
 def count_stale(ref: FieldRef) -> int:

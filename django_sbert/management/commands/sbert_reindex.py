@@ -12,7 +12,6 @@ whose encoder version is not the current one (see docs/indexing.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -20,6 +19,7 @@ from tqdm import tqdm
 
 from django_sbert import indexing
 from django_sbert.conf import sbert_settings
+from django_sbert.indexing.rows import pages_by_pk
 from django_sbert.indexing.tasks import enqueue_embed
 
 
@@ -91,7 +91,7 @@ class Command(BaseCommand):
     def _select(self, ref: indexing.FieldRef, everything: bool, chunk: int):
         """(total rows or None when unknown without a scan, iterator of pk chunks)."""
         if everything:
-            return ref.manager.count(), _all_pks(ref, chunk)
+            return ref.manager.count(), pages_by_pk(ref.manager.all(), chunk)
         total = indexing.count_stale(ref) if indexing.has_exact_sql_staleness(ref) else None
         return total, indexing.iter_stale_pks(ref, chunk_rows=chunk)
 
@@ -138,17 +138,3 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{ref}: sent {rows} rows in {sent} task(s) to queue {sbert_settings.QUEUE!r}."
         )
-
-
-def _all_pks(ref: indexing.FieldRef, chunk: int) -> Iterator[list[Any]]:
-    """Every primary key, ``chunk`` at a time, by keyset pagination (no big list in memory)."""
-    last = None
-    while True:
-        qs = ref.manager.order_by("pk")
-        if last is not None:
-            qs = qs.filter(pk__gt=last)
-        pks = list(qs.values_list("pk", flat=True)[:chunk])
-        if not pks:
-            return
-        yield pks
-        last = pks[-1]
