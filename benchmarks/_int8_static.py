@@ -1,4 +1,4 @@
-"""Static int8 through PT2E and Inductor, for ``encode.py --int8-static`` (measurement only).
+"""Static int8 through PT2E and Inductor, for ``benchmarks.encode --int8-static`` (a measurement).
 
 The app's int8 (``QUANTIZE="int8"``) is torch's eager dynamic quantization: int8 weights,
 activations quantized per batch at run time. This is the other int8 torch offers on a CPU:
@@ -15,7 +15,7 @@ torchao is not a dependency of the project. Install it beside the venv, not into
 (transformers imports torchao whenever it is importable)::
 
     .venv/bin/pip install --no-deps --target artifacts/torchao torchao==0.18.0
-    PYTHONPATH=artifacts/torchao .venv/bin/python benchmarks/encode.py --int8-static
+    PYTHONPATH=artifacts/torchao .venv/bin/python -m benchmarks.encode --int8-static
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The 1M-row corpus of benchmarks/scale.py: real MiniLM vectors, filled up honestly.
+"""The 1M-row corpus of ``benchmarks.scale``: real MiniLM vectors, filled up honestly.
 
 * Distinct sentences (25-400 characters) of ../shared/data (Wikinews titles and sentences,
   SciFact titles and abstract sentences, STSb train and dev sentences): about 143k texts,
@@ -23,16 +23,14 @@ committed, reused by every later run.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import time
 from pathlib import Path
 
 import numpy as np
-from _data import corpus_texts
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(os.environ.get("SBERT_DATA_DIR", ROOT.parent / "shared" / "data"))
+from benchmarks.common import DATA
+from benchmarks.data import corpus_texts
+
 MODEL = "all-MiniLM-L6-v2"
 CHUNK = 5_000
 NEIGHBOURS = 20  # a filler mixes a real vector with one of its this many nearest real ones
@@ -62,12 +60,6 @@ def distinct_texts() -> list[str]:
 def held_out_texts(n: int) -> list[str]:
     """Distinct sentences of the data that are never rows of the table (the last ``HELD_OUT``)."""
     return distinct_texts()[-HELD_OUT:][:n]
-
-
-def query_texts(n: int) -> list[str]:
-    """SciFact training claims: questions about the abstracts, not rows of the table."""
-    lines = (DATA / "scifact" / "queries-train.jsonl").read_text(encoding="utf-8").splitlines()
-    return [json.loads(line)["text"] for line in lines[:n]]
 
 
 def real_vectors(

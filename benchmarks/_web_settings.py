@@ -1,4 +1,4 @@
-"""Settings of the gunicorn site of ``benchmarks/connections.py`` (``--pythonpath benchmarks``).
+"""Settings of the gunicorn site of ``benchmarks.connections`` (``benchmarks._web_settings``).
 
 The test app's models on ``DATABASE_URL``, all-MiniLM-L6-v2, the REST API without rate limits,
 and the connection handling ``BENCH_CONNECTIONS`` names: ``per-request`` (Django's default
@@ -7,13 +7,8 @@ pool, ``OPTIONS["pool"]``).
 """
 
 import os
-import sys
-from pathlib import Path
 
-import dj_database_url
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks.django_setup import TEST_APP, database_from_url
 
 SECRET_KEY = "django-sbert-benchmark-not-secret"
 DEBUG = False
@@ -25,13 +20,10 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.auth",
     "django_sbert",
-    "tests.testapp",
+    TEST_APP,
 ]
 
-_database = dict(dj_database_url.parse(os.environ["DATABASE_URL"]))
-_socket_dir = _database.get("OPTIONS", {}).pop("host", None)  # pgserver's ?host=/socket/dir
-if _socket_dir and not _database["HOST"]:
-    _database["HOST"] = _socket_dir
+_database = database_from_url(os.environ["DATABASE_URL"])
 _mode = os.environ.get("BENCH_CONNECTIONS", "per-request")
 if _mode == "persistent":
     _database["CONN_MAX_AGE"] = 600

@@ -22,8 +22,8 @@ Reported: nDCG@10 and Recall@10 over the dev queries, before and after the promo
 ``similar_to`` and of ``hybrid_search`` (after: with the fusion the run chose on the gate
 split), the run's evaluations (kept step), the gate's numbers, and the time of each step.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/admin_finetune.py --rows 2000
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/admin_finetune.py --rows 0 --dev-share 0.5 \
+    HF_HUB_OFFLINE=1 .venv/bin/python -m benchmarks.admin_finetune --rows 2000 [--json PATH]
+    HF_HUB_OFFLINE=1 .venv/bin/python -m benchmarks.admin_finetune --rows 0 --dev-share 0.5 \
         --gate-share 0.1 --sts-file ../shared/data/stsbenchmark/sts-dev.csv
 
 ``--equal-keyword-weights`` ranks keyword matches (``hybrid_search``'s keyword side) with the
@@ -37,24 +37,21 @@ import argparse
 import io
 import json
 import math
-import os
 import random
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-DATA = Path(os.environ.get("SBERT_DATA_DIR", ROOT.parent / "shared" / "data")) / "scifact"
+from benchmarks.common import DATA, add_json_option, cpu_line, load_average, write_json
+from benchmarks.django_setup import article_model
+
+SCIFACT = DATA / "scifact"
 MODEL = "all-MiniLM-L6-v2"
 
 
 def setup_django(
     threads: int, model_dir: str, sts_file: str | None, distractors: int | None = None
 ) -> None:
-    from _django import setup_django as configure
+    from benchmarks.django_setup import setup_django as configure
 
     sbert = {
         "ENCODERS": {"default": {"MODEL": MODEL, "THREADS": threads, "BATCH_SIZE": 32}},
@@ -69,15 +66,15 @@ def setup_django(
 
 def load(rows: int, seed: int, dev_share: float = 0.2, gate_share: float = 0.1) -> dict:
     corpus = {}
-    for line in (DATA / "corpus.jsonl").open(encoding="utf-8"):
+    for line in (SCIFACT / "corpus.jsonl").open(encoding="utf-8"):
         doc = json.loads(line)
         corpus[doc["_id"]] = (doc.get("title", ""), doc["text"])
     queries = {}
-    for line in (DATA / "queries-train.jsonl").open(encoding="utf-8"):
+    for line in (SCIFACT / "queries-train.jsonl").open(encoding="utf-8"):
         doc = json.loads(line)
         queries[doc["_id"]] = doc["text"]
     relevant: dict[str, set[str]] = {}
-    for line in (DATA / "qrels-train.tsv").read_text().splitlines()[1:]:
+    for line in (SCIFACT / "qrels-train.tsv").read_text().splitlines()[1:]:
         qid, did, score = line.split("\t")
         if int(score) > 0 and did in corpus:
             relevant.setdefault(qid, set()).add(did)
@@ -125,9 +122,7 @@ def search_figures(data: dict, pk_of: dict[str, int], method: str = "similar_to"
     """nDCG@10 / Recall@10 over the dev queries of ``Article.objects.<method>(query, k=10)``:
     ``similar_to`` (vector) or ``hybrid_search`` (with the fusion the serving version chose,
     or the site's settings before any fine-tune)."""
-    from tests.testapp.models import Article
-
-    search = getattr(Article.objects, method)
+    search = getattr(article_model().objects, method)
     ndcg, recall = [], []
     doc_of = {pk: did for did, pk in pk_of.items()}
     for qid in data["split"]["dev"]:
@@ -177,22 +172,22 @@ def main() -> None:
         help="rank keyword matches with the title weighed as the body, as "
         'keyword_weights={"title": "B", "body": "B"} does (docs/hybrid.md, "Field weights")',
     )
+    add_json_option(parser)
     args = parser.parse_args()
 
     model_dir = tempfile.mkdtemp(prefix="sbert-bench-models-")
     setup_django(args.threads, model_dir, args.sts_file, args.eval_distractors)
-    from encode import cpu_line  # benchmarks/ is on sys.path (above)
-
     from django_sbert import indexing, serving
     from django_sbert.finetuning import pairs, promotion, runs
     from django_sbert.models import EncoderVersion, TrainingPair, TrainingRun
-    from tests.testapp.models import Article
+
+    Article = article_model()
 
     print(cpu_line())
     if args.equal_keyword_weights:
         from django_sbert import fulltext
 
-        # Weight A's rank multiplier set to B's, as keyword_statistics.py --equal-weights does.
+        # Weight A's rank multiplier set to B's, as keyword_statistics --equal-weights does.
         fulltext.RANK_WEIGHTS = (*fulltext.RANK_WEIGHTS[:3], fulltext.RANK_WEIGHTS[2])
         print(f"keyword rank multipliers (D, C, B, A): {fulltext.RANK_WEIGHTS}")
     timings: dict[str, float] = {}
@@ -200,7 +195,7 @@ def main() -> None:
     print(
         f"SciFact train queries: {len(data['split']['train'])} train, "
         f"{len(data['split']['gate'])} gate (eval split), {len(data['split']['dev'])} dev; "
-        f"corpus {len(data['corpus'])} rows; load average {os.getloadavg()}"
+        f"corpus {len(data['corpus'])} rows; load average {load_average()}"
     )
 
     started = time.perf_counter()
@@ -282,7 +277,17 @@ def main() -> None:
             print(f"  {row:<46s}{figures['ndcg@10']:7.2f}   {figures['recall@10']:8.2f}")
     for name, seconds in timings.items():
         print(f"  {name:<32s} {seconds:7.1f} s")
-    print(f"load average at the end: {os.getloadavg()}")
+    print(f"load average at the end: {load_average()}")
+    write_json(
+        args.json,
+        {
+            "before": before,
+            "after": after,
+            "fusion": fusion,
+            "kept_step": (run.evaluations or {}).get("best_step"),
+            "seconds": {k: round(v, 1) for k, v in timings.items()},
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ The rows' vectors are random unit vectors stamped with the serving version: what
 costs (encode the text, one HNSW scan, fetch 10 rows) does not depend on their values, and
 encoding 5,183 abstracts would take minutes of the shared CPUs.
 
-    flock /tmp/sbert-bench.lock .venv/bin/python benchmarks/connections.py
-    .venv/bin/python benchmarks/connections.py --rounds 1 --seconds 5   # a quick look
+    flock /tmp/sbert-bench.lock .venv/bin/python -m benchmarks.connections [--json PATH]
+    python -m benchmarks.connections --rounds 1 --seconds 5   # a quick look
 """
 
 from __future__ import annotations
@@ -34,32 +34,29 @@ from urllib.parse import urlencode
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks.common import DATA, ROOT, add_json_option, cpu_line, p50_p99, write_json
+from benchmarks.django_setup import article_model, embedded_database_url
 
-from _data import SHARED  # noqa: E402
-from _django import embedded_database_url  # noqa: E402
-from encode import cpu_line  # noqa: E402
-
+SETTINGS = "benchmarks._web_settings"
 MODES = ("per-request", "persistent", "pool")
 
 
 def load_corpus(rows: int) -> tuple[list[tuple[str, str]], list[str]]:
     """(title, abstract) of the SciFact corpus and its training claims."""
     corpus = []
-    for line in (SHARED / "data/scifact/corpus.jsonl").open(encoding="utf-8"):
+    for line in (DATA / "scifact/corpus.jsonl").open(encoding="utf-8"):
         doc = json.loads(line)
         corpus.append((doc["title"][:300], doc["text"]))
     claims = [
         json.loads(line)["text"]
-        for line in (SHARED / "data/scifact/queries-train.jsonl").open(encoding="utf-8")
+        for line in (DATA / "scifact/queries-train.jsonl").open(encoding="utf-8")
     ]
     return corpus[:rows], claims
 
 
 def prepare_database(corpus: list[tuple[str, str]]) -> None:
     """Migrate and insert the rows with random unit vectors of the serving version."""
-    os.environ["DJANGO_SETTINGS_MODULE"] = "_web_settings"
+    os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
     import django
 
     django.setup()
@@ -67,7 +64,8 @@ def prepare_database(corpus: list[tuple[str, str]]) -> None:
     from django.db import connections
 
     from django_sbert.serving import serving_version
-    from tests.testapp.models import Article
+
+    Article = article_model()
 
     call_command("migrate", verbosity=0)
     version = serving_version("default")
@@ -97,10 +95,10 @@ def free_port() -> int:
 
 def start_gunicorn(mode: str, workers: int, log: Path) -> tuple[subprocess.Popen, int]:
     port = free_port()
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "_web_settings", "BENCH_CONNECTIONS": mode}
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": SETTINGS, "BENCH_CONNECTIONS": mode}
     command = [
         sys.executable, "-m", "gunicorn", "-c", "tests/web_app/gunicorn.conf.py",
-        "--pythonpath", "benchmarks", "-b", f"127.0.0.1:{port}", "-w", str(workers),
+        "-b", f"127.0.0.1:{port}", "-w", str(workers),
     ]  # fmt: skip
     process = subprocess.Popen(
         command, cwd=ROOT, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT
@@ -155,14 +153,10 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--rounds", type=int, default=3)
+    add_json_option(parser)
     args = parser.parse_args()
 
     print(cpu_line())
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    has = {
-        flag: "yes" if flag in flags else "no" for flag in ("avx512f", "avx512_bf16", "amx_tile")
-    }
-    print(f"AVX-512: {has['avx512f']}; AVX-512 BF16: {has['avx512_bf16']}; AMX: {has['amx_tile']}")
     embedded_database_url()
     corpus, claims = load_corpus(args.rows)
     prepare_database(corpus)
@@ -187,17 +181,18 @@ def main() -> None:
                 process.wait(timeout=60)
             if failed:
                 raise RuntimeError(f"{mode}: {failed} answers were not 200 (see {log})")
-            ms = np.percentile(np.array(latencies) * 1000, [50, 99])
+            p50, p99 = p50_p99([seconds * 1000 for seconds in latencies])
             rates[mode].append(ok / args.seconds)
-            p50s[mode].append(float(ms[0]))
-            p99s[mode].append(float(ms[1]))
+            p50s[mode].append(p50)
+            p99s[mode].append(p99)
             print(
                 f"round {round_number + 1} {mode:>11}: {ok / args.seconds:6.1f} searches/s  "
-                f"p50 {ms[0]:5.1f} ms  p99 {ms[1]:6.1f} ms",
+                f"p50 {p50:5.1f} ms  p99 {p99:6.1f} ms",
                 flush=True,
             )
     base = statistics.median(rates["per-request"])
     print("\nmedian over rounds:")
+    figures = {}
     for mode in MODES:
         rate = statistics.median(rates[mode])
         p50, p99 = statistics.median(p50s[mode]), statistics.median(p99s[mode])
@@ -205,6 +200,13 @@ def main() -> None:
             f"  {mode:>11}: {rate:6.1f} searches/s ({rate / base:.2f}x per-request)  "
             f"p50 {p50:5.1f} ms  p99 {p99:6.1f} ms"
         )
+        figures[mode] = {
+            "searches_per_s": round(rate, 1),
+            "x_per_request": round(rate / base, 2),
+            "p50_ms": round(p50, 1),
+            "p99_ms": round(p99, 1),
+        }
+    write_json(args.json, figures)
 
 
 if __name__ == "__main__":

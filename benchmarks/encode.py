@@ -1,7 +1,7 @@
 """Encoding throughput of SentenceEncoder against sentence-transformers, same texts, same process.
 
-    .venv/bin/python benchmarks/encode.py [--model DIR] [--n 2000] [--repeats 5] [--long]
-        [--onnx]
+    python -m benchmarks.encode [--model DIR] [--n 2000] [--repeats 5] [--long] [--onnx]
+        [--json PATH]
 
 ``--model`` takes any model directory (or a packaged name or cached hub id; default
 all-MiniLM-L6-v2); sentence-transformers loads the same directory. Runs alternate (peer, ours
@@ -29,38 +29,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from _data import SHARED, sts_pairs, sts_sentences
 from scipy.stats import spearmanr
 
+from benchmarks.common import DATA, add_json_option, cpu_line, write_json
+from benchmarks.data import sts_pairs, sts_sentences
 from django_sbert.encoder import SentenceEncoder, resolve_model_path
 from django_sbert.encoder.paths import cpu_features, default_path
-
-# CPU features that decide which kernels run: AVX2/AVX-512 for fp32 and int8, AVX-512 BF16 and
-# AMX for bfloat16.
-CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
-
-
-def cpu_line() -> str:
-    """``CPU: <model>, <cores> cores, flags avx2 fma ...`` (Linux /proc/cpuinfo, else platform)."""
-    cpuinfo = Path("/proc/cpuinfo")
-    name, flags = platform.processor() or platform.machine(), set()
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                name = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-    present = [flag for flag in CPU_FLAGS if flag in flags]
-    return f"CPU: {name}, {os.cpu_count()} cores, flags {' '.join(present) or '(none listed)'}"
 
 
 def spearman(encode, pairs) -> float:
@@ -77,7 +57,7 @@ PEER = "sentence-transformers"
 def long_texts(limit: int) -> list[str]:
     """Wikinews articles (title and text): each longer than the 256 tokens kept."""
     articles = []
-    with (SHARED / "data/wikinews/wikinews_economy.jsonl").open(encoding="utf-8") as handle:
+    with (DATA / "wikinews/wikinews_economy.jsonl").open(encoding="utf-8") as handle:
         for line in handle:
             row = json.loads(line)
             articles.append(f"{row['title']}\n{row['text']}")
@@ -144,6 +124,7 @@ def main() -> None:
         action="store_true",
         help="encode each text alone, as a web process encodes a search query (use --threads 1)",
     )
+    add_json_option(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -176,7 +157,7 @@ def main() -> None:
     if not args.no_int8:
         variants["int8"] = SentenceEncoder.load(model, quantize="int8")
     if args.int8_static:
-        from _int8_static import static_int8
+        from benchmarks._int8_static import static_int8
 
         # Calibrated on texts of the same kind that are not timed.
         calibration = (long_texts if args.long else sts_sentences)(args.n + 256)[args.n :]
@@ -234,7 +215,7 @@ def main() -> None:
             flush=True,
         )
 
-    dev = sts_pairs(SHARED / "data/stsbenchmark/sts-dev.csv")
+    dev = sts_pairs(DATA / "stsbenchmark/sts-dev.csv")
     print(
         f"\n{len(texts)} {'Wikinews articles' if args.long else 'STSb sentences'}, "
         f"{'one at a time' if args.one_at_a_time else f'batch {args.batch_size}'}, "
@@ -243,11 +224,31 @@ def main() -> None:
     )
     width = max(22, *(len(name) + 2 for name in encoders))
     print(f"{'variant':<{width}}{'sent/s':>8}{'ms/text':>9}{'x peer':>8}{'STSb dev':>10}")
+    table = []
     for name, encode in encoders.items():
         ratio = statistics.median(ratios[name]) if name in ratios else 1.0
         rate = statistics.median(rates[name])
-        sts = "" if args.no_sts else f"{spearman(encode, dev):>10.2f}"
+        stsb = None if args.no_sts else spearman(encode, dev)
+        sts = "" if stsb is None else f"{stsb:>10.2f}"
         print(f"{name:<{width}}{rate:>8.0f}{1000 / rate:>9.2f}{ratio:>8.2f}{sts}", flush=True)
+        table.append(
+            {
+                "variant": name,
+                "sentences_per_s": round(rate, 1),
+                "ms_per_text": round(1000 / rate, 2),
+                "x_peer": round(ratio, 2),
+                "stsb_dev_spearman": None if stsb is None else round(stsb, 2),
+            }
+        )
+    write_json(
+        args.json,
+        {
+            "texts": len(texts),
+            "batch_size": args.batch_size,
+            "threads": torch.get_num_threads(),
+            "variants": table,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ Parts (run all, or some with ``--only``):
 
 Nothing is chosen by the held-out sets in ../shared/eval; ``--heldout`` only prints them too.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/finetune.py --only stsb
+    HF_HUB_OFFLINE=1 python -m benchmarks.finetune --only stsb [--json PATH]
 """
 
 from __future__ import annotations
@@ -44,9 +44,7 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from encode import cpu_line  # noqa: E402
-
+from benchmarks.common import SHARED, add_json_option, cpu_line, load_average, write_json
 from django_sbert.encoder import SentenceEncoder
 from django_sbert.encoder.distillation import DENSE_SHARE, PER_QUERY, lexical_teacher_examples
 from django_sbert.encoder.evaluation import retrieval_metrics, sts_spearman
@@ -54,7 +52,6 @@ from django_sbert.encoder.mining import mine_hard_negatives
 from django_sbert.encoder.pseudo_queries import pseudo_pairs
 from django_sbert.encoder.training import Progress, fit
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 PARTS = ("stsb", "scifact", "simcse", "adapt", "general")
 
 
@@ -547,17 +544,17 @@ def main() -> None:
         help="with --only adapt scifact: the scifact part trains from the adapted model "
         "(adapt to the content first, then learn from the labelled pairs)",
     )
-    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    add_json_option(parser)
     args = parser.parse_args()
 
+    print(cpu_line(), flush=True)
     torch.set_num_threads(args.threads)
     base = SentenceEncoder.load(args.model)
     print(
         f"model {args.model}, torch threads {torch.get_num_threads()}, parts {args.only}, "
-        f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}",
+        f"load average {load_average()}",
         flush=True,
     )
-    print(cpu_line(), flush=True)
     results: dict[str, Any] = {}
     needs_scifact = {"scifact", "simcse", "adapt", "general"} & set(args.only)
     data = (
@@ -592,9 +589,8 @@ def main() -> None:
         else:
             run_general(base, data, args, results)
         print(f"({part} took {time.perf_counter() - started:.0f}s)", flush=True)
-    print(f"load average at the end: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    print(f"load average at the end: {load_average()}")
+    write_json(args.json, results)
 
 
 if __name__ == "__main__":

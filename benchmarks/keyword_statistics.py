@@ -6,27 +6,23 @@ target of them (``SBERT["SEARCH"]["KEYWORD_STATISTICS"]``, set after migrate). A
 them gets one shared weight. This loads the 5,183 SciFact abstracts into the test app's
 ``Article`` (title -> ``title``, abstract -> ``body``; no vectors: keyword search only),
 then for each target sets it, runs ANALYZE and reports nDCG@10 / Recall@10 over the dev
-half of ``admin_finetune.py``'s split of the training claims (seeded; nothing from
+half of ``benchmarks.admin_finetune``'s split of the training claims (seeded; nothing from
 ../shared/eval), with the words counted, ANALYZE's time and the p50 of one
 ``keyword_search(text, match="any")[:10]`` (statistics read, GIN index vacuumed).
 
 ``--equal-weights`` also ranks with the title weighed as the body (rank multiplier 0.4 for
 both, what ``keyword_weights={"title": "B", "body": "B"}`` gives) at the last target.
 
-    .venv/bin/python benchmarks/keyword_statistics.py [--targets 100 1000 10000]
+    python -m benchmarks.keyword_statistics [--targets 100 1000 10000] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+from benchmarks.common import add_json_option, cpu_line, percentile, write_json
+from benchmarks.django_setup import article_model, setup_django
 
 
 def main() -> None:
@@ -35,20 +31,18 @@ def main() -> None:
     parser.add_argument("--dev-share", type=float, default=0.5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--equal-weights", action="store_true")
+    add_json_option(parser)
     args = parser.parse_args()
 
-    from _django import setup_django
-
+    print(cpu_line())
     setup_django({"AUTO_EMBED": False})
-    from admin_finetune import load
     from django.db import connection
-    from encode import cpu_line
 
+    from benchmarks.admin_finetune import load
     from django_sbert import fulltext
     from django_sbert.encoder.evaluation import ranking_metrics
-    from tests.testapp.models import Article
 
-    print(cpu_line())
+    Article = article_model()
     data = load(0, args.seed, args.dev_share, 0.0)
     objs = Article.objects.bulk_create(
         Article(title=title[:300], body=text) for title, text in data["corpus"].values()
@@ -56,6 +50,8 @@ def main() -> None:
     doc_of = {obj.pk: did for did, obj in zip(data["corpus"], objs, strict=True)}
     dev = data["split"]["dev"]
     print(f"SciFact: {len(objs)} abstracts, {len(dev)} dev claims (seed {args.seed})")
+
+    figures: list[dict] = []
 
     def measure(label: str) -> None:
         rankings, times = {}, []
@@ -66,11 +62,22 @@ def main() -> None:
             times.append(1000 * (time.perf_counter() - started))
             rankings[qid] = [doc_of[pk] for pk in pks]
         scores = ranking_metrics(rankings, data["relevant"], 10)
+        ndcg, recall, p50 = (
+            100 * scores["ndcg@10"],
+            100 * scores["recall@10"],
+            percentile(times, 50),
+        )
         print(
-            f"{label}: keyword nDCG@10 {100 * scores['ndcg@10']:.2f}, "
-            f"Recall@10 {100 * scores['recall@10']:.2f}, "
-            f"p50 {statistics.median(times):.2f} ms",
+            f"{label}: keyword nDCG@10 {ndcg:.2f}, Recall@10 {recall:.2f}, p50 {p50:.2f} ms",
             flush=True,
+        )
+        figures.append(
+            {
+                "run": label,
+                "ndcg@10": round(ndcg, 2),
+                "recall@10": round(recall, 2),
+                "p50_ms": round(p50, 2),
+            }
         )
 
     for target in args.targets:
@@ -91,6 +98,7 @@ def main() -> None:
         # Weight A's multiplier set to B's: what keyword_weights={"title": "B", ...} ranks by.
         fulltext.RANK_WEIGHTS = (*fulltext.RANK_WEIGHTS[:3], fulltext.RANK_WEIGHTS[2])
         measure(f"statistics target {args.targets[-1]}, title weighed as the body")
+    write_json(args.json, figures)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Load test with real processes: searches, writes, a fine-tune, a promotion, a rollback and a
 killed worker, all at once, on the multi-host shape (docs/deployment.md, "Load test").
 
-    flock /tmp/sbert-bench.lock .venv/bin/python benchmarks/load.py --minutes 10
+    flock /tmp/sbert-bench.lock .venv/bin/python -m benchmarks.load --minutes 10 [--json PATH]
 
 What runs (all on 127.0.0.1, started and stopped by this script):
 
@@ -17,7 +17,7 @@ What runs (all on 127.0.0.1, started and stopped by this script):
   ``MODEL_DIR``); Redis database 10 as the broker (``--redis-db``), emptied at start.
 
 During ``--minutes``: ``--clients`` connections of a client process of their own
-(``benchmarks/load_client.py``: asyncio, one thread) send searches back to back (text 50%,
+(``benchmarks.load_client``: asyncio, one thread) send searches back to back (text 50%,
 more like this 20%, hybrid 30%), one thread inserts and edits rows
 (``--writes-per-second``), and a timeline thread fine-tunes the model on SciFact training
 pairs, promotes the candidate, SIGKILLs one encoding worker (its whole process group, like a
@@ -45,17 +45,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(1, str(ROOT / "benchmarks"))  # the other scripts import their helpers so
+from benchmarks.common import DATA, ROOT, add_json_option, cpu_line, percentile, write_json
+from benchmarks.django_setup import article_model, database_from_url, embedded_database_url
+from benchmarks.load_client import SEARCH_MIX
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from encode import cpu_line  # noqa: E402
-from load_client import SEARCH_MIX  # noqa: E402
-
-from benchmarks._django import embedded_database_url  # noqa: E402
-
-SCIFACT = Path("/work/shared/data/scifact")
+SCIFACT = DATA / "scifact"
 
 
 # -- the processes ---------------------------------------------------------------------------
@@ -117,7 +112,7 @@ class Search:
 
 @dataclass
 class Clients:
-    """The search clients, in a process of their own (benchmarks/load_client.py)."""
+    """The search clients, in a process of their own (benchmarks.load_client)."""
 
     port: int
     clients: int
@@ -131,10 +126,10 @@ class Clients:
         (self.work / "queries.json").write_text(json.dumps(self.queries))
         (self.work / "pks.json").write_text(json.dumps(self.pks))
         self.popen = subprocess.Popen([
-            sys.executable, str(ROOT / "benchmarks/load_client.py"), "--port", str(self.port),
+            sys.executable, "-m", "benchmarks.load_client", "--port", str(self.port),
             "--clients", str(self.clients), "--queries", str(self.work / "queries.json"),
             "--pks", str(self.work / "pks.json"), "--out", str(self.work / "searches.json"),
-        ])  # fmt: skip
+        ], cwd=ROOT)  # fmt: skip
 
     def stop(self) -> None:
         """Stop the clients and read what they recorded."""
@@ -157,7 +152,7 @@ def write_stream(stop: threading.Event, per_second: float, reserve: list[tuple[s
     embedding on the encoding workers, as on a site."""
     from django.db import close_old_connections
 
-    from tests.testapp.models import Article
+    Article = article_model()
 
     rng = random.Random(7)
     pks = list(Article.objects.values_list("pk", flat=True))
@@ -369,11 +364,6 @@ def short(doc: dict) -> tuple[str, str]:
     return doc["title"][:300], doc["text"][:300]
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] if ordered else float("nan")
-
-
 def summarize(searches: list[Search], begin: float, end: float, clients: int) -> dict:
     window = [s for s in searches if begin <= s.at < end]
     ms = [s.seconds * 1000 for s in window if s.status == 200]
@@ -424,7 +414,8 @@ def main() -> None:
     )
     parser.add_argument("--redis-db", type=int, default=10)
     parser.add_argument("--port", type=int, default=8765)
-    parser.add_argument("--out", type=Path, help="also write the report here (JSON)")
+    add_json_option(parser)
+    parser.add_argument("--out", dest="json", type=Path, help="the same as --json")
     args = parser.parse_args()
 
     print(cpu_line(), flush=True)
@@ -436,7 +427,6 @@ def main() -> None:
 
     # The primary, then its standby: everything after (migrations included) streams to it.
     from tests.replica import primary_lsn, start_standby
-    from tests.settings import database_from_url
 
     primary = database_from_url(embedded_database_url())
     # Its own folder under /tmp: the server's user (not root) must reach it.
@@ -468,7 +458,8 @@ def main() -> None:
     import benchmarks.load_site.celery  # noqa: F401  (the app that sends probes and reads answers)
     from django_sbert import indexing
     from django_sbert.models import TrainingPair
-    from tests.testapp.models import Article
+
+    Article = article_model()
 
     redis.Redis.from_url(broker).flushdb()
     call_command("migrate", verbosity=0)
@@ -565,8 +556,7 @@ def main() -> None:
         standby.stop()
     report["logs"] = str(logs)
     print(json.dumps(report, indent=2, default=str), flush=True)
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=2, default=str))
+    write_json(args.json, report)
 
 
 def keep_vectors_inline(storage: str) -> None:
@@ -606,7 +596,8 @@ def sweep_until_current(timeout: float = 600) -> dict:
     from django_sbert.conf import sbert_settings
     from django_sbert.indexing.staleness import count_stale
     from django_sbert.indexing.tasks import sweep
-    from tests.testapp.models import Article
+
+    Article = article_model()
 
     ref = indexing.get_ref("testapp.Article", "embedding")
     started = time.time()

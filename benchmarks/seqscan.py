@@ -2,11 +2,11 @@
 settings side by side: ``enable_seqscan`` on (PostgreSQL's choice) and off (what
 ``SBERT["SEARCH"]["ENABLE_SEQSCAN"] = False`` sets for each search).
 
-    flock /tmp/sbert-bench.lock .venv/bin/python benchmarks/seqscan.py --rows 5000
-    .venv/bin/python benchmarks/seqscan.py --rows 5000 --storage main   # vectors in the row
+    flock /tmp/sbert-bench.lock .venv/bin/python -m benchmarks.seqscan --rows 5000
+    python -m benchmarks.seqscan --rows 5000 --storage main   # vectors in the row
 
-The rows are SciFact abstracts loaded as ``profile_search.py`` loads them (title and the first
-300 characters, their all-MiniLM-L6-v2 vectors, cached under artifacts/bench). For each
+The rows are SciFact abstracts loaded as ``benchmarks.profile_search`` loads them (title and
+the first 300 characters, their all-MiniLM-L6-v2 vectors, cached under artifacts/bench). For each
 setting, twice and alternating: the plan's scan (index or sequential) and the p50 / p99 of
 ``similar_to(vector)[:10]`` over 100 SciFact claims, then recall@10 of the index against the
 sequential scan (exact) on 50 claims.
@@ -17,11 +17,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmarks.common import add_json_option, cpu_line, p50_p99, write_json
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
@@ -29,18 +28,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=5000)
     parser.add_argument("--storage", choices=["external", "main"], default="external")
+    add_json_option(parser)
     args = parser.parse_args()
 
-    import profile_search
-    from encode import cpu_line
+    from benchmarks import profile_search
+    from benchmarks.django_setup import article_model
 
     profile_search.configure(args.rows)
     from django.db import connection
     from django.test.runner import DiscoverRunner
 
     from django_sbert.serving import encode_query
-    from tests.testapp.models import Article
 
+    Article = article_model()
     DiscoverRunner(verbosity=0).setup_databases()
     profile_search.load_rows(args.rows, args.storage)
     print(cpu_line())
@@ -56,6 +56,7 @@ def main() -> None:
 
     # ENABLE_SEQSCAN True: the library leaves the session's setting, set here, alone.
     sbert = {**settings.SBERT, "SEARCH": {"ENABLE_SEQSCAN": True}}
+    runs = []
     with override_settings(SBERT=sbert):
         for setting in ("on", "off", "on", "off"):
             planner(setting)
@@ -66,10 +67,17 @@ def main() -> None:
                 started = time.perf_counter()
                 list(Article.objects.similar_to(vector)[:10])
                 times.append((time.perf_counter() - started) * 1000)
-            times.sort()
+            p50, p99 = p50_p99(times)
             print(
-                f"enable_seqscan {setting:>3}: {scan:>10} scan, p50 "
-                f"{statistics.median(times):.2f} ms, p99 {times[98]:.2f} ms"
+                f"enable_seqscan {setting:>3}: {scan:>10} scan, p50 {p50:.2f} ms, p99 {p99:.2f} ms"
+            )
+            runs.append(
+                {
+                    "enable_seqscan": setting,
+                    "scan": scan,
+                    "p50_ms": round(p50, 2),
+                    "p99_ms": round(p99, 2),
+                }
             )
         planner("off")
         index = [{r.pk for r in Article.objects.similar_to(v)[:10]} for v in vectors[:50]]
@@ -79,6 +87,10 @@ def main() -> None:
         exact = [{r.pk for r in Article.objects.similar_to(v)[:10]} for v in vectors[:50]]
     recall = statistics.mean(len(a & b) / 10 for a, b in zip(index, exact, strict=True))
     print(f"recall@10 of the index against the sequential scan: {recall:.3f}")
+    write_json(
+        args.json,
+        {"rows": args.rows, "storage": args.storage, "runs": runs, "recall@10": round(recall, 3)},
+    )
 
 
 if __name__ == "__main__":

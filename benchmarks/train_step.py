@@ -6,39 +6,36 @@ batch 16, all-MiniLM-L6-v2. A step's time is read from fit's progress reports (t
 ``--warmup`` steps left out); an evaluation encodes ``--eval-texts`` abstracts with the model
 being trained, as the early-stopping evaluator does. Runs alternate so machine noise hits both.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/train_step.py [--steps 12] [--threads 2]
+    HF_HUB_OFFLINE=1 python -m benchmarks.train_step [--steps 12] [--threads 2] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-DATA = Path(os.environ.get("SBERT_DATA_DIR", ROOT.parent / "shared" / "data")) / "scifact"
+from benchmarks.common import DATA, add_json_option, cpu_line, write_json
+
+SCIFACT = DATA / "scifact"
 
 
 def triples(count: int, seed: int) -> tuple[list[tuple[str, str, str]], list[str]]:
     """``count`` (claim, relevant abstract, random abstract) triples, and the abstracts."""
     corpus = {}
-    for line in (DATA / "corpus.jsonl").open(encoding="utf-8"):
+    for line in (SCIFACT / "corpus.jsonl").open(encoding="utf-8"):
         doc = json.loads(line)
         corpus[doc["_id"]] = f"{doc.get('title', '')}\n{doc['text']}"
     claims = {}
-    for line in (DATA / "queries-train.jsonl").open(encoding="utf-8"):
+    for line in (SCIFACT / "queries-train.jsonl").open(encoding="utf-8"):
         doc = json.loads(line)
         claims[doc["_id"]] = doc["text"]
     rows = []
-    for line in (DATA / "qrels-train.tsv").read_text().splitlines()[1:]:
+    for line in (SCIFACT / "qrels-train.tsv").read_text().splitlines()[1:]:
         qid, did, _ = line.split("\t")
         if qid in claims and did in corpus:
             rows.append((claims[qid], corpus[did]))
@@ -56,18 +53,16 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--eval-texts", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
+    add_json_option(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from encode import cpu_line
-
     from django_sbert.encoder import SentenceEncoder
-    from django_sbert.encoder.paths import cpu_features
     from django_sbert.encoder.training import fit
 
     print(cpu_line())
-    print(f"torch {torch.__version__}, {args.threads} threads; {cpu_features().describe()}")
+    capability = torch.backends.cpu.get_cpu_capability()
+    print(f"torch {torch.__version__}, capability {capability}, {args.threads} threads")
     encoder = SentenceEncoder.load("all-MiniLM-L6-v2")  # float32, eager
     examples, docs = triples(args.steps * args.batch_size, seed=0)
     eval_docs = random.Random(1).sample(docs, args.eval_texts)
@@ -113,6 +108,24 @@ def main() -> None:
     step_ratio = statistics.median(steps["float32"]) / statistics.median(steps["bfloat16"])
     eval_ratio = statistics.median(evals["float32"]) / statistics.median(evals["bfloat16"])
     print(f"  bf16 speed-up: {step_ratio:.2f}x per step, {eval_ratio:.2f}x per evaluation")
+    write_json(
+        args.json,
+        {
+            "batch_size": args.batch_size,
+            "threads": args.threads,
+            "eval_texts": args.eval_texts,
+            **{
+                f"{precision} s/step": round(statistics.median(steps[precision]), 3)
+                for precision in steps
+            },
+            **{
+                f"{precision} s/evaluation": round(statistics.median(evals[precision]), 3)
+                for precision in evals
+            },
+            "bf16 speed-up per step": round(step_ratio, 2),
+            "bf16 speed-up per evaluation": round(eval_ratio, 2),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Start-up and version-switch times of the default (compiled) path, with compile counts.
 
-    .venv/bin/python benchmarks/warm.py [--starts 3] [--cold-starts 2] [--threads 1]
+    python -m benchmarks.warm [--starts 3] [--cold-starts 2] [--threads 1] [--json PATH]
 
 * **cold start**: a new process (started by this script) imports the encoder, loads
   all-MiniLM-L6-v2 on the path ``encoder.paths`` chooses for a web process and encodes its
@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from encode import cpu_line
+from benchmarks.common import ROOT, add_json_option, cpu_line, load_average, write_json
 
 QUERIES = ["central banks raise interest rates", "a new vaccine reduces infections"]
 
@@ -69,8 +69,9 @@ def start(threads: int, cache: str, env: dict[str, str]) -> tuple[float, ...]:
     """Spawn one fresh process; its (imported, loaded, first query, cpu, next query ms)."""
     spawned = time.time()
     output = subprocess.run(
-        [sys.executable, __file__, "--child", str(spawned), "--threads", str(threads)]
-        + ["--cache", cache],
+        [sys.executable, "-m", "benchmarks.warm", "--child", str(spawned)]
+        + ["--threads", str(threads), "--cache", cache],
+        cwd=ROOT,
         env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
         capture_output=True,
         text=True,
@@ -87,18 +88,23 @@ def start(threads: int, cache: str, env: dict[str, str]) -> tuple[float, ...]:
     return float(imported), float(loaded), float(first), float(cpu), float(second)
 
 
-def summary(name: str, rows: list[tuple[float, ...]]) -> None:
+def summary(name: str, rows: list[tuple[float, ...]], figures: dict) -> None:
+    first, cpu, second = (statistics.median(r[i] for r in rows) for i in (2, 3, 4))
     print(
-        f"cold start, {name} (median of {len(rows)}): first query "
-        f"{statistics.median(r[2] for r in rows):.2f} s after spawn "
-        f"({statistics.median(r[3] for r in rows):.2f} CPU s), next query "
-        f"{statistics.median(r[4] for r in rows):.1f} ms",
+        f"cold start, {name} (median of {len(rows)}): first query {first:.2f} s after spawn "
+        f"({cpu:.2f} CPU s), next query {second:.1f} ms",
         flush=True,
     )
+    figures[f"cold start, {name}"] = {
+        "starts": len(rows),
+        "first_query_s": round(first, 2),
+        "cpu_s": round(cpu, 2),
+        "next_query_ms": round(second, 1),
+    }
 
 
-def cold_starts(starts: int, cold: int, threads: int, cache: Path) -> Path:
-    """Time the three cases; returns the warm cache directory."""
+def cold_starts(starts: int, cold: int, threads: int, cache: Path, figures: dict) -> Path:
+    """Time the three cases into ``figures``; returns the warm cache directory."""
     rows = []
     for index in range(cold):
         # A new host: neither this cache nor Inductor's holds anything yet.
@@ -106,18 +112,18 @@ def cold_starts(starts: int, cold: int, threads: int, cache: Path) -> Path:
         inductor = tempfile.mkdtemp(prefix="sbert-inductor-")
         rows.append(start(threads, str(empty), {"TORCHINDUCTOR_CACHE_DIR": inductor}))
     if rows:
-        summary("cold cache (new host)", rows)
+        summary("cold cache (new host)", rows, figures)
     warm = cache / "cold-0" if cold else cache / "warm"
     if not cold:
         start(threads, str(warm), {})  # fill it
     rows = [start(threads, str(warm), {}) for _ in range(starts)]
-    summary("warm cache", rows)
+    summary("warm cache", rows, figures)
     rows = [start(threads, "", {}) for _ in range(starts)]
-    summary("no cache (torch.compile each process, Inductor's cache warm)", rows)
+    summary("no cache (torch.compile each process, Inductor's cache warm)", rows, figures)
     return warm
 
 
-def version_switch(threads: int, warm: Path) -> None:
+def version_switch(threads: int, warm: Path) -> dict:
     import torch
     from torch._dynamo.utils import counters
 
@@ -159,6 +165,7 @@ def version_switch(threads: int, warm: Path) -> None:
         f"version switch to first fast query (median of 3): {statistics.median(times):.2f} s "
         f"({path.label})"
     )
+    return {"path": path.label, "switch_to_first_query_s": round(statistics.median(times), 2)}
 
 
 def main() -> None:
@@ -172,6 +179,7 @@ def main() -> None:
     parser.add_argument("--cache", help="compile cache directory (default: a temporary one)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (a web process)")
     parser.add_argument("--child", type=float, help=argparse.SUPPRESS)
+    add_json_option(parser)
     args = parser.parse_args()
     if args.child is not None:
         child(args.child, args.threads, args.cache or "")
@@ -180,12 +188,14 @@ def main() -> None:
 
     print(cpu_line())
     print(f"torch {torch.__version__}, capability {torch.backends.cpu.get_cpu_capability()}")
-    print(f"load average at start: {os.getloadavg()[0]:.1f}")
+    print(f"load average at start: {load_average()}")
     cache = Path(args.cache or tempfile.mkdtemp(prefix="sbert-compile-cache-"))
     print(f"compile cache: {cache}")
-    warm = cold_starts(args.starts, args.cold_starts, args.threads, cache)
-    version_switch(args.threads, warm)
-    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    figures: dict = {}
+    warm = cold_starts(args.starts, args.cold_starts, args.threads, cache, figures)
+    figures["version switch"] = version_switch(args.threads, warm)
+    print(f"load average at the end: {load_average()}")
+    write_json(args.json, figures)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Settings of the load-test site; every value that differs per process comes from the
-environment that ``benchmarks/load.py`` gives each one.
+environment that ``benchmarks.load`` gives each one.
 
 ``DATABASE_URL`` / ``REPLICA_URL``
     The primary and its streaming replica; searches read the replica (``SEARCH_DATABASE``).
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from tests.settings import database_from_url
+from benchmarks.django_setup import TEST_APP, database_from_url
 
 SECRET_KEY = "django-sbert-load-test-not-secret"
 DEBUG = False
@@ -28,7 +28,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.auth",
     "django_sbert",
-    "tests.testapp",
+    TEST_APP,
     "benchmarks.load_site",
 ]
 MIDDLEWARE = ["django.middleware.common.CommonMiddleware"]

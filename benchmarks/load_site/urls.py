@@ -6,10 +6,12 @@ from __future__ import annotations
 from django.http import JsonResponse
 from django.urls import include, path
 
+from benchmarks.django_setup import article_model
 from django_sbert import api
-from tests.testapp.models import Article
 
 from .probe import probe
+
+Article = article_model()
 
 if not api.registry.is_registered(Article):
     # embedding_version: the load test checks the version of every returned row.

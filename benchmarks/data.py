@@ -1,14 +1,14 @@
-"""Shared data loading for the benchmarks (../shared/data and ../shared/eval)."""
+"""Texts the benchmarks share, read from ../shared/data (``common.DATA``)."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
-SHARED = Path(os.environ.get("SBERT_SHARED", Path(__file__).resolve().parents[2] / "shared"))
+from benchmarks.common import DATA
+
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 
 
@@ -25,7 +25,7 @@ def sts_pairs(path: Path) -> list[tuple[str, str, float]]:
 def sts_sentences(limit: int) -> list[str]:
     """Unique STSb train sentences, in file order."""
     seen: dict[str, None] = {}
-    for a, b, _ in sts_pairs(SHARED / "data/stsbenchmark/sts-train.csv"):
+    for a, b, _ in sts_pairs(DATA / "stsbenchmark/sts-train.csv"):
         seen.setdefault(a)
         seen.setdefault(b)
     return list(seen)[:limit]
@@ -45,3 +45,9 @@ def _document_texts(doc: dict) -> Iterator[str]:
     yield " ".join(doc["title"].split())
     for sentence in SENTENCE_END.split(doc["text"]):
         yield " ".join(sentence.split())
+
+
+def scifact_claims(n: int) -> list[str]:
+    """The first ``n`` SciFact training claims: questions about the abstracts, in file order."""
+    lines = (DATA / "scifact" / "queries-train.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line)["text"] for line in lines[:n]]
