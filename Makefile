@@ -82,7 +82,7 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 
 bench: install
-	HF_HUB_OFFLINE=1 $(PY) benchmarks/encode.py
+	HF_HUB_OFFLINE=1 $(PY) -m benchmarks.encode
 
 demo: $(VENV)/.installed-demo
 	HF_HUB_OFFLINE=1 $(PY) example_project/demo.py --port $(PORT) $(if $(ARTICLES),--articles $(ARTICLES))
