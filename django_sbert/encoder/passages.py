@@ -13,7 +13,7 @@ How a passage is made:
 * **Sentences are the units.** A text is cut after ``.``, ``!``, ``?`` (and their closing
   quotes or brackets) when the next sentence starts with a capital, a digit or a quote, and at
   every line break; common abbreviations and initials ("Mr.", "U.S.") do not end a sentence.
-  A text with no sentence punctuation is cut at line breaks only.
+  A text with no sentence punctuation is cut at line breaks only (``sentences.py``).
 * **Passages are greedy runs of whole sentences** whose tokens fit ``max_tokens`` (counted with
   the encoder's own tokenizer, so the count is the one the model sees).
 * **A small overlap.** The next passage starts with the last sentences of the previous one that
@@ -31,69 +31,11 @@ This module is plain Python: the token spans come from the caller (``TextTokeniz
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .sentences import sentence_spans, trim
 from .tokenization import CHARS_PER_TOKEN, TextTokenizer
-
-# Words that end with a full stop without ending a sentence ("Mr. Smith", "Gen. Lee").
-ABBREVIATIONS = frozenset(
-    {
-        "mr",
-        "mrs",
-        "ms",
-        "dr",
-        "prof",
-        "sr",
-        "jr",
-        "st",
-        "mt",
-        "vs",
-        "etc",
-        "eg",
-        "ie",
-        "cf",
-        "al",
-        "vol",
-        "gen",
-        "gov",
-        "sen",
-        "rep",
-        "lt",
-        "col",
-        "capt",
-        "sgt",
-        "maj",
-        "inc",
-        "ltd",
-        "corp",
-        "dept",
-        "fig",
-        "approx",
-        "jan",
-        "feb",
-        "mar",
-        "apr",
-        "jun",
-        "jul",
-        "aug",
-        "sep",
-        "sept",
-        "oct",
-        "nov",
-        "dec",
-    }
-)
-
-# The end of a sentence: its punctuation, closing quotes or brackets, then whitespace before
-# a capital, a digit, an opening quote or bracket. Group "end" ends the sentence.
-_SENTENCE_END = re.compile(
-    r"(?P<end>[.!?\u2026\u3002\uff01\uff1f]+[\"'\u201d\u2019)\]]*)\s+"
-    r"(?=[\"'\u201c\u2018(\[]?[0-9A-Z\u00c0-\u00de\u0391-\u03a9\u0410-\u042f])"
-)
-_LINE_BREAK = re.compile(r"[ \t]*(?:\r\n|\r|\n)\s*")
-_WORD_BEFORE = re.compile(r"([A-Za-z][A-Za-z.]*)\.$")
 
 
 @dataclass(frozen=True)
@@ -103,49 +45,6 @@ class Passage:
     start: int
     end: int
     text: str
-
-
-def _is_abbreviation(text: str, end: int) -> bool:
-    """Whether the full stop just before ``end`` follows an abbreviation or an initial."""
-    if end < 1 or text[end - 1] != ".":
-        return False
-    match = _WORD_BEFORE.search(text, max(0, end - 12), end)
-    if match is None:
-        return False
-    word = match.group(1)
-    # "U.S." or "J." (initials), or a listed abbreviation ("Mr.", "e.g.").
-    if len(word.replace(".", "")) == 1 or re.fullmatch(r"(?:[A-Za-z]\.)+[A-Za-z]", word):
-        return True
-    return word.replace(".", "").lower() in ABBREVIATIONS
-
-
-def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """``(start, end)`` of each sentence of ``text``, whitespace trimmed, in order.
-
-    Cuts at sentence punctuation followed by a likely sentence start, and at line breaks.
-    """
-    cuts = {0, len(text)}
-    for match in _SENTENCE_END.finditer(text):
-        end = match.end("end")
-        if not _is_abbreviation(text, end):
-            cuts.add(end)
-    for match in _LINE_BREAK.finditer(text):
-        cuts.add(match.start())
-    spans = []
-    edges = sorted(cuts)
-    for left, right in zip(edges, edges[1:], strict=False):
-        start, end = _trim(text, left, right)
-        if start < end:
-            spans.append((start, end))
-    return spans
-
-
-def _trim(text: str, start: int, end: int) -> tuple[int, int]:
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return start, end
 
 
 def _pieces(
@@ -192,7 +91,7 @@ def split_passages(
         raise ValueError(f"max_passages must be >= 1 or None, got {max_passages}.")
     sentences = sentence_spans(text)
     if not sentences or not token_spans:
-        start, end = _trim(text, 0, len(text))
+        start, end = trim(text, 0, len(text))
         if start == end:
             return [Passage(0, len(text), text)]  # nothing to read: one passage, the text
         return [Passage(start, end, text[start:end])]
@@ -218,7 +117,7 @@ def split_passages(
         for a, b in _pieces(token_spans, first, token, max_tokens, overlap):
             c_start = s_start if a == first else token_spans[a][0]
             c_end = s_end if b == token else token_spans[b - 1][1]
-            units.append((a, b, *_trim(text, c_start, c_end)))
+            units.append((a, b, *trim(text, c_start, c_end)))
     passages: list[Passage] = []
     i = 0
     while i < len(units):

@@ -29,11 +29,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from .sentences import sentence_spans
+
 METHODS = ("ict", "crop")
-# A sentence ends at ., ! or ? followed by white space and an upper-case letter, a digit or an
-# opening quote or bracket ("e.g. the" and "3.5 mg" do not end one), and at a line break (a
-# site's source fields are joined by one: a title is a sentence of its own).
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[A-Z0-9])|\s*\n\s*")
 _WORD = re.compile(r"\S+")
 
 Span = tuple[int, int]  # [start, end) character offsets into the document
@@ -56,25 +54,6 @@ class PseudoPairs:
 
     pairs: list[PseudoPair] = field(default_factory=list)
     too_short: list[int] = field(default_factory=list)  # indexes of the documents left out
-
-
-def sentence_spans(text: str) -> list[Span]:
-    """``[start, end)`` of each sentence of ``text``, surrounding white space left out."""
-    spans: list[Span] = []
-
-    def add(start: int, end: int) -> None:
-        piece = text[start:end]
-        stripped = piece.strip()
-        if stripped:
-            left = start + len(piece) - len(piece.lstrip())
-            spans.append((left, left + len(stripped)))
-
-    start = 0
-    for match in _SENTENCE_END.finditer(text):
-        add(start, match.start())
-        start = match.end()
-    add(start, len(text))
-    return spans
 
 
 def word_spans(text: str) -> list[Span]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..encoder.passages import sentence_spans
+from ..encoder.sentences import sentence_spans
 from ..serving import encode_query, encode_texts
 
 
