@@ -27,8 +27,6 @@ index on it, for ``keyword_search()`` and ``hybrid_search()`` (see fulltext.py).
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import importlib.util
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -47,7 +45,9 @@ from pgvector import Vector
 from pgvector.django import VectorField
 
 from . import fulltext
+from .columns import text_hash, vector_literal  # noqa: F401 - importable from here as before
 from .conf import encoder_config
+from .dimensions import encoder_dimensions, matryoshka_dims
 from .encoder import ModelNotFoundError, UnsupportedModelError, describe
 from .encoder.matryoshka import truncate
 from .indexes import binary_index, binary_index_name
@@ -60,39 +60,6 @@ PRECISIONS = {"float32": "vector", "float16": "halfvec"}
 
 # Fields whose Python str() and PostgreSQL ::text agree, so the SQL hash matches text_hash().
 TEXT_FIELD_TYPES = (models.CharField, models.TextField)
-
-
-def text_hash(text: str) -> str:
-    """sha256 hex digest of ``text`` encoded as UTF-8: what ``<field>_hash`` stores."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def vector_literal(vector: Any) -> str:
-    """A vector in pgvector's text form, ``[0.1,0.2,...]``, for SQL parameters.
-
-    ``.9g`` round-trips float32 exactly and keeps the text short; every query and write sends
-    vectors this way.
-    """
-    values = np.asarray(vector, dtype=np.float32).tolist()
-    return "[" + ",".join(format(x, ".9g") for x in values) + "]"
-
-
-@functools.lru_cache(maxsize=64)
-def _model_dimensions(model: str) -> int:
-    return describe(model).dimensions
-
-
-def encoder_dimensions(name: str = "default") -> int:
-    """Width of the named encoder's vectors, read from its JSON config (no torch, no weights).
-
-    Fine-tuned versions keep their base model's width, so this holds for every version.
-    """
-    return _model_dimensions(str(encoder_config(name)["MODEL"]))
-
-
-def matryoshka_dims(name: str = "default") -> tuple[int, ...]:
-    """The sizes below its full width the named encoder serves: ``MATRYOSHKA_DIMS``, else ()."""
-    return tuple(encoder_config(name)["MATRYOSHKA_DIMS"] or ())
 
 
 class _EmptyValues:

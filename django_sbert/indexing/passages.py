@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 from django.db import connections
 
+from ..columns import vector_literal
 from ..encoder.passages import Passage, passages_of
-from ..fields import vector_literal
 from ..models import StagedPassage
 from ..passages import max_passages as passages_max
 from ..serving import get_encoder, role_prompt

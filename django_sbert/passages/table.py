@@ -24,7 +24,6 @@ transaction as the rows' vectors (``finetuning/passages.py``).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import sys
 from typing import Any
@@ -33,16 +32,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 from pgvector.django import HnswIndex, VectorField
 
-from ..conf import encoder_config
-from ..encoder import describe
+from ..dimensions import encoder_dimensions
 
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 64
-
-
-@functools.lru_cache(maxsize=64)
-def _model_dimensions(model: str) -> int:
-    return describe(model).dimensions
 
 
 class PassageVectorField(VectorField):
@@ -63,7 +56,7 @@ class PassageVectorField(VectorField):
         if self.dimensions is not None:
             return self.dimensions
         try:
-            return _model_dimensions(str(encoder_config(self.encoder)["MODEL"]))
+            return encoder_dimensions(self.encoder)
         except (LookupError, OSError, ValueError) as exc:
             raise ImproperlyConfigured(
                 f"Cannot read the vector size of encoder {self.encoder!r} for a passage table "

@@ -45,7 +45,8 @@ from django.db.models import Value
 from pgvector import Vector
 
 from .. import fulltext
-from ..fields import EmbeddingField, embedding_fields, vector_literal
+from ..columns import vector_literal
+from ..fields import EmbeddingField, embedding_fields
 from .aio import encode_text, text_vector
 from .binary import reranked
 from .fusion import CappedMatch, FusedJoin, Fusion, fused_annotations

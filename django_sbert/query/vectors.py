@@ -23,8 +23,9 @@ from django.db.models.sql.query import Query
 from pgvector import Vector
 from pgvector.django import CosineDistance
 
+from ..columns import vector_literal
 from ..encoder.matryoshka import truncate
-from ..fields import EmbeddingField, embedding_fields, vector_literal
+from ..fields import EmbeddingField, embedding_fields
 from ..serving import encode_query, serving_changed
 
 REBOUND = "sbert_rebound"  # attribute of a Query: {QuerySource: Rebound} after a switch
