@@ -32,6 +32,8 @@ from ..exceptions import BrokerUnavailable, ServiceUnavailable
 from ..finetuning import compare, promotion, runs
 from ..finetuning import pairs as pair_io
 from ..finetuning.errors import error_for, error_message, may_see_traceback
+from ..finetuning.options import OPTIONS, TrainingOption
+from ..finetuning.queues import training_worker_hint
 from ..models import (
     EncoderVersion,
     RunStatus,
@@ -40,7 +42,6 @@ from ..models import (
     VersionStatus,
     pair_kind_counts,
 )
-from ..queues import training_worker_hint
 from ..serving import forget_serving, serving_version
 from .display import metrics_table, progress_bar, search_table, training_curves
 from .mixins import ForbidMissingActionsMixin, require_permission
@@ -51,48 +52,27 @@ __all__ = ["EncoderVersionAdmin", "TrainingPairAdmin", "TrainingRunAdmin"]
 # --- training pairs -------------------------------------------------------------------------
 
 
+def option_form_field(option: TrainingOption) -> forms.Field:
+    """The form field of one training option (``finetuning.options.OPTIONS``): its bounds, its
+    default as the initial value; left empty, a number takes its default."""
+    if option.choices:
+        choices = [(name, name) for name in option.choices]
+        return forms.ChoiceField(choices=choices, help_text=option.help_text)
+    if option.type is bool:
+        return forms.BooleanField(
+            required=False, initial=option.default, help_text=option.help_text
+        )
+    number = forms.IntegerField if option.type is int else forms.FloatField
+    return number(
+        required=False, initial=option.default, help_text=option.help_text, **option.field_bounds()
+    )
+
+
 class FineTuneForm(forms.Form):
-    """The confirmation page of "Fine-tune encoder on selected pairs"."""
+    """The confirmation page of "Fine-tune encoder on selected pairs": the encoder, then one
+    field per training option."""
 
     encoder = forms.ChoiceField()
-    loss = forms.ChoiceField(choices=[(name, name) for name in runs.LOSS_CHOICES])
-    epochs = forms.IntegerField(
-        required=False,
-        min_value=1,
-        max_value=100,
-        help_text=f"Empty: the loss's recipe ({runs.recipe_summary()}).",
-    )
-    learning_rate = forms.FloatField(
-        required=False, min_value=1e-8, max_value=1e-2, help_text="Empty: the loss's recipe."
-    )
-    batch_size = forms.IntegerField(
-        initial=runs.option_default("batch_size"), min_value=2, max_value=1024
-    )
-    warmup_ratio = forms.FloatField(
-        initial=runs.option_default("warmup_ratio"), min_value=0.0, max_value=0.99
-    )
-    hard_negatives = forms.BooleanField(
-        required=False,
-        initial=runs.option_default("hard_negatives"),
-        help_text="mnrl: mine one hard negative per positive pair with the serving model.",
-    )
-    early_stopping = forms.BooleanField(
-        required=False,
-        initial=runs.option_default("early_stopping"),
-        help_text="Measure on the eval pairs about ten times per run, keep the best step, stop "
-        "after 'patience' measurements without improvement.",
-    )
-    patience = forms.IntegerField(
-        required=False, initial=runs.option_default("patience"), min_value=1, max_value=1000
-    )
-    tolerance = forms.FloatField(
-        required=False,
-        initial=runs.option_default("tolerance"),
-        min_value=0.0,
-        max_value=1.0,
-        help_text="A measurement within this of the best counts as no worse: the latest such "
-        "step is kept (0.01: one point of nDCG@10).",
-    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -103,6 +83,10 @@ class FineTuneForm(forms.Form):
     def hyperparameters(self) -> runs.Hyperparameters:
         data = self.cleaned_data
         return runs.Hyperparameters.from_options(data["loss"], data)
+
+
+# Declared like the encoder field, in OPTIONS' order: every form copies base_fields.
+FineTuneForm.base_fields.update({option.name: option_form_field(option) for option in OPTIONS})
 
 
 class ImportPairsForm(forms.Form):

@@ -24,6 +24,7 @@ from rest_framework.response import Response
 
 from ..finetuning import promotion, runs
 from ..finetuning.errors import error_for
+from ..finetuning.options import OPTIONS, TrainingOption
 from ..models import EncoderVersion, TrainingPair, TrainingRun, VersionStatus
 from .errors import ServiceErrorsMixin
 from .pagination import SearchPagination
@@ -250,6 +251,21 @@ class TrainingRunSerializer(StoredErrorMixin, serializers.ModelSerializer):
         return version.first()
 
 
+def option_serializer_field(option: TrainingOption) -> serializers.Field:
+    """The API field of one training option (``finetuning.options.OPTIONS``): its bounds, and
+    its default when left out (an option whose default is decided later may also be null)."""
+    if option.default is None:
+        given: dict[str, Any] = {"required": False, "allow_null": True}
+    else:
+        given = {"default": option.default}
+    if option.choices:
+        return serializers.ChoiceField(choices=option.choices, help_text=option.help_text, **given)
+    if option.type is bool:
+        return serializers.BooleanField(help_text=option.help_text, **given)
+    number = serializers.IntegerField if option.type is int else serializers.FloatField
+    return number(help_text=option.help_text, **given, **option.field_bounds())
+
+
 class TrainingRunRequestSerializer(serializers.Serializer):
     encoder = serializers.CharField(default="default", max_length=100)
     pairs = serializers.ListField(
@@ -266,56 +282,12 @@ class TrainingRunRequestSerializer(serializers.Serializer):
         "margin_mse: pseudo-queries cut from the text, scored by a teacher fusing the model "
         "with BM25; mnrl: the pseudo-queries as pairs; or simcse).",
     )
-    loss = serializers.ChoiceField(
-        choices=runs.LOSS_CHOICES,
-        required=False,
-        help_text="Default: picked from the pairs' shape (scores: cosine, labels: softmax, "
-        "else mnrl); with content, SBERT['ADAPT']['LOSS'] (margin_mse, mnrl or simcse).",
-    )
-    epochs = serializers.IntegerField(
-        required=False,
-        min_value=1,
-        max_value=100,
-        help_text=f"Default: the loss's recipe ({runs.recipe_summary()}).",
-    )
-    batch_size = serializers.IntegerField(
-        default=runs.option_default("batch_size"),
-        min_value=2,
-        max_value=1024,
-        help_text=f"Default: {runs.option_default('batch_size')}; a content run with "
-        f"margin_mse: {runs.ADAPT_MARGIN_BATCH_SIZE} (each example holds several margins).",
-    )
-    learning_rate = serializers.FloatField(
-        required=False, min_value=1e-9, max_value=1e-2, help_text="Default: the loss's recipe."
-    )
-    warmup_ratio = serializers.FloatField(
-        default=runs.option_default("warmup_ratio"), min_value=0.0, max_value=0.99
-    )
-    seed = serializers.IntegerField(
-        default=runs.option_default("seed"), min_value=0, max_value=2**31 - 1
-    )
-    hard_negatives = serializers.BooleanField(
-        default=runs.option_default("hard_negatives"),
-        help_text="mnrl: mine one hard negative per positive pair with the serving model.",
-    )
-    early_stopping = serializers.BooleanField(
-        default=runs.option_default("early_stopping"),
-        help_text="Measure on the eval pairs about ten times per run, keep the best step, "
-        "stop after `patience` measurements without improvement.",
-    )
-    patience = serializers.IntegerField(
-        default=runs.option_default("patience"), min_value=1, max_value=1000
-    )
-    tolerance = serializers.FloatField(
-        default=runs.option_default("tolerance"),
-        min_value=0.0,
-        max_value=1.0,
-        help_text="A measurement within this of the best counts as no worse: the latest such "
-        "step is kept (0.01: one point of nDCG@10).",
-    )
-    eval_every = serializers.IntegerField(
-        required=False, min_value=1, help_text="Steps between evaluations; default: ~10 per run."
-    )
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        """The request's fields, then one per training option (``finetuning.options``)."""
+        fields = super().get_fields()
+        fields.update({option.name: option_serializer_field(option) for option in OPTIONS})
+        return fields
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if "content" in attrs and ("pairs" in attrs or "source" in attrs):

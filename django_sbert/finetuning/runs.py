@@ -6,8 +6,8 @@
     execute_run(run.pk)     # what the Celery task does, on SBERT["TRAINING_QUEUE"]
 
 A run trains a copy of the version that serves when it starts, on the selected ``train``
-pairs, with the default recipe unless told otherwise (``RECIPES``: mined hard negatives for
-positive pairs, and early stopping on the ``eval`` pairs, which keeps the best checkpoint),
+pairs, with the default recipe unless told otherwise (``options.RECIPES``: mined hard negatives
+for positive pairs, and early stopping on the ``eval`` pairs, which keeps the best checkpoint),
 measures both on the ``eval`` pairs (STS Spearman for scored pairs; nDCG@10 and
 Recall@10 for positive pairs: each ``text_a`` a query, every ``text_b`` and a seeded sample of
 distractors the corpus, ``gate.eval_distractors``), saves the
@@ -19,15 +19,12 @@ The metrics and the gate that compares a candidate with the serving version are 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import math
 import random
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -49,169 +46,54 @@ from ..models import (
     TrainingRun,
     pair_kind_counts,
 )
-from ..serving import base_label, get_encoder, save_encoder, serving, trainable_encoder
+from ..serving import base_label, get_encoder, save_encoder, serving_record, trainable_encoder
 from . import quality, recovery
 from .gate import corpus_record, eval_distractors, eval_metrics, primary_metric
 from .hybrid import candidate_metrics
 from .negatives import with_hard_negatives
+from .options import (
+    ADAPT_EPOCHS,
+    ADAPT_LOSSES,
+    ADAPT_MARGIN_BATCH_SIZE,
+    EARLY_STOPPING_TOLERANCE,
+    LOSS_CHOICES,
+    OPTION_NAMES,
+    OPTIONS,
+    RECIPE,
+    RECIPES,
+    Hyperparameters,
+    TrainingOption,
+    adapt_hyperparameters,
+    option_default,
+    recipe_summary,
+)
+
+# Declared in options.py; importable from here as before.
+__all__ = [
+    "ADAPT_EPOCHS",
+    "ADAPT_LOSSES",
+    "ADAPT_MARGIN_BATCH_SIZE",
+    "EARLY_STOPPING_TOLERANCE",
+    "LOSS_CHOICES",
+    "OPTIONS",
+    "OPTION_NAMES",
+    "RECIPE",
+    "RECIPES",
+    "Hyperparameters",
+    "TrainingOption",
+    "adapt_hyperparameters",
+    "create_run",
+    "cancel_run",
+    "execute_run",
+    "option_default",
+    "recipe_summary",
+]
 
 logger = logging.getLogger(__name__)
 
-# The names of django_sbert.encoder.losses.LOSSES, which imports torch: kept as a tuple so that
-# forms and the API can list them at import time; tests/finetuning/test_runs.py ties the two.
-LOSS_CHOICES = (
-    "mnrl",
-    "cached_mnrl",
-    "cosent",
-    "cosine",
-    "softmax",
-    "triplet",
-    "simcse",
-    "matryoshka",
-    "margin_mse",
-)
-# "Adapt to our content" (a run on a field's text, no pairs) trains with one of these, on
-# pseudo-queries cut from the text (encoder/pseudo_queries.py): "margin_mse" on the margins of
-# a teacher fusing the base model with BM25 (encoder/distillation.py), "mnrl" with mined
-# negatives; or "simcse" (a text against itself under another dropout mask).
-ADAPT_LOSSES = ("margin_mse", "mnrl", "simcse")
-
-
-# The default recipe of each loss: what a run trains with when the admin, the API or
-# ``sbert_train`` is given no epochs or learning rate. Chosen on a development split of the
-# SciFact train claims (mnrl) and on STSb dev (cosine); docs/fine-tuning.md has the
-# measurements. Early stopping (on the eval split) keeps the best checkpoint, so ``epochs`` is
-# the most a run trains, not what it must. mnrl: 4 epochs measured better than 2 on the dev
-# half (SciFact, all 5,183 abstracts: +3.80 against +3.21 nDCG@10), early stopping keeping
-# step 27 of 84; cached_mnrl and matryoshka keep the 2 epochs measured before.
-# cosine (scored pairs): 1 epoch at 5e-5 measured STSb dev 89.59 in 87 s (bf16), against
-# 89.31 at 2e-5, 89.51 for 2 epochs at 2e-5 and 89.58 for 2 epochs at 4e-5.
-RECIPES: dict[str, dict[str, Any]] = {
-    "mnrl": {"epochs": 4, "learning_rate": 5e-5},
-    "cached_mnrl": {"epochs": 2, "learning_rate": 5e-5},
-    "matryoshka": {"epochs": 2, "learning_rate": 5e-5},
-    "cosine": {"epochs": 1, "learning_rate": 5e-5},
-}
-RECIPE = {"epochs": 1, "learning_rate": 2e-5}  # every other loss: the SBERT paper's
-# "Adapt to our content" with mnrl on pseudo-queries keeps the 2 epochs it had before the mnrl
-# recipe moved to 4 (those were measured on pairs, not on pseudo-queries).
-ADAPT_EPOCHS = 2
-# margin_mse examples hold a query's four margins (encoder.distillation.PER_QUERY), so a batch
-# of 8 costs the texts of 16 two-text examples; at 16 a run took half the steps and measured
-# 0.3 point lower on SciFact (docs/training.md).
-ADAPT_MARGIN_BATCH_SIZE = 8
 HARD_NEGATIVE_LOSSES = ("mnrl", "cached_mnrl", "matryoshka")  # the losses mined negatives feed
 # Mined triples replace a run's pairs only when they keep at least this share of them.
 MIN_MINED_SHARE = 0.5
-# Early stopping counts a measurement within this of the best as no worse (one point of
-# nDCG@10): on an eval split of 80 SciFact queries the default mnrl run, keeping the strict
-# best, kept step 30 of 96 (83.18, against 82.25 to 83.11 after it) and measured 70.48 on the
-# 404 dev queries; with the tolerance it kept step 96 and measured 72.21 (docs/fine-tuning.md,
-# "Early stopping tolerance").
-EARLY_STOPPING_TOLERANCE = 0.01
-
-
-@dataclass(frozen=True)
-class Hyperparameters:
-    """What a run trains with; ``validate()`` explains every bad value at once.
-
-    ``epochs`` and ``learning_rate`` left None take the loss's recipe (``RECIPES``).
-    ``hard_negatives``: mine one per positive pair (mnrl) with the base model, from the rows
-    embedded by the run's encoder and the pairs' own texts. ``early_stopping``: measure on the
-    eval split every ``eval_every`` steps (None: about ten times per run), keep the best
-    checkpoint and stop after ``patience`` measurements without improvement, never before
-    ``encoder.training.default_min_steps`` (about an epoch, at most half the run).
-    ``tolerance``: a measurement within this much of the best (in the metric's units, 0.01 is
-    one point of nDCG@10) counts as no worse: the latest such step is kept and patience
-    starts again (``fit(tolerance=...)``; ``EARLY_STOPPING_TOLERANCE``).
-    """
-
-    loss: str = "mnrl"
-    epochs: int | None = None
-    batch_size: int = 16
-    learning_rate: float | None = None
-    warmup_ratio: float = 0.1
-    seed: int = 0
-    hard_negatives: bool = True
-    early_stopping: bool = True
-    patience: int = 3
-    tolerance: float = EARLY_STOPPING_TOLERANCE
-    eval_every: int | None = None
-
-    def __post_init__(self) -> None:
-        recipe = RECIPES.get(self.loss, RECIPE)
-        for name in ("epochs", "learning_rate"):
-            if getattr(self, name) is None:
-                object.__setattr__(self, name, recipe[name])
-
-    @classmethod
-    def from_options(cls, loss: str, options: Mapping[str, Any]) -> Hyperparameters:
-        """From a form's, a command's or a request's values; absent or None keys: defaults."""
-        names = OPTION_NAMES
-        return cls(loss=loss, **{n: options[n] for n in names if options.get(n) is not None})
-
-    def validate(self) -> None:
-        problems = []
-        if self.loss not in LOSS_CHOICES:
-            problems.append(f"loss must be one of {', '.join(LOSS_CHOICES)}, got {self.loss!r}")
-        if not isinstance(self.epochs, int) or not 1 <= self.epochs <= 100:
-            problems.append(f"epochs must be a whole number from 1 to 100, got {self.epochs!r}")
-        if not isinstance(self.batch_size, int) or not 2 <= self.batch_size <= 1024:
-            problems.append(f"batch_size must be from 2 to 1024, got {self.batch_size!r}")
-        lr = self.learning_rate
-        if not isinstance(lr, (int, float)) or not math.isfinite(lr) or not 0 < lr <= 1e-2:
-            problems.append(f"learning_rate must be in (0, 0.01] (2e-5 is usual), got {lr!r}")
-        if not isinstance(self.warmup_ratio, (int, float)) or not 0 <= self.warmup_ratio < 1:
-            problems.append(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio!r}")
-        if not isinstance(self.patience, int) or not 1 <= self.patience <= 1000:
-            problems.append(
-                f"patience must be a whole number from 1 to 1000, got {self.patience!r}"
-            )
-        tolerance = self.tolerance
-        if (
-            isinstance(tolerance, bool)
-            or not isinstance(tolerance, (int, float))
-            or not 0 <= tolerance <= 1
-        ):
-            problems.append(f"tolerance must be a number from 0 to 1, got {tolerance!r}")
-        every = self.eval_every
-        if every is not None and (not isinstance(every, int) or every < 1):
-            problems.append(f"eval_every must be a whole number >= 1 or empty, got {every!r}")
-        if problems:
-            raise ValidationError([f"{p}." for p in problems])
-
-    def as_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in OPTION_NAMES}
-
-
-# What a form, a command or a request may set (the loss apart), in the order runs store them.
-OPTION_NAMES = (
-    "epochs",
-    "batch_size",
-    "learning_rate",
-    "warmup_ratio",
-    "seed",
-    "hard_negatives",
-    "early_stopping",
-    "patience",
-    "tolerance",
-    "eval_every",
-)
-
-
-def option_default(name: str) -> Any:
-    """The default of one option, for a form's initial value or a help text (None for epochs
-    and learning_rate: the loss's recipe decides)."""
-    return next(f.default for f in dataclasses.fields(Hyperparameters) if f.name == name)
-
-
-def recipe_summary() -> str:
-    """The recipes in words, for help texts: ``mnrl: 4 epochs, lr 5e-05; ...``."""
-    parts = [
-        f"{name}: {r['epochs']} epochs, lr {r['learning_rate']:g}" for name, r in RECIPES.items()
-    ]
-    parts.append(f"other losses: {RECIPE['epochs']} epoch, lr {RECIPE['learning_rate']:g}")
-    return "; ".join(parts)
 
 
 # --- from pairs to examples ----------------------------------------------------------------------
@@ -302,20 +184,6 @@ def _content_texts(target: str, limit: int = 20000) -> list[str]:
         if text:
             texts.append(text)
     return list(dict.fromkeys(texts))
-
-
-def adapt_hyperparameters(loss: str | None = None, **options: Any) -> Hyperparameters:
-    """What "adapt to our content" trains with when the caller gives no value: the recipe
-    measured on SciFact (docs/training.md, "Adapt to our content"; ``margin_mse``: 1 epoch at
-    2e-5, batch ``ADAPT_MARGIN_BATCH_SIZE``); ``options`` override it."""
-    loss = loss or sbert_settings.ADAPT["LOSS"]
-    recipe: dict[str, Any] = {}
-    if loss == "mnrl":
-        recipe = {"learning_rate": sbert_settings.ADAPT["LEARNING_RATE"], "epochs": ADAPT_EPOCHS}
-    elif loss == "margin_mse":
-        recipe = {"batch_size": ADAPT_MARGIN_BATCH_SIZE}
-    given = {name: value for name, value in options.items() if value is not None}
-    return Hyperparameters.from_options(loss, {**recipe, **given})
 
 
 def adapt_documents(texts: Sequence[str], seed: int) -> list[str]:
@@ -726,7 +594,7 @@ def _train(run: TrainingRun) -> str:
 
     reporter = _Reporter(run)
     try:
-        current = serving(run.encoder_name, max_age=0)
+        current = serving_record(run.encoder_name, max_age=0)
         TrainingRun.objects.filter(pk=run.pk).update(base_version=current.version)
         base = get_encoder(run.encoder_name, current.version)
         hyper = Hyperparameters(loss=run.loss, **_stored_options(run.hyperparameters))

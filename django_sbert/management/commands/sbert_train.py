@@ -20,7 +20,20 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_sbert.exceptions import BrokerUnavailable
 from django_sbert.finetuning import promotion, runs
+from django_sbert.finetuning.options import OPTIONS, TrainingOption
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
+
+
+def add_option_argument(parser: argparse.ArgumentParser, option: TrainingOption) -> None:
+    """The flag of one training option (``finetuning.options.OPTIONS``), checked as it is
+    parsed; not given, it is None and the run takes the option's default."""
+    if option.choices:
+        kind: dict[str, Any] = {"choices": option.choices}
+    elif option.type is bool:
+        kind = {"action": argparse.BooleanOptionalAction}
+    else:
+        kind = {"type": option.parse, "metavar": option.type.__name__.upper()}
+    parser.add_argument(option.flag, help=option.help_text, **kind)
 
 
 class Command(BaseCommand):
@@ -36,32 +49,8 @@ class Command(BaseCommand):
             "pseudo-queries scored by a teacher fusing the model with BM25), else --loss mnrl "
             "(pseudo-queries as pairs) or simcse.",
         )
-        parser.add_argument("--loss", choices=runs.LOSS_CHOICES)
-        parser.add_argument(
-            "--epochs", type=int, help=f"Default: the loss's recipe ({runs.recipe_summary()})."
-        )
-        parser.add_argument("--batch-size", type=int)
-        parser.add_argument("--learning-rate", type=float, help="Default: the loss's recipe.")
-        parser.add_argument("--warmup-ratio", type=float)
-        parser.add_argument("--seed", type=int)
-        parser.add_argument(
-            "--hard-negatives",
-            action=argparse.BooleanOptionalAction,
-            help="mnrl: mine a hard negative per positive pair (default: on).",
-        )
-        parser.add_argument(
-            "--early-stopping",
-            action=argparse.BooleanOptionalAction,
-            help="Keep the best step on the eval pairs, stop after --patience (default: on).",
-        )
-        parser.add_argument("--patience", type=int)
-        parser.add_argument(
-            "--tolerance",
-            type=float,
-            help="A measurement within this of the best counts as no worse; the latest such "
-            f"step is kept (default: {runs.option_default('tolerance')}).",
-        )
-        parser.add_argument("--eval-every", type=int, help="Default: about ten per run.")
+        for option in OPTIONS:
+            add_option_argument(parser, option)
         parser.add_argument("--sync", action="store_true", help="Run in this process and wait.")
         parser.add_argument(
             "--promote", action="store_true", help="With --sync: promote if the gate passes."

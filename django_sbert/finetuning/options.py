@@ -1,0 +1,419 @@
+"""What a run trains with: the losses, their recipes, and the training options, declared once.
+
+``OPTIONS`` is the one declaration of the 11 options a staff user, a request or a command may
+set: name, type, bounds, default and help. The admin's fine-tune form, the API's run serializer
+and ``sbert_train``'s arguments are built from it, ``Hyperparameters.validate`` checks it, and
+the table in docs/fine-tuning.md ("Training options") is ``options_table()``'s output. Bounds
+are inclusive unless marked open (``learning_rate`` above 0, ``warmup_ratio`` below 1): the
+constraints training has, not a guess at what is useful.
+
+::
+
+    hyper = Hyperparameters.from_options("mnrl", {"epochs": 2})   # the rest: defaults, recipe
+    hyper.validate()                                              # every bad value at once
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.validators import BaseValidator
+from django.utils.deconstruct import deconstructible
+
+from ..conf import sbert_settings
+
+# The names of django_sbert.encoder.losses.LOSSES, which imports torch: kept as a tuple so that
+# forms and the API can list them at import time; tests/finetuning/test_runs.py ties the two.
+LOSS_CHOICES = (
+    "mnrl",
+    "cached_mnrl",
+    "cosent",
+    "cosine",
+    "softmax",
+    "triplet",
+    "simcse",
+    "matryoshka",
+    "margin_mse",
+)
+# "Adapt to our content" (a run on a field's text, no pairs) trains with one of these, on
+# pseudo-queries cut from the text (encoder/pseudo_queries.py): "margin_mse" on the margins of
+# a teacher fusing the base model with BM25 (encoder/distillation.py), "mnrl" with mined
+# negatives; or "simcse" (a text against itself under another dropout mask).
+ADAPT_LOSSES = ("margin_mse", "mnrl", "simcse")
+
+# The default recipe of each loss: what a run trains with when the admin, the API or
+# ``sbert_train`` is given no epochs or learning rate. Chosen on a development split of the
+# SciFact train claims (mnrl) and on STSb dev (cosine); docs/fine-tuning.md has the
+# measurements. Early stopping (on the eval split) keeps the best checkpoint, so ``epochs`` is
+# the most a run trains, not what it must. mnrl: 4 epochs measured better than 2 on the dev
+# half (SciFact, all 5,183 abstracts: +3.80 against +3.21 nDCG@10), early stopping keeping
+# step 27 of 84; cached_mnrl and matryoshka keep the 2 epochs measured before.
+# cosine (scored pairs): 1 epoch at 5e-5 measured STSb dev 89.59 in 87 s (bf16), against
+# 89.31 at 2e-5, 89.51 for 2 epochs at 2e-5 and 89.58 for 2 epochs at 4e-5.
+RECIPES: dict[str, dict[str, Any]] = {
+    "mnrl": {"epochs": 4, "learning_rate": 5e-5},
+    "cached_mnrl": {"epochs": 2, "learning_rate": 5e-5},
+    "matryoshka": {"epochs": 2, "learning_rate": 5e-5},
+    "cosine": {"epochs": 1, "learning_rate": 5e-5},
+}
+RECIPE = {"epochs": 1, "learning_rate": 2e-5}  # every other loss: the SBERT paper's
+# "Adapt to our content" with mnrl on pseudo-queries keeps the 2 epochs it had before the mnrl
+# recipe moved to 4 (those were measured on pairs, not on pseudo-queries).
+ADAPT_EPOCHS = 2
+# margin_mse examples hold a query's four margins (encoder.distillation.PER_QUERY), so a batch
+# of 8 costs the texts of 16 two-text examples; at 16 a run took half the steps and measured
+# 0.3 point lower on SciFact (docs/training.md).
+ADAPT_MARGIN_BATCH_SIZE = 8
+# Early stopping counts a measurement within this of the best as no worse (one point of
+# nDCG@10): on an eval split of 80 SciFact queries the default mnrl run, keeping the strict
+# best, kept step 30 of 96 (83.18, against 82.25 to 83.11 after it) and measured 70.48 on the
+# 404 dev queries; with the tolerance it kept step 96 and measured 72.21 (docs/fine-tuning.md,
+# "Early stopping tolerance").
+EARLY_STOPPING_TOLERANCE = 0.01
+
+
+def recipe_summary() -> str:
+    """The recipes in words, for help texts: ``mnrl: 4 epochs, lr 5e-05; ...``."""
+    recipes = [*RECIPES.items(), ("other losses", RECIPE)]
+    return "; ".join(
+        f"{name}: {r['epochs']} epoch{'' if r['epochs'] == 1 else 's'}, lr {r['learning_rate']:g}"
+        for name, r in recipes
+    )
+
+
+# --- the options -------------------------------------------------------------------------------
+
+
+@deconstructible
+class _AboveValidator(BaseValidator):
+    """An open lower bound (Django's ``MinValueValidator`` is closed)."""
+
+    message = "Ensure this value is greater than %(limit_value)s."
+    code = "min_value"
+
+    def compare(self, a: Any, b: Any) -> bool:
+        return bool(a <= b)
+
+
+@deconstructible
+class _BelowValidator(BaseValidator):
+    """An open upper bound (Django's ``MaxValueValidator`` is closed)."""
+
+    message = "Ensure this value is less than %(limit_value)s."
+    code = "max_value"
+
+    def compare(self, a: Any, b: Any) -> bool:
+        return bool(a >= b)
+
+
+@dataclass(frozen=True)
+class TrainingOption:
+    """One training option: what it is, what it accepts and what it is when not given.
+
+    ``default`` None: decided elsewhere, as ``default_text`` says (the loss's recipe, the pairs'
+    shape). ``minimum`` / ``maximum`` are inclusive unless ``open_minimum`` / ``open_maximum``.
+    """
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    minimum: float | None = None
+    maximum: float | None = None
+    open_minimum: bool = False
+    open_maximum: bool = False
+    choices: tuple[str, ...] = ()
+    default_text: str = ""
+
+    @property
+    def flag(self) -> str:
+        """The command-line flag: ``--batch-size``."""
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def bounds_text(self) -> str:
+        """What the option accepts, in words: ``a whole number from 1 to 100``."""
+        if self.choices:
+            return f"one of {', '.join(self.choices)}"
+        if self.type is bool:
+            return "true or false"
+        lo, hi = _number(self.minimum), _number(self.maximum)
+        if self.open_minimum or self.open_maximum:
+            left = "(" if self.open_minimum else "["
+            right = ")" if self.open_maximum else "]"
+            return f"in {left}{lo}, {hi}{right}"
+        kind = "a whole number" if self.type is int else "a number"
+        if self.maximum is None:
+            return f"{kind} >= {lo}"
+        return f"{kind} from {lo} to {hi}"
+
+    @property
+    def default_description(self) -> str:
+        """The default in words, for help texts and the docs."""
+        if self.default_text:
+            return self.default_text
+        if self.type is bool:
+            return "on" if self.default else "off"
+        return _number(self.default)
+
+    @property
+    def help_text(self) -> str:
+        """``help`` and the default, for a form field, an API field or a flag."""
+        return f"{self.help} Default: {self.default_description}."
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` is refused (``"epochs must be ..., got 0"``), or None when it fits."""
+        if value is None and self.default is None and not self.choices:
+            return None  # left to the recipe (epochs, learning_rate) or to fit (eval_every)
+        numbers = (int,) if self.type is int else (int, float)
+        if self.choices:
+            fits = value in self.choices
+        elif self.type is bool:
+            fits = isinstance(value, bool)
+        elif isinstance(value, bool) or not isinstance(value, numbers):
+            fits = False
+        else:
+            fits = math.isfinite(value) and self._within(value)
+        return None if fits else f"{self.name} must be {self.bounds_text}, got {value!r}"
+
+    def _within(self, value: float) -> bool:
+        if self.minimum is not None and (
+            value <= self.minimum if self.open_minimum else value < self.minimum
+        ):
+            return False
+        return self.maximum is None or (
+            value < self.maximum if self.open_maximum else value <= self.maximum
+        )
+
+    def field_bounds(self) -> dict[str, Any]:
+        """``min_value``, ``max_value`` and ``validators`` keywords for a Django form field or
+        a DRF serializer field: closed bounds as the field's own, open ones as validators."""
+        keywords: dict[str, Any] = {}
+        validators: list[Any] = []
+        if self.minimum is not None:
+            if self.open_minimum:
+                validators.append(_AboveValidator(self.minimum))
+            else:
+                keywords["min_value"] = self.minimum
+        if self.maximum is not None:
+            if self.open_maximum:
+                validators.append(_BelowValidator(self.maximum))
+            else:
+                keywords["max_value"] = self.maximum
+        if validators:
+            keywords["validators"] = validators
+        return keywords
+
+    def parse(self, text: str) -> Any:
+        """A command-line value, checked (argparse's ``type=``)."""
+        try:
+            value = self.type(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{self.name} must be {self.bounds_text}, got {text!r}"
+            ) from None
+        problem = self.problem(value)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+
+
+def _number(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+OPTIONS: tuple[TrainingOption, ...] = (
+    TrainingOption(
+        "loss",
+        str,
+        None,
+        "The training objective (docs/training.md).",
+        choices=LOSS_CHOICES,
+        default_text="picked from the pairs' shape (scores: cosine, labels: softmax, else "
+        "mnrl); a content run: SBERT['ADAPT']['LOSS']",
+    ),
+    TrainingOption(
+        "epochs",
+        int,
+        None,
+        "Passes over the training examples, at most (early stopping may end the run sooner).",
+        minimum=1,
+        maximum=100,
+        default_text=f"the loss's recipe ({recipe_summary()})",
+    ),
+    TrainingOption(
+        "batch_size",
+        int,
+        16,
+        "Examples per step; with mnrl, the other examples of a batch are each one's negatives.",
+        minimum=2,
+        maximum=1024,
+        default_text=f"16; a content run with margin_mse: {ADAPT_MARGIN_BATCH_SIZE} (each "
+        "example holds several margins)",
+    ),
+    TrainingOption(
+        "learning_rate",
+        float,
+        None,
+        "Peak learning rate of AdamW, reached after the warmup, then decayed linearly.",
+        minimum=0.0,
+        maximum=1e-2,
+        open_minimum=True,
+        default_text="the loss's recipe",
+    ),
+    TrainingOption(
+        "warmup_ratio",
+        float,
+        0.1,
+        "Share of the steps over which the learning rate rises from 0.",
+        minimum=0.0,
+        maximum=1.0,
+        open_maximum=True,
+    ),
+    TrainingOption(
+        "seed",
+        int,
+        0,
+        "Seed of the shuffling, dropout and sampling: the same seed, the same run.",
+        minimum=0,
+        maximum=2**31 - 1,
+    ),
+    TrainingOption(
+        "hard_negatives",
+        bool,
+        True,
+        "mnrl: mine one hard negative per positive pair with the serving model.",
+    ),
+    TrainingOption(
+        "early_stopping",
+        bool,
+        True,
+        "Measure on the eval pairs about ten times per run, keep the best step, stop after "
+        "'patience' measurements without improvement.",
+    ),
+    TrainingOption(
+        "patience",
+        int,
+        3,
+        "Measurements without improvement before early stopping ends the run.",
+        minimum=1,
+        maximum=1000,
+    ),
+    TrainingOption(
+        "tolerance",
+        float,
+        EARLY_STOPPING_TOLERANCE,
+        "A measurement within this of the best counts as no worse: the latest such step is "
+        "kept (0.01: one point of nDCG@10).",
+        minimum=0.0,
+        maximum=1.0,
+    ),
+    TrainingOption(
+        "eval_every",
+        int,
+        None,
+        "Steps between early stopping's measurements.",
+        minimum=1,
+        default_text="about ten per run",
+    ),
+)
+OPTION = {option.name: option for option in OPTIONS}
+# What a form, a command or a request may set (the loss apart), in the order runs store them.
+OPTION_NAMES = tuple(option.name for option in OPTIONS if option.name != "loss")
+
+
+def option_default(name: str) -> Any:
+    """The default of one option, for a form's initial value or a help text (None for epochs
+    and learning_rate: the loss's recipe decides)."""
+    return OPTION[name].default
+
+
+def options_table() -> str:
+    """The options as a Markdown table (docs/fine-tuning.md, "Training options")."""
+    rows = [
+        "| option (API, admin) | `sbert_train` | accepts | default | what it does |",
+        "|---|---|---|---|---|",
+    ]
+    for option in OPTIONS:
+        flags = f"`{option.flag}`"
+        if option.type is bool:
+            flags += f", `--no-{option.flag[2:]}`"
+        rows.append(
+            f"| `{option.name}` | {flags} | {option.bounds_text} "
+            f"| {option.default_description} | {option.help} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+# --- the values of one run ---------------------------------------------------------------------
+
+
+def _default(name: str) -> Any:
+    return field(default=OPTION[name].default)
+
+
+@dataclass(frozen=True)
+class Hyperparameters:
+    """What a run trains with; ``validate()`` explains every bad value at once (``OPTIONS``).
+
+    ``epochs`` and ``learning_rate`` left None take the loss's recipe (``RECIPES``).
+    ``hard_negatives``: mine one per positive pair (mnrl) with the base model, from the rows
+    embedded by the run's encoder and the pairs' own texts. ``early_stopping``: measure on the
+    eval split every ``eval_every`` steps (None: about ten times per run), keep the best
+    checkpoint and stop after ``patience`` measurements without improvement, never before
+    ``encoder.training.default_min_steps`` (about an epoch, at most half the run).
+    ``tolerance``: a measurement within this much of the best (in the metric's units, 0.01 is
+    one point of nDCG@10) counts as no worse: the latest such step is kept and patience
+    starts again (``fit(tolerance=...)``; ``EARLY_STOPPING_TOLERANCE``).
+    """
+
+    loss: str = "mnrl"  # the loss of plain positive pairs
+    epochs: int | None = _default("epochs")
+    batch_size: int = _default("batch_size")
+    learning_rate: float | None = _default("learning_rate")
+    warmup_ratio: float = _default("warmup_ratio")
+    seed: int = _default("seed")
+    hard_negatives: bool = _default("hard_negatives")
+    early_stopping: bool = _default("early_stopping")
+    patience: int = _default("patience")
+    tolerance: float = _default("tolerance")
+    eval_every: int | None = _default("eval_every")
+
+    def __post_init__(self) -> None:
+        recipe = RECIPES.get(self.loss, RECIPE)
+        for name in ("epochs", "learning_rate"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, recipe[name])
+
+    @classmethod
+    def from_options(cls, loss: str, options: Mapping[str, Any]) -> Hyperparameters:
+        """From a form's, a command's or a request's values; absent or None keys: defaults."""
+        names = OPTION_NAMES
+        return cls(loss=loss, **{n: options[n] for n in names if options.get(n) is not None})
+
+    def validate(self) -> None:
+        problems = [option.problem(getattr(self, option.name)) for option in OPTIONS]
+        if any(problems):
+            raise ValidationError([f"{p}." for p in problems if p])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in OPTION_NAMES}
+
+
+def adapt_hyperparameters(loss: str | None = None, **options: Any) -> Hyperparameters:
+    """What "adapt to our content" trains with when the caller gives no value: the recipe
+    measured on SciFact (docs/training.md, "Adapt to our content"; ``margin_mse``: 1 epoch at
+    2e-5, batch ``ADAPT_MARGIN_BATCH_SIZE``); ``options`` override it."""
+    loss = loss or sbert_settings.ADAPT["LOSS"]
+    recipe: dict[str, Any] = {}
+    if loss == "mnrl":
+        recipe = {"learning_rate": sbert_settings.ADAPT["LEARNING_RATE"], "epochs": ADAPT_EPOCHS}
+    elif loss == "margin_mse":
+        recipe = {"batch_size": ADAPT_MARGIN_BATCH_SIZE}
+    given = {name: value for name, value in options.items() if value is not None}
+    return Hyperparameters.from_options(loss, {**recipe, **given})
