@@ -9,7 +9,7 @@
 A fine-tuned encoder's vector side can be much stronger than the keyword side; fused with
 equal weights, the keyword side then pulls the vector side's good results down, and hybrid
 search does worse than vector search alone. So when a run evaluates its candidate
-(``runs._train``), the eval split's positive pairs are ranked three ways (each ``text_a`` a
+(``execution._train``), the eval split's positive pairs are ranked three ways (each ``text_a`` a
 query, every ``text_b`` and the run's distractors the corpus, as ``gate.eval_metrics`` does):
 by the candidate's
 vectors, by PostgreSQL full-text search (the ranking ``keyword_search()`` uses, with word

@@ -15,7 +15,7 @@ from django_sbert import indexing, serving
 from django_sbert.admin.finetuning import FineTuneForm
 from django_sbert.api.finetuning import TrainingRunRequestSerializer
 from django_sbert.encoder.training import default_eval_every, training_precision
-from django_sbert.finetuning import gate, negatives, runs
+from django_sbert.finetuning import examples, execution, gate, negatives, runs
 from django_sbert.finetuning.quality import read_sts_file
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
 from tests.finetuning.topics import TOPICS
@@ -64,7 +64,7 @@ def test_recipes_fill_what_is_not_given():
 
 def test_a_run_stored_before_an_option_existed_trains_without_it():
     stored = {"epochs": 2, "batch_size": 8, "learning_rate": 5e-5, "patience": 3}
-    options = runs._stored_options(stored)
+    options = execution._stored_options(stored)
     assert options["hard_negatives"] is False and options["early_stopping"] is False
     assert options["tolerance"] == 0.0  # the strict best step, as such runs were measured
     assert runs.Hyperparameters(loss="mnrl", **options).epochs == 2
@@ -170,7 +170,7 @@ def test_too_few_mined_negatives_train_on_the_plain_pairs(caplog, monkeypatch):
     make_pairs()
     pairs = [(f"{a} 0", f"{b} 0") for a, b in TOPICS]
     found = [(*pairs[0], pairs[1][1]), (*pairs[1], pairs[0][1])]  # each holds the other's text
-    monkeypatch.setattr(runs, "with_hard_negatives", lambda *args, **kwargs: found)
+    monkeypatch.setattr(examples, "with_hard_negatives", lambda *args, **kwargs: found)
     hyper = runs.Hyperparameters(loss="mnrl", epochs=1, batch_size=4, early_stopping=False)
     pair_ids = list(TrainingPair.objects.values_list("pk", flat=True))
     run = runs.create_run("default", pair_ids, hyperparameters=hyper, enqueue=False)
@@ -194,13 +194,13 @@ def test_too_few_mined_negatives_train_on_the_plain_pairs(caplog, monkeypatch):
 def test_mined_triples_replace_the_pairs_from_half_of_them(monkeypatch, found, kept):
     pairs = [(f"q{n}", f"p{n}") for n in range(12)]
     triples = [(q, p, f"n{n}") for n, (q, p) in enumerate(pairs[:found])]
-    monkeypatch.setattr(runs, "with_hard_negatives", lambda *args, **kwargs: triples)
+    monkeypatch.setattr(examples, "with_hard_negatives", lambda *args, **kwargs: triples)
     run = TrainingRun(pk=1, encoder_name="default")
-    assert runs._mined(None, pairs, run, "v", []) == (triples if kept else pairs)
+    assert examples.mined_examples(None, pairs, run, "v", []) == (triples if kept else pairs)
     # Triples that all share a text make no batch: the pairs stay whatever the share.
     shared = [(q, p, "one negative") for q, p in pairs]
-    monkeypatch.setattr(runs, "with_hard_negatives", lambda *args, **kwargs: shared)
-    assert runs._mined(None, pairs, run, "v", []) == pairs
+    monkeypatch.setattr(examples, "with_hard_negatives", lambda *args, **kwargs: shared)
+    assert examples.mined_examples(None, pairs, run, "v", []) == pairs
 
 
 def test_runs_train_float32_weights_in_the_precision_of_the_setting(settings, monkeypatch):

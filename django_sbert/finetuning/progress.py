@@ -1,0 +1,151 @@
+"""What a running training run writes while it runs, for the run page, the API and recovery.
+
+``Heartbeat`` keeps ``updated_at`` fresh through every phase (so ``recovery`` fails only runs
+whose worker is gone), ``Reporter`` writes step, loss history and notices a cancellation,
+``EvalTracker`` writes early stopping's measurements (``TrainingRun.evaluations``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connections
+from django.utils import timezone
+
+from ..conf import sbert_settings
+from ..models import RunStatus, TrainingRun
+
+# A run's log lines, from its creation to its end, under the name they always had.
+logger = logging.getLogger("django_sbert.finetuning.runs")
+
+
+class Heartbeat:
+    """Write the run's ``updated_at`` from a thread while every phase of the run goes on.
+
+    Loading the base model, the evaluations before and after training and saving can each
+    take minutes on a large model or eval split, without a training step to report; the
+    heartbeat keeps ``updated_at`` fresh through all of them, so ``recovery.fail_dead_runs``
+    fails only a run whose worker is gone (the thread dies with the process). It beats three
+    times per ``TRAINING_STALLED_SECONDS`` at least, and never more often than progress is
+    written (``TRAINING_PROGRESS_SECONDS``).
+    """
+
+    def __init__(self, run_pk: int) -> None:
+        self.run_pk = run_pk
+        stalled = float(sbert_settings.TRAINING_STALLED_SECONDS)
+        progress = float(sbert_settings.TRAINING_PROGRESS_SECONDS)
+        self.every = max(0.05, min(progress, stalled / 3))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat, name=f"django-sbert-heartbeat-{run_pk}", daemon=True
+        )
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        try:
+            while not self._stop.wait(self.every):
+                TrainingRun.objects.filter(pk=self.run_pk, status=RunStatus.RUNNING).update(
+                    updated_at=timezone.now()
+                )
+        except Exception:  # a lost database connection: the run's own writes will report it
+            logger.exception("Heartbeat of training run %s stopped", self.run_pk)
+        finally:
+            connections.close_all()  # this thread's own connections
+
+
+class Reporter:
+    """Progress and loss history for the admin, written at most every few seconds."""
+
+    def __init__(self, run: TrainingRun) -> None:
+        self.run = run
+        self.history: list[list[float]] = []
+        self.step = 0
+        self.total = 0
+        self.every = float(sbert_settings.TRAINING_PROGRESS_SECONDS)
+        self.last_write = 0.0
+        self.last_check = 0.0
+        self.cancelled = False
+
+    def __call__(self, progress: Any) -> None:
+        self.step, self.total = progress.step, progress.total_steps
+        self.history.append([progress.step, round(float(progress.loss), 6)])
+        if time.monotonic() - self.last_write >= self.every or self.step == self.total:
+            self.flush()
+
+    def flush(self) -> None:
+        self.last_write = time.monotonic()
+        TrainingRun.objects.filter(pk=self.run.pk, status=RunStatus.RUNNING).update(
+            step=self.step,
+            total_steps=self.total,
+            loss_history=self.history,
+            updated_at=timezone.now(),
+        )
+
+    def should_stop(self) -> bool:
+        if time.monotonic() - self.last_check < 1.0:
+            return self.cancelled
+        self.last_check = time.monotonic()
+        status = TrainingRun.objects.filter(pk=self.run.pk).values_list("status", flat=True)
+        self.cancelled = status.first() != RunStatus.RUNNING
+        return self.cancelled
+
+
+class EvalTracker:
+    """Early stopping's evaluator for a run: ``measure``'s metrics (the eval split's, or the
+    held-back pseudo-pairs') at every evaluation, ``metric`` the one compared, written to
+    ``TrainingRun.evaluations`` as they come, for the run page and the API."""
+
+    def __init__(
+        self,
+        run: TrainingRun,
+        before: dict[str, float],
+        reporter: Reporter,
+        measure: Callable[[Any], dict[str, float]],
+        metric: str,
+    ) -> None:
+        self.run = run
+        self.reporter = reporter  # its step is the step just taken when fit evaluates
+        self.metric = metric
+        self.before = before
+        self.measure = measure
+        self.measured: dict[int, dict[str, float]] = {}
+        self.history: list[list[float]] = []
+
+    def __call__(self, encoder: Any) -> float:
+        # step 0 is the base model, measured just before training
+        metrics = self.measure(encoder) if self.measured else dict(self.before)
+        step = int(self.reporter.step)
+        self.measured[step] = metrics
+        self.history.append([step, float(metrics[self.metric])])
+        best = max(self.history, key=lambda item: item[1])  # the first of equals: fit's choice
+        self._write({"best_step": best[0], "best_metric": best[1]})
+        return float(metrics[self.metric])
+
+    def finish(self, result: Any) -> None:
+        self._write(
+            {
+                "best_step": result.best_step,
+                "best_metric": result.best_metric,
+                "steps": result.steps,
+                "total_steps": result.total_steps,
+                "stopped_early": result.stopped_early,
+                "min_steps": result.min_steps,
+            }
+        )
+
+    def _write(self, extra: dict[str, Any]) -> None:
+        TrainingRun.objects.filter(pk=self.run.pk).update(
+            evaluations={"metric": self.metric, "history": self.history, **extra},
+            updated_at=timezone.now(),
+        )
