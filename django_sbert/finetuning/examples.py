@@ -36,8 +36,8 @@ MIN_MINED_SHARE = 0.5
 def default_loss(pairs: Any) -> str:
     """The loss that fits the pairs' shape: scores -> cosine, labels -> softmax, else mnrl.
 
-    Scored pairs get ``cosine``: from a trained sentence encoder it raised STSb dev from 86.72
-    to 89.31 (89.59 with its recipe) where ``cosent`` lowered it to 86.24 (docs/training.md).
+    Scored pairs get ``cosine``: from a trained sentence encoder it raised STS where ``cosent``
+    lowered it (docs/benchmarks.md, "Fine-tuning").
     """
     counts = pair_kind_counts(pairs)
     if counts["scored"] and counts["scored"] * 2 >= counts["total"]:

@@ -46,15 +46,9 @@ LOSS_CHOICES = (
 # negatives; or "simcse" (a text against itself under another dropout mask).
 ADAPT_LOSSES = ("margin_mse", "mnrl", "simcse")
 
-# The default recipe of each loss: what a run trains with when the admin, the API or
-# ``sbert_train`` is given no epochs or learning rate. Chosen on a development split of the
-# SciFact train claims (mnrl) and on STSb dev (cosine); docs/fine-tuning.md has the
-# measurements. Early stopping (on the eval split) keeps the best checkpoint, so ``epochs`` is
-# the most a run trains, not what it must. mnrl: 4 epochs measured better than 2 on the dev
-# half (SciFact, all 5,183 abstracts: +3.80 against +3.21 nDCG@10), early stopping keeping
-# step 27 of 84; cached_mnrl and matryoshka keep the 2 epochs measured before.
-# cosine (scored pairs): 1 epoch at 5e-5 measured STSb dev 89.59 in 87 s (bf16), against
-# 89.31 at 2e-5, 89.51 for 2 epochs at 2e-5 and 89.58 for 2 epochs at 4e-5.
+# What a run trains with when given no epochs or learning rate: the best of the settings
+# compared for each loss (docs/fine-tuning.md, "The default recipe"). Early stopping keeps the
+# best checkpoint, so ``epochs`` is the most a run trains, not what it must.
 RECIPES: dict[str, dict[str, Any]] = {
     "mnrl": {"epochs": 4, "learning_rate": 5e-5},
     "cached_mnrl": {"epochs": 2, "learning_rate": 5e-5},
@@ -62,18 +56,15 @@ RECIPES: dict[str, dict[str, Any]] = {
     "cosine": {"epochs": 1, "learning_rate": 5e-5},
 }
 RECIPE = {"epochs": 1, "learning_rate": 2e-5}  # every other loss: the SBERT paper's
-# "Adapt to our content" with mnrl on pseudo-queries keeps the 2 epochs it had before the mnrl
-# recipe moved to 4 (those were measured on pairs, not on pseudo-queries).
+# "Adapt to our content" with mnrl keeps the epochs measured on pseudo-queries (the mnrl
+# recipe's were measured on pairs).
 ADAPT_EPOCHS = 2
 # margin_mse examples hold a query's four margins (encoder.distillation.PER_QUERY), so a batch
-# of 8 costs the texts of 16 two-text examples; at 16 a run took half the steps and measured
-# 0.3 point lower on SciFact (docs/training.md).
+# of 8 costs the texts of 16 two-text examples, and the run keeps the steps it needs
+# (docs/training.md, "Adapt to our content: a lexical teacher").
 ADAPT_MARGIN_BATCH_SIZE = 8
-# Early stopping counts a measurement within this of the best as no worse (one point of
-# nDCG@10): on an eval split of 80 SciFact queries the default mnrl run, keeping the strict
-# best, kept step 30 of 96 (83.18, against 82.25 to 83.11 after it) and measured 70.48 on the
-# 404 dev queries; with the tolerance it kept step 96 and measured 72.21 (docs/fine-tuning.md,
-# "Early stopping tolerance").
+# A measurement within one point of nDCG@10 of the best counts as no worse: a small eval split
+# cannot tell such differences from noise (docs/fine-tuning.md, "Early stopping tolerance").
 EARLY_STOPPING_TOLERANCE = 0.01
 
 
