@@ -481,7 +481,7 @@ def main() -> None:
     import torch
 
     from django_sbert.encoder import SentenceEncoder
-    from django_sbert.passages import PassageConfig, max_passages
+    from django_sbert.passages import PassageConfig, passage_limit
 
     print(cpu_line())
     print(
@@ -518,7 +518,8 @@ def main() -> None:
         # passages=True's own overlap; 32 tokens for larger passages, a seventh for smaller.
         overlap = config.overlap if n == default else (32 if n >= 128 else n // 7)
         size = PassageConfig(max_tokens=n, overlap=overlap)
-        split = {"max_tokens": n, "overlap": overlap, "max_passages": max_passages(size, "default")}
+        limit = passage_limit(size, "default")
+        split = {"max_tokens": n, "overlap": overlap, "max_passages": limit}
         wiki[n] = encode_passages(f"wikinews-passages-{n}", texts, encoder, **split)
         scifact[n] = encode_passages(f"scifact-passages-{n}", sci_texts, encoder, **split)
     passages, sci_passages = wiki[default], scifact[default]
@@ -529,7 +530,7 @@ def main() -> None:
     )
     print(
         f"passages=True: passages of at most {default} tokens (window {window}), overlap "
-        f"{config.overlap}, at most {max_passages(config, 'default')} per row; compared: "
+        f"{config.overlap}, at most {passage_limit(config, 'default')} per row; compared: "
         f"{', '.join(map(str, compared))} tokens"
     )
     if args.prepare_only:

@@ -8,7 +8,7 @@ from django.db import models
 from django.test.utils import isolate_apps
 
 from django_sbert.fields import EmbeddingField
-from django_sbert.passages import PassageConfig, max_passages
+from django_sbert.passages import PassageConfig, passage_limit
 from tests.testapp.models import Article, Report
 
 
@@ -89,11 +89,11 @@ def test_deconstruct_writes_passages_only_when_set():
 def test_max_passages_holds_the_text_of_max_chunks_windows(settings):
     # The tiny model reads 64 tokens; MAX_CHUNKS is 64: 64 x 64 tokens, 18 new ones each.
     config = PassageConfig(max_tokens=24, overlap=6)
-    assert max_passages(config, "default") == 228  # ceil(4096 / 18)
-    assert max_passages(PassageConfig(max_passages=5), "default") == 5
-    assert max_passages(PassageConfig(max_tokens=None, overlap=0), "default") == 64
+    assert passage_limit(config, "default") == 228  # ceil(4096 / 18)
+    assert passage_limit(PassageConfig(max_passages=5), "default") == 5
+    assert passage_limit(PassageConfig(max_tokens=None, overlap=0), "default") == 64
     settings.SBERT = {
         **settings.SBERT,
         "ENCODERS": {"default": {**settings.SBERT["ENCODERS"]["default"], "MAX_CHUNKS": 2}},
     }
-    assert max_passages(config, "default") == 8  # ceil(128 / 18)
+    assert passage_limit(config, "default") == 8  # ceil(128 / 18)

@@ -23,7 +23,7 @@ from django.db import connections
 from ..columns import vector_literal
 from ..encoder.passages import Passage, passages_of
 from ..models import StagedPassage
-from ..passages import max_passages as passages_max
+from ..passages import passage_limit
 from ..serving import get_encoder, role_prompt
 from .refs import FieldRef, Pk, content_type_id
 from .rows import PendingRow, encode_rows
@@ -43,9 +43,10 @@ def has_passages(ref: FieldRef) -> bool:
     return bool(getattr(ref.field, "has_passages", False))
 
 
-def max_passages(ref: FieldRef) -> int:
-    """Passages per row at most: the field's ``max_passages``, else the encoder's MAX_CHUNKS."""
-    return passages_max(ref.field.passage_config, ref.encoder_name)
+def field_passage_limit(ref: FieldRef) -> int:
+    """Passages per row at most for ``ref`` (``passages.passage_limit``): the field's
+    ``max_passages``, else as many as hold the text of the encoder's ``MAX_CHUNKS`` windows."""
+    return passage_limit(ref.field.passage_config, ref.encoder_name)
 
 
 def split_rows(
@@ -59,7 +60,7 @@ def split_rows(
         texts,
         max_tokens=config.max_tokens,
         overlap=config.overlap,
-        max_passages=max_passages(ref),
+        max_passages=field_passage_limit(ref),
         # The passages are encoded with the document prompt: it takes room in the window.
         prompt=role_prompt(ref.encoder_name, "document", model),
     )
@@ -103,7 +104,7 @@ def document_vector(vectors: np.ndarray, document: str = "mean") -> np.ndarray:
 
 
 def _log_capped(ref: FieldRef, rows: Sequence[PendingRow], split: list[list[Passage]]) -> None:
-    limit = max_passages(ref)
+    limit = field_passage_limit(ref)
     capped = sum(
         1
         for row, passages in zip(rows, split, strict=True)
@@ -244,8 +245,8 @@ __all__ = [
     "by_pk",
     "document_vector",
     "encode_with_passages",
+    "field_passage_limit",
     "has_passages",
-    "max_passages",
     "passage_count",
     "passage_rows",
     "replace_passages",

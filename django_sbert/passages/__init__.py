@@ -15,7 +15,7 @@ The splitter is ``django_sbert.encoder.passages``; writing passages is
 
 from __future__ import annotations
 
-from .config import DOCUMENT_VECTORS, PassageConfig, max_passages, passage_config
+from .config import DOCUMENT_VECTORS, PassageConfig, passage_config, passage_limit
 from .table import PassageVectorField, make_passage_model, passage_model_name, passages_exist
 
 __all__ = [
@@ -23,8 +23,8 @@ __all__ = [
     "PassageConfig",
     "PassageVectorField",
     "make_passage_model",
-    "max_passages",
     "passage_config",
+    "passage_limit",
     "passage_model_name",
     "passages_exist",
 ]

@@ -111,7 +111,7 @@ def _max_seq_length(model: str) -> int:
     return describe(model).max_seq_length
 
 
-def max_passages(config: PassageConfig, encoder: str) -> int:
+def passage_limit(config: PassageConfig, encoder: str) -> int:
     """Passages one row holds at most: ``config.max_passages``, else as many as hold the text
     of the encoder's ``MAX_CHUNKS`` windows (64 x 256 tokens for all-MiniLM-L6-v2: 342
     passages of 64 tokens that overlap by 16).

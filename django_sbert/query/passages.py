@@ -63,7 +63,7 @@ from pgvector.django import CosineDistance
 
 from ..conf import sbert_settings
 from ..fields import EmbeddingField
-from ..passages import max_passages
+from ..passages import passage_limit
 from .fusion import DerivedTableJoin, FusedColumn, candidate_queryset
 from .vectors import REBOUND, QuerySource, QueryVector
 
@@ -89,7 +89,7 @@ class PassageSearch:
             vector_literal=literal,
             source=source,
             per_row=passages_per_row(),
-            max_per_row=max_passages(field.passage_config, field.encoder),
+            max_per_row=passage_limit(field.passage_config, field.encoder),
         )
 
     # -- SQL --------------------------------------------------------------------------------

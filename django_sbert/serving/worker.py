@@ -62,8 +62,10 @@ def _remember_concurrency(sender: Any = None, **kwargs: Any) -> None:
     _worker_app = getattr(sender, "app", None)
 
 
-def consumed_queues(app: Any = None) -> set[str] | None:
-    """Names of the queues this worker consumes (``-Q``); None when unknown (not a worker).
+def own_queues(app: Any = None) -> set[str] | None:
+    """Names of the queues this worker process consumes (``-Q``); None when unknown (not a
+    worker). ``finetuning.queues.consumed_queues()`` is another question: what every worker
+    consumes.
 
     Read when the pool starts: ``worker_init`` comes before the worker selects its queues.
     """
@@ -147,7 +149,7 @@ def prepare_worker_process(**kwargs: Any) -> None:
         return
     threads = torch_threads(names[0])
     set_torch_threads(threads)
-    queues = consumed_queues()
+    queues = own_queues()
     if not serves_encoders(queues):
         logger.info(
             "django-sbert: worker process %d consumes %s only: no encoder loaded before the "

@@ -17,7 +17,7 @@ from django.db import transaction
 from django_sbert import indexing
 from django_sbert.fields import text_hash
 from django_sbert.indexing import tasks
-from django_sbert.indexing.passages import encode_with_passages, max_passages, split_rows
+from django_sbert.indexing.passages import encode_with_passages, field_passage_limit, split_rows
 from django_sbert.indexing.rows import PendingRow
 from django_sbert.indexing.writes import write_rows
 from django_sbert.serving import encode_texts, get_encoder
@@ -203,7 +203,7 @@ def test_splitting_follows_the_field_settings(ref, settings):
         "ENCODERS": {"default": {**settings.SBERT["ENCODERS"]["default"], "MAX_CHUNKS": 1}},
     }
     # max_passages: as many passages as hold one 64-token window of text, 18 new tokens each
-    assert max_passages(ref) == 4
+    assert field_passage_limit(ref) == 4
     (capped,) = split_rows(ref, [text])
     assert len(capped) == 4 and [p.text for p in capped] == [p.text for p in split[:4]]
 

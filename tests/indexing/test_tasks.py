@@ -263,7 +263,7 @@ def test_a_training_only_worker_loads_no_serving_encoder_at_start(monkeypatch):
         training = Celery("queues", set_as_current=False)
         if names:
             training.amqp.queues.select(list(names))
-        return worker.consumed_queues(training)
+        return worker.own_queues(training)
 
     assert queues("sbert-train") == {"sbert-train"}
     assert not worker.serves_encoders(queues("sbert-train"))
