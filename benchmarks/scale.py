@@ -145,8 +145,8 @@ def sizes(model: type) -> tuple[int, int, int]:
     from django.db import connection
 
     from django_sbert.indexing import field_refs
+    from django_sbert.indexing.sizing import hnsw_indexes
     from django_sbert.management.commands.sbert_index import vector_indexes
-    from django_sbert.sizing import hnsw_indexes
 
     (_, index), *_ = vector_indexes(field_refs(model)[0])
     table = model._meta.db_table

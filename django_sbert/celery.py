@@ -19,9 +19,8 @@ Copy the sweep into your project's Celery configuration::
     CELERY_BEAT_SCHEDULE = {"sbert-sweep": SWEEP_SCHEDULE}
 
 This module imports no Django model and no torch (``conf`` reads settings lazily), so a
-settings module may import it. The
-worker's per-process setup (torch threads, encoders loaded before the first task) is in
-``django_sbert.serving.worker``; its public helpers are also reachable from here.
+settings module may import it. The worker's per-process setup (torch threads, encoders loaded
+before the first task) is in ``django_sbert.serving.worker``.
 """
 
 from __future__ import annotations
@@ -61,15 +60,3 @@ SWEEP_SCHEDULE: dict[str, Any] = {
     "kwargs": {"expires": DEFAULT_SWEEP_EVERY},
     "options": {"queue": DEFAULTS["QUEUE"], "expires": DEFAULT_SWEEP_EVERY},
 }
-
-# Worker helpers that lived here before django_sbert.serving.worker; still importable from here.
-_WORKER_NAMES = ("available_cpus", "torch_threads", "set_torch_threads", "prepare_worker_process")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _WORKER_NAMES:
-        # Lazy: serving.worker needs the app registry, which a settings module runs before.
-        from .serving import worker
-
-        return getattr(worker, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

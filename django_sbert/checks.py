@@ -17,9 +17,10 @@ django_sbert.W002         pgvector is older than 0.8: filtered searches may retu
 django_sbert.E020         an EmbeddingField's precision is not "float32" or "float16"
 django_sbert.E023         an EmbeddingField's dimensions cut its encoder's vectors to a size the
                           encoder was not trained for (MATRYOSHKA_DIMS)
-django_sbert.W021         rows hold a vector but no encoder version (database check, sizing.py)
+django_sbert.W021         rows hold a vector but no encoder version (database check,
+                          indexing/sizing.py)
 django_sbert.W022         vector indexes larger than the memory that caches them (database
-                          check, sizing.py)
+                          check, indexing/sizing.py)
 django_sbert.W030         a database searches read opens a connection per request (--deploy)
 django_sbert.W031         a queue holds messages that no live worker consumes (--deploy)
 ========================  ======================================================================
@@ -42,13 +43,13 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections, router
 from django.db.migrations.recorder import MigrationRecorder
 
-from . import queues
 from .conf import ENCODER_DEFAULTS, encoder_config, sbert_settings
 from .fields import EmbeddingField, all_embedding_fields
-from .health import serving_databases
+from .finetuning import queues
+from .indexing.sizing import check_scale
 from .models import EncoderVersion, VersionStatus
+from .serving.health import serving_databases
 from .serving.model_cache import unavailable_reason
-from .sizing import check_scale
 
 TAG = "django_sbert"
 ITERATIVE_SCAN_VERSION = (0, 8, 0)
@@ -63,7 +64,7 @@ def register() -> None:
     checks.register(check_local_files, TAG, checks.Tags.database)
     checks.register(check_connections, TAG, deploy=True)
     checks.register(check_workers, TAG, deploy=True)
-    checks.register(check_scale, TAG, checks.Tags.database)  # W021, W022 (sizing.py)
+    checks.register(check_scale, TAG, checks.Tags.database)  # W021, W022 (indexing/sizing.py)
 
 
 def _fields(app_configs: Sequence[Any] | None) -> list[tuple[type, EmbeddingField]]:

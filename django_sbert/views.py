@@ -6,7 +6,7 @@
     path("sbert/", include("django_sbert.urls"))     # GET /sbert/health/
 
 200 ``{"status": "ok", "checks": {...}}`` when every check passes, 503 with the same JSON
-and each failing check's reason otherwise (``django_sbert.health``).
+and each failing check's reason otherwise (``django_sbert.serving.health``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from . import health as health_checks
+from .serving import health as health_checks
 
 
 @never_cache

@@ -16,8 +16,8 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from django_sbert import queues
 from django_sbert.checks import check_connections, check_workers
+from django_sbert.finetuning import queues
 from django_sbert.finetuning.tasks import enqueue_training
 from django_sbert.models import TrainingRun
 from tests.celery_app import app

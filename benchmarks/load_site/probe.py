@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from django_sbert.conf import sbert_settings
-from django_sbert.serving import serving
+from django_sbert.serving import serving_record
 
 
 def probe() -> dict[str, object]:
@@ -14,6 +14,6 @@ def probe() -> dict[str, object]:
     alias = sbert_settings.SEARCH_DATABASE
     return {
         "pid": os.getpid(),
-        "search_version": serving("default", using=alias).version,
-        "index_version": serving("default").version,
+        "search_version": serving_record("default", using=alias).version,
+        "index_version": serving_record("default").version,
     }

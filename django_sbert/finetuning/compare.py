@@ -30,7 +30,7 @@ from ..exceptions import CompareError
 from ..indexing import field_refs
 from ..models import EncoderVersion, TrainingPair, VersionStatus
 from ..query import as_semantic
-from ..serving import get_encoder, serving
+from ..serving import get_encoder, serving_record
 from .gate import PositiveIndex, positive_pairs
 
 K = 10  # results shown per version, and the cut-off of the per-query nDCG
@@ -77,7 +77,7 @@ class Comparison:
 def baseline_version(version: EncoderVersion) -> str:
     """What ``version`` is compared with: the serving version; for the serving version itself,
     the one it replaced (``CompareError`` when it replaced none)."""
-    current = serving(version.encoder_name, max_age=0).version
+    current = serving_record(version.encoder_name, max_age=0).version
     if current != version.version:
         return current
     if version.replaced:

@@ -31,7 +31,7 @@ from ..conf import sbert_settings
 from ..encoder.evaluation import retrieval_metrics, sts_spearman
 from ..indexing import field_refs, light_rows
 from ..models import EncoderVersion, TrainingPair
-from ..serving import get_encoder, serving
+from ..serving import get_encoder, serving_record
 
 PRIMARY_METRICS = ("ndcg@10", "sts_spearman")  # what the evaluation gate compares, in order
 DISTRACTOR_SEED = 0  # the sample of distractors depends on the data alone, never on a run
@@ -243,7 +243,7 @@ def gate(candidate: EncoderVersion) -> GateResult:
     A candidate that cannot be compared (its run was deleted, the run had no eval pairs, a
     content run, no metric both versions have) does not pass: see ``GateResult.reason``.
     """
-    current = serving(candidate.encoder_name, max_age=0)
+    current = serving_record(candidate.encoder_name, max_age=0)
     run = candidate.run
     metrics = dict(candidate.metrics)
     if run is None:

@@ -33,7 +33,7 @@ from ..indexing import FieldRef, field_refs
 from ..indexing.rows import pages_by_pk
 from ..indexing.writes import content_type_id, stage_pending, unstaged
 from ..models import EncoderVersion, StagedEmbedding, VersionStatus
-from ..serving import forget_serving, serving, switch_lock
+from ..serving import forget_serving, serving_record, switch_lock
 from .errors import describe_exception
 from .gate import GateResult
 from .gate import gate as evaluation_gate  # start_promotion() has a `gate` flag
@@ -147,7 +147,7 @@ def switch(target: EncoderVersion) -> dict[str, int]:
         target = EncoderVersion.objects.select_for_update().get(pk=target.pk)
         if target.status != VersionStatus.PROMOTING:
             raise PromotionRefused(f"{target} is {target.status}, not being promoted.")
-        old = serving(name, max_age=0, using=alias).version
+        old = serving_record(name, max_age=0, using=alias).version
         switched = {str(ref): _switch_field(ref, old, target.version) for ref in refs}
         previous = EncoderVersion.objects.select_for_update().filter(
             encoder_name=name, status=VersionStatus.ACTIVE

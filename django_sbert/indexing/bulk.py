@@ -36,7 +36,7 @@ from django.db import connections, models, transaction
 from django.utils import timezone
 
 from ..fields import EmbeddingField, embedding_fields, text_hash, vector_literal
-from ..serving import serving, switch_lock
+from ..serving import serving_record, switch_lock
 from .refs import FieldRef, field_refs
 
 
@@ -145,7 +145,7 @@ def _serving_version(ref: FieldRef, version: str | None, alias: str) -> str:
     """The serving version, read under the switch lock (shared, like every live write), so no
     promotion's switch commits between the check and the COPY."""
     switch_lock(ref.encoder_name, shared=True, using=alias)
-    current = serving(ref.encoder_name, max_age=0).version
+    current = serving_record(ref.encoder_name, max_age=0).version
     if version is not None and version != current:
         raise ValueError(
             f"The vectors were computed by version {version!r} but encoder "

@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from ..fields import text_hash, vector_literal
 from ..models import SkipStage, StagedEmbedding
-from ..serving import serving, switch_lock
+from ..serving import serving_record, switch_lock
 from .failures import RowFailure, each_or_alone, read_text, record
 from .passages import (
     RowPassages,
@@ -121,7 +121,7 @@ def _check_still_serving(ref: FieldRef, version: str, alias: str) -> None:
     """Inside the write transaction: hold the switch lock (shared) and re-read the serving
     version from the database (the truth on every host, whatever files this one has)."""
     switch_lock(ref.encoder_name, shared=True, using=alias)
-    current = serving(ref.encoder_name, max_age=0, using=alias).version
+    current = serving_record(ref.encoder_name, max_age=0, using=alias).version
     if current != version:
         raise VersionChanged(ref, version, current)
 

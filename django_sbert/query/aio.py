@@ -38,7 +38,7 @@ import numpy as np
 from asgiref.sync import sync_to_async
 from django.core.exceptions import SynchronousOnlyOperation
 
-from ..serving import encode_query_for, peek_query_cache, query_vector, serving
+from ..serving import encode_query_for, peek_query_cache, query_vector, serving_record
 
 # Threads that encode query texts for async searches, per process. Each encoder runs one
 # forward pass at a time (its lock), so more threads would only wait on that lock.
@@ -82,7 +82,7 @@ async def encode_text(text: str, encoder: str, using: str | None = None) -> str:
         return text  # nothing to encode; the search says what is wrong with it, if anything
     text = str(text)
     # A cached read; the database at most every 2 s.
-    current = await sync_to_async(serving)(encoder, using=using)
+    current = await sync_to_async(serving_record)(encoder, using=using)
     vector = peek_query_cache(text, current)  # never waits: the loop must not block
     if vector is None:
         encode = partial(encode_query_for, text, current)

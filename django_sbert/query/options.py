@@ -28,7 +28,7 @@ from django.db import OperationalError, connections, transaction
 from .. import fulltext
 from ..conf import sbert_settings
 from ..exceptions import SearchTimeout
-from ..serving import FUSIONS, serving
+from ..serving import FUSIONS, serving_record
 
 ITERATIVE_SCAN_MODES = ("off", "strict_order", "relaxed_order")
 # Unlike the hnsw.* settings, this one changes how every other query plans: restored after
@@ -221,7 +221,7 @@ def tuned_fusion(source: Any) -> dict[str, Any]:
     """
     if source is None or not sbert_settings.SEARCH.get("TUNED_FUSION", True):
         return {}
-    current = serving(source.encoder, using=source.database)
+    current = serving_record(source.encoder, using=source.database)
     if current.version != source.version:  # a switch since the query was encoded
         return {}
     return current.fusion_settings()

@@ -8,7 +8,7 @@ these names::
     query_vector("central banks")   # (vector, version), LRU-cached per process
     role_prompt("default", "query", model)   # the prompt queries (or documents) get
     encoder_version("default")      # the version string rows store in <field>_version
-    serving("default")              # Serving(encoder, version, directory)
+    serving_record("default")       # Serving(encoder, version, directory)
 
 Modules: ``identity`` (what a version is), ``storage`` (where its files live: a Django storage
 backend), ``model_cache`` (each host's verified copy of them), ``versions``
@@ -58,6 +58,7 @@ from .versions import (
     promoting_version,
     serving,
     serving_changed,
+    serving_record,
     serving_version,
     switch_lock,
     version_directory,
@@ -101,6 +102,7 @@ __all__ = [
     "save_encoder",
     "serving",
     "serving_changed",
+    "serving_record",
     "serving_version",
     "switch_lock",
     "unavailable_reason",

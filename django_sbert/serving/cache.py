@@ -43,7 +43,7 @@ from ..exceptions import VersionUnavailable
 from .identity import forget_base_versions
 from .model_cache import compile_cache, local_directory
 from .paths import encoder_path
-from .versions import Serving, serving, serving_version, version_directory
+from .versions import Serving, serving_record, serving_version, version_directory
 
 if TYPE_CHECKING:
     from ..encoder import SentenceEncoder
@@ -70,12 +70,12 @@ PROMPT_NAMES: dict[str, tuple[str, ...]] = {
 def get_encoder(name: str = "default", version: str | None = None) -> SentenceEncoder:
     """Return the serving model of encoder ``name`` (or its ``version``), loading it once."""
     if version is None:
-        return encoder_for(serving(name))
+        return encoder_for(serving_record(name))
     return encoder_for(Serving(name, version, version_directory(name, version)))
 
 
 def encoder_for(current: Serving) -> SentenceEncoder:
-    """The model of a version already looked up (``serving()``), loading it once.
+    """The model of a version already looked up (``serving_record()``), loading it once.
 
     Reads no database, so it may run in any thread (the async searches encode in a pool).
     """
@@ -97,7 +97,7 @@ def encoder_for(current: Serving) -> SentenceEncoder:
 
 
 def trainable_encoder(current: Serving) -> SentenceEncoder:
-    """A fresh float32, eager copy of a version (``serving()``'s answer), for fine-tuning.
+    """A fresh float32, eager copy of a version (``serving_record()``'s answer), for fine-tuning.
 
     Not cached, and without the settings' inference path (``PRECISION``, ``QUANTIZE``,
     ``COMPILE``): the serving copy may hold bf16-rounded or int8 weights, and a run starts
@@ -246,7 +246,7 @@ def encode_query(text: str, encoder: str = "default", version: str | None = None
 
 
 def encode_query_for(text: str, current: Serving) -> np.ndarray:
-    """``encode_query`` with a version already looked up (``serving()``): reads no database,
+    """``encode_query`` with a version already looked up (``serving_record()``): reads no database,
     so it may run in any thread (the async searches' encoding pool)."""
     cached = _cached_query(current.encoder, current.version, text)
     if cached is not None:
@@ -302,7 +302,7 @@ def query_vector(
     the search reads its rows from, which also says which version serves (a read replica
     answers with its own; ``versions.serving``).
     """
-    current = serving(encoder, using=using)
+    current = serving_record(encoder, using=using)
     return encode_query_for(text, current), current.version
 
 

@@ -4,7 +4,7 @@ The *serving* version of an encoder is its active ``EncoderVersion``, or, when n
 the model named in ``SBERT["ENCODERS"][name]["MODEL"]``. Its version string is what indexing
 writes to ``<field>_version`` and what a query must filter on::
 
-    serving("default")          # Serving(encoder, version, directory), cached for a moment
+    serving_record("default")   # Serving(encoder, version, directory), cached for a moment
     serving_version("default")  # just the version string
 
 The database is the only source of truth: a host never decides from its own files which version
@@ -19,16 +19,16 @@ notices a promotion within 2 s without a restart. While a promotion is under way
 cached (one SELECT per use), so the switch is seen by every process at its very next query.
 
 Writers that must not race a switch (``indexing.writes.write_vectors``) hold
-``switch_lock(name, shared=True)`` and check ``serving(name, max_age=0)`` inside it; the switch
-holds the same lock exclusively (``finetuning.promotion.switch``). ``promoting_version(name)``
-tells the write path which version, if any, is being promoted, so rows saved meanwhile get its
-vectors too.
+``switch_lock(name, shared=True)`` and check ``serving_record(name, max_age=0)`` inside it; the
+switch holds the same lock exclusively (``finetuning.promotion.switch``).
+``promoting_version(name)`` tells the write path which version, if any, is being promoted, so
+rows saved meanwhile get its vectors too.
 
 Which database answers: the primary (``router.db_for_write(EncoderVersion)``) unless the caller
 names one. Indexing, the sweep and the promotion switch read and lock there. A search reads the
-version from the database its rows come from (``serving(name, using=queryset.db)``): a read
-replica that lags answers with its own version and its own rows, consistently, never zero rows
-because the primary moved on. The cache is kept per (database, encoder)::
+version from the database its rows come from (``serving_record(name, using=queryset.db)``): a
+read replica that lags answers with its own version and its own rows, consistently, never zero
+rows because the primary moved on. The cache is kept per (database, encoder)::
 
     primary  ── switch commits v2 ──► WAL ──► replica (replays v2 a moment later)
     search on the replica: version v1 and rows of v1 until v2 is replayed, then v2 and v2's rows
@@ -43,6 +43,7 @@ import hashlib
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -157,11 +158,11 @@ def _sqlstate(exc: BaseException) -> str | None:
     return getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
 
 
-def serving(
+def serving_record(
     name: str = "default", *, max_age: float | None = None, using: str | None = None
 ) -> Serving:
-    """The serving version of encoder ``name``, read from the database at most every
-    ``max_age`` seconds (default ``SBERT["VERSION_CACHE_SECONDS"]``).
+    """The ``Serving`` record of encoder ``name``: its serving version, read from the database at
+    most every ``max_age`` seconds (default ``SBERT["VERSION_CACHE_SECONDS"]``).
 
     ``using``: the database to read it from (a search passes the one its rows come from);
     default the primary, ``router.db_for_write(EncoderVersion)``.
@@ -194,7 +195,20 @@ def serving(
 
 def serving_version(name: str = "default", using: str | None = None) -> str:
     """The version string that rows encoded by the serving model carry in ``<field>_version``."""
-    return serving(name, using=using).version
+    return serving_record(name, using=using).version
+
+
+def serving(
+    name: str = "default", *, max_age: float | None = None, using: str | None = None
+) -> Serving:
+    """Deprecated: the former name of ``serving_record()``, kept for one release."""
+    warnings.warn(
+        "django_sbert.serving.serving() is now serving_record(); the old name goes in the next "
+        "release.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return serving_record(name, max_age=max_age, using=using)
 
 
 def serving_changed(name: str, version: str, using: str | None = None) -> str | None:
@@ -204,7 +218,7 @@ def serving_changed(name: str, version: str, using: str | None = None) -> str | 
     promotion switched meanwhile, encode again with the returned version and retry. ``using``:
     the search's database.
     """
-    current = serving(name, max_age=0, using=using).version
+    current = serving_record(name, max_age=0, using=using).version
     return current if current != version else None
 
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .cache import encode_texts, encoder_for
 from .paths import encoder_path
-from .versions import serving
+from .versions import serving_record
 
 if TYPE_CHECKING:
     from ..encoder import SentenceEncoder
@@ -74,7 +74,7 @@ def warm(names: Iterable[str], role: WarmRole = "both") -> dict[str, WarmState]:
         version = path = reason = ""
         error: str | None = None
         try:
-            current = serving(name)
+            current = serving_record(name)
             version = current.version
             model = encoder_for(current)  # load once, before the passes below time anything
             if role in ("query", "both"):

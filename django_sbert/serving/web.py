@@ -11,7 +11,7 @@ The watcher is a daemon thread that keeps what this process warmed in step with 
 without a request paying for it: while a version is being promoted it loads that version and
 runs a query through it (so the switch finds it loaded), and once the serving version is no
 longer the one ``warm()`` recorded it calls ``warm()`` again (milliseconds: the model is
-already loaded). The health view (``django_sbert.health``) answers 503 only in that gap.
+already loaded). The health view (``django_sbert.serving.health``) answers 503 only in that gap.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from django.db import close_old_connections
 from ..conf import sbert_settings
 from ..fields import all_embedding_fields
 from .cache import encode_texts
-from .versions import promoting_version, serving
+from .versions import promoting_version, serving_record
 from .warmup import WARM_TEXTS, WarmRole, WarmState, warm, warm_state
 from .worker import set_torch_threads, torch_threads
 
@@ -127,7 +127,7 @@ def _prewarm_promotion(name: str, role: WarmRole) -> None:
 
 
 def _rewarm_if_switched(name: str, role: WarmRole) -> None:
-    current = serving(name)
+    current = serving_record(name)
     state = warm_state().get(name)
     caught_up = state is not None and state.version == current.version
     if caught_up and (state.error is None or time.time() - state.warmed_at < RETRY_SECONDS):

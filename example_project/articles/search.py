@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from django.db.models import Count, Q, QuerySet
 
 from django_sbert.query.highlight import best_sentences
-from django_sbert.serving import peek_query_cache, query_vector, serving
+from django_sbert.serving import peek_query_cache, query_vector, serving_record
 
 from .models import Article, Category
 
@@ -106,7 +106,7 @@ def timed_search(
     encode_ms, cached = None, False
     if isinstance(query, str) and mode != KEYWORD:
         started = time.perf_counter()
-        cached = peek_query_cache(query, serving(field.encoder)) is not None
+        cached = peek_query_cache(query, serving_record(field.encoder)) is not None
         query_vector(query, field.encoder)
         encode_ms = (time.perf_counter() - started) * 1000
     started = time.perf_counter()

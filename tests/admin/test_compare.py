@@ -53,7 +53,7 @@ def _candidate(embed) -> tuple[EncoderVersion, list[Article]]:
 
 def test_both_versions_rank_the_same_pool_with_their_own_vectors(embed):
     candidate, articles = _candidate(embed)
-    active = serving.serving("default", max_age=0).version
+    active = serving.serving_record("default", max_age=0).version
     stored = {a.pk: np.asarray(a.embedding) for a in Article.objects.all()}
     assert compare.baseline_version(candidate) == active
 
@@ -85,7 +85,7 @@ def test_both_versions_rank_the_same_pool_with_their_own_vectors(embed):
     assert {h.text for h in first.before.hits} == {h.text for h in first.after.hits}
 
     # Nothing served changed: the same version, the same vectors, nothing staged.
-    assert serving.serving("default", max_age=0).version == active
+    assert serving.serving_record("default", max_age=0).version == active
     assert {a.pk: np.asarray(a.embedding) for a in Article.objects.all()}.keys() == stored.keys()
     for article in Article.objects.all():
         assert np.array_equal(np.asarray(article.embedding), stored[article.pk])
@@ -125,7 +125,7 @@ def test_missing_files_and_nothing_to_compare_are_said_plainly(staff, embed):
     assert "sbert-compare-error" in page and "cannot be loaded on this host" in page
     # The serving version replaced nothing: there is no "before".
     base = EncoderVersion.objects.create(
-        version=serving.serving("default", max_age=0).version,
+        version=serving.serving_record("default", max_age=0).version,
         encoder_name="default",
         is_base=True,
         status="active",

@@ -256,10 +256,10 @@ def test_rolling_back_a_version_that_is_not_active_is_409(roles, version):
 
 
 def test_workflow_train_promote_rollback(roles, settings, django_capture_on_commit_callbacks):
-    from django_sbert.serving import get_encoder, serving
+    from django_sbert.serving import get_encoder, serving_record
 
     def encoder_version(name: str) -> str:  # what a process sees once its cache expires
-        return serving(name, max_age=0).version
+        return serving_record(name, max_age=0).version
 
     from django_sbert.fields import embedding_fields
     from django_sbert.indexing import embed_pks, field_refs

@@ -144,9 +144,10 @@ def test_a_run_stores_its_versions_fusion_and_serving_reads_it_once_active(db, m
         candidate.metrics["fusion_method"],
     )
     assert gate(candidate).metric == "ndcg@10"  # the gate still compares vector search
-    assert serving.serving("default", max_age=0).fusion is None  # the candidate is not serving
+    # the candidate is not serving
+    assert serving.serving_record("default", max_age=0).fusion is None
     EncoderVersion.objects.filter(pk=candidate.pk).update(status=VersionStatus.ACTIVE)
-    current = serving.serving("default", max_age=0)
+    current = serving.serving_record("default", max_age=0)
     assert current.version == candidate.version and current.fusion == chosen
     assert current.fusion_settings() == {
         "fusion": chosen[3],

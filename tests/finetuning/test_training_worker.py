@@ -75,7 +75,7 @@ def test_worker_trains_a_queued_run_and_a_killed_one_keeps_the_active_version(
     start_worker, settings
 ):
     worker = start_worker()
-    base = serving.serving("default", max_age=0).version
+    base = serving.serving_record("default", max_age=0).version
     ids = pair_ids(4)
     run = runs.create_run(  # queued when the (auto)commit happens: at once
         "default", ids, hyperparameters=runs.Hyperparameters(batch_size=5)
@@ -96,7 +96,7 @@ def test_worker_trains_a_queued_run_and_a_killed_one_keeps_the_active_version(
     long_run.refresh_from_db()
     assert long_run.status == RunStatus.RUNNING and long_run.step < long_run.total_steps
     assert not EncoderVersion.objects.filter(run=long_run).exists()
-    assert serving.serving("default", max_age=0).version == base
+    assert serving.serving_record("default", max_age=0).version == base
     store = serving.model_root() / "default"
     assert [p.name for p in store.iterdir()] == [Path(candidate.directory).name]
 

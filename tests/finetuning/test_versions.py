@@ -142,7 +142,7 @@ def test_a_run_that_fails_in_the_worker_records_the_error_and_keeps_serving(mode
     run.refresh_from_db()
     assert "ValidationError" in run.error
     assert not EncoderVersion.objects.exists()
-    assert serving.serving("default", max_age=0).is_base
+    assert serving.serving_record("default", max_age=0).is_base
 
 
 def test_cancelled_run_leaves_no_version(model_dir):
@@ -333,11 +333,11 @@ def test_readers_see_the_old_version_until_the_switch_commits(model_dir):
         }
         for a in rows:
             np.testing.assert_allclose(stored(a), active[a.pk], atol=1e-6)
-        assert serving.serving("default", max_age=0).version == candidate.version
+        assert serving.serving_record("default", max_age=0).version == candidate.version
     thread.join(60)
     assert not errors, errors
     assert set(Article.objects.values_list("embedding_version", flat=True)) == {base_row.version}
-    assert serving.serving("default", max_age=0).version == base_row.version
+    assert serving.serving_record("default", max_age=0).version == base_row.version
 
 
 def test_an_interrupted_promotion_resumes_where_it_stopped(model_dir):
@@ -379,7 +379,7 @@ def test_a_failed_promotion_records_its_error_and_changes_nothing(model_dir):
         promotion.run_promotion(candidate.pk)
     candidate.refresh_from_db()
     assert candidate.status == VersionStatus.PROMOTING and candidate.promotion_error
-    assert serving.serving("default", max_age=0).version == base
+    assert serving.serving_record("default", max_age=0).version == base
     assert set(Article.objects.values_list("embedding_version", flat=True)) == {base}
     promotion.cancel_promotion(candidate)
     candidate.refresh_from_db()

@@ -18,7 +18,7 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from django_sbert import queues
+from django_sbert.finetuning import queues
 from django_sbert.models import RunStatus, TrainingRun
 from tests.worker_process import Worker
 

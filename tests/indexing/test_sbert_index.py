@@ -16,8 +16,8 @@ from django.core.management.base import CommandError
 from django.db import connection, connections
 from django.test.utils import override_settings
 
+from django_sbert.indexing.sizing import check_scale, hnsw_indexes
 from django_sbert.management.commands.sbert_index import build_progress
-from django_sbert.sizing import check_scale, hnsw_indexes
 from tests.scaleapp.models import BinaryArticle
 from tests.testapp.models import Article
 

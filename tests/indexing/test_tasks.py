@@ -18,15 +18,10 @@ from celery.signals import task_prerun
 from django.db import InterfaceError, OperationalError, transaction
 
 from django_sbert import indexing
-from django_sbert.celery import (
-    SWEEP_SCHEDULE,
-    available_cpus,
-    prepare_worker_process,
-    sweep_schedule,
-    torch_threads,
-)
+from django_sbert.celery import SWEEP_SCHEDULE, sweep_schedule
 from django_sbert.fields import text_hash
 from django_sbert.indexing import signals, tasks
+from django_sbert.serving.worker import available_cpus, prepare_worker_process, torch_threads
 from tests.celery_app import app
 from tests.testapp.models import Article, Note
 

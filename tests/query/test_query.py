@@ -342,7 +342,8 @@ def test_a_settings_change_forgets_the_cached_serving_version(db, settings):
 def test_encoder_is_loaded_once_across_threads(db, settings):
     settings.SBERT = {**settings.SBERT, "VERSION_CACHE_SECONDS": 60}
     serving.reset_encoders()
-    serving.serving("default")  # read here: the threads use the cached answer, not the database
+    # read here: the threads use the cached answer, not the database
+    serving.serving_record("default")
     seen: list[object] = []
     barrier = threading.Barrier(6)
 
@@ -410,7 +411,8 @@ def test_vector_column_is_deferred_unless_asked_for(articles):
 
 def test_concurrent_queries_from_threads_agree_with_sequential_ones(db, settings):
     settings.SBERT = {**settings.SBERT, "VERSION_CACHE_SECONDS": 60}
-    serving.serving("default")  # read here: the threads use the cached answer, not the database
+    # read here: the threads use the cached answer, not the database
+    serving.serving_record("default")
     texts = [f"interest rates rise {i}" for i in range(12)]
     expected = {t: encode_texts([t])[0] for t in texts}
     results: dict[str, np.ndarray] = {}

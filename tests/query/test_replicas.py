@@ -158,8 +158,8 @@ def test_a_promotion_not_yet_replayed_leaves_the_replica_consistent(replica, tun
     on_primary = list(Article.objects.similar_to(TEXT, k=4))  # default alias: the primary
     assert_rows_of(on_primary, new, "default")
     # The version cache is per database: the primary's fresh answer is not the replica's.
-    assert serving.serving("default").version == new
-    assert serving.serving("default", using=REPLICA).version == base
+    assert serving.serving_record("default").version == new
+    assert serving.serving_record("default", using=REPLICA).version == base
     on_replica = list(Article.objects.using(REPLICA).similar_to(TEXT, k=4))
     assert_rows_of(on_replica, base, REPLICA)
     hybrid = list(Article.objects.using(REPLICA).hybrid_search(TEXT, k=4))
@@ -197,7 +197,7 @@ def test_with_a_replica_router_indexing_and_the_switch_use_the_primary(replica, 
     replica.pause_replay()
     new = promote(tuned)  # refused before: EncoderVersion read on the replica, rows on default
 
-    assert serving.serving("default").version == new  # writers' default: the primary
+    assert serving.serving_record("default").version == new  # writers' default: the primary
     assert_rows_of(list(Article.objects.similar_to(TEXT, k=4)), base, REPLICA)
     # A row saved now is embedded with the primary's version, though reads go to the replica.
     (added,) = embedded_rows(["interest rates rise again"])

@@ -80,7 +80,7 @@ def test_a_host_without_the_files_serves_the_database_version_and_refuses_to_enc
     elsewhere = become_a_host_without_the_files(settings, tmp_path)
 
     # The database's answer, not the base model's version, whatever this host has on disk.
-    assert serving.serving("default").version == target.version
+    assert serving.serving_record("default").version == target.version
     with pytest.raises(VersionUnavailable) as info:
         list(Article.objects.similar_to("central bank"))
     message = str(info.value)
@@ -145,7 +145,7 @@ def test_a_never_fine_tuned_site_reads_the_database_once_per_cache_period(settin
     serving.forget_serving()
     with CaptureQueriesContext(connection) as ctx:
         for _ in range(50):
-            current = serving.serving("default")
+            current = serving.serving_record("default")
     assert current.is_base and current.version == serving.base_version("default")
     selects = [q["sql"] for q in ctx.captured_queries if q["sql"].startswith("SELECT")]
     assert len(selects) == 1

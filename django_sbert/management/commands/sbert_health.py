@@ -18,7 +18,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_sbert import health
+from django_sbert.serving import health
 
 
 class Command(BaseCommand):

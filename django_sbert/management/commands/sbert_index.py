@@ -30,7 +30,7 @@ from tqdm import tqdm
 from django_sbert import indexing
 from django_sbert.conf import sbert_settings
 from django_sbert.indexes import BinaryQuantizedIndex
-from django_sbert.sizing import hnsw_indexes, memory_budget, pretty
+from django_sbert.indexing.sizing import hnsw_indexes, memory_budget, pretty
 
 POLL_SECONDS = 0.5
 

@@ -37,8 +37,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
-from django_sbert import indexing, queues, serving
+from django_sbert import indexing, serving
 from django_sbert.conf import sbert_settings
+from django_sbert.finetuning import queues
 
 COLUMNS = ("field", "encoder", "rows", "embedded", "stale", "missing", "version")
 SHOW_SKIPPED = 5  # skipped rows listed per field, newest first
@@ -98,7 +99,7 @@ class Command(BaseCommand):
         for name in names:
             notes.extend(self._files(name))
         consumed = queues.ask_workers()  # fresh, not the cached answer
-        lengths = queues.queue_lengths([sbert_settings.QUEUE, sbert_settings.TRAINING_QUEUE])
+        lengths = queues.queue_lengths([sbert_settings.QUEUE, sbert_settings.TRAINING["QUEUE"]])
         notes.extend(queues.missing_workers(consumed, lengths))
         # The host's inference paths first: the table and the notes about rows end the output.
         for line in self._paths(names):
@@ -123,7 +124,7 @@ class Command(BaseCommand):
 
     def _files(self, name: str) -> list[str]:
         """A line when this host cannot fetch or verify the version the database says serves."""
-        current = serving.serving(name, max_age=0)
+        current = serving.serving_record(name, max_age=0)
         if current.is_base or current.directory is None:
             return []
         problem = serving.unavailable_reason(name, current.version, current.directory)

@@ -35,7 +35,7 @@ from django_sbert.serving.warmup import forget_warm_state, warm
 from tests.testapp.models import Article
 from tests.worker_process import test_database_url
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TITLES = ["central bank raises rates", "football team wins", "storm closes schools"]
 
 
@@ -80,7 +80,7 @@ def test_the_search_database_is_one_the_view_checks():
     (and check W030) must cover it too."""
     from django.test import override_settings
 
-    from django_sbert.health import serving_databases
+    from django_sbert.serving.health import serving_databases
 
     assert serving_databases() == ["default"]
     with override_settings(SBERT={"SEARCH_DATABASE": "replica"}):

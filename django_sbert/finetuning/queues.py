@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 
 from django.core.cache import cache
 
-from .conf import sbert_settings
+from ..conf import sbert_settings
 
 logger = logging.getLogger(__name__)
 

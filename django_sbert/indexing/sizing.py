@@ -22,8 +22,8 @@ from typing import Any
 from django.core import checks
 from django.db import DatabaseError, connections, router
 
-from .conf import sbert_settings
-from .fields import EmbeddingField, all_embedding_fields
+from ..conf import sbert_settings
+from ..fields import EmbeddingField, all_embedding_fields
 
 UNVERSIONED_SAMPLE = 1000  # W021 counts up to this many rows per table (a bounded query)
 

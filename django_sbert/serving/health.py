@@ -24,13 +24,13 @@ from typing import Any
 
 from django.db import connections, router
 
-from .conf import sbert_settings
-from .fields import all_embedding_fields
-from .models import EncoderVersion
-from .serving.model_cache import unavailable_reason
-from .serving.versions import serving
-from .serving.warmup import warm_state
-from .serving.web import served_encoders
+from ..conf import sbert_settings
+from ..fields import all_embedding_fields
+from ..models import EncoderVersion
+from .model_cache import unavailable_reason
+from .versions import serving_record
+from .warmup import warm_state
+from .web import served_encoders
 
 OK = "ok"
 BROKER_SECONDS = 1.0  # how long the broker may take to answer
@@ -111,7 +111,7 @@ def _database(alias: str) -> str:
 
 def _encoder(name: str) -> str:
     try:
-        current = serving(name)
+        current = serving_record(name)
     except Exception as exc:
         return f"could not read the serving version: {type(exc).__name__}: {exc}"
     state = warm_state().get(name)
@@ -129,7 +129,7 @@ def _encoder(name: str) -> str:
 
 def _available(name: str) -> str:
     try:
-        current = serving(name)
+        current = serving_record(name)
     except Exception as exc:
         return f"could not read the serving version: {type(exc).__name__}: {exc}"
     if current.directory is None:
