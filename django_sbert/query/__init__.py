@@ -18,13 +18,22 @@ in ``django_sbert.fulltext``.
 
 from __future__ import annotations
 
-from .options import ITERATIVE_SCAN_MODES, SearchOptions, SearchTimeout, search_options
+from .options import (
+    ITERATIVE_SCAN_MODES,
+    FusionConfig,
+    KeywordConfig,
+    SearchOptions,
+    SearchTimeout,
+    search_options,
+)
 from .queryset import SemanticManager, SemanticQuerySet, as_semantic
 
 __all__ = [
     "ITERATIVE_SCAN_MODES",
     "SearchOptions",
     "SearchTimeout",
+    "FusionConfig",
+    "KeywordConfig",
     "SemanticManager",
     "SemanticQuerySet",
     "as_semantic",

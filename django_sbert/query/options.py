@@ -177,6 +177,59 @@ def match_mode(match: str) -> str:
     return match
 
 
+@dataclass(frozen=True)
+class FusionConfig:
+    """How ``hybrid_search()`` fuses its vector and keyword lists; None: ``SBERT["SEARCH"]``,
+    or the fusion tuned for the serving version (docs/hybrid.md)."""
+
+    method: str | None = None  # "rrf" (reciprocal rank fusion) or "linear" (normalised scores)
+    rrf_k: float | None = None  # rrf: score = weight / (rrf_k + rank); given alone implies rrf
+    candidates: int | None = None  # rows each side contributes before fusing
+    vector_weight: float | None = None  # weight of the vector side (0: keyword side only)
+    keyword_weight: float | None = None  # weight of the keyword side (0: vector side only)
+
+
+@dataclass(frozen=True)
+class KeywordConfig:
+    """How ``hybrid_search()``'s keyword side matches, as in ``keyword_search()``; None:
+    ``SBERT["SEARCH"]``."""
+
+    match: str | None = None  # "all" (every word, web-search syntax) or "any" (idf-weighted)
+    max_df: float | None = None  # match="any": words in more than this share of rows left out
+
+
+FUSION_ARGUMENTS = ("candidates", "rrf_k", "vector_weight", "keyword_weight")
+KEYWORD_ARGUMENTS = ("match", "max_df")
+
+
+def hybrid_arguments(
+    fusion: str | FusionConfig | None, keyword: KeywordConfig | None, **given: Any
+) -> dict[str, Any]:
+    """One ``hybrid_search()`` call's fusion and keyword options as plain values (``fusion``
+    the method's name), from its ``FusionConfig`` and ``KeywordConfig`` or from the keyword
+    arguments that name the same options; an option given both ways is refused."""
+    if fusion is not None and not isinstance(fusion, str | FusionConfig):
+        raise TypeError(f"fusion must be a FusionConfig or a method's name, not {fusion!r}.")
+    if keyword is not None and not isinstance(keyword, KeywordConfig):
+        raise TypeError(f"keyword must be a KeywordConfig, not {keyword!r}.")
+    values = dict(given)
+    for config, names, argument in (
+        (fusion if isinstance(fusion, FusionConfig) else None, FUSION_ARGUMENTS, "fusion"),
+        (keyword, KEYWORD_ARGUMENTS, "keyword"),
+    ):
+        if config is None:
+            continue
+        twice = sorted(name for name in names if given.get(name) is not None)
+        if twice:
+            raise TypeError(
+                f"hybrid_search() got {', '.join(twice)} both in {argument}= and as keyword "
+                f"arguments; give each option once (in {type(config).__name__})."
+            )
+        values.update({name: getattr(config, name) for name in names})
+    values["fusion"] = fusion.method if isinstance(fusion, FusionConfig) else fusion
+    return values
+
+
 def hybrid_settings(**overrides: Any) -> dict[str, Any]:
     """Fusion settings: the arguments given, else ``SBERT["SEARCH"]`` (defaults filled in)."""
     search = sbert_settings.SEARCH

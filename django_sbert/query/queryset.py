@@ -51,8 +51,11 @@ from .aio import encode_text, text_vector
 from .binary import reranked
 from .fusion import CappedMatch, FusedJoin, Fusion, fused_annotations
 from .options import (
+    FusionConfig,
+    KeywordConfig,
     SearchOptions,
     binary_oversample,
+    hybrid_arguments,
     hybrid_settings,
     keyword_max_df,
     keyword_max_rows,
@@ -197,8 +200,9 @@ class SemanticQuerySet(models.QuerySet):
         k: int | None = None,
         field: str | None = None,
         *,
+        fusion: FusionConfig | str | None = None,
+        keyword: KeywordConfig | None = None,
         candidates: int | None = None,
-        fusion: str | None = None,
         rrf_k: float | None = None,
         vector_weight: float | None = None,
         keyword_weight: float | None = None,
@@ -209,6 +213,11 @@ class SemanticQuerySet(models.QuerySet):
         passages: bool | None = None,
     ) -> SemanticQuerySet:
         """Rows ranked by a fusion of vector and keyword search, best first.
+
+        ``fusion=FusionConfig(method, rrf_k, candidates, vector_weight, keyword_weight)`` and
+        ``keyword=KeywordConfig(match, max_df)`` gather the options below; each may also be
+        given as a keyword argument of its own, as before (``fusion="rrf"`` names the method),
+        but not both ways at once.
 
         The ``candidates`` nearest rows by cosine similarity (HNSW, as ``similar_to``) and the
         ``candidates`` best full-text matches (GIN, as ``keyword_search``) are fused, a side
@@ -241,6 +250,19 @@ class SemanticQuerySet(models.QuerySet):
                 "hybrid_search() is already applied to this queryset; call it once, on a "
                 "queryset without it (filters may come before or after)."
             )
+        options = hybrid_arguments(
+            fusion,
+            keyword,
+            candidates=candidates,
+            rrf_k=rrf_k,
+            vector_weight=vector_weight,
+            keyword_weight=keyword_weight,
+            match=match,
+            max_df=max_df,
+        )
+        fusion, candidates, rrf_k = options["fusion"], options["candidates"], options["rrf_k"]
+        vector_weight, keyword_weight = options["vector_weight"], options["keyword_weight"]
+        match, max_df = options["match"], options["max_df"]
         embedding = self._embedding_field(field, keyword=True)
         if fusion is None and rrf_k is not None:
             fusion = "rrf"  # rrf_k means nothing to the other fusion
