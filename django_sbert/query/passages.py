@@ -28,12 +28,13 @@ The pool is the top N passages by the HNSW index, among the passages of rows the
 
 How large N must be: ``k`` rows come back when the top N passages belong to at least ``k``
 rows. ``N = k * PASSAGES_PER_ROW`` (k counts from the first row, so an offset or a later page
-asks for more) almost always does (99% of the benchmark's queries); when those N passages
-name fewer than ``k`` rows and there were N of them (more passages exist), the same statement
-takes a pool four times as large, and if that is not enough either, ``k * max_passages``
-passages (at most that many passages of one row can crowd the others out), which certainly
-holds ``k`` rows when they exist. PostgreSQL runs a larger pool's scan only then (InitPlans
-run when first read, and a false gate stops before reading the next)::
+asks for more) almost always does, since a query's best passages seldom crowd into fewer
+than ``k`` rows; when those N passages name fewer than ``k`` rows and there were N of them
+(more passages exist), the same statement takes a pool four times as large, and if that is
+not enough either, ``k * passage_limit`` passages (at most that many passages of one row can
+crowd the others out), which certainly holds ``k`` rows when they exist. PostgreSQL runs a
+larger pool's scan only then (InitPlans run when first read, and a false gate stops before
+reading the next)::
 
     WITH pool0 AS MATERIALIZED (<scan LIMIT n>),
          ok0 AS (SELECT count(DISTINCT row_id) >= k OR count(*) < n AS done FROM pool0),
