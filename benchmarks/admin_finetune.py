@@ -16,7 +16,7 @@ Data (../shared/data/scifact, nothing from ../shared/eval):
 
 The run gets the hyperparameters given on the command line and the default recipe for the
 rest (``runs.RECIPES``: what a staff user who changes nothing gets). ``--sts-file`` sets
-``SBERT["TRAINING_STS_FILE"]``, so the run measures general quality before and after.
+``SBERT["TRAINING"]["STS_FILE"]``, so the run measures general quality before and after.
 
 Reported: nDCG@10 and Recall@10 over the dev queries, before and after the promotion, of
 ``similar_to`` and of ``hybrid_search`` (after: with the fusion the run chose on the gate
@@ -57,10 +57,10 @@ def setup_django(
         "ENCODERS": {"default": {"MODEL": MODEL, "THREADS": threads, "BATCH_SIZE": 32}},
         "AUTO_EMBED": False,
         "MODEL_DIR": model_dir,
-        "TRAINING_STS_FILE": sts_file,
+        "TRAINING": {"STS_FILE": sts_file},
     }
     if distractors is not None:
-        sbert["TRAINING_EVAL_DISTRACTORS"] = distractors
+        sbert["TRAINING"]["EVAL_DISTRACTORS"] = distractors
     configure(sbert)
 
 
@@ -150,11 +150,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dev-share", type=float, default=0.2, help="train queries measured")
     parser.add_argument("--gate-share", type=float, default=0.1, help="the run's eval split")
-    parser.add_argument("--sts-file", help="SBERT['TRAINING_STS_FILE'] (general quality)")
+    parser.add_argument("--sts-file", help="SBERT['TRAINING']['STS_FILE'] (general quality)")
     parser.add_argument(
         "--eval-distractors",
         type=int,
-        help="SBERT['TRAINING_EVAL_DISTRACTORS'] (not given: the default)",
+        help="SBERT['TRAINING']['EVAL_DISTRACTORS'] (not given: the default)",
     )
     # Not given: the default recipe's value (runs.Hyperparameters).
     parser.add_argument("--loss", default="mnrl")

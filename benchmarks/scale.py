@@ -83,7 +83,7 @@ def setup(oversample: int, query_threads: int, work_mem: str) -> None:
             "ENCODERS": {"default": {"MODEL": data.MODEL, "QUERY_THREADS": query_threads}},
             "SEARCH": {"BINARY_OVERSAMPLE": oversample},
             "AUTO_EMBED": False,
-            "INDEX_MAINTENANCE_WORK_MEM": work_mem,
+            "INDEX": {"MAINTENANCE_WORK_MEM": work_mem},
         },
         apps=(TEST_APP, SCALE_APP),
     )
@@ -130,7 +130,10 @@ def build(model: type, workers: int) -> float:
     ref = field_refs(model)[0]
     from django.conf import settings
 
-    sbert = {**settings.SBERT, "INDEX_PARALLEL_WORKERS": workers}
+    sbert = {
+        **settings.SBERT,
+        "INDEX": {**settings.SBERT.get("INDEX", {}), "PARALLEL_WORKERS": workers},
+    }
     with override_settings(SBERT=sbert):
         started = time.perf_counter()
         call_command(

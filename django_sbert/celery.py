@@ -5,8 +5,8 @@ once here and never change, wherever the task functions live::
 
     django_sbert.embed_rows       indexing/tasks.py     SBERT["QUEUE"]
     django_sbert.sweep            indexing/tasks.py     SBERT["QUEUE"]
-    django_sbert.train_encoder    finetuning/tasks.py   SBERT["TRAINING_QUEUE"]
-    django_sbert.promote_version  finetuning/tasks.py   SBERT["TRAINING_QUEUE"]
+    django_sbert.train_encoder    finetuning/tasks.py   SBERT["TRAINING"]["QUEUE"]
+    django_sbert.promote_version  finetuning/tasks.py   SBERT["TRAINING"]["QUEUE"]
 
 Copy the sweep into your project's Celery configuration::
 

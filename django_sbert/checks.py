@@ -14,6 +14,7 @@ django_sbert.E011         keyword_weights do not give one of A-D per source fiel
 django_sbert.E012         the serving version cannot be fetched or verified here (database check)
 django_sbert.W001         a large table has no HNSW index the search can use (database check)
 django_sbert.W002         pgvector is older than 0.8: filtered searches may return < k rows
+django_sbert.W003         a settings key is spelt as in an earlier release (still read)
 django_sbert.E020         an EmbeddingField's precision is not "float32" or "float16"
 django_sbert.E023         an EmbeddingField's dimensions cut its encoder's vectors to a size the
                           encoder was not trained for (MATRYOSHKA_DIMS)
@@ -43,7 +44,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections, router
 from django.db.migrations.recorder import MigrationRecorder
 
-from .conf import ENCODER_DEFAULTS, encoder_config, sbert_settings
+from .conf import deprecated_settings, sbert_settings, settings_problems
 from .fields import EmbeddingField, all_embedding_fields
 from .finetuning import queues
 from .indexing.sizing import check_scale
@@ -53,6 +54,9 @@ from .serving.model_cache import unavailable_reason
 
 TAG = "django_sbert"
 ITERATIVE_SCAN_VERSION = (0, 8, 0)
+# W001: a table this large (PostgreSQL's estimate) without an HNSW index is scanned row by row
+# slowly enough to notice; below it a scan costs little.
+LARGE_TABLE_ROWS = 10000
 
 
 def register() -> None:
@@ -76,7 +80,8 @@ def _fields(app_configs: Sequence[Any] | None) -> list[tuple[type, EmbeddingFiel
 
 
 def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[Any]:
-    """E005: the SBERT dict has the shape docs/settings.md describes."""
+    """E005: the SBERT dict follows its declaration in conf.py (unknown keys name the closest
+    known one); W003: a key is spelt as in an earlier release."""
     errors: list[checks.CheckMessage] = []
 
     def error(message: str, hint: str | None = None) -> None:
@@ -85,81 +90,28 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
         )
 
     try:
-        user = sbert_settings.user_settings
+        problems = settings_problems()
     except ImproperlyConfigured as exc:
         error(str(exc))
         return errors
-    unknown = set(user) - set(sbert_settings.defaults)
-    if unknown:
-        error(
-            f"Unknown SBERT settings: {', '.join(sorted(unknown))}.",
-            hint=f"Valid keys: {', '.join(sorted(sbert_settings.defaults))}.",
-        )
-    if not isinstance(user.get("ENCODERS", {}), dict):
-        error("SBERT['ENCODERS'] must be a dict of encoder name -> settings dict.")
-        return errors
-    for name in sbert_settings.ENCODERS:
-        try:
-            encoder_config(name)
-        except ImproperlyConfigured as exc:
-            valid = f"Valid keys: {', '.join(sorted(ENCODER_DEFAULTS))}."
-            error(str(exc), hint=valid if "unknown keys" in str(exc) else None)
-    storage = user.get("MODEL_STORAGE")
-    if storage is not None and storage not in settings.STORAGES:
+    for message, hint in problems:
+        error(message, hint)
+    storage = sbert_settings.user_settings.get("MODEL_STORAGE")
+    if isinstance(storage, str) and storage not in settings.STORAGES:
         error(
             f"SBERT['MODEL_STORAGE'] is {storage!r}, which is not a key of settings.STORAGES.",
             hint=f"Add STORAGES[{storage!r}] = {{'BACKEND': ...}} (docs/deployment.md), or set "
             "MODEL_STORAGE to None (files under SBERT['MODEL_DIR']).",
         )
-    precision = sbert_settings.TRAINING_PRECISION
-    if precision not in ("auto", "float32", "bfloat16"):
-        error(
-            f"SBERT['TRAINING_PRECISION'] is {precision!r}.",
-            hint="Use 'auto' (default: bfloat16 where the CPU has native bf16), 'float32' or "
-            "'bfloat16'.",
+    for note in deprecated_settings():
+        errors.append(
+            checks.Warning(
+                note,
+                hint="The earlier spelling still works in this release (docs/settings.md).",
+                obj="settings.SBERT",
+                id="django_sbert.W003",
+            )
         )
-    search = sbert_settings.SEARCH
-    scan = search.get("ITERATIVE_SCAN")
-    if scan not in (None, "off", "strict_order", "relaxed_order"):
-        error(
-            f"SBERT['SEARCH']['ITERATIVE_SCAN'] is {scan!r}.",
-            hint="Use 'relaxed_order' (default), 'strict_order' or 'off'.",
-        )
-    positive = ("K", "EF_SEARCH", "MAX_SCAN_TUPLES", "CANDIDATES", "KEYWORD_MAX_ROWS")
-    for key in (*positive, "PASSAGES_PER_ROW"):
-        value = search.get(key)
-        if value is not None and (not isinstance(value, int) or value < 1):
-            error(f"SBERT['SEARCH'][{key!r}] must be a positive integer, got {value!r}.")
-    for key in ("RRF_K", "VECTOR_WEIGHT", "KEYWORD_WEIGHT"):
-        value = search.get(key)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-            error(f"SBERT['SEARCH'][{key!r}] must be a number >= 0, got {value!r}.")
-    if search.get("KEYWORD_MATCH") not in ("any", "all"):
-        error(
-            f"SBERT['SEARCH']['KEYWORD_MATCH'] is {search.get('KEYWORD_MATCH')!r}.",
-            hint="Use 'any' (default) or 'all'.",
-        )
-    statistics = search.get("KEYWORD_STATISTICS")
-    if statistics is not None and (
-        not isinstance(statistics, int)
-        or isinstance(statistics, bool)
-        or not 1 <= statistics <= 10000
-    ):
-        error(
-            f"SBERT['SEARCH']['KEYWORD_STATISTICS'] must be None or an integer from 1 to 10000 "
-            f"(PostgreSQL's statistics target), got {statistics!r}."
-        )
-    timeout = search.get("STATEMENT_TIMEOUT")
-    if timeout is not None and (
-        not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0
-    ):
-        error(
-            f"SBERT['SEARCH']['STATEMENT_TIMEOUT'] must be a number of seconds > 0 or None, "
-            f"got {timeout!r}."
-        )
-    max_df = search.get("KEYWORD_MAX_DF")
-    if not isinstance(max_df, (int, float)) or not 0 < max_df <= 1:
-        error(f"SBERT['SEARCH']['KEYWORD_MAX_DF'] must be in (0, 1], got {max_df!r}.")
     return errors
 
 
@@ -323,8 +275,7 @@ def _check_table(cursor: Any, model: type, field: EmbeddingField) -> list[checks
         "SELECT reltuples FROM pg_class WHERE oid = %s::regclass", [connection_quote(table)]
     )
     rows = max(0, int(cursor.fetchone()[0] or 0))
-    threshold = int(sbert_settings.LARGE_TABLE_ROWS)
-    if not cosine_indexes and rows >= threshold:
+    if not cosine_indexes and rows >= LARGE_TABLE_ROWS:
         wrong = " (its HNSW index uses another operator class)" if hnsw_indexes else ""
         messages.append(
             checks.Warning(

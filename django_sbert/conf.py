@@ -500,14 +500,6 @@ RETIRED: dict[str, str] = {
     "TRAINING_PROGRESS_SECONDS": "a run writes its progress at most every 2 s",
 }
 
-_TRANSITION = {
-    **RENAMED,
-    "SWEEP_BATCH_SIZE": 500,
-    "SKIPPED_RETRY_SECONDS": 3600,
-    "SKIPPED_RETRY_MAX_SECONDS": 604800,
-    "LARGE_TABLE_ROWS": 10000,
-    "TRAINING_PROGRESS_SECONDS": 2.0,
-}  # TRANSITION-REMOVE
 ENCODER_DEFAULTS: dict[str, Any] = ENCODER.defaults()
 SEARCH_DEFAULTS: dict[str, Any] = SEARCH.defaults()
 API_DEFAULTS: dict[str, Any] = API.defaults()
@@ -578,9 +570,6 @@ class SbertSettings:
         return self._user
 
     def __getattr__(self, attr: str) -> Any:
-        if self.defaults is DEFAULTS and attr in _TRANSITION:  # TRANSITION-REMOVE
-            group, key = RENAMED.get(attr, (None, attr))  # TRANSITION-REMOVE
-            return getattr(self, group)[key] if group else _TRANSITION[attr]  # TRANSITION-REMOVE
         if attr.startswith("_") or attr not in self.defaults:
             known = ", ".join(sorted(self.defaults))
             raise AttributeError(

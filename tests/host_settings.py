@@ -33,9 +33,8 @@ SBERT = {
     "MODEL_STORAGE": "sbert_models",
     "MODEL_CACHE": os.environ["SBERT_TEST_MODEL_CACHE"],
     "VERSION_CACHE_SECONDS": float(os.environ.get("SBERT_TEST_VERSION_CACHE_SECONDS", "2")),
-    **{
-        key: os.environ[f"SBERT_TEST_{key}"]
-        for key in ("QUEUE", "TRAINING_QUEUE")
-        if os.environ.get(f"SBERT_TEST_{key}")
-    },
 }
+if os.environ.get("SBERT_TEST_QUEUE"):
+    SBERT["QUEUE"] = os.environ["SBERT_TEST_QUEUE"]
+if os.environ.get("SBERT_TEST_TRAINING_QUEUE"):
+    SBERT["TRAINING"] = {"QUEUE": os.environ["SBERT_TEST_TRAINING_QUEUE"]}

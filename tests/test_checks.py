@@ -13,6 +13,7 @@ from django.core.management import call_command
 from django.db import connection, models
 from django.test.utils import isolate_apps, override_settings
 
+from django_sbert import checks as checks_module
 from django_sbert.checks import check_broker, check_database, check_settings
 from django_sbert.fields import EmbeddingField
 from tests.testapp.models import Article, Note, Product
@@ -58,19 +59,20 @@ def test_e002_column_dimensions_differ_from_the_encoder():
 
 
 @pytest.mark.django_db
-def test_w001_large_table_without_a_cosine_hnsw_index():
+def test_w001_large_table_without_a_cosine_hnsw_index(monkeypatch):
     Product.objects.bulk_create(Product(name=f"p{i}") for i in range(30))
     Note.objects.bulk_create(Note(text=f"n{i}") for i in range(30))
     Article.objects.bulk_create(Article(title=f"a{i}") for i in range(30))
     execute("CREATE INDEX note_l2 ON testapp_note USING hnsw (embedding vector_l2_ops)")
     execute("ANALYZE testapp_product; ANALYZE testapp_note; ANALYZE testapp_article")
-    with sbert(LARGE_TABLE_ROWS=20):
-        messages = check_database(databases=["default"])
+    monkeypatch.setattr(checks_module, "LARGE_TABLE_ROWS", 20)
+    messages = check_database(databases=["default"])
     by_table = {m.obj._meta.label: m for m in messages}
     assert ids(messages) == ["django_sbert.W001", "django_sbert.W001"]
     assert set(by_table) == {"testapp.Note", "testapp.Product"}  # Article has its index
     assert "another operator class" in by_table["testapp.Note"].msg
     assert "opclasses=['vector_cosine_ops']" in by_table["testapp.Product"].hint
+    monkeypatch.undo()
     assert check_database(databases=["default"]) == []  # under the default threshold
 
 
@@ -261,12 +263,12 @@ def test_e005_malformed_settings():
 
 
 def test_e005_training_precision():
-    with override_settings(SBERT={"TRAINING_PRECISION": "fp16"}):
+    with override_settings(SBERT={"TRAINING": {"PRECISION": "fp16"}}):
         messages = check_settings()
     assert ids(messages) == ["django_sbert.E005"] and "'fp16'" in messages[0].msg
     assert "'auto'" in messages[0].hint
     for value in ("auto", "float32", "bfloat16"):
-        with override_settings(SBERT={"TRAINING_PRECISION": value}):
+        with override_settings(SBERT={"TRAINING": {"PRECISION": value}}):
             assert check_settings() == []
 
 
@@ -303,3 +305,42 @@ def test_e001_is_silent_before_the_first_migrate():
     execute("DROP EXTENSION vector CASCADE")
     execute("DELETE FROM django_migrations WHERE app = 'django_sbert'")
     assert check_database(databases=["default"]) == []
+
+
+# A misspelt key in every group of the declaration (conf.py) fails the start-up check, naming
+# the key it most likely meant.
+MISSPELT = [
+    ({"QUEUEE": "x"}, "SBERT['QUEUEE']", "QUEUE"),
+    ({"ENCODERS": {"default": {"BATCH_SIZ": 8}}}, "['BATCH_SIZ']", "BATCH_SIZE"),
+    ({"SEARCH": {"EF_SERACH": 200}}, "SBERT['SEARCH']['EF_SERACH']", "EF_SEARCH"),
+    ({"INDEX": {"MEMROY": "1GB"}}, "SBERT['INDEX']['MEMROY']", "MEMORY"),
+    ({"TRAINING": {"MINNING_ROWS": 10}}, "SBERT['TRAINING']['MINNING_ROWS']", "MINING_ROWS"),
+    ({"ADAPT": {"DOCUMENT": 10}}, "SBERT['ADAPT']['DOCUMENT']", "DOCUMENTS"),
+    ({"API": {"MAX_KK": 10}}, "SBERT['API']['MAX_KK']", "MAX_K"),
+]
+
+
+@pytest.mark.parametrize(("sbert_value", "named", "meant"), MISSPELT)
+def test_e005_a_misspelt_key_in_every_group_names_the_closest(sbert_value, named, meant):
+    with override_settings(SBERT=sbert_value):
+        messages = check_settings()
+    assert ids(messages) == ["django_sbert.E005"]
+    assert named in messages[0].msg and f"did you mean {meant!r}?" in messages[0].msg
+
+
+def test_w003_an_earlier_spelling_still_works_and_says_its_new_name(recwarn):
+    from django_sbert.conf import sbert_settings
+
+    earlier = {"TRAINING_QUEUE": "gpu-train", "INDEX_MEMORY": "2GB", "SKIPPED_RETRY_SECONDS": 5}
+    with override_settings(SBERT=earlier):
+        assert sbert_settings.TRAINING["QUEUE"] == "gpu-train"
+        assert sbert_settings.INDEX["MEMORY"] == "2GB"
+        messages = check_settings()
+    assert ids(messages) == ["django_sbert.W003"] * 3
+    text = " ".join(m.msg for m in messages)
+    assert "SBERT['TRAINING']['QUEUE']" in text and "SBERT['INDEX']['MEMORY']" in text
+    assert "'SKIPPED_RETRY_SECONDS'] is no longer a setting" in text
+    assert any(issubclass(w.category, DeprecationWarning) for w in recwarn)
+    # the new spelling wins over the earlier one
+    with override_settings(SBERT={"TRAINING_QUEUE": "old", "TRAINING": {"QUEUE": "new"}}):
+        assert sbert_settings.TRAINING["QUEUE"] == "new"

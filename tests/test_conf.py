@@ -17,7 +17,7 @@ from django_sbert.serving import encoder_dimensions, encoder_version, model_fing
 
 def test_defaults_and_project_overrides():
     assert sbert_settings.QUEUE == "sbert"
-    assert sbert_settings.TRAINING_QUEUE == "sbert-train"
+    assert sbert_settings.TRAINING["QUEUE"] == "sbert-train"
     assert sbert_settings.AUTO_EMBED is True
     assert sbert_settings.QUERY_CACHE_SIZE == 256
     assert DEFAULTS["SEARCH"] == sbert_settings.SEARCH

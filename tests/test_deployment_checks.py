@@ -54,7 +54,7 @@ def test_persistent_or_pooled_connections_pass(settings, changes):
 
 @pytest.fixture
 def unique_queues(settings):
-    settings.SBERT = {**settings.SBERT, "QUEUE": INDEX_QUEUE, "TRAINING_QUEUE": TRAINING_QUEUE}
+    settings.SBERT = {**settings.SBERT, "QUEUE": INDEX_QUEUE, "TRAINING": {"QUEUE": TRAINING_QUEUE}}
     # The checks ask Celery's current app: the one whose broker the test worker uses (an
     # earlier test, the demo's, may have made its own app current).
     app.set_current()

@@ -12,6 +12,5 @@ from tests.settings import SBERT as _BASE
 SBERT = {
     **_BASE,
     "MODEL_DIR": os.environ["SBERT_TEST_MODEL_STORE"],
-    "TRAINING_QUEUE": os.environ["SBERT_TEST_TRAINING_QUEUE"],
-    "TRAINING_PROGRESS_SECONDS": 0.2,
+    "TRAINING": {"QUEUE": os.environ["SBERT_TEST_TRAINING_QUEUE"]},
 }

@@ -11,7 +11,7 @@ from django_sbert.serving import serving_record
 def probe() -> dict[str, object]:
     """A web process searches with the version of the search database (the replica); a
     worker indexes with the primary's. Both through the process's cached read, as they do."""
-    alias = sbert_settings.SEARCH_DATABASE
+    alias = sbert_settings.SEARCH["DATABASE"]
     return {
         "pid": os.getpid(),
         "search_version": serving_record("default", using=alias).version,

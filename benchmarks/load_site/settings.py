@@ -2,7 +2,7 @@
 environment that ``benchmarks.load`` gives each one.
 
 ``DATABASE_URL`` / ``REPLICA_URL``
-    The primary and its streaming replica; searches read the replica (``SEARCH_DATABASE``).
+    The primary and its streaming replica; searches read the replica (``SEARCH["DATABASE"]``).
 ``CELERY_BROKER_URL``
     Redis (the load test uses database 10).
 ``SBERT_MODEL``, ``SBERT_MODEL_DIR``, ``SBERT_MODEL_CACHE``
@@ -53,7 +53,7 @@ SBERT = {
     },
     "MODEL_DIR": os.environ["SBERT_MODEL_DIR"],
     "MODEL_CACHE": os.environ.get("SBERT_MODEL_CACHE") or None,
-    "SEARCH_DATABASE": "replica",
+    "SEARCH": {"DATABASE": "replica"},
     "API": {"THROTTLE_RATES": {"search": None}},  # the load client is one address
 }
 

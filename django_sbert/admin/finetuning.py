@@ -107,7 +107,7 @@ class ImportPairsForm(forms.Form):
     )
 
     def clean_file(self) -> Any:
-        """Refuse a file over ``SBERT["PAIRS_MAX_FILE_BYTES"]`` before anything reads it."""
+        """Refuse a file over ``SBERT["TRAINING"]["PAIRS_MAX_FILE_BYTES"]`` before it is read."""
         upload = self.cleaned_data["file"]
         try:
             pair_io.check_file_size(upload.size)

@@ -3,9 +3,8 @@
 Eager PyTorch runs a BERT layer as a dozen separate kernels and pays Python overhead between
 them, which dominates for short inputs such as one search query. Inductor fuses the
 element-wise work (GELU, layer norm, residual adds) into generated C++ and removes the Python
-overhead between modules. On the 2-core benchmark machine that is ~2x the sentences/s of eager
-mode and half the latency of one query, with vectors equal to eager ones within 1e-5
-(docs/benchmarks.md).
+overhead between modules: on a CPU about twice the sentences/s of eager mode and half the
+latency of one query, with vectors equal to eager ones within 1e-5 (docs/benchmarks.md).
 
 **The single-query graph serves every version.** Every encoder of a process goes through one
 compiled function that takes the transformer as an argument. For a single text (a search
@@ -13,7 +12,7 @@ query) the weights are graph inputs, not constants: a fine-tuned version of the 
 architecture (a promotion) runs through the graph already built, so a web process switches
 versions without compiling. For batches, Inductor's ``freezing`` makes the weights constants
 and pre-packs them for the matrix multiplies, which is where most of the batch speed-up comes
-from (without it, batches ran no faster than eager mode on the benchmark machine); the price
+from (without it, batches run no faster than eager mode); the price
 is one batch compile per version, which encoding workers pay once when a promotion first
 encodes with the new version (dynamo guards the frozen graph on the weights' identity, so a
 new version never runs with the old one's weights). Weights changed in place are not seen by

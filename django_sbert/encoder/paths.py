@@ -44,8 +44,6 @@ BF16_CAPABILITIES = frozenset({"AVX512"})
 # float32 (benchmarks/encode.py --bf16, docs/benchmarks.md), by the MODEL setting that names
 # them (fine-tuned versions of a model count as that model). PRECISION="auto" picks bf16 only
 # for these; PRECISION="bfloat16" asks for it for any model.
-# all-MiniLM-L6-v2: STSb dev 86.72 -> 86.71 (compiled bf16), 2.7x sentence-transformers' float32
-# on STSb sentences and 2.1x on 256-token articles on a 2-core Zen 4 with AVX-512 BF16.
 BF16_MEASURED_MODELS: frozenset[str] = frozenset({"all-MiniLM-L6-v2"})
 BF16_MEASURED_NOTE = "bf16 was not measured within 0.1 STSb point of float32 for this model"
 

@@ -25,7 +25,7 @@ logger = logging.getLogger("django_sbert.encoder")
 CHARS_PER_TOKEN = 32
 # Batches are padded to a width in a short list (see bucket_width), not to any length: the
 # bf16 matrix multiplies (oneDNN) keep state for every input shape they have seen, so a worker
-# fed every length from 1 to 256 grew by hundreds of MB (docs/benchmarks.md, Memory).
+# fed every length from 1 to 256 grows by hundreds of MB (docs/benchmarks.md, Memory).
 EXACT_WIDTHS = 32
 
 

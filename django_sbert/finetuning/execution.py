@@ -220,13 +220,13 @@ def _fit(
     reporter: Reporter,
     tracker: EvalTracker | None,
 ) -> Any:
-    """Train a float32 copy of the serving version in ``TRAINING_PRECISION`` (recorded on the
+    """Train a float32 copy of the serving version in ``TRAINING["PRECISION"]`` (recorded on the
     run); ``fit``'s result. The serving copy, which mined and measured, may be bf16 or int8."""
     # torch: only in the worker
     from ..encoder.training import fit, training_precision
 
     trainable = trainable_encoder(current)
-    precision = training_precision(sbert_settings.TRAINING_PRECISION, trainable.device)
+    precision = training_precision(sbert_settings.TRAINING["PRECISION"], trainable.device)
     run.hyperparameters = {**run.hyperparameters, "precision": precision}
     TrainingRun.objects.filter(pk=run.pk).update(hyperparameters=run.hyperparameters)
     result = fit(  # trains a copy: the weights it started from go when this returns

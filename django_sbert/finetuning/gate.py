@@ -12,11 +12,11 @@ sample of the encoder's rows and the train pairs' positives, so that a small eva
 too easy to tell a better model from the base). Both versions are ranked against the same
 corpus: the run records a digest of its distractors, and when the gate has to measure again
 and the corpus changed since (rows or pairs edited), it measures the candidate again too. The
-gate compares the first of ``PRIMARY_METRICS`` both have and
-refuses a candidate worse than the active version by more than
-``SBERT["EVAL_GATE_TOLERANCE"]``. A candidate it cannot compare (its run deleted, no eval pairs,
-a SimCSE run on content) does not pass either ("no evaluation: ..."). Promotion asks it first
-(``promotion.start_promotion``); only a forced promotion, for superusers, skips a refusal.
+gate compares the first of ``PRIMARY_METRICS`` both have and refuses a candidate worse than
+the active version by more than ``SBERT["TRAINING"]["GATE_TOLERANCE"]``. A candidate it cannot
+compare (its run deleted, no eval pairs, a SimCSE run on content) does not pass either ("no
+evaluation: ..."). Promotion asks it first (``promotion.start_promotion``); only a forced
+promotion, for superusers, skips a refusal.
 """
 
 from __future__ import annotations
@@ -119,9 +119,9 @@ def eval_distractors(
 ) -> list[str]:
     """The texts the eval split's queries are ranked against besides its own positives.
 
-    A seeded sample (``DISTRACTOR_SEED``) of at most ``limit`` (``SBERT[
-    "TRAINING_EVAL_DISTRACTORS"]`` when None) texts drawn from the rows of every field of
-    ``encoder_name`` (the first ``SBERT["TRAINING_MINING_ROWS"]`` in primary-key order, as
+    A seeded sample (``DISTRACTOR_SEED``) of at most ``limit`` (``SBERT["TRAINING"][
+    "EVAL_DISTRACTORS"]`` when None) texts drawn from the rows of every field of
+    ``encoder_name`` (the first ``SBERT["TRAINING"]["MINING_ROWS"]`` in primary-key order, as
     hard-negative mining reads them) and the positives of the ``train`` pairs; the eval
     split's own positives are never among them, nor a row that holds one (``PositiveIndex``:
     the row a pair was cut from, e.g. an article whose body starts with its pair's lead
@@ -130,14 +130,14 @@ def eval_distractors(
     measured on it are measured on the same corpus. Without rows or train pairs (pairs from
     a file, no embedded rows) it is empty: the eval positives alone, as before distractors.
     """
-    limit = int(sbert_settings.TRAINING_EVAL_DISTRACTORS if limit is None else limit)
+    limit = int(sbert_settings.TRAINING["EVAL_DISTRACTORS"] if limit is None else limit)
     positives = positive_pairs(evaluation)
     if limit <= 0 or not positives:
         return []
     exclude = {p.text_b for p in positives}
     holds_positive = PositiveIndex(exclude)
     refs = [ref for ref in field_refs() if ref.encoder_name == encoder_name]
-    most_rows = int(sbert_settings.TRAINING_MINING_ROWS)
+    most_rows = int(sbert_settings.TRAINING["MINING_ROWS"])
     pool: list[tuple[int, Any]] = []  # (index in refs, pk), or (-1, a train positive)
     for index, ref in enumerate(refs):
         room = most_rows - len(pool)
@@ -281,7 +281,7 @@ def gate(candidate: EncoderVersion) -> GateResult:
             f"the eval pairs of training run {run.pk} gave no "
             f"{' or '.join(PRIMARY_METRICS)} for both versions",
         )
-    tolerance = float(sbert_settings.EVAL_GATE_TOLERANCE or 0.0)
+    tolerance = float(sbert_settings.TRAINING["GATE_TOLERANCE"] or 0.0)
     return GateResult(metrics[name] >= active[name] - tolerance, name, metrics, active)
 
 

@@ -25,11 +25,11 @@ def mining_corpus(
 ) -> tuple[list[str], list[Any]]:
     """Texts and stored vectors of rows embedded by ``version`` of ``encoder_name``.
 
-    At most ``limit`` rows (``SBERT["TRAINING_MINING_ROWS"]`` when None) over every field of
+    At most ``limit`` rows (``SBERT["TRAINING"]["MINING_ROWS"]`` when None) over every field of
     the encoder, in primary-key order; rows without a vector or embedded by another version
     are skipped (their vector does not match the base model).
     """
-    limit = int(sbert_settings.TRAINING_MINING_ROWS if limit is None else limit)
+    limit = int(sbert_settings.TRAINING["MINING_ROWS"] if limit is None else limit)
     texts: list[str] = []
     vectors: list[Any] = []
     for ref in field_refs():

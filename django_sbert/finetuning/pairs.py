@@ -8,8 +8,8 @@ typo ("scroe") is not silently dropped. Used by the admin's import page and by
 
 Whatever a file holds, the import answers with a report, never a database error: a problem
 with a row (a label longer than its column, a NUL character, a lone surrogate) is a row error;
-a problem with the whole file (larger than ``SBERT["PAIRS_MAX_FILE_BYTES"]``, not UTF-8) is a
-``PairsImportError``, raised before anything is saved.
+a problem with the whole file (larger than ``SBERT["TRAINING"]["PAIRS_MAX_FILE_BYTES"]``, not
+UTF-8) is a ``PairsImportError``, raised before anything is saved.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from ..models import TrainingPair
 COLUMNS = ("text_a", "text_b", "text_negative", "score", "label", "split")
 REQUIRED = ("text_a", "text_b")
 TEXT_COLUMNS = ("text_a", "text_b", "text_negative", "label")
-SETTING = "SBERT['PAIRS_MAX_FILE_BYTES']"
+SETTING = "SBERT['TRAINING']['PAIRS_MAX_FILE_BYTES']"
 LISTED_LINES = 5  # bad lines a "not UTF-8" message names before "and N more"
 
 
@@ -67,9 +67,9 @@ def detect_format(name: str) -> str:
 
 
 def max_file_bytes() -> int | None:
-    """The largest pairs file an import reads (``SBERT["PAIRS_MAX_FILE_BYTES"]``; ``None``:
-    no limit). An import holds the whole file in memory, so the limit bounds that memory."""
-    limit = sbert_settings.PAIRS_MAX_FILE_BYTES
+    """The largest pairs file an import reads (``SBERT["TRAINING"]["PAIRS_MAX_FILE_BYTES"]``;
+    ``None``: no limit). An import holds the whole file in memory: the limit bounds that."""
+    limit = sbert_settings.TRAINING["PAIRS_MAX_FILE_BYTES"]
     return None if limit is None else int(limit)
 
 
@@ -275,8 +275,8 @@ def import_pairs(
     saves the good rows and reports the rest. A byte stream is decoded as UTF-8.
 
     Raises ``PairsImportError``, with nothing saved, for a file over
-    ``SBERT["PAIRS_MAX_FILE_BYTES"]`` (read no further than that), a byte stream that is not
-    UTF-8, or a ``source`` that does not fit its column (see ``source_for_file``).
+    ``SBERT["TRAINING"]["PAIRS_MAX_FILE_BYTES"]`` (read no further than that), a byte stream
+    that is not UTF-8, or a ``source`` that does not fit its column (see ``source_for_file``).
     """
     if fmt not in ("csv", "jsonl"):
         raise ValueError(f"Unknown format {fmt!r}; use 'csv' or 'jsonl'.")

@@ -22,6 +22,10 @@ from ..models import RunStatus, TrainingRun
 # A run's log lines, from its creation to its end, under the name they always had.
 logger = logging.getLogger("django_sbert.finetuning.runs")
 
+# A run writes its step and loss history at most this often: fresh enough for the run page,
+# rare enough that a fast step does not wait on a database write.
+PROGRESS_SECONDS = 2.0
+
 
 class Heartbeat:
     """Write the run's ``updated_at`` from a thread while every phase of the run goes on.
@@ -30,15 +34,14 @@ class Heartbeat:
     take minutes on a large model or eval split, without a training step to report; the
     heartbeat keeps ``updated_at`` fresh through all of them, so ``recovery.fail_dead_runs``
     fails only a run whose worker is gone (the thread dies with the process). It beats three
-    times per ``TRAINING_STALLED_SECONDS`` at least, and never more often than progress is
-    written (``TRAINING_PROGRESS_SECONDS``).
+    times per ``SBERT["TRAINING"]["STALLED_SECONDS"]`` at least, and never more often than
+    progress is written (``PROGRESS_SECONDS``).
     """
 
     def __init__(self, run_pk: int) -> None:
         self.run_pk = run_pk
-        stalled = float(sbert_settings.TRAINING_STALLED_SECONDS)
-        progress = float(sbert_settings.TRAINING_PROGRESS_SECONDS)
-        self.every = max(0.05, min(progress, stalled / 3))
+        stalled = float(sbert_settings.TRAINING["STALLED_SECONDS"])
+        self.every = max(0.05, min(PROGRESS_SECONDS, stalled / 3))
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._beat, name=f"django-sbert-heartbeat-{run_pk}", daemon=True
@@ -72,7 +75,7 @@ class Reporter:
         self.history: list[list[float]] = []
         self.step = 0
         self.total = 0
-        self.every = float(sbert_settings.TRAINING_PROGRESS_SECONDS)
+        self.every = PROGRESS_SECONDS
         self.last_write = 0.0
         self.last_check = 0.0
         self.cancelled = False

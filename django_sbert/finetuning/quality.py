@@ -1,6 +1,6 @@
 """General quality of a run's models: STS Spearman on a small file the site names.
 
-A fine-tune for one domain may forget what the base model knew; ``SBERT["TRAINING_STS_FILE"]``
+A fine-tune for one domain may forget what the base model knew; ``SBERT["TRAINING"]["STS_FILE"]``
 (off by default) points at a few hundred scored sentence pairs, and every run measures them
 before and after (``general_sts_spearman`` in its metrics, beside the eval split's). The file
 is tab-separated: either the STS Benchmark layout (score in the 5th column, sentences in the
@@ -46,8 +46,8 @@ def read_sts_file(path: str | Path) -> list[tuple[str, str, float]]:
 
 
 def sts_pairs() -> list[tuple[str, str, float]] | None:
-    """The configured file's pairs, or None when ``SBERT["TRAINING_STS_FILE"]`` is not set."""
-    path = sbert_settings.TRAINING_STS_FILE
+    """The configured file's pairs, or None when ``SBERT["TRAINING"]["STS_FILE"]`` is not set."""
+    path = sbert_settings.TRAINING["STS_FILE"]
     return read_sts_file(path) if path else None
 
 

@@ -8,7 +8,7 @@ many messages wait in them.
     queue_lengths(["sbert-train"])    # {"sbert-train": 3}: messages waiting, from the broker
     waiting_without_worker()     # [("sbert-train", "training", 3)]: messages nobody will take
 
-A queued training run waits silently when no worker listens on ``SBERT["TRAINING_QUEUE"]``;
+A queued training run waits silently when no worker listens on ``SBERT["TRAINING"]["QUEUE"]``;
 the admin's run page and ``sbert_status`` use this to say so. The workers are asked through
 Celery's remote control (``inspect().active_queues()``) for at most ``REPLY_SECONDS``, and the
 answer is kept in Django's cache for ``CACHE_SECONDS``, so a page asks at most once per
@@ -108,7 +108,7 @@ def queue_lengths(names: Iterable[str], timeout: float = REPLY_SECONDS) -> dict[
 def _wanted() -> tuple[tuple[str, str, str], ...]:
     return (
         (sbert_settings.QUEUE, "indexing", "saved rows wait to be embedded"),
-        (sbert_settings.TRAINING_QUEUE, "training", "fine-tuning runs and promotions wait"),
+        (sbert_settings.TRAINING["QUEUE"], "training", "fine-tuning runs and promotions wait"),
     )
 
 
@@ -153,7 +153,7 @@ def waiting_without_worker() -> list[tuple[str, str, int]]:
 
 def training_worker_hint() -> str | None:
     """The training queue's sentence of ``missing_workers``, from the cached answer, or None."""
-    queue = sbert_settings.TRAINING_QUEUE
+    queue = sbert_settings.TRAINING["QUEUE"]
     if queue_has_worker(queue) is not False:
         return None
     return (

@@ -7,14 +7,14 @@ a queued run holds the encoder's one-run slot, a promoting version turns off the
 version's cache and doubles indexing work. Every sweep therefore calls, through
 ``tasks.recover_after_sweep``::
 
-    fail_dead_runs()        # running, silent for TRAINING_STALLED_SECONDS: failed
+    fail_dead_runs()        # running, silent for TRAINING["STALLED_SECONDS"]: failed
     lost_runs()             # queued, untouched that long: claimed for re-sending
     lost_promotions()       # promoting, no progress that long: claimed for re-sending
 
 Re-sending is safe: only a queued run starts (``runs.execute_run``) and a promotion is
 resumable and switches only a version still promoting. Claiming stamps the row, so concurrent
 sweeps send one message, and a run that waits behind a long task is re-sent at most once per
-``TRAINING_STALLED_SECONDS``.
+``TRAINING["STALLED_SECONDS"]``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ DEAD_WORKER_ERROR = "The worker running this run stopped reporting (killed or lo
 
 def stalled_before() -> datetime:
     """Rows that recorded nothing since this moment are stalled."""
-    return timezone.now() - timedelta(seconds=float(sbert_settings.TRAINING_STALLED_SECONDS))
+    return timezone.now() - timedelta(seconds=float(sbert_settings.TRAINING["STALLED_SECONDS"]))
 
 
 def fail_dead_runs(encoder_name: str | None = None) -> int:

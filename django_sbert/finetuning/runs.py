@@ -4,7 +4,7 @@
 
     run = create_run("default", pair_ids, hyperparameters=Hyperparameters(loss="mnrl"))
     cancel_run(run)         # a queued or running run stops within a step
-    execute_run(run.pk)     # what the Celery task does, on SBERT["TRAINING_QUEUE"]
+    execute_run(run.pk)     # what the Celery task does, on SBERT["TRAINING"]["QUEUE"]
 
 ``create_run`` checks everything that can be checked before a worker is involved (the
 options, the encoder, the examples the loss needs), records the run and queues it once its row

@@ -1,11 +1,11 @@
-"""Celery tasks of fine-tuning: training runs and promotions, on ``SBERT["TRAINING_QUEUE"]``.
+"""Celery tasks of fine-tuning: training runs and promotions, on ``SBERT["TRAINING"]["QUEUE"]``.
 
 ``train_encoder``
     Run a queued ``TrainingRun`` (``runs.execute_run``).
 ``promote_version``
     Stage every row's vectors with a candidate version, then switch (``promotion.run_promotion``).
 
-Both run on ``SBERT["TRAINING_QUEUE"]`` ("sbert-train"), so indexing never waits behind them::
+Both run on ``SBERT["TRAINING"]["QUEUE"]`` ("sbert-train"), so indexing never waits behind them::
 
     celery -A proj worker -Q sbert-train -P solo
 
@@ -17,7 +17,7 @@ after about a second and raise ``BrokerUnavailable``; the callers then undo what
 
 After every sweep (``indexing.tasks.sweep``, on Celery's ``task_postrun``) ``recover_stalled``
 re-sends queued runs and promotions that made no progress for
-``SBERT["TRAINING_STALLED_SECONDS"]`` (their message was lost: a broker restarted without
+``SBERT["TRAINING"]["STALLED_SECONDS"]`` (their message was lost: a broker restarted without
 persistence) and fails running runs whose worker died (``recovery.py`` finds them).
 """
 
@@ -66,7 +66,7 @@ def promote_version(self: Any, version_id: int) -> dict[str, int] | None:
 
 
 def enqueue_training(run_id: int) -> None:
-    """Send ``train_encoder`` for a run on ``SBERT["TRAINING_QUEUE"]``.
+    """Send ``train_encoder`` for a run on ``SBERT["TRAINING"]["QUEUE"]``.
 
     Raises ``BrokerUnavailable`` when the broker cannot be reached (about 1 s of retries).
     """
@@ -74,7 +74,7 @@ def enqueue_training(run_id: int) -> None:
 
 
 def enqueue_promotion(version_id: int) -> None:
-    """Send ``promote_version`` on ``SBERT["TRAINING_QUEUE"]``; ``BrokerUnavailable`` as above."""
+    """Send ``promote_version`` on the training queue; ``BrokerUnavailable`` as above."""
     _publish(promote_version, version_id, f"the promotion of version {version_id}")
 
 
@@ -82,7 +82,7 @@ def _publish(task: Any, object_id: int, what: str) -> None:
     try:
         task.apply_async(
             args=(object_id,),
-            queue=sbert_settings.TRAINING_QUEUE,
+            queue=sbert_settings.TRAINING["QUEUE"],
             retry=True,
             retry_policy=PUBLISH_RETRY_POLICY,
         )

@@ -4,7 +4,7 @@ vector django-sbert did not write (docs/scale.md).
 An HNSW search reads graph pages at random: it is fast while the index stays in memory, in
 PostgreSQL's ``shared_buffers`` or the operating system's file cache. PostgreSQL's own estimate
 of those two together is ``effective_cache_size``; the rule used here is that the HNSW indexes
-of a database should fit in it (or in ``SBERT["INDEX_MEMORY"]`` when set, e.g. on a host whose
+of a database should fit in it (or in ``SBERT["INDEX"]["MEMORY"]`` when set, e.g. on a host whose
 ``effective_cache_size`` was never tuned). Check W022 warns when they do not.
 
 Check W021 counts rows with a vector but no encoder version: written around django-sbert
@@ -53,9 +53,9 @@ def hnsw_indexes(cursor: Any, table: str | None = None) -> list[IndexSize]:
 
 
 def memory_budget(cursor: Any) -> int:
-    """Bytes the HNSW indexes should fit in: ``SBERT["INDEX_MEMORY"]`` (bytes, or a size that
+    """Bytes the HNSW indexes should fit in: ``SBERT["INDEX"]["MEMORY"]`` (bytes, or a size that
     PostgreSQL reads, e.g. ``"12GB"``), else the server's ``effective_cache_size``."""
-    value = sbert_settings.INDEX_MEMORY
+    value = sbert_settings.INDEX["MEMORY"]
     if value is None:
         cursor.execute("SELECT pg_size_bytes(current_setting('effective_cache_size'))")
     elif isinstance(value, int) and not isinstance(value, bool):
@@ -140,8 +140,8 @@ def _too_large(cursor: Any, alias: str) -> list[checks.CheckMessage]:
         return []
     largest = ", ".join(f"{i.name} ({pretty(i.bytes)})" for i in indexes[:3])
     source = (
-        "SBERT['INDEX_MEMORY']"
-        if sbert_settings.INDEX_MEMORY is not None
+        "SBERT['INDEX']['MEMORY']"
+        if sbert_settings.INDEX["MEMORY"] is not None
         else "effective_cache_size"
     )
     return [

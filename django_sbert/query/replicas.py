@@ -2,7 +2,7 @@
 
 ::
 
-    SBERT = {"SEARCH_DATABASE": "replica"}       # every search reads the replica
+    SBERT = {"SEARCH": {"DATABASE": "replica"}}  # every search reads the replica
     Article.objects.using("primary").similar_to("rates")   # ...except one that names a database
 
 A search reads two things: its rows and the serving encoder version, whose vectors it compares
@@ -15,7 +15,7 @@ the version from the primary and the rows from a lagging replica would find no r
 Writes never come here: indexing, the sweep and the promotion switch read the version and take
 the switch lock on the primary (``router.db_for_write``; serving/versions.py).
 
-Without ``SEARCH_DATABASE`` the site's database router decides (``db_for_read``), as for any
+Without ``SEARCH["DATABASE"]`` the site's database router decides (``db_for_read``), as for any
 query; a router that picks one of several replicas per call is asked once per search.
 """
 
@@ -29,16 +29,16 @@ from ..conf import sbert_settings
 
 def search_database(queryset: models.QuerySet) -> str:
     """The alias a search on ``queryset`` reads from: ``.using()``'s, else
-    ``SBERT["SEARCH_DATABASE"]``, else the router's ``db_for_read``."""
+    ``SBERT["SEARCH"]["DATABASE"]``, else the router's ``db_for_read``."""
     if queryset._db is not None:
         return queryset._db
-    alias = sbert_settings.SEARCH_DATABASE
+    alias = sbert_settings.SEARCH["DATABASE"]
     if alias is None:
         return queryset.db
     if alias not in connections.settings:
         known = ", ".join(sorted(connections.settings)) or "none"
         raise ImproperlyConfigured(
-            f"SBERT['SEARCH_DATABASE'] is {alias!r}, which is not a key of DATABASES "
+            f"SBERT['SEARCH']['DATABASE'] is {alias!r}, which is not a key of DATABASES "
             f"(it has: {known}). Name the read replica's alias, or set None to let the "
             "database router choose."
         )

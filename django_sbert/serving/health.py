@@ -91,10 +91,10 @@ def check(
 
 def serving_databases() -> list[str]:
     """Aliases of the databases searches and version lookups read from, sorted: the router's
-    read databases and ``SBERT["SEARCH_DATABASE"]`` (query/replicas.py)."""
+    read databases and ``SBERT["SEARCH"]["DATABASE"]`` (query/replicas.py)."""
     aliases = {router.db_for_read(EncoderVersion)}
-    if sbert_settings.SEARCH_DATABASE:
-        aliases.add(sbert_settings.SEARCH_DATABASE)
+    if sbert_settings.SEARCH["DATABASE"]:
+        aliases.add(sbert_settings.SEARCH["DATABASE"])
     aliases.update(router.db_for_read(model) for model, _ in all_embedding_fields())
     return sorted(aliases)
 

@@ -13,7 +13,7 @@ forks:
   process, in a background thread so the child still reports "up" to its parent in time.
   A task that arrives before the warm-up has finished waits for it (``task_prerun``): two
   threads compiling the same graph at once fail inside Dynamo.
-  A worker that consumes ``SBERT["TRAINING_QUEUE"]`` and not ``SBERT["QUEUE"]`` loads none:
+  A worker that consumes ``SBERT["TRAINING"]["QUEUE"]`` and not ``SBERT["QUEUE"]`` loads none:
   a training run and a promotion load the models they need (the base or a candidate
   version), never the serving one, so warming it would only take the cores from the
   indexing worker at start-up.

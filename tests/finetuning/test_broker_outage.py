@@ -41,7 +41,7 @@ def model_dir(settings, tmp_path) -> Iterator[Path]:
     settings.SBERT = {
         **settings.SBERT,
         "MODEL_DIR": str(directory),
-        "TRAINING_QUEUE": QUEUE,
+        "TRAINING": {"QUEUE": QUEUE},
         "VERSION_CACHE_SECONDS": 0.1,
     }
     serving.forget_serving()
@@ -159,7 +159,10 @@ def test_the_admin_and_the_command_say_the_broker_is_down(model_dir, broker_down
 
 
 def test_lost_messages_are_re_sent_by_the_sweep_and_done_by_a_worker(model_dir, settings, tmp_path):
-    settings.SBERT = {**settings.SBERT, "TRAINING_STALLED_SECONDS": 0.5}
+    settings.SBERT = {
+        **settings.SBERT,
+        "TRAINING": {**settings.SBERT.get("TRAINING", {}), "STALLED_SECONDS": 0.5},
+    }
     run = runs.create_run("default", pair_ids(), hyperparameters=runs.Hyperparameters(batch_size=5))
     target = candidate_version(model_dir)
     promotion.start_promotion(target, gate=False)

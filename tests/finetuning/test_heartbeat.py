@@ -43,8 +43,7 @@ def test_a_run_with_slow_evaluations_is_never_declared_stalled(model_dir, settin
         **settings.SBERT,
         # Below the evaluations' time, above a pause of the heartbeat thread on a busy 2-core
         # machine running the whole suite (0.6 s and 1.0 s proved too tight there).
-        "TRAINING_STALLED_SECONDS": 1.5,
-        "TRAINING_PROGRESS_SECONDS": 0.1,
+        "TRAINING": {**settings.SBERT.get("TRAINING", {}), "STALLED_SECONDS": 1.5},
     }
     outcome: list[str] = []
 
@@ -77,7 +76,10 @@ def test_a_run_whose_worker_died_is_failed(model_dir, settings):
     # Claimed by a worker that died at once: running, and no heartbeat ever after.
     TrainingRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
     TrainingRun.objects.filter(pk=run.pk).update(updated_at=run.created_at)
-    settings.SBERT = {**settings.SBERT, "TRAINING_STALLED_SECONDS": 0.2}
+    settings.SBERT = {
+        **settings.SBERT,
+        "TRAINING": {**settings.SBERT.get("TRAINING", {}), "STALLED_SECONDS": 0.2},
+    }
     time.sleep(0.3)
     assert recovery.fail_dead_runs("default") == 1
     run.refresh_from_db()

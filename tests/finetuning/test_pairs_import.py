@@ -3,8 +3,8 @@
 Each bad input is tried through the admin's import page (the real admin, a superuser, the
 Django test client) and through ``manage.py sbert_import_pairs``, against PostgreSQL: a file
 that is not UTF-8, a ``label`` longer than its column, a NUL in a text, a file name longer
-than ``source`` allows, a file over ``SBERT["PAIRS_MAX_FILE_BYTES"]``. Every bad file also
-holds a good row, so "nothing imported" means the good row was held back too.
+than ``source`` allows, a file over ``SBERT["TRAINING"]["PAIRS_MAX_FILE_BYTES"]``. Every bad
+file also holds a good row, so "nothing imported" means the good row was held back too.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def admin_client(client):
 @pytest.fixture
 def small_files(settings):
     """Pairs files of at most 64 bytes."""
-    settings.SBERT = {**settings.SBERT, "PAIRS_MAX_FILE_BYTES": 64}
+    settings.SBERT = {**settings.SBERT, "TRAINING": {"PAIRS_MAX_FILE_BYTES": 64}}
 
 
 def upload(client, name: str, content: bytes, **extra):

@@ -214,7 +214,7 @@ def test_runs_train_float32_weights_in_the_precision_of_the_setting(settings, mo
     settings.SBERT = {
         **settings.SBERT,
         "ENCODERS": {**encoders, "default": bf16},
-        "TRAINING_PRECISION": "float32",
+        "TRAINING": {"PRECISION": "float32"},
     }
     assert next(serving.get_encoder("default").transformer.parameters()).dtype == torch.bfloat16
     given = []
@@ -268,7 +268,10 @@ def test_a_configured_sts_file_is_measured_before_and_after(settings, tmp_path):
         encoding="utf-8",
     )
     assert len(read_sts_file(sts)) == 8
-    settings.SBERT = {**settings.SBERT, "TRAINING_STS_FILE": str(sts)}
+    settings.SBERT = {
+        **settings.SBERT,
+        "TRAINING": {**settings.SBERT.get("TRAINING", {}), "STS_FILE": str(sts)},
+    }
     make_pairs()
     hyper = runs.Hyperparameters(loss="mnrl", epochs=1, batch_size=4, hard_negatives=False)
     pair_ids = list(TrainingPair.objects.values_list("pk", flat=True))

@@ -30,7 +30,7 @@ QUEUE = f"sbert-train-test-{uuid.uuid4().hex[:8]}"
 @pytest.fixture
 def start_worker(settings, tmp_path) -> Iterator[Callable[[], Worker]]:
     model_dir = tmp_path / "models"
-    settings.SBERT = {**settings.SBERT, "TRAINING_QUEUE": QUEUE, "MODEL_DIR": str(model_dir)}
+    settings.SBERT = {**settings.SBERT, "TRAINING": {"QUEUE": QUEUE}, "MODEL_DIR": str(model_dir)}
     serving.forget_serving()
     workers: list[Worker] = []
 
@@ -103,7 +103,10 @@ def test_worker_trains_a_queued_run_and_a_killed_one_keeps_the_active_version(
     # the encoder's slot is freed once the silent run is found stalled
     with pytest.raises(runs.RunConflict):
         runs.create_run("default", ids, hyperparameters=runs.Hyperparameters(), enqueue=False)
-    settings.SBERT = {**settings.SBERT, "TRAINING_STALLED_SECONDS": 0}
+    settings.SBERT = {
+        **settings.SBERT,
+        "TRAINING": {**settings.SBERT.get("TRAINING", {}), "STALLED_SECONDS": 0},
+    }
     runs.create_run("default", ids, hyperparameters=runs.Hyperparameters(), enqueue=False)
     long_run.refresh_from_db()
     assert long_run.status == RunStatus.FAILED and "stopped reporting" in long_run.error

@@ -387,12 +387,14 @@ def test_a_failed_promotion_records_its_error_and_changes_nothing(model_dir):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_cancelling_a_running_run_stops_it_within_a_step(model_dir, settings):
+def test_cancelling_a_running_run_stops_it_within_a_step(model_dir, settings, monkeypatch):
     import threading
 
     from django.db import connections
 
-    settings.SBERT = {**settings.SBERT, "TRAINING_PROGRESS_SECONDS": 0.1}
+    from django_sbert.finetuning import progress
+
+    monkeypatch.setattr(progress, "PROGRESS_SECONDS", 0.1)
     run = runs.create_run(
         "default",
         [p.pk for p in make_pairs(8)],

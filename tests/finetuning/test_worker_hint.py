@@ -32,7 +32,7 @@ INDEX_HINT = f"No worker is consuming the indexing queue {INDEX_QUEUE!r}"
 
 @pytest.fixture
 def unique_queues(settings):
-    settings.SBERT = {**settings.SBERT, "QUEUE": INDEX_QUEUE, "TRAINING_QUEUE": TRAINING_QUEUE}
+    settings.SBERT = {**settings.SBERT, "QUEUE": INDEX_QUEUE, "TRAINING": {"QUEUE": TRAINING_QUEUE}}
     queues.forget_consumed_queues()
     yield
     queues.forget_consumed_queues()

@@ -1,4 +1,4 @@
-"""manage.py sbert_index (builds the declared HNSW indexes with the SBERT["INDEX_*"] settings,
+"""manage.py sbert_index (builds the declared HNSW indexes with the SBERT["INDEX"] settings,
 a progress bar and the size it made) and the sizing checks W021 / W022, against real
 PostgreSQL + pgvector."""
 
@@ -49,7 +49,7 @@ def test_rebuilds_the_declared_index_with_the_settings_and_reports_its_size():
     with connection.cursor() as cursor:
         cursor.execute("DROP INDEX article_embedding_hnsw")
     output = run(
-        "testapp.Article.embedding", INDEX_MAINTENANCE_WORK_MEM="77MB", INDEX_PARALLEL_WORKERS=1
+        "testapp.Article.embedding", INDEX={"MAINTENANCE_WORK_MEM": "77MB", "PARALLEL_WORKERS": 1}
     )
     assert index_exists("article_embedding_hnsw")
     assert "77MB maintenance_work_mem, up to 1 parallel workers" in output  # read back from
@@ -83,9 +83,9 @@ def test_a_field_without_an_index_and_bad_targets():
     assert "no HNSW index is declared" in run("testapp.Note", "--no-progress")
     with pytest.raises(CommandError, match="no installed model"):
         run("nope.Model")
-    with pytest.raises(CommandError, match="INDEX_PARALLEL_WORKERS"):
+    with pytest.raises(CommandError, match="PARALLEL_WORKERS"):
         rows(Article)
-        run("testapp.Article", INDEX_PARALLEL_WORKERS=-1)
+        run("testapp.Article", INDEX={"PARALLEL_WORKERS": -1})
 
 
 @pytest.mark.django_db(transaction=True)
@@ -150,8 +150,8 @@ def test_w021_counts_rows_with_a_vector_but_no_version(settings):
 
 @pytest.mark.django_db
 def test_w022_warns_when_the_indexes_outgrow_the_memory(settings):
-    settings.SBERT = {**settings.SBERT, "INDEX_MEMORY": "1kB"}
+    settings.SBERT = {**settings.SBERT, "INDEX": {"MEMORY": "1kB"}}
     warnings = [m for m in check_scale(databases=["default"]) if m.id == "django_sbert.W022"]
     assert len(warnings) == 1 and "The HNSW indexes of database 'default' take" in warnings[0].msg
-    settings.SBERT = {**settings.SBERT, "INDEX_MEMORY": None}  # effective_cache_size: 4GB
+    settings.SBERT = {**settings.SBERT, "INDEX": {"MEMORY": None}}  # effective_cache_size: 4GB
     assert not [m for m in check_scale(databases=["default"]) if m.id == "django_sbert.W022"]

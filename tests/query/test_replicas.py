@@ -117,7 +117,7 @@ def assert_rows_of(rows: list[Article], version: str, alias: str) -> None:
 
 @pytest.mark.django_db(transaction=True, databases=BOTH)
 def test_searches_routed_to_the_replica_read_the_replicas_rows(replica, settings):
-    settings.SBERT = {**settings.SBERT, "SEARCH_DATABASE": REPLICA}
+    settings.SBERT = {**settings.SBERT, "SEARCH": {"DATABASE": REPLICA}}
     embedded_rows(TITLES[1:])
     caught_up(replica)
     replica.pause_replay()
@@ -206,6 +206,6 @@ def test_with_a_replica_router_indexing_and_the_switch_use_the_primary(replica, 
 
 
 def test_an_unknown_search_database_is_refused_with_what_to_do(settings):
-    settings.SBERT = {**settings.SBERT, "SEARCH_DATABASE": "replca"}
+    settings.SBERT = {**settings.SBERT, "SEARCH": {"DATABASE": "replca"}}
     with pytest.raises(ImproperlyConfigured, match="not a key of DATABASES.*it has: default"):
         Article.objects.similar_to([0.1] * 32)

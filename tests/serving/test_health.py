@@ -76,14 +76,14 @@ def test_the_view_is_503_until_this_process_warmed_the_serving_version(client, c
 
 
 def test_the_search_database_is_one_the_view_checks():
-    """SBERT["SEARCH_DATABASE"] sends searches to a replica the router may not name: the view
+    """SBERT["SEARCH"]["DATABASE"] sends searches to a replica the router may not name: the view
     (and check W030) must cover it too."""
     from django.test import override_settings
 
     from django_sbert.serving.health import serving_databases
 
     assert serving_databases() == ["default"]
-    with override_settings(SBERT={"SEARCH_DATABASE": "replica"}):
+    with override_settings(SBERT={"SEARCH": {"DATABASE": "replica"}}):
         assert serving_databases() == ["default", "replica"]
 
 

@@ -6,8 +6,8 @@
     manage.py sbert_import_pairs eval.jsonl --split eval
 
 All or nothing unless ``--skip-invalid``: every bad row is listed with its line number. A
-file over ``SBERT["PAIRS_MAX_FILE_BYTES"]`` is refused before it is read, and one that is not
-UTF-8 before anything is saved.
+file over ``SBERT["TRAINING"]["PAIRS_MAX_FILE_BYTES"]`` is refused before it is read, and one
+that is not UTF-8 before anything is saved.
 """
 
 from __future__ import annotations

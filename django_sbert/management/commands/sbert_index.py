@@ -9,8 +9,8 @@ progress bar, the memory and parallel workers of ``SBERT["INDEX_*"]``, and the s
 
 The indexes are those the model declares (``Meta.indexes``: an ``HnswIndex`` on the field, the
 binary-quantized index of ``binary_index=True``, the passage table's): each is dropped and
-created again, with ``maintenance_work_mem`` = ``SBERT["INDEX_MAINTENANCE_WORK_MEM"]`` and
-``max_parallel_maintenance_workers`` = ``SBERT["INDEX_PARALLEL_WORKERS"]`` for the build. The
+created again, with ``maintenance_work_mem`` = ``SBERT["INDEX"]["MAINTENANCE_WORK_MEM"]`` and
+``max_parallel_maintenance_workers`` = ``SBERT["INDEX"]["PARALLEL_WORKERS"]`` for the build. The
 bar follows ``pg_stat_progress_create_index``, read from a second connection while the build
 runs. An HNSW build is fast while its graph fits in ``maintenance_work_mem``; PostgreSQL
 says so in a notice when it stops fitting (docs/scale.md).
@@ -57,7 +57,7 @@ def vector_indexes(ref: indexing.FieldRef) -> list[tuple[type[models.Model], Hns
 class Command(BaseCommand):
     help = (
         "Build or rebuild the HNSW indexes of EmbeddingFields, with a progress bar, the "
-        "memory and workers of SBERT['INDEX_MAINTENANCE_WORK_MEM'] / ['INDEX_PARALLEL_WORKERS']."
+        "memory and workers of SBERT['INDEX']['MAINTENANCE_WORK_MEM'] / ['PARALLEL_WORKERS']."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -146,15 +146,15 @@ class Command(BaseCommand):
 
 
 def _session_settings(cursor: Any) -> dict[str, str]:
-    """Apply SBERT["INDEX_*"] to the session (SET, reset after the build); return what holds."""
-    memory = sbert_settings.INDEX_MAINTENANCE_WORK_MEM
-    workers = sbert_settings.INDEX_PARALLEL_WORKERS
+    """Apply SBERT["INDEX"] to the session (SET, reset after the build); return what holds."""
+    memory = sbert_settings.INDEX["MAINTENANCE_WORK_MEM"]
+    workers = sbert_settings.INDEX["PARALLEL_WORKERS"]
     if memory is not None:
         cursor.execute("SELECT set_config('maintenance_work_mem', %s, false)", [str(memory)])
     if workers is not None:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
             raise CommandError(
-                f"SBERT['INDEX_PARALLEL_WORKERS'] must be a non-negative integer or None, got "
+                f"SBERT['INDEX']['PARALLEL_WORKERS'] must be a non-negative integer or None, got "
                 f"{workers!r}."
             )
         cursor.execute(

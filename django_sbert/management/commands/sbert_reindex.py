@@ -20,7 +20,7 @@ from tqdm import tqdm
 from django_sbert import indexing
 from django_sbert.conf import sbert_settings
 from django_sbert.indexing.rows import pages_by_pk
-from django_sbert.indexing.tasks import enqueue_embed
+from django_sbert.indexing.tasks import SWEEP_BATCH_SIZE, enqueue_embed
 
 
 class Command(BaseCommand):
@@ -52,7 +52,7 @@ class Command(BaseCommand):
             type=int,
             default=None,
             help="With --sync: texts per forward pass (default: the encoder's BATCH_SIZE). "
-            "Without: rows per Celery task (default: SBERT['SWEEP_BATCH_SIZE']).",
+            "Without: rows per Celery task (default: 500).",
         )
         parser.add_argument(
             "--sync",
@@ -121,7 +121,7 @@ class Command(BaseCommand):
         batch_size: int | None,
         options: dict[str, Any],
     ) -> None:
-        chunk = batch_size or int(sbert_settings.SWEEP_BATCH_SIZE)
+        chunk = batch_size or SWEEP_BATCH_SIZE
         total, chunks = self._select(ref, everything, chunk)
         rows = sent = 0
         with self._bar(ref, total, options) as bar:
