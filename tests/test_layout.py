@@ -2,6 +2,8 @@
 
 * no import cycle inside ``django_sbert`` (an import inside a function counts: it is still a
   dependency), except a wing's ``enqueue`` calling its own tasks module;
+* imports go down the floors (``FLOORS``): a module imports its own floor and those below;
+* each wing's package docstring names every module of the wing;
 * an import inside a function says why in a comment (torch, or Django's loading order);
 * the ML core (``django_sbert.encoder``) imports nothing of Django;
 * the documented import paths and Celery task names keep working.
@@ -10,6 +12,8 @@
 from __future__ import annotations
 
 import ast
+import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +27,59 @@ ALLOWED_LOOPS = {
     ("django_sbert.finetuning.runs", "django_sbert.finetuning.tasks"),
     ("django_sbert.finetuning.promotion", "django_sbert.finetuning.tasks"),
 }
+
+
+# The floors of docs/architecture.md, lowest first. A module's floor is that of the longest
+# prefix listed here; it may import modules of its own floor and of those below it.
+FLOOR_NAMES = ("encoder", "base", "serving", "indexing", "query", "finetuning", "top")
+FLOORS = {
+    "django_sbert.encoder": 0,  # the ML core: torch + transformers, no Django
+    "django_sbert": 1,  # the package itself: the version only
+    **dict.fromkeys(
+        (
+            "django_sbert.conf",
+            "django_sbert.settings_schema",
+            "django_sbert.exceptions",
+            "django_sbert.models",
+            "django_sbert.fields",
+            "django_sbert.columns",
+            "django_sbert.dimensions",
+            "django_sbert.passages",
+            "django_sbert.fulltext",
+            "django_sbert.indexes",
+            "django_sbert.operations",
+            "django_sbert.celery",
+        ),
+        1,
+    ),
+    "django_sbert.serving": 2,
+    "django_sbert.indexing": 3,
+    "django_sbert.query": 4,
+    "django_sbert.finetuning": 5,
+    **dict.fromkeys(
+        (
+            "django_sbert.admin",
+            "django_sbert.api",
+            "django_sbert.management",
+            "django_sbert.contrib",
+            "django_sbert.checks",
+            "django_sbert.apps",
+            "django_sbert.views",
+            "django_sbert.urls",
+            "django_sbert.tasks",
+        ),
+        6,
+    ),
+}
+
+
+def _floor(module: str) -> int | None:
+    parts = module.split(".")
+    for end in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:end])
+        if prefix in FLOORS and (end > 1 or module == prefix):
+            return FLOORS[prefix]
+    return None
 
 
 def _module_name(path: Path) -> str:
@@ -126,6 +183,81 @@ def test_the_checker_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def test_every_module_has_a_floor():
+    assert [name for name in _modules() if _floor(name) is None] == []
+
+
+def _upward(imports: list[tuple[str, str, int]]) -> list[str]:
+    """A sentence for each (importer, imported, line) that goes up from a lower floor."""
+    found = []
+    for importer, imported, lineno in imports:
+        low, high = _floor(importer), _floor(imported)
+        if low is not None and high is not None and high > low:
+            found.append(
+                f"{importer} (floor {low}, {FLOOR_NAMES[low]}) imports {imported} "
+                f"(floor {high}, {FLOOR_NAMES[high]}) at line {lineno}: move what it needs "
+                "down, or the module up"
+            )
+    return found
+
+
+def test_imports_go_down_the_floors():
+    modules = _modules()
+    known = set(modules)
+    imports = [
+        (name, target, node.lineno)
+        for name, path in modules.items()
+        for target, node, _ in _imports(name, path, known)
+    ]
+    assert _upward(imports) == []
+
+
+def test_the_checker_finds_an_import_that_goes_up():
+    found = _upward(
+        [
+            ("django_sbert.fields", "django_sbert.serving.cache", 3),
+            ("django_sbert.checks", "django_sbert.serving.model_cache", 4),
+        ]
+    )
+    assert found == [
+        "django_sbert.fields (floor 1, base) imports django_sbert.serving.cache (floor 2, "
+        "serving) at line 3: move what it needs down, or the module up"
+    ]
+
+
+WINGS = sorted(
+    path.parent.name
+    for path in PACKAGE.glob("*/__init__.py")
+    if path.parent.name not in ("management", "migrations")
+)
+
+
+@pytest.mark.parametrize("wing", WINGS)
+def test_a_wings_docstring_names_each_of_its_modules(wing):
+    folder = PACKAGE / wing
+    docstring = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
+    modules = sorted(path.stem for path in folder.glob("*.py") if path.stem != "__init__")
+    missing = [m for m in modules if not re.search(rf"``(?:[\w.]+\.)?{m}``", docstring)]
+    assert missing == [], f"django_sbert/{wing}/__init__.py does not name {', '.join(missing)}"
+
+
+@pytest.mark.parametrize("wing", ["serving", "indexing"])
+def test_a_wings_public_names_are_its_all_and_its_docstring_names_them(wing):
+    package = importlib.import_module(f"django_sbert.{wing}")
+    for name in package.__all__:
+        assert getattr(package, name) is not None
+        assert f"``{name}``" in package.__doc__, f"django_sbert.{wing} does not name {name}"
+
+
+def test_the_maps_table_names_modules_that_exist():
+    """docs/architecture.md's "which module for which change" names files by their path."""
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    table = text.split("## Which module for which change", 1)[1].split("\n\n", 2)[1]
+    named = set(re.findall(r"`((?:\w+/)*\w+\.py)`", table))
+    assert named, "the table names no module"
+    assert sorted(path for path in named if not (PACKAGE / path).is_file()) == []
+
+
 def _explained(lines: list[str], lineno: int) -> bool:
     """A comment on the import's line, or just above the block of imports it belongs to."""
     if "#" in lines[lineno - 1]:
@@ -217,9 +349,11 @@ def test_model_modules_and_settings_modules_import_no_torch():
         "django_sbert.tasks.enqueue_stale",
         "django_sbert.indexing.get_ref",
         "django_sbert.indexing.embed_pks",
+        "django_sbert.indexing.bulk_load",
         "django_sbert.serving.encoder_version",
         "django_sbert.serving.encode_query",
         "django_sbert.serving.get_encoder",
+        "django_sbert.serving.query_vector",
         "django_sbert.serving.serving_record",
         "django_sbert.serving.serving",
         "django_sbert.celery.sweep_schedule",
@@ -233,8 +367,6 @@ def test_model_modules_and_settings_modules_import_no_torch():
     ],
 )
 def test_documented_import_paths_keep_working(path):
-    import importlib
-
     module, _, attribute = path.rpartition(".")
     assert getattr(importlib.import_module(module), attribute) is not None
 

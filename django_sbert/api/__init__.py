@@ -9,7 +9,13 @@
     from django_sbert import api
     api.register(Article, fields=["id", "title"])
 
-See docs/api.md.
+Modules, one per concept as in DRF: ``registry`` (which models may be searched, and how each
+is shown), ``views`` (search/, similar/, embed/), ``finetuning`` (pairs/, training-runs/,
+encoder-versions/), ``serializers``, ``filters`` (``SemanticSearchFilter`` for any list view),
+``pagination``, ``parsers`` (bodies over the size limit refused), ``permissions``,
+``throttling`` (rate limits with defaults), ``errors`` (503 with the reason when a part is
+away), ``schema`` (OpenAPI through drf-spectacular, when installed), ``settings``
+(``SBERT["API"]``), ``urls``. See docs/api.md.
 """
 
 from __future__ import annotations

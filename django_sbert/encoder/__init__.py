@@ -3,6 +3,20 @@
 ``SentenceEncoder`` is exposed lazily so that ``django_sbert.encoder.spec`` (which reads a
 model's configuration without torch) can be imported by the Django layer without paying for
 ``import torch``.
+
+Modules. The model: ``model`` (``SentenceEncoder``: Transformer -> Pooling -> [Dense] ->
+[Normalize]), ``spec`` (find a model and read its configuration, without torch),
+``transformer``, ``pooling``, ``dense``, ``tokenization``, ``weights`` (safetensors first),
+``fingerprint`` (a stable id of a model directory's files). Inference: ``paths`` (compiled or
+eager, float32 or bfloat16 on this CPU), ``compiled`` (``torch.compile``), ``aot`` (the
+single-query graph compiled ahead of time), ``matryoshka`` (vectors cut to their first
+dimensions), ``passages`` (long texts split into passages), ``sentences`` (a text's sentence
+spans, which passages and pseudo-queries are cut from). Training: ``training``
+(``fit()``), ``losses``, ``data`` (examples checked against a loss, and batched), ``mining``
+(hard negatives), ``pseudo_queries`` (pairs cut from unlabelled documents), ``lexical`` (BM25
+in memory), ``distillation`` (Margin-MSE examples from a teacher fusing the model with BM25),
+``evaluation`` (STS Spearman, retrieval MRR / nDCG / Recall). ``exceptions``: the errors the
+core raises.
 """
 
 from __future__ import annotations

@@ -12,8 +12,10 @@
 Modules: ``queryset`` (the queryset and manager), ``options`` (per-query settings, with their
 defaults from ``SBERT["SEARCH"]``), ``vectors`` (a text, row or vector becomes the query
 vector), ``aio`` (async searches encode their text off the event loop), ``fusion`` (hybrid
-search's reciprocal rank fusion in SQL). The full-text pieces are
-in ``django_sbert.fulltext``.
+search's rank or score fusion in SQL), ``passages`` (rows ranked by their best passage),
+``highlight`` (the sentence of a passage that answers the query), ``binary`` (search on
+binary codes, re-ranked by exact cosine), ``replicas`` (which database a search reads). The
+full-text pieces are in ``django_sbert.fulltext``.
 """
 
 from __future__ import annotations

@@ -10,101 +10,63 @@ these names::
     encoder_version("default")      # the version string rows store in <field>_version
     serving_record("default")       # Serving(encoder, version, directory)
 
+The public interface is ``__all__``: ``Serving``, ``serving_record``, ``serving_version``,
+``serving_changed``, ``get_encoder``, ``encode_texts``, ``encode_query``, ``query_vector``,
+``peek_query_cache``, ``clear_query_cache``, ``query_cache_info``, ``role_prompt``,
+``encoder_version``, ``encoder_dimensions``, ``path_report``, and ``serving`` (the former name
+of ``serving_record``, deprecated). The other names imported here are the wing's internals,
+kept importable for the other wings and the tests; new code imports them from their modules.
+
 Modules: ``identity`` (what a version is), ``storage`` (where its files live: a Django storage
 backend), ``model_cache`` (each host's verified copy of them), ``versions``
 (which one serves, the switch lock), ``cache`` (loaded encoders, query vectors), ``paths``
 (which inference path each encoder takes here, and why), ``warmup``
 (warming them before traffic), ``worker`` (Celery worker process set-up), ``web`` (web process
-set-up and the version watcher).
+set-up and the version watcher), ``health`` (is this process ready for traffic: the health
+view and ``sbert_health``).
 """
 
 from __future__ import annotations
 
-from ..fields import encoder_dimensions
+from ..dimensions import encoder_dimensions
 from .cache import (
-    MAX_TUNED_LOADED,
-    PROMPT_NAMES,
-    Role,
     clear_query_cache,
     encode_query,
-    encode_query_for,
     encode_texts,
-    encoder_for,
     encoder_version,
     get_encoder,
     peek_query_cache,
     query_cache_info,
     query_vector,
-    reset_encoders,
     role_prompt,
-    trainable_encoder,
 )
-from .identity import base_label, base_version, model_fingerprint
-from .model_cache import cache_root, local_directory, unavailable_reason
-from .paths import encoder_path, path_report
-from .storage import (
-    missing_version_files,
-    model_root,
-    model_storage,
-    read_manifest,
-    resolve_directory,
-    save_encoder,
-)
-from .versions import (
-    FUSION_KEYS,
-    FUSIONS,
-    Serving,
-    forget_serving,
-    promoting_version,
-    serving,
-    serving_changed,
-    serving_record,
-    serving_version,
-    switch_lock,
-    version_directory,
-)
+from .paths import path_report
+from .versions import Serving, serving, serving_changed, serving_record, serving_version
+
+# isort: split
+# The wing's internals, not in __all__: importable here for the other wings and the tests.
+from .cache import encode_query_for, encoder_for, reset_encoders, trainable_encoder  # noqa: F401
+from .identity import base_label, base_version, model_fingerprint  # noqa: F401
+from .model_cache import local_directory, unavailable_reason  # noqa: F401
+from .paths import encoder_path  # noqa: F401
+from .storage import model_root, resolve_directory, save_encoder  # noqa: F401
+from .versions import FUSION_KEYS, FUSIONS, forget_serving, promoting_version, switch_lock  # noqa: F401
 
 __all__ = [
-    "FUSION_KEYS",
-    "FUSIONS",
-    "MAX_TUNED_LOADED",
-    "PROMPT_NAMES",
-    "Role",
     "Serving",
-    "base_label",
-    "cache_root",
-    "base_version",
     "clear_query_cache",
     "encode_query",
-    "encode_query_for",
     "encode_texts",
     "encoder_dimensions",
-    "encoder_for",
-    "encoder_path",
     "encoder_version",
-    "forget_serving",
     "get_encoder",
-    "local_directory",
-    "missing_version_files",
-    "model_fingerprint",
-    "model_root",
-    "model_storage",
     "path_report",
     "peek_query_cache",
-    "promoting_version",
     "query_cache_info",
     "query_vector",
-    "read_manifest",
-    "reset_encoders",
-    "resolve_directory",
     "role_prompt",
-    "trainable_encoder",
-    "save_encoder",
     "serving",
     "serving_changed",
     "serving_record",
     "serving_version",
-    "switch_lock",
-    "unavailable_reason",
-    "version_directory",
 ]
