@@ -20,7 +20,7 @@ once. Loaded encoders are dropped when ``settings.SBERT`` changes and in the chi
 ``fork()``: torch state inherited from a parent (Celery prefork, gunicorn --preload) can hang or
 oversubscribe cores, so each child loads its own copy with its own thread count.
 
-An encoder name serves one version at a time (``versions.serving``): the model from settings,
+An encoder name serves one version at a time (``versions.serving_record``): the model from settings,
 or an active fine-tuned version. ``get_encoder(name)`` returns the serving one, so web processes
 and workers switch to a promoted version within ``SBERT["VERSION_CACHE_SECONDS"]``, without a
 restart; ``get_encoder(name, version)`` returns a given one (promotion encodes with both).
@@ -300,7 +300,7 @@ def query_vector(
     A search compares the vector only with rows whose ``<field>_version`` equals ``version``,
     so it never mixes two versions' vectors (see docs/fine-tuning.md). ``using``: the database
     the search reads its rows from, which also says which version serves (a read replica
-    answers with its own; ``versions.serving``).
+    answers with its own; ``versions.serving_record``).
     """
     current = serving_record(encoder, using=using)
     return encode_query_for(text, current), current.version
@@ -318,7 +318,7 @@ def query_cache_info() -> dict[str, int]:
 
 
 def encoder_version(name: str = "default") -> str:
-    """The version string of the named encoder's serving model (``versions.serving``).
+    """The version string of the named encoder's serving model (``versions.serving_record``).
 
     Stored beside each vector (``<field>_version``) so rows encoded by another model are found
     stale. It changes only when a promotion's switch commits.
