@@ -32,10 +32,10 @@ from .queryset import SemanticManager, SemanticQuerySet, as_semantic
 
 __all__ = [
     "ITERATIVE_SCAN_MODES",
-    "SearchOptions",
-    "SearchTimeout",
     "FusionConfig",
     "KeywordConfig",
+    "SearchOptions",
+    "SearchTimeout",
     "SemanticManager",
     "SemanticQuerySet",
     "as_semantic",
