@@ -74,7 +74,11 @@ def optional(rule: Rule) -> Rule:
 
 
 def one_of(*choices: Any) -> Rule:
-    return Rule(lambda v: v in choices, "one of " + ", ".join(repr(c) for c in choices))
+    shown = [repr(c) for c in choices]
+    listed = shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} or {shown[-1]}"
+    return Rule(
+        lambda v: v in choices and type(v) in {type(c) for c in choices}, f"one of {listed}"
+    )
 
 
 def integer(minimum: int | None = None, maximum: int | None = None) -> Rule:
