@@ -1,6 +1,6 @@
-"""Django views of django-sbert that are not part of the REST API.
+"""The readiness view, for a load balancer or an orchestrator.
 
-``health``: the readiness of this process, for a load balancer or an orchestrator::
+``health``: GET it to know whether this process can serve::
 
     # urls.py
     path("sbert/", include("django_sbert.urls"))     # GET /sbert/health/
