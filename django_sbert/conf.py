@@ -233,6 +233,13 @@ SEARCH = Group(
             "([scale.md](scale.md)).",
             integer(0),
         ),
+        "SIMILAR_CACHE_SECONDS": Setting(
+            300,
+            "How long `{% sbert_similar %}` keeps a row's similar rows in Django's default "
+            "cache (keyed by the serving version, so a promotion is seen at once); `0`: not "
+            "cached ([search.md](search.md#template-tags)).",
+            number(0),
+        ),
     },
     "Defaults of `similar_to()`, `keyword_search()` and `hybrid_search()`; each can be "
     "overridden per query.",

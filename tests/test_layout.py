@@ -67,6 +67,7 @@ FLOORS = {
             "django_sbert.views",
             "django_sbert.urls",
             "django_sbert.tasks",
+            "django_sbert.templatetags",
         ),
         6,
     ),
