@@ -17,7 +17,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from .serving import health as health_checks
+from ..serving import health as health_checks
 
 
 @never_cache
