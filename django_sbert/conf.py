@@ -220,6 +220,12 @@ SEARCH = Group(
             "words to weigh them. `None`: leave PostgreSQL's.",
             optional(integer(1, 10000)),
         ),
+        "MAX_QUERY_LENGTH": Setting(
+            1000,
+            "Characters of `q` a search page accepts (`SearchForm`, `SearchView`); a longer "
+            "one is a form error ([howto/search-page.md](howto/search-page.md)).",
+            integer(1),
+        ),
         "PASSAGES_PER_ROW": Setting(
             4,
             "Fields with `passages=`: passages the index scan fetches per row asked for "

@@ -68,6 +68,7 @@ FLOORS = {
             "django_sbert.urls",
             "django_sbert.tasks",
             "django_sbert.templatetags",
+            "django_sbert.forms",
         ),
         6,
     ),

@@ -3,6 +3,9 @@
 Modules:
 
 * ``health``: the readiness of this process, for a load balancer or an orchestrator.
+* ``search``: ``SearchView`` and ``AsyncSearchView``, a search page (form, modes, filters,
+  pagination to a bounded depth, highlighted passages) on the default template
+  ``django_sbert/search.html``.
 
 ``from django_sbert.views import health`` keeps working: the names are re-exported here.
 """
@@ -10,5 +13,6 @@ Modules:
 from __future__ import annotations
 
 from .health import health
+from .search import AsyncSearchView, SearchTiming, SearchView
 
-__all__ = ["health"]
+__all__ = ["AsyncSearchView", "SearchTiming", "SearchView", "health"]
