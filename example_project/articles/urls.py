@@ -5,6 +5,6 @@ from . import views
 app_name = "articles"
 
 urlpatterns = [
-    path("", views.search_page, name="search"),
+    path("", views.ArticleSearch.as_view(), name="search"),
     path("articles/<int:pk>/", views.article_page, name="detail"),
 ]

@@ -69,7 +69,8 @@ def _results(browser) -> tuple[list[str], list[float]]:
     from selenium.webdriver.common.by import By
 
     titles = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".result .title")]
-    scores = [float(e.text) for e in browser.find_elements(By.CSS_SELECTOR, ".result .num")]
+    shown = ".result .sbert-similarity-value, .result .sbert-keyword-score"
+    scores = [float(e.text) for e in browser.find_elements(By.CSS_SELECTOR, shown)]
     return titles, scores
 
 
@@ -138,8 +139,8 @@ def test_search_in_a_browser(demo: DemoProcess, browser) -> None:
     assert any("meaning #" in r for r in ranks) and any("words #" in r for r in ranks), ranks
     total, encode, query = _timing(browser)
     assert encode is not None and query > 0 and total == pytest.approx(encode + query, abs=0.11)
-    bars = browser.find_elements(By.CSS_SELECTOR, ".result .bar span")
-    assert bars[0].get_attribute("style").startswith("width: ")
+    bars = browser.find_elements(By.CSS_SELECTOR, ".result meter.sbert-similarity-bar")
+    assert 0 < float(bars[0].get_attribute("value")) <= 1
     (ARTIFACTS / "screenshots").mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(ARTIFACTS / "screenshots" / "search.png"))
 
