@@ -6,6 +6,8 @@ Modules:
 * ``search``: ``SearchView`` and ``AsyncSearchView``, a search page (form, modes, filters,
   pagination to a bounded depth, highlighted passages) on the default template
   ``django_sbert/search.html``.
+* ``suggest``: ``SuggestView``, search-as-you-type suggestions as JSON, for sites without
+  Django REST framework (``django_sbert/suggest.js`` shows them under a search box).
 
 ``from django_sbert.views import health`` keeps working: the names are re-exported here.
 """
@@ -14,5 +16,6 @@ from __future__ import annotations
 
 from .health import health
 from .search import AsyncSearchView, SearchTiming, SearchView
+from .suggest import SuggestView
 
-__all__ = ["AsyncSearchView", "SearchTiming", "SearchView", "health"]
+__all__ = ["AsyncSearchView", "SearchTiming", "SearchView", "SuggestView", "health"]
