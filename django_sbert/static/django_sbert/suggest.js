@@ -6,6 +6,12 @@
 (function () {
   "use strict";
   var DELAY = 150, MIN_CHARS = 2, lists = 0;
+  // Defaults with no specificity (:where), so any rule of the site's own CSS wins.
+  var STYLE = ":where(.sbert-suggestions){position:absolute;z-index:1000;margin:0;padding:0;" +
+    "list-style:none;background:#fff;color:#222;border:1px solid #ccc;border-radius:4px;" +
+    "box-shadow:0 4px 12px rgba(0,0,0,.15)}:where(.sbert-suggestions a){display:block;" +
+    "padding:.4em .75em;color:inherit;text-decoration:none;cursor:pointer}" +
+    ":where(.sbert-suggestions [aria-selected=true]){background:#e8eefc}";
 
   function attach(input) {
     if (input.getAttribute("aria-controls")) return; // loaded twice: attached already
@@ -40,6 +46,10 @@
         return list.appendChild(li);
       });
       list.hidden = !items.length;
+      // Under the input, out of the page's flow (the list shares the input's offsetParent).
+      list.style.left = input.offsetLeft + "px";
+      list.style.top = input.offsetTop + input.offsetHeight + "px";
+      list.style.minWidth = input.offsetWidth + "px";
       input.setAttribute("aria-expanded", String(!list.hidden));
       select(-1);
     }
@@ -83,7 +93,12 @@
   }
 
   function start() {
-    document.querySelectorAll("input[data-sbert-suggest-url]").forEach(attach);
+    var inputs = document.querySelectorAll("input[data-sbert-suggest-url]"), style;
+    if (!inputs.length) return;
+    style = document.createElement("style");
+    style.textContent = STYLE;
+    document.head.prepend(style);
+    inputs.forEach(attach);
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
