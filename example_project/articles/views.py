@@ -35,6 +35,7 @@ class ArticleSearch(SearchView):
     keyword_match = "any"  # a sentence-long query still finds articles holding its rare words
     max_pages = 5  # the top 50 of a ranking, 10 a page
     placeholder = f"Search by meaning, e.g. “{EXAMPLE_QUERIES[0]}”"
+    suggest_url = "articles:suggest"
     like: Article | None = None
 
     def filter_queryset(self, queryset: SemanticQuerySet) -> SemanticQuerySet:
