@@ -220,6 +220,33 @@ SEARCH = Group(
             "words to weigh them. `None`: leave PostgreSQL's.",
             optional(integer(1, 10000)),
         ),
+        "SUGGEST_K": Setting(
+            5, "Suggestions `suggest()` returns when no `k` is given.", integer(1)
+        ),
+        "SUGGEST_MIN_CHARS": Setting(
+            2,
+            "`suggest()`: a text shorter than this (spaces aside) suggests nothing "
+            "([hybrid.md](hybrid.md#search-as-you-type)).",
+            integer(1),
+        ),
+        "SUGGEST_VECTOR_MIN_CHARS": Setting(
+            4,
+            "`suggest()`: a shorter text is answered by the prefix match alone, with no "
+            "vector search.",
+            integer(0),
+        ),
+        "SUGGEST_CANDIDATES": Setting(
+            20, "`suggest()`: rows taken from each side before fusing.", integer(1)
+        ),
+        "SUGGEST_MAX_ROWS": Setting(
+            1000, "`suggest()`: at most this many prefix matches are ranked.", integer(1)
+        ),
+        "MAX_QUERY_LENGTH": Setting(
+            1000,
+            "Characters of `q` a search page accepts (`SearchForm`, `SearchView`); a longer "
+            "one is a form error ([howto/search-page.md](howto/search-page.md)).",
+            integer(1),
+        ),
         "PASSAGES_PER_ROW": Setting(
             4,
             "Fields with `passages=`: passages the index scan fetches per row asked for "
@@ -232,6 +259,13 @@ SEARCH = Group(
             "for, then re-ranked by cosine; `0` searches the float vectors "
             "([scale.md](scale.md)).",
             integer(0),
+        ),
+        "SIMILAR_CACHE_SECONDS": Setting(
+            300,
+            "How long `{% sbert_similar %}` keeps a row's similar rows in Django's default "
+            "cache (keyed by the serving version, so a promotion is seen at once); `0`: not "
+            "cached ([search.md](search.md#template-tags)).",
+            number(0),
         ),
     },
     "Defaults of `similar_to()`, `keyword_search()` and `hybrid_search()`; each can be "
@@ -372,6 +406,10 @@ API = Group(
         "MAX_QUERY_LENGTH": Setting(
             1000, "Characters of `q` (and of `?semantic=` in the filter backend).", integer(1)
         ),
+        "SUGGEST_MAX_K": Setting(20, "The largest `k` of `suggest/`.", integer(1)),
+        "SUGGEST_MAX_QUERY_LENGTH": Setting(
+            200, "Characters of `q` in `suggest/`: what a search box holds.", integer(1)
+        ),
         "PAGE_SIZE": Setting(10, "Results per page of `search/` and `similar/`.", integer(1)),
         "MAX_PAGE_SIZE": Setting(
             100, "The largest `?page_size=` a client may ask for.", integer(1)
@@ -402,7 +440,12 @@ API = Group(
             _PERMISSIONS,
         ),
         "THROTTLE_RATES": Setting(
-            {"search": "120/minute", "embed": "30/minute", "schema": "60/minute"},
+            {
+                "search": "120/minute",
+                "suggest": "600/minute",
+                "embed": "30/minute",
+                "schema": "60/minute",
+            },
             'Requests per period per client and scope (DRF\'s `"60/minute"`); merged, so '
             "naming one scope keeps the others; `None` turns a scope off.",
             RATES,

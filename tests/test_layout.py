@@ -67,6 +67,8 @@ FLOORS = {
             "django_sbert.views",
             "django_sbert.urls",
             "django_sbert.tasks",
+            "django_sbert.templatetags",
+            "django_sbert.forms",
         ),
         6,
     ),

@@ -314,6 +314,118 @@ def result_serializer_for(
     return result
 
 
+# -- suggest/ --------------------------------------------------------------------------------
+
+
+class SuggestQuerySerializer(serializers.Serializer):
+    """Query parameters of suggest/: the text typed so far, how many suggestions, which field."""
+
+    q = serializers.CharField(
+        allow_blank=True,
+        trim_whitespace=False,  # a trailing space says the last word is finished
+        help_text="The text typed so far; the last word, unless followed by a space, is read "
+        "as a prefix. Shorter than SBERT['SEARCH']['SUGGEST_MIN_CHARS'] (spaces aside): no "
+        "suggestions.",
+        error_messages={"required": "Pass the text typed so far as ?q=..."},
+    )
+    k = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        help_text="Number of suggestions (default SBERT['SEARCH']['SUGGEST_K'], at most "
+        "SBERT['API']['SUGGEST_MAX_K']).",
+    )
+    field = serializers.CharField(
+        required=False, help_text="Which EmbeddingField to search when the model has several."
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        data = kwargs.get("data")
+        if data is not None:  # ?k= and ?field= empty mean "not given"
+            kwargs["data"] = {
+                key: value
+                for key, value in data.items()
+                if not (key in ("k", "field") and value == "")
+            }
+        super().__init__(*args, **kwargs)
+        max_k = int(api_settings.SUGGEST_MAX_K)
+        k = self.fields["k"]
+        k.max_value = max_k
+        k.validators.append(
+            MaxValueValidator(
+                max_k, message=f"k must be at most {max_k} (SBERT['API']['SUGGEST_MAX_K'])."
+            )
+        )
+        limit = int(api_settings.SUGGEST_MAX_QUERY_LENGTH)
+        q = self.fields["q"]
+        q.max_length = limit
+        q.validators.append(
+            MaxLengthValidator(
+                limit,
+                message=f"q is longer than {limit} characters "
+                "(SBERT['API']['SUGGEST_MAX_QUERY_LENGTH']); suggestions are for a search box: "
+                "search/ takes longer texts.",
+            )
+        )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs.setdefault("k", int(sbert_settings.SEARCH["SUGGEST_K"]))
+        return attrs
+
+
+class SuggestionSerializer(serializers.Serializer):
+    """One suggestion: the row, what to show for it, where it leads, how it was found."""
+
+    id = PrimaryKeyField(source="pk", help_text="Primary key of the row.")
+    label = serializers.SerializerMethodField(
+        help_text="The first source field of the EmbeddingField (a title, usually), when the "
+        "model was registered with that field among its fields; else null."
+    )
+    url = serializers.CharField(
+        read_only=True, allow_null=True, help_text="The row's get_absolute_url(), or null."
+    )
+    score = serializers.FloatField(
+        read_only=True, help_text="Fused score: sum of 1 / (rrf_k + rank) over both lists."
+    )
+    keyword_rank = serializers.IntegerField(
+        read_only=True,
+        allow_null=True,
+        help_text="Position (from 1) among the prefix matches; null when not among them.",
+    )
+    vector_rank = serializers.IntegerField(
+        read_only=True,
+        allow_null=True,
+        help_text="Position (from 1) among the nearest rows by meaning; null when not among "
+        "them (and for texts too short to be encoded).",
+    )
+    object = serializers.DictField(
+        read_only=True, help_text="The fields the model was registered with."
+    )
+
+    def get_label(self, suggestion: Any) -> str | None:
+        return suggestion.label if self.context.get("show_label") else None
+
+
+_suggestion_serializers: dict[type[serializers.BaseSerializer], type] = {}
+
+
+def suggestion_serializer_for(
+    object_serializer: type[serializers.BaseSerializer],
+) -> type[serializers.Serializer]:
+    """SuggestionSerializer whose ``object`` is ``object_serializer`` (built once)."""
+    result = _suggestion_serializers.get(object_serializer)
+    if result is None:
+        result = type(
+            f"{object_serializer.__name__}Suggestion",
+            (SuggestionSerializer,),
+            {
+                "object": object_serializer(read_only=True),
+                "__module__": __name__,
+            },
+        )
+        _suggestion_serializers[object_serializer] = result
+    return result
+
+
 # -- embed/ ----------------------------------------------------------------------------------
 
 

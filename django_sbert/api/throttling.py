@@ -1,4 +1,4 @@
-"""Rate limits of search/, similar/, embed/ and schema/, with defaults that need no setup.
+"""Rate limits of search/, similar/, suggest/, embed/ and schema/, with defaults that need no setup.
 
 DRF's ScopedRateThrottle raises ImproperlyConfigured until REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]
 names every scope; these read SBERT["API"]["THROTTLE_RATES"] instead, which has defaults. Each
@@ -75,6 +75,13 @@ class SearchRateThrottle(SbertRateThrottle):
     """search/ and similar/ together: each query costs an encoder pass and an index scan."""
 
     scope = "search"
+
+
+class SuggestRateThrottle(SbertRateThrottle):
+    """suggest/: a request per pause in typing, so a rate of its own that typing does not
+    exhaust (600/minute by default), counted apart from search/'s."""
+
+    scope = "suggest"
 
 
 class EmbedRateThrottle(SbertRateThrottle):

@@ -10,7 +10,7 @@ from rest_framework.routers import SimpleRouter
 
 from .finetuning import EncoderVersionViewSet, TrainingPairViewSet, TrainingRunViewSet
 from .schema import SchemaView
-from .views import EmbedView, SearchView, SimilarView
+from .views import EmbedView, SearchView, SimilarView, SuggestView
 
 app_name = "sbert-api"
 
@@ -23,6 +23,7 @@ training.register("encoder-versions", EncoderVersionViewSet, basename="encoder-v
 urlpatterns = [
     path("search/", SearchView.as_view(), name="search"),
     path("similar/<str:model>/<str:pk>/", SimilarView.as_view(), name="similar"),
+    path("suggest/<str:model>/", SuggestView.as_view(), name="suggest"),
     path("embed/", EmbedView.as_view(), name="embed"),
     path("schema/", SchemaView.as_view(), name="schema"),
     path("", include(training.urls)),

@@ -1,4 +1,4 @@
-"""Views of the sbert API: search/, similar/<model>/<pk>/ and embed/.
+"""Views of the sbert API: search/, similar/<model>/<pk>/, suggest/<model>/ and embed/.
 
 Every bad input gets a 4xx with a message saying what to send instead; none reaches the
 database or the encoder unchecked. Order of checks per request (DRF's): authentication, the
@@ -22,7 +22,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ..query import SearchTimeout, SemanticQuerySet
+from ..query import SearchTimeout, SemanticQuerySet, suggest
 from ..serving import encode_texts
 from .errors import ServiceErrorsMixin
 from .parsers import BoundedJSONParser
@@ -43,10 +43,13 @@ from .serializers import (
     SearchQuerySerializer,
     SearchResultSerializer,
     SimilarQuerySerializer,
+    SuggestionSerializer,
+    SuggestQuerySerializer,
     result_serializer_for,
+    suggestion_serializer_for,
 )
 from .settings import api_settings
-from .throttling import EmbedRateThrottle, SearchRateThrottle
+from .throttling import EmbedRateThrottle, SearchRateThrottle, SuggestRateThrottle
 
 logger = logging.getLogger(__name__)
 
@@ -326,6 +329,74 @@ class SimilarView(SemanticResultsView):
             obj, k=data["k"], min_similarity=data.get("min_similarity"), field=field
         )
         return self.results_response(similar, data["k"])
+
+
+@extend_schema(
+    summary="Suggestions as the user types",
+    description=(
+        "Up to k rows of the model for the text typed so far, best first: a prefix match of "
+        "its words on the keyword column (the last word, unless followed by a space, as a "
+        "prefix) fused by reciprocal rank fusion with a vector search of the text. A text "
+        "shorter than SBERT['SEARCH']['SUGGEST_VECTOR_MIN_CHARS'] is answered by the prefix "
+        "match alone; one shorter than SUGGEST_MIN_CHARS, or blank, gets no suggestions. "
+        "Only rows this client may see are suggested. Throttled by its own rate (suggest), "
+        "apart from search/'s."
+    ),
+    parameters=[
+        OpenApiParameter("model", str, OpenApiParameter.PATH, description="app_label.model_name"),
+        SuggestQuerySerializer,
+    ]
+    if OpenApiTypes is not None
+    else None,
+    responses={
+        200: inline_serializer(
+            name="SuggestResponse", fields={"results": SuggestionSerializer(many=True)}
+        )
+        if OpenApiTypes is not None
+        else None,
+        **error_responses(400, 401, 403, 404, 429, 503),
+    },
+)
+class SuggestView(SemanticResultsView):
+    """GET suggest/<app_label.model>/?q=...: suggestions for the text typed so far."""
+
+    schema_operation_id = "sbert_suggest"
+    throttle_classes = [SuggestRateThrottle]
+    pagination_class = None
+
+    def get_model_label(self) -> str:
+        return self.kwargs["model"]
+
+    def model_not_found(self, exc: NotRegistered) -> APIException:
+        return NotFound(self.unknown_model_message(exc))
+
+    def get_serializer_class(self) -> Any:
+        return suggestion_serializer_for(self.get_entry().serializer_class)
+
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        params = SuggestQuerySerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        data = params.validated_data
+        field = self.embedding_field_name(data.get("field"))
+        suggestions = suggest(self.get_queryset(), data["q"], k=data["k"], field=field)
+        context = {**self.get_serializer_context(), "show_label": self.shows_label(field)}
+        serializer = self.get_serializer(suggestions, many=True, context=context)
+        return Response({"results": serializer.data})
+
+    def shows_label(self, field: str | None) -> bool:
+        """Whether the label's field (the first source field) is among the registered ones:
+        a label is text from the row, which the registered fields may not show."""
+        entry = self.get_entry()
+        fields = entry.embedding_fields
+        embedding = next((f for f in fields if f.name == field), None)
+        if embedding is None:
+            keyworded = [f for f in fields if f.has_keyword_search]
+            embedding = keyworded[0] if len(keyworded) == 1 else fields[0]
+        sources = embedding.source_fields
+        if not sources:
+            return False
+        shown = entry.serializer_class().fields.values()
+        return any(getattr(f, "source", None) == sources[0] for f in shown)
 
 
 @extend_schema(

@@ -12,7 +12,8 @@
 Modules: ``queryset`` (the queryset and manager), ``options`` (per-query settings, with their
 defaults from ``SBERT["SEARCH"]``), ``vectors`` (a text, row or vector becomes the query
 vector), ``aio`` (async searches encode their text off the event loop), ``fusion`` (hybrid
-search's rank or score fusion in SQL), ``passages`` (rows ranked by their best passage),
+search's rank or score fusion in SQL), ``suggest`` (search-as-you-type: a prefix match
+fused with a vector search of the text so far), ``passages`` (rows ranked by their best passage),
 ``highlight`` (the sentence of a passage that answers the query), ``binary`` (search on
 binary codes, re-ranked by exact cosine), ``replicas`` (which database a search reads). The
 full-text pieces are in ``django_sbert.fulltext``.
@@ -29,6 +30,7 @@ from .options import (
     search_options,
 )
 from .queryset import SemanticManager, SemanticQuerySet, as_semantic
+from .suggest import Suggestion, suggest
 
 __all__ = [
     "ITERATIVE_SCAN_MODES",
@@ -38,6 +40,8 @@ __all__ = [
     "SearchTimeout",
     "SemanticManager",
     "SemanticQuerySet",
+    "Suggestion",
     "as_semantic",
     "search_options",
+    "suggest",
 ]

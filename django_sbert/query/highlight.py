@@ -9,6 +9,12 @@ a page that shows it can point at the one sentence that matches the query best::
     marks = best_sentences(q, [row.passage["text"] for row in rows])
     # marks[i]: Highlight(start, end, similarity) inside rows[i].passage["text"], or None
 
+or let ``highlight_hits`` do it and give each row a ``snippet`` to show (the best sentence
+with some of the passage around it; ``{% sbert_passage row %}`` renders it, escaped)::
+
+    highlight_hits(rows, q)
+    rows[0].snippet  # Snippet(before="…the council said ", match="The stadium ...", after="…")
+
 The sentences of all the passages are encoded in one call (the document prompt, as indexing
 encodes), and compared with the query's vector (the query prompt, cached like a search's);
 both come from the serving version. Ten passages of ~200 tokens are ~80 short sentences: tens
@@ -17,13 +23,16 @@ of milliseconds on a CPU, so call it for the page shown, not for a whole ranking
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from django.db.models import Model
 
 from ..encoder.sentences import sentence_spans
 from ..serving import encode_query, encode_texts
+
+ELLIPSIS = "…"
 
 
 @dataclass(frozen=True)
@@ -56,3 +65,45 @@ def best_sentences(
         out.append(Highlight(found[best][0], found[best][1], float(own[best])))
         first += len(found)
     return out
+
+
+@dataclass(frozen=True)
+class Snippet:
+    """What a result shows of its best passage: the sentence nearest to the query (``match``)
+    and up to ``context_chars`` of the passage on each side, cut at a word ("…" where cut)."""
+
+    before: str
+    match: str
+    after: str
+
+    def __str__(self) -> str:
+        return f"{self.before}{self.match}{self.after}"
+
+
+def snippet(text: str, mark: Highlight, context_chars: int = 140) -> Snippet:
+    """``text`` around ``mark``: the context is cut at a word boundary and the cut marked "…"."""
+    before = text[max(0, mark.start - context_chars) : mark.start]
+    after = text[mark.end : mark.end + context_chars]
+    if mark.start > context_chars:  # cut inside the text before: drop the partial word
+        before = ELLIPSIS + before.split(" ", 1)[-1]
+    if len(text) - mark.end > context_chars:  # likewise after
+        after = after.rsplit(" ", 1)[0] + ELLIPSIS
+    return Snippet(before, text[mark.start : mark.end], after)
+
+
+def highlight_hits(
+    hits: Iterable[Model], query: str, *, encoder: str = "default", context_chars: int = 140
+) -> None:
+    """Set ``hit.snippet`` (a ``Snippet``) on each hit that carries a best passage
+    (``hit.passage["text"]``, from a search by passages); other hits are left alone.
+
+    The sentences of all those passages are encoded in one call, so call it for the page shown.
+    """
+    found = [hit for hit in hits if (getattr(hit, "passage", None) or {}).get("text")]
+    if not found:
+        return
+    texts = [hit.passage["text"] for hit in found]
+    marks = best_sentences(query, texts, encoder)
+    for hit, text, mark in zip(found, texts, marks, strict=True):
+        if mark is not None:
+            hit.snippet = snippet(text, mark, context_chars)

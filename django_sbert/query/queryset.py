@@ -11,6 +11,7 @@
     Article.objects.similar_to(vector, min_similarity=0.5).values("title", "similarity")
     Article.objects.keyword_search("XJ-9000 manual")[:10]                # PostgreSQL full text
     Article.objects.hybrid_search("ECB rate decision 2008", k=10)         # both, fused (RRF)
+    Article.objects.suggest("central bank inter", k=5)                     # as you type
     await Article.objects.asimilar_to("central banks", k=10)              # async code (aio.py)
 
 How it stays fast and correct (see docs/search.md):
@@ -65,6 +66,7 @@ from .options import (
 )
 from .passages import PassageSearch, hybrid_annotations, join_passages, uses_passages
 from .replicas import search_database
+from .suggest import Suggestion, suggest
 from .vectors import (
     QuerySource,
     as_vector,
@@ -333,6 +335,20 @@ class SemanticQuerySet(models.QuerySet):
         qs._search_ordering = None
         qs._search_source = source
         return qs
+
+    def suggest(
+        self, text: str, k: int | None = None, field: str | None = None, **options: Any
+    ) -> list[Suggestion]:
+        """Search-as-you-type: up to ``k`` rows for the text typed so far, best first.
+
+        A prefix match of the words on the keyword column (the last, unfinished word as a
+        prefix) fused with a vector search of the text; a text shorter than
+        ``SBERT["SEARCH"]["SUGGEST_VECTOR_MIN_CHARS"]`` is answered by the prefix match
+        alone, one shorter than ``SUGGEST_MIN_CHARS`` by nothing. Returns ``Suggestion``s
+        (``pk``, ``label``, ``url``, ``score``, ``keyword_rank``, ``vector_rank``,
+        ``object``), not a queryset: query/suggest.py, docs/hybrid.md.
+        """
+        return suggest(self, text, k, field, **options)
 
     # -- async: the query text is encoded off the event loop (aio.py) ------------------------
 

@@ -1,17 +1,20 @@
-"""The search page and the article page."""
+"""The search page (django-sbert's ``SearchView``, with the demo's category filter and "more
+like this") and the article page."""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
+
+from django_sbert.query import SemanticQuerySet
+from django_sbert.views import SearchView
 
 from . import search
 from .models import Article
 
-PAGE_SIZE = 10
 SIMILAR_ON_ARTICLE_PAGE = 6
 EXAMPLE_QUERIES = [
     "central banks raise interest rates",
@@ -22,58 +25,52 @@ EXAMPLE_QUERIES = [
 ]
 
 
-def search_page(request: HttpRequest) -> HttpResponse:
-    """``?q=`` text search, or ``?like=<id>`` more like an article; ``&category=`` filters,
-    ``&mode=`` picks hybrid (default), vector or keyword search for a text."""
-    query = request.GET.get("q", "").strip()[:500]
-    category = request.GET.get("category") or None
-    if category not in search.CATEGORY_FILTERS:
-        category = None
-    mode = request.GET.get("mode") or search.DEFAULT_MODE
-    if mode not in dict((value, label) for value, label, _ in search.MODES):
-        mode = search.DEFAULT_MODE
-    like = None
-    if request.GET.get("like", "").isdigit():
-        like = Article.objects.filter(pk=request.GET["like"]).first()
+class ArticleSearch(SearchView):
+    """``?q=`` in ``?mode=`` hybrid (default), vector or keyword; ``?like=<id>`` lists the
+    articles most like one; ``&category=`` filters either."""
 
-    results: list[Article] | None = None
-    timing = None
-    if like is not None and like.embedding is not None:
-        results, timing = search.timed_search(like, search.VECTOR, category)
-    elif query:
-        results, timing = search.timed_search(query, mode, category)
+    model = Article
+    template_name = "articles/search.html"  # extends django_sbert/search.html
+    base_template = "articles/base.html"
+    keyword_match = "any"  # a sentence-long query still finds articles holding its rare words
+    max_pages = 5  # the top 50 of a ranking, 10 a page
+    placeholder = f"Search by meaning, e.g. “{EXAMPLE_QUERIES[0]}”"
+    suggest_url = "articles:suggest"
+    like: Article | None = None
 
-    page = None
-    if results is not None:
-        page = Paginator(results, PAGE_SIZE).get_page(request.GET.get("page"))
-        if like is None:  # a text search: show where in each article it matched
-            search.highlight(page.object_list, query)
-    return render(
-        request,
-        "articles/search.html",
-        {
-            "query": query,
-            "category": category,
-            "categories": search.CATEGORY_CHOICES,
-            "category_label": dict(search.CATEGORY_CHOICES).get(category),
-            "mode": mode,
-            "modes": search.MODES,
-            "like": like,
-            "like_pending": like is not None and like.embedding is None,
-            "page": page,
-            "timing": timing,
-            "coverage": search.coverage(),
-            "examples": EXAMPLE_QUERIES,
-            "snippet_chars": search.SNIPPET_CHARS,
-        },
-    )
+    def filter_queryset(self, queryset: SemanticQuerySet) -> SemanticQuerySet:
+        category = self.request.GET.get("category")
+        if category in search.CATEGORY_FILTERS:
+            return queryset.filter(search.CATEGORY_FILTERS[category])
+        return queryset
+
+    def get_search_query(self) -> str | Article | None:
+        like = self.request.GET.get("like", "")
+        self.like = Article.objects.filter(pk=like).first() if like.isdigit() else None
+        if self.like is not None:  # more like this: by its stored vector, once it has one
+            return self.like if self.like.embedding is not None else None
+        return super().get_search_query()
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        category = self.request.GET.get("category")
+        category = category if category in search.CATEGORY_FILTERS else None
+        return super().get_context_data(
+            category=category,
+            categories=search.CATEGORY_CHOICES,
+            category_label=dict(search.CATEGORY_CHOICES).get(category),
+            like=self.like,
+            like_pending=self.like is not None and self.like.embedding is None,
+            coverage=search.coverage(),
+            examples=EXAMPLE_QUERIES,
+            **kwargs,
+        )
 
 
 def article_page(request: HttpRequest, pk: int) -> HttpResponse:
     article = get_object_or_404(Article, pk=pk)
     similar = None
     if article.embedding is not None:
-        similar = search.search(article, limit=SIMILAR_ON_ARTICLE_PAGE)
+        similar = Article.objects.similar_to(article)[:SIMILAR_ON_ARTICLE_PAGE]
     return render(
         request,
         "articles/article.html",

@@ -68,7 +68,7 @@ def test_no_server_errors(articles, registered, settings, wsgi_app):
     settings.SBERT = {
         **settings.SBERT,
         "API": {
-            "THROTTLE_RATES": {"search": None, "embed": None},  # thousands of requests
+            "THROTTLE_RATES": {"search": None, "suggest": None, "embed": None},  # thousands
             "EMBED_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
             "MAX_QUERY_LENGTH": 200,
             "EMBED_MAX_TEXT_LENGTH": 200,  # keep each generated request cheap to encode
@@ -80,7 +80,7 @@ def test_no_server_errors(articles, registered, settings, wsgi_app):
         for result in schema.get_all_operations()
         if not result.ok().path.startswith(TRAINING_PREFIXES)
     ]
-    assert len(operations) == 3
+    assert len(operations) == 4
     seen: dict[str, set[int]] = {}
 
     for operation in operations:
@@ -93,6 +93,7 @@ def test_no_server_errors(articles, registered, settings, wsgi_app):
     # The run reached the real work, not only the validation errors.
     assert 200 in seen["GET /api/sbert/search/"]
     assert 200 in seen["POST /api/sbert/embed/"]
+    assert 200 in seen["GET /api/sbert/suggest/{model}/"]
 
 
 def test_no_server_errors_on_the_training_endpoints(settings, wsgi_app, tmp_path):

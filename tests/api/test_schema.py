@@ -26,6 +26,7 @@ def test_documents_the_sbert_endpoints_only(schema):
     assert set(schema["paths"]) == {
         "/api/sbert/search/",
         "/api/sbert/similar/{model}/{pk}/",
+        "/api/sbert/suggest/{model}/",
         "/api/sbert/embed/",
         "/api/sbert/pairs/",
         "/api/sbert/pairs/{pk}/",
@@ -37,6 +38,12 @@ def test_documents_the_sbert_endpoints_only(schema):
         "/api/sbert/encoder-versions/{pk}/promote/",
         "/api/sbert/encoder-versions/{pk}/rollback/",
     }
+
+
+def test_suggest_documents_its_parameters_and_errors(schema):
+    operation = schema["paths"]["/api/sbert/suggest/{model}/"]["get"]
+    assert {"model", "q", "k", "field"} <= set(_parameters(operation))
+    assert {"200", "400", "404", "429"} <= set(operation["responses"])
 
 
 def test_training_endpoints_document_their_errors(schema):

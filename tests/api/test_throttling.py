@@ -16,6 +16,7 @@ SEARCH = "/api/sbert/search/?model=testapp.article&q=dog"
 def test_defaults_are_on():
     assert API_DEFAULTS["THROTTLE_RATES"] == {
         "search": "120/minute",
+        "suggest": "600/minute",
         "embed": "30/minute",
         "schema": "60/minute",
     }

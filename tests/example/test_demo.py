@@ -4,8 +4,9 @@
 filesystem broker, ``runserver``, the real all-MiniLM-L6-v2), with 60 articles (the newest of
 each category) so the worker encodes them in seconds. Headless Chromium (Debian's
 ``chromium`` with its ``chromium-driver``, driven by Selenium) searches the site, pages,
-filters, follows "More like this", logs in to the admin with the printed password, and sees
-the "N of M embedded" notice; the screenshots are kept in ``artifacts/screenshots/``.
+filters, follows "More like this", types into the search box and picks a suggestion, logs in
+to the admin with the printed password, and sees the "N of M embedded" notice; the
+screenshots are kept in ``artifacts/screenshots/``.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ def _results(browser) -> tuple[list[str], list[float]]:
     from selenium.webdriver.common.by import By
 
     titles = [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".result .title")]
-    scores = [float(e.text) for e in browser.find_elements(By.CSS_SELECTOR, ".result .num")]
+    shown = ".result .sbert-similarity-value, .result .sbert-keyword-score"
+    scores = [float(e.text) for e in browser.find_elements(By.CSS_SELECTOR, shown)]
     return titles, scores
 
 
@@ -138,8 +140,8 @@ def test_search_in_a_browser(demo: DemoProcess, browser) -> None:
     assert any("meaning #" in r for r in ranks) and any("words #" in r for r in ranks), ranks
     total, encode, query = _timing(browser)
     assert encode is not None and query > 0 and total == pytest.approx(encode + query, abs=0.11)
-    bars = browser.find_elements(By.CSS_SELECTOR, ".result .bar span")
-    assert bars[0].get_attribute("style").startswith("width: ")
+    bars = browser.find_elements(By.CSS_SELECTOR, ".result meter.sbert-similarity-bar")
+    assert 0 < float(bars[0].get_attribute("value")) <= 1
     (ARTIFACTS / "screenshots").mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(ARTIFACTS / "screenshots" / "search.png"))
 
@@ -186,6 +188,54 @@ def test_search_in_a_browser(demo: DemoProcess, browser) -> None:
     assert "Wikinews" in credit.text
     assert len(browser.find_elements(By.CSS_SELECTOR, ".similar .result")) == 6
     browser.save_screenshot(str(ARTIFACTS / "screenshots" / "article.png"))
+
+
+def _suggestions(browser) -> list:
+    """The options of the search box's listbox while it is shown (else [])."""
+    from selenium.webdriver.common.by import By
+
+    for listbox in browser.find_elements(By.CSS_SELECTOR, "[role=listbox]"):
+        if listbox.is_displayed():
+            return listbox.find_elements(By.CSS_SELECTOR, "[role=option]")
+    return []
+
+
+def test_suggestions_while_typing(demo: DemoProcess, browser) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(f"{demo.url}/")
+    box = browser.find_element(By.NAME, "q")
+    assert box.get_attribute("data-sbert-suggest-url")
+    box.clear()
+    for char in "north korean jour":  # typed key by key: the last word is unfinished
+        box.send_keys(char)
+    WebDriverWait(browser, 30).until(lambda b: EXPECTED in [o.text for o in _suggestions(b)])
+    options = _suggestions(browser)
+    assert 1 <= len(options) <= 5
+    assert box.get_attribute("role") == "combobox"
+    assert box.get_attribute("aria-expanded") == "true"
+    links = [o.find_element(By.TAG_NAME, "a").get_attribute("href") for o in options]
+    assert all("/articles/" in link for link in links), links
+    (ARTIFACTS / "screenshots").mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "screenshots" / "suggest.png"))
+
+    # Arrow keys choose, Escape closes, Enter follows the chosen suggestion.
+    box.send_keys(Keys.ARROW_DOWN)
+    assert box.get_attribute("aria-activedescendant") == options[0].get_attribute("id")
+    assert options[0].get_attribute("aria-selected") == "true"
+    box.send_keys(Keys.ESCAPE)
+    WebDriverWait(browser, 5).until(lambda b: not _suggestions(b))
+    assert box.get_attribute("aria-expanded") == "false"
+    box.send_keys("n")  # typing again brings them back
+    WebDriverWait(browser, 30).until(lambda b: EXPECTED in [o.text for o in _suggestions(b)])
+    position = [o.text for o in _suggestions(browser)].index(EXPECTED)
+    for _ in range(position + 1):
+        box.send_keys(Keys.ARROW_DOWN)
+    box.send_keys(Keys.ENTER)
+    WebDriverWait(browser, 30).until(lambda b: "/articles/" in b.current_url)
+    assert EXPECTED in browser.find_element(By.TAG_NAME, "h1").text
 
 
 def test_admin_with_the_printed_login(demo: DemoProcess, browser) -> None:

@@ -1,6 +1,6 @@
-"""Django views of django-sbert that are not part of the REST API.
+"""The readiness view, for a load balancer or an orchestrator.
 
-``health``: the readiness of this process, for a load balancer or an orchestrator::
+``health``: GET it to know whether this process can serve::
 
     # urls.py
     path("sbert/", include("django_sbert.urls"))     # GET /sbert/health/
@@ -17,7 +17,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from .serving import health as health_checks
+from ..serving import health as health_checks
 
 
 @never_cache

@@ -1,0 +1,21 @@
+"""Django views of django-sbert that are not part of the REST API.
+
+Modules:
+
+* ``health``: the readiness of this process, for a load balancer or an orchestrator.
+* ``search``: ``SearchView`` and ``AsyncSearchView``, a search page (form, modes, filters,
+  pagination to a bounded depth, highlighted passages) on the default template
+  ``django_sbert/search.html``.
+* ``suggest``: ``SuggestView``, search-as-you-type suggestions as JSON, for sites without
+  Django REST framework (``django_sbert/suggest.js`` shows them under a search box).
+
+``from django_sbert.views import health`` keeps working: the names are re-exported here.
+"""
+
+from __future__ import annotations
+
+from .health import health
+from .search import AsyncSearchView, SearchTiming, SearchView
+from .suggest import SuggestView
+
+__all__ = ["AsyncSearchView", "SearchTiming", "SearchView", "SuggestView", "health"]
