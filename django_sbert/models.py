@@ -16,6 +16,11 @@
 ``SkippedRow``
     A row indexing skipped because of an error of its own (its source raised, or the database
     refused its vector), so that one bad row never blocks the others (docs/indexing.md).
+``JudgmentList``, ``JudgedQuery``, ``Judgment``
+    A named set of queries over one EmbeddingField's rows, each query with graded rows (0 not
+    relevant .. 3 perfect): what search quality is measured against.
+``Evaluation``
+    One measurement of a judgment list (version, mode, metrics, time), kept for quality over time.
 
 See docs/fine-tuning.md for the workflow and how promotion stays consistent.
 """
@@ -294,6 +299,88 @@ class SkippedRow(models.Model):
 
     def __str__(self) -> str:
         return f"{self.content_type_id}:{self.object_pk}.{self.field} ({self.error})"
+
+
+class JudgmentList(models.Model):
+    """A named set of graded queries over the rows of one model's EmbeddingField."""
+
+    name = models.CharField(max_length=200, unique=True)
+    content_type = models.ForeignKey(
+        ContentType, on_delete=models.CASCADE, help_text="The model whose rows are graded."
+    )
+    field = models.CharField(max_length=100, help_text="Its EmbeddingField's name.")
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class JudgedQuery(models.Model):
+    """One query of a judgment list; its graded rows are its ``judgments``."""
+
+    judgment_list = models.ForeignKey(
+        JudgmentList, related_name="queries", on_delete=models.CASCADE
+    )
+    text = models.TextField()
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name_plural = "judged queries"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["judgment_list", "text"], name="sbert_judged_query_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.text[:80]
+
+
+class Judgment(models.Model):
+    """How relevant one row is to one query: 0 not relevant, 1 somewhat, 2 relevant, 3 perfect."""
+
+    query = models.ForeignKey(JudgedQuery, related_name="judgments", on_delete=models.CASCADE)
+    object_pk = models.CharField(max_length=255, help_text="The graded row's pk, as text.")
+    grade = models.PositiveSmallIntegerField(
+        help_text="0 not relevant, 1 somewhat, 2 relevant, 3 perfect."
+    )
+
+    class Meta:
+        ordering = ["query", "-grade", "object_pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["query", "object_pk"], name="sbert_judgment_unique"),
+            models.CheckConstraint(
+                condition=Q(grade__gte=0, grade__lte=3), name="sbert_judgment_grade_0_3"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.object_pk}: {self.grade}"
+
+
+class Evaluation(models.Model):
+    """One measurement of a judgment list with one encoder version and search mode."""
+
+    judgment_list = models.ForeignKey(
+        JudgmentList, related_name="evaluations", on_delete=models.CASCADE
+    )
+    version = models.CharField(max_length=200, help_text="The encoder version measured.")
+    mode = models.CharField(max_length=20, help_text="vector, keyword, hybrid or passages.")
+    metrics = models.JSONField(help_text="The metrics by name, the query count and the threshold.")
+    trigger = models.CharField(max_length=20, help_text="manual, promotion or schedule.")
+    seconds = models.FloatField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.judgment_list} {self.version} {self.mode}"
 
 
 def pair_kind_counts(pairs: models.QuerySet[TrainingPair]) -> dict[str, Any]:

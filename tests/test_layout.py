@@ -56,6 +56,7 @@ FLOORS = {
     "django_sbert.indexing": 3,
     "django_sbert.query": 4,
     "django_sbert.finetuning": 5,
+    "django_sbert.evaluation": 5,  # judgment lists and evaluations, beside finetuning
     **dict.fromkeys(
         (
             "django_sbert.admin",
