@@ -461,6 +461,32 @@ API = Group(
     anchor="api",
 )
 
+EVALUATION = Group(
+    {
+        "PRECISION_LEVEL": Setting(
+            0.5,
+            "An evaluation's threshold: the `min_similarity` below which fewer than this share "
+            "of the rows returned are relevant (grade 1 or more).",
+            number(0, 1),
+        ),
+        "AFTER_PROMOTION": Setting(
+            True,
+            "Evaluate the judgment lists of an encoder after each promotion (trigger "
+            '`"promotion"`, on the training queue).',
+            BOOLEAN,
+        ),
+        "SCHEDULE_HOURS": Setting(
+            24,
+            "Hours between scheduled evaluations of every judgment list (the beat entry "
+            "`django_sbert.celery.evaluation_schedule()`); `None`: none scheduled.",
+            optional(number(0, above=True)),
+        ),
+    },
+    "Judgment lists and evaluations: `sbert_evaluate`, quality over time "
+    "([benchmarks.md](benchmarks.md#measuring-search-quality)).",
+    anchor="evaluation",
+)
+
 TOP = {
     "ENCODERS": PerName(
         ENCODER,
@@ -517,6 +543,7 @@ TOP = {
     "TRAINING": TRAINING,
     "ADAPT": ADAPT,
     "API": API,
+    "EVALUATION": EVALUATION,
 }
 
 # Spellings of the previous release, read into their groups for one more release.
