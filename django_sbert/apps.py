@@ -7,7 +7,7 @@ from typing import Any
 
 from django.apps import AppConfig
 from django.db import DatabaseError, connections, transaction
-from django.db.models.signals import post_migrate, pre_migrate
+from django.db.models.signals import post_migrate, post_save, pre_migrate
 
 from .conf import sbert_settings
 
@@ -31,6 +31,18 @@ class SbertConfig(AppConfig):
             set_keyword_statistics, sender=self, dispatch_uid="django_sbert.keyword_statistics"
         )
         connect_signals()
+        connect_evaluation()
+
+
+def connect_evaluation() -> None:
+    """Evaluate an encoder's judgment lists after each promotion (evaluation/tasks.py)."""
+    # Imported here: they import models, which Django loads after apps.py.
+    from .evaluation.tasks import after_promotion
+    from .models import EncoderVersion
+
+    post_save.connect(
+        after_promotion, sender=EncoderVersion, dispatch_uid="django_sbert.after_promotion"
+    )
 
 
 def create_vector_extension(*, using: str = "default", **kwargs: Any) -> None:

@@ -7,6 +7,7 @@ once here and never change, wherever the task functions live::
     django_sbert.sweep            indexing/tasks.py     SBERT["QUEUE"]
     django_sbert.train_encoder    finetuning/tasks.py   SBERT["TRAINING"]["QUEUE"]
     django_sbert.promote_version  finetuning/tasks.py   SBERT["TRAINING"]["QUEUE"]
+    django_sbert.evaluate_lists   evaluation/tasks.py   SBERT["TRAINING"]["QUEUE"]
 
 Copy the sweep into your project's Celery configuration::
 
@@ -17,6 +18,14 @@ Copy the sweep into your project's Celery configuration::
     # or, in settings.py with app.config_from_object("django.conf:settings", namespace="CELERY")
     from django_sbert.celery import SWEEP_SCHEDULE
     CELERY_BEAT_SCHEDULE = {"sbert-sweep": SWEEP_SCHEDULE}
+
+and the judgment lists' evaluation (quality over time), every
+``SBERT["EVALUATION"]["SCHEDULE_HOURS"]``::
+
+    from django_sbert.celery import evaluation_schedule
+    entry = evaluation_schedule()          # None when SCHEDULE_HOURS is None
+    if entry:
+        app.conf.beat_schedule["sbert-evaluate"] = entry
 
 This module imports no Django model and no torch (``conf`` reads settings lazily), so a
 settings module may import it. The worker's per-process setup (torch threads, encoders loaded
@@ -33,6 +42,7 @@ EMBED_TASK = "django_sbert.embed_rows"
 SWEEP_TASK = "django_sbert.sweep"
 TRAIN_TASK = "django_sbert.train_encoder"
 PROMOTE_TASK = "django_sbert.promote_version"
+EVALUATE_TASK = "django_sbert.evaluate_lists"
 
 DEFAULT_SWEEP_EVERY = 300.0  # seconds
 
@@ -60,3 +70,26 @@ SWEEP_SCHEDULE: dict[str, Any] = {
     "kwargs": {"expires": DEFAULT_SWEEP_EVERY},
     "options": {"queue": DEFAULTS["QUEUE"], "expires": DEFAULT_SWEEP_EVERY},
 }
+
+
+def evaluation_schedule(
+    hours: float | None = None, queue: str | None = None
+) -> dict[str, Any] | None:
+    """A ``beat_schedule`` entry evaluating every judgment list every ``hours`` (default
+    ``SBERT["EVALUATION"]["SCHEDULE_HOURS"]``) on the training queue; None when that is None.
+
+    It expires after one interval, so a stopped worker does not come back to a pile of them.
+    """
+    if hours is None:
+        hours = sbert_settings.EVALUATION["SCHEDULE_HOURS"]
+        if hours is None:
+            return None
+    if queue is None:
+        queue = sbert_settings.TRAINING["QUEUE"]
+    every = float(hours) * 3600.0
+    return {
+        "task": EVALUATE_TASK,
+        "schedule": every,
+        "kwargs": {"trigger": "schedule"},
+        "options": {"queue": queue, "expires": every},
+    }

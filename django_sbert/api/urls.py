@@ -8,6 +8,7 @@ from __future__ import annotations
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
+from .evaluations import EvaluationView
 from .finetuning import EncoderVersionViewSet, TrainingPairViewSet, TrainingRunViewSet
 from .schema import SchemaView
 from .views import EmbedView, SearchView, SimilarView, SuggestView
@@ -26,5 +27,7 @@ urlpatterns = [
     path("suggest/<str:model>/", SuggestView.as_view(), name="suggest"),
     path("embed/", EmbedView.as_view(), name="embed"),
     path("schema/", SchemaView.as_view(), name="schema"),
+    # Search quality on judgment lists, for staff (docs/api.md).
+    path("evaluations/", EvaluationView.as_view(), name="evaluations"),
     path("", include(training.urls)),
 ]

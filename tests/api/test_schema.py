@@ -28,6 +28,7 @@ def test_documents_the_sbert_endpoints_only(schema):
         "/api/sbert/similar/{model}/{pk}/",
         "/api/sbert/suggest/{model}/",
         "/api/sbert/embed/",
+        "/api/sbert/evaluations/",
         "/api/sbert/pairs/",
         "/api/sbert/pairs/{pk}/",
         "/api/sbert/training-runs/",

@@ -1,0 +1,112 @@
+"""evaluations/: search quality measured on judgment lists, for staff (``IsAdminUser``).
+
+``GET evaluations/?list=<name>`` lists the stored evaluations (of one list, or of all), newest
+first, paginated. ``POST evaluations/ {"list": name, "version": "serving", "modes": [...],
+"store": true}`` measures the list now (``evaluation.run.evaluate``, the same as ``manage.py
+sbert_evaluate``) and answers with the evaluations, one per mode. The measurement runs within
+the request: a few seconds for a list of a few hundred queries with the serving version, longer
+for a version that does not serve (its pool of rows is encoded first); a larger list belongs in
+the command or the scheduled task.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+from rest_framework.exceptions import ValidationError
+from rest_framework.generics import GenericAPIView
+from rest_framework.permissions import IsAdminUser
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from ..evaluation.run import MODES, EvaluationError, evaluate
+from ..models import Evaluation, JudgmentList
+from .pagination import SearchPagination
+from .parsers import BoundedJSONParser
+from .schema import OpenApiParameter, OpenApiTypes, error_responses, extend_schema, schema_class
+
+
+class EvaluationSerializer(serializers.ModelSerializer):
+    list = serializers.CharField(source="judgment_list.name", read_only=True)
+
+    class Meta:
+        model = Evaluation
+        fields = ["id", "list", "version", "mode", "metrics", "trigger", "seconds", "created_at"]
+        read_only_fields = fields
+
+
+class EvaluateRequestSerializer(serializers.Serializer):
+    list = serializers.CharField(help_text="The judgment list's name.")
+    version = serializers.CharField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="serving (default), base, or an encoder version string or id.",
+    )
+    modes = serializers.ListField(
+        child=serializers.ChoiceField(choices=MODES),
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Search modes; default: every mode the list's field can do.",
+    )
+    store = serializers.BooleanField(default=True, help_text="Store the evaluations.")
+
+
+class EvaluationView(GenericAPIView):
+    """GET: stored evaluations, newest first; POST: measure a judgment list now."""
+
+    schema_operation_id = "sbert_evaluations"
+    permission_classes = [IsAdminUser]
+    parser_classes = [BoundedJSONParser]
+    serializer_class = EvaluationSerializer
+    pagination_class = SearchPagination
+    schema = schema_class()
+
+    def get_queryset(self) -> Any:
+        qs = Evaluation.objects.select_related("judgment_list").order_by("-created_at", "-id")
+        name = self.request.query_params.get("list")
+        if name:
+            qs = qs.filter(judgment_list__name=name)
+        return qs
+
+    @extend_schema(
+        summary="Stored evaluations of judgment lists",
+        parameters=[OpenApiParameter("list", OpenApiTypes.STR, description="Only this list's.")],
+        responses={200: EvaluationSerializer(many=True), **error_responses(401, 403)},
+    )
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        if page is not None:
+            return self.get_paginated_response(self.get_serializer(page, many=True).data)
+        return Response(self.get_serializer(self.get_queryset(), many=True).data)
+
+    @extend_schema(
+        summary="Measure a judgment list now",
+        description=(
+            "nDCG@10, Recall@10/@100, MRR@10 and the share of queries with no relevant row in "
+            "the top 10, per search mode, for an encoder version; synchronous."
+        ),
+        request=EvaluateRequestSerializer,
+        responses={201: EvaluationSerializer(many=True), **error_responses(400, 401, 403, 404)},
+    )
+    def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        given = EvaluateRequestSerializer(data=request.data)
+        given.is_valid(raise_exception=True)
+        data = given.validated_data
+        judgment_list = JudgmentList.objects.filter(name=data["list"]).first()
+        if judgment_list is None:
+            raise ValidationError({"list": [f"No judgment list named {data['list']!r}."]})
+        try:
+            evaluations = evaluate(
+                judgment_list,
+                version=data["version"],
+                modes=data["modes"],
+                store=data["store"],
+                trigger="manual",
+            )
+        except EvaluationError as exc:
+            raise ValidationError({"detail": str(exc)}) from exc
+        body = self.get_serializer(evaluations, many=True).data
+        return Response(body, status=201 if data["store"] else 200)

@@ -1,0 +1,158 @@
+"""``manage.py sbert_evaluate``: how good search is on a judgment list, per search mode.
+
+::
+
+    $ manage.py sbert_evaluate scifact-claims
+    judgment list scifact-claims: blog.Article.embedding, version all-MiniLM-L6-v2:1a2b...
+    mode     ndcg@10  recall@10  recall@100  mrr@10  no_relevant@10  queries  min_sim  seconds
+    vector    0.6451     0.7833      0.9300  0.6120          0.2100      300   0.4100      8.2
+    keyword   0.6510     ...
+
+    $ manage.py sbert_evaluate scifact-claims --version base --mode vector --json
+    $ manage.py sbert_evaluate scifact-claims --fail-under ndcg@10=0.62 --fail-under recall@10=0.7
+
+``--version``: ``serving`` (default), ``base`` (the settings' model), or a version string or
+id of the encoder (a candidate before it is promoted). ``--fail-under METRIC=VALUE`` (any
+number of times) exits with status 1, naming the figures below their threshold, when a mode
+measured scores under it: a deploy pipeline's check. Evaluations are stored (trigger
+``manual``) unless ``--no-store``. The modes and how a version that does not serve is
+measured: ``django_sbert.evaluation.run``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_sbert.evaluation.run import MODES, EvaluationError, evaluate
+from django_sbert.models import JudgmentList
+
+COLUMNS = ("ndcg@10", "recall@10", "recall@100", "mrr@10", "no_relevant@10")
+
+
+def parse_threshold(value: str) -> tuple[str, float]:
+    """``"ndcg@10=0.62"`` -> ``("ndcg@10", 0.62)``; metric names are case-insensitive."""
+    name, sep, number = value.partition("=")
+    try:
+        if not sep:
+            raise ValueError
+        return name.strip().lower(), float(number)
+    except ValueError:
+        raise CommandError(
+            f"--fail-under takes METRIC=VALUE, e.g. ndcg@10=0.62, not {value!r}."
+        ) from None
+
+
+class Command(BaseCommand):
+    help = (
+        "Measure search on a judgment list: nDCG@10, Recall@10/@100, MRR@10 and the share of "
+        "queries with no relevant row in the top 10, per search mode."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("list", help="The judgment list's name.")
+        parser.add_argument(
+            "--version",
+            default=None,
+            help="serving (default), base, or an encoder version string or id.",
+        )
+        parser.add_argument(
+            "--mode",
+            action="append",
+            choices=MODES,
+            dest="modes",
+            help="A search mode to measure (repeat for several); default: every mode the "
+            "field can do.",
+        )
+        parser.add_argument("--json", action="store_true", help="Print JSON, not a table.")
+        parser.add_argument(
+            "--fail-under",
+            action="append",
+            default=[],
+            metavar="METRIC=VALUE",
+            help="Exit with status 1 when a measured mode scores below VALUE on METRIC "
+            "(e.g. ndcg@10=0.62); repeat for several.",
+        )
+        parser.add_argument("--no-store", action="store_true", help="Do not store the evaluations.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        thresholds = dict(parse_threshold(value) for value in options["fail_under"])
+        try:
+            judgment_list = JudgmentList.objects.get(name=options["list"])
+        except JudgmentList.DoesNotExist:
+            known = ", ".join(JudgmentList.objects.values_list("name", flat=True)[:10])
+            raise CommandError(
+                f"No judgment list named {options['list']!r}"
+                + (f"; there are: {known}." if known else "; import or grade one first.")
+            ) from None
+        try:
+            evaluations = evaluate(
+                judgment_list,
+                version=options["version"],
+                modes=options["modes"],
+                store=not options["no_store"],
+                trigger="manual",
+            )
+        except EvaluationError as exc:
+            raise CommandError(str(exc)) from exc
+        for name in thresholds:
+            if not any(name in e.metrics for e in evaluations):
+                raise CommandError(
+                    f"--fail-under names {name!r}, which is not measured; use one of "
+                    f"{', '.join(COLUMNS)}."
+                )
+        if options["json"]:
+            self.stdout.write(json.dumps(as_json(judgment_list, evaluations), indent=2))
+        else:
+            self.stdout.write(table(judgment_list, evaluations))
+        failed = [
+            f"{e.mode} {name} {e.metrics[name]:.4f} < {limit:g}"
+            for e in evaluations
+            for name, limit in thresholds.items()
+            if name in e.metrics and float(e.metrics[name]) < limit
+        ]
+        if failed:
+            raise CommandError("Below the --fail-under thresholds: " + "; ".join(failed))
+
+
+def as_json(judgment_list: JudgmentList, evaluations: list[Any]) -> dict[str, Any]:
+    return {
+        "list": judgment_list.name,
+        "field": f"{judgment_list.content_type.model_class()._meta.label}.{judgment_list.field}",
+        "version": evaluations[0].version if evaluations else None,
+        "modes": {e.mode: {**e.metrics, "seconds": e.seconds, "id": e.pk} for e in evaluations},
+    }
+
+
+def table(judgment_list: JudgmentList, evaluations: list[Any]) -> str:
+    """Modes x metrics, with the threshold (``min_sim``) of the vector modes and each mode's
+    seconds."""
+    version = evaluations[0].version if evaluations else "-"
+    head = ("mode", *COLUMNS, "queries", "min_sim", "seconds")
+    rows = [head]
+    for e in evaluations:
+        threshold = (e.metrics.get("threshold") or {}).get("min_similarity")
+        rows.append(
+            (
+                e.mode,
+                *(_figure(e.metrics.get(name)) for name in COLUMNS),
+                str(e.metrics.get("queries", "-")),
+                _figure(threshold),
+                f"{e.seconds:.1f}",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    label = judgment_list.content_type.model_class()._meta.label
+    name = judgment_list.name
+    lines = [f"judgment list {name}: {label}.{judgment_list.field}, version {version}"]
+    for row in rows:
+        cells = [row[0].ljust(widths[0])]
+        cells += [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
+        lines.append("  ".join(cells))
+    return "\n".join(lines)
+
+
+def _figure(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.4f}"
