@@ -124,43 +124,87 @@ def retrieval_metrics(
     return ranking_metrics(rankings, relevant, k, corpus_size=len(doc_ids))
 
 
+Relevance = Mapping[str, float] | Iterable[str]
+"""A query's relevant documents: ``{doc_id: grade}`` (0 not relevant .. 3 perfect), or a set of
+doc ids, each of grade 1."""
+
+DEEP = 100  # the depth of the recall reported beside recall@k
+
+
+def grades(relevance: Relevance) -> dict[str, float]:
+    """``{doc_id: grade}`` of a query's relevance, a set's documents each graded 1."""
+    if isinstance(relevance, Mapping):
+        return dict(relevance)
+    return dict.fromkeys(relevance, 1)
+
+
 def ranking_metrics(
     rankings: Mapping[str, Sequence[str]],
-    relevant: Mapping[str, set[str]],
+    relevant: Mapping[str, Relevance],
     k: int = 10,
     *,
     corpus_size: int | None = None,
 ) -> dict[str, Any]:
-    """``retrieval_metrics``' figures for rankings made elsewhere (keyword, fused).
+    """``retrieval_metrics``' figures for rankings made elsewhere (keyword, fused, a judgment
+    list's searches): the one implementation of the ranking metrics.
 
     ``rankings`` maps each query id to its document ids, best first; a query id missing from
-    it, or with no relevant document, is not scored. ``corpus_size`` (when fewer than ``k``
-    documents could be ranked) caps the ideal ranking nDCG divides by. Returns the same dict
-    as ``retrieval_metrics``.
+    it, or with no relevant document (grade above 0), is not scored. ``relevant`` gives each
+    query's documents as a set (grade 1 each) or as ``{doc_id: grade}``; a document of grade
+    0 counts as not relevant. nDCG's gain is the grade (DCG = sum grade / log2(rank + 1), as
+    trec_eval's ``ndcg_cut``), divided by the DCG of the documents sorted by grade; MRR,
+    recall and precision count the documents of grade above 0. ``corpus_size`` (when fewer
+    than ``k`` documents could be ranked) caps the ideal ranking nDCG divides by.
+
+    Returns the dict of ``retrieval_metrics`` plus ``no_relevant@10`` (the share of scored
+    queries with no relevant document in their top ``k``) and, when the rankings go deeper
+    than ``k`` to 100 documents (or to the whole corpus of ``corpus_size``), ``recall@100``
+    in the summary and per query.
     """
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
-    query_ids = [qid for qid in rankings if relevant.get(qid)]
+    graded = {qid: grades(relevant[qid]) for qid in rankings if relevant.get(qid)}
+    query_ids = [qid for qid, g in graded.items() if any(grade > 0 for grade in g.values())]
     if not query_ids:
         raise ValueError("No query has a relevant document: check the ids in `relevant`.")
+    longest = max(len(rankings[qid]) for qid in query_ids)
+    deep = (
+        k < DEEP
+        and longest > k
+        and (longest >= DEEP or (corpus_size is not None and longest >= corpus_size))
+    )
+    depth = k if corpus_size is None else min(k, corpus_size)
     per_query: dict[str, dict[str, float]] = {}
     for qid in query_ids:
-        gold = set(relevant[qid])
-        hits = [doc in gold for doc in list(rankings[qid])[:k]]
+        gold = graded[qid]
+        relevant_count = sum(1 for grade in gold.values() if grade > 0)
+        ranked = list(rankings[qid])
+        gains = [gold.get(doc, 0) for doc in ranked[:k]]
+        hits = [gain > 0 for gain in gains]
         first = next((rank for rank, hit in enumerate(hits, start=1) if hit), None)
-        dcg = sum(1 / math.log2(rank + 1) for rank, hit in enumerate(hits, start=1) if hit)
-        depth = k if corpus_size is None else min(k, corpus_size)
-        idcg = sum(1 / math.log2(rank + 1) for rank in range(1, min(len(gold), depth) + 1))
+        dcg = sum(
+            gain / math.log2(rank + 1) for rank, gain in enumerate(gains, start=1) if gain > 0
+        )
+        ideal = sorted((grade for grade in gold.values() if grade > 0), reverse=True)[:depth]
+        idcg = sum(gain / math.log2(rank + 1) for rank, gain in enumerate(ideal, start=1))
         per_query[qid] = {
             f"mrr@{k}": 1 / first if first else 0.0,
             f"ndcg@{k}": dcg / idcg,
-            f"recall@{k}": sum(hits) / len(gold),
+            f"recall@{k}": sum(hits) / relevant_count,
             f"precision@{k}": sum(hits) / k,
         }
-    names = (f"mrr@{k}", f"ndcg@{k}", f"recall@{k}", f"precision@{k}")
+        if deep:
+            found = sum(1 for doc in ranked[:DEEP] if gold.get(doc, 0) > 0)
+            per_query[qid][f"recall@{DEEP}"] = found / relevant_count
+    names = [f"mrr@{k}", f"ndcg@{k}", f"recall@{k}", f"precision@{k}"]
+    if deep:
+        names.append(f"recall@{DEEP}")
     result: dict[str, Any] = {
         name: float(np.mean([m[name] for m in per_query.values()])) for name in names
     }
+    result[f"no_relevant@{k}"] = float(
+        np.mean([m[f"recall@{k}"] == 0.0 for m in per_query.values()])
+    )
     result["queries"] = len(per_query)
     result["per_query"] = per_query
     return result
