@@ -40,6 +40,7 @@ __all__ = [
     "AlreadyRegistered",
     "BrokerUnavailable",
     "CompareError",
+    "JudgmentsImportError",
     "ManifestError",
     "MissingAPIDependencies",
     "ModelNotFoundError",
@@ -97,6 +98,12 @@ class ManifestError(SbertError):
 class PairsImportError(SbertError, ValueError):
     """The import as a whole cannot go ahead (a file too large or not UTF-8, a source that
     does not fit its column); nothing was saved. The message says what to do."""
+
+
+class JudgmentsImportError(SbertError, ValueError):
+    """A judgments file (or the eval pairs) cannot be imported as a whole: not UTF-8, too
+    large, a queries file that cannot be read, no pair that matches a row. Nothing was saved;
+    the message says what to do."""
 
 
 class RunConflict(SbertError):
