@@ -16,7 +16,9 @@
    (the two share the cores meanwhile). The broker is ``CELERY_BROKER_URL``, else kombu's
    filesystem transport in ``var/broker``.
 4. The web server, ``manage.py runserver 127.0.0.1:8000 --noreload``.
-5. A progress bar of embedded / total articles until the worker has done them all.
+5. A progress bar of embedded / total articles until the worker has done them all; then
+   ``manage.py evaluate_demo`` measures the judgment list "Held-out pairs" once (every mode's
+   nDCG@10 in the admin's judgment lists from the first start).
 
 Ctrl-C (or SIGTERM) stops the web server, the workers and (if this run started it and no
 other process uses it) the database. Children run in their own sessions, so the terminal's
@@ -292,6 +294,14 @@ class Demo:
             )
         else:
             print(f"All {total} articles are embedded.", flush=True)
+        # Every article has its vectors: measure the demo's judgment list (once; a second
+        # start finds it measured and prints nothing).
+        subprocess.run(
+            [sys.executable, "manage.py", "evaluate_demo"],
+            cwd=PROJECT_DIR,
+            env=self.env(),
+            stdin=subprocess.DEVNULL,
+        )
         while True:
             self.check_children()
             time.sleep(1.0)

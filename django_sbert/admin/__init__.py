@@ -9,14 +9,24 @@
         sbert_pair_fields = ("title", "body")
 
 Modules: ``finetuning`` (the ModelAdmins of training pairs, runs and encoder versions,
-registered when Django's admin autodiscovery imports this package), ``mixins``
+registered when Django's admin autodiscovery imports this package), ``evaluation`` (judgment
+lists: grading a query's top rows, importing judgments, "Evaluate now", quality over time),
+``mixins``
 (``EmbeddingAdminMixin`` and the 403-on-forbidden-action helpers), ``display`` (progress bar,
-loss curve, metrics table).
+loss curve, metrics table, the quality-over-time chart).
 """
 
 from __future__ import annotations
 
+from .evaluation import JudgedQueryAdmin, JudgmentListAdmin
 from .finetuning import EncoderVersionAdmin, TrainingPairAdmin, TrainingRunAdmin
 from .mixins import EmbeddingAdminMixin
 
-__all__ = ["EmbeddingAdminMixin", "EncoderVersionAdmin", "TrainingPairAdmin", "TrainingRunAdmin"]
+__all__ = [
+    "EmbeddingAdminMixin",
+    "EncoderVersionAdmin",
+    "JudgedQueryAdmin",
+    "JudgmentListAdmin",
+    "TrainingPairAdmin",
+    "TrainingRunAdmin",
+]

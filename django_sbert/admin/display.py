@@ -1,11 +1,12 @@
-"""HTML pieces of the fine-tuning admin: a progress bar, the loss and eval curves, a metrics
-table.
+"""HTML pieces of the admin: a progress bar, the loss and eval curves, a metrics table, and
+search quality over time (each mode's metrics per evaluation, promotions marked).
 
 Server-side HTML and inline SVG, no JavaScript library.
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils.html import format_html, format_html_join
@@ -237,3 +238,127 @@ def training_curves(loss_history: list[list[float]], evaluations: dict[str, Any]
         evals,
         kept_step_text(evaluations),
     )
+
+
+MODE_COLOURS = {  # one colour per search mode in the quality chart
+    "vector": "#417690",
+    "keyword": "#b8860b",
+    "hybrid": "#1a7f37",
+    "passages": "#8a3ffc",
+}
+
+
+def time_chart_svg(
+    series: dict[tuple[str, str], list[tuple[datetime, float, str]]],
+    marks: list[tuple[datetime, str]],
+    width: int = 640,
+    height: int = 220,
+) -> str:
+    """Lines of values in [0, 1] over time, one per (name, metric), with a vertical dashed line
+    per mark (a promotion); every metric but the first is drawn dashed.
+
+    ``series`` maps (name, metric) to (time, value, note) points; a point's tooltip says its
+    note. Marks after the last point, or over a day before the first, are left out.
+    """
+    points = [p for line in series.values() for p in line]
+    if not points:
+        return "-"
+    pad, top = 36, 16
+    first = min(t for t, _, _ in points)
+    last = max(t for t, _, _ in points)
+    # A promotion up to a day before the first point is shown (its evaluation follows it).
+    marks = [(t, label) for t, label in marks if first - timedelta(days=1) <= t <= last]
+    first = min([first, *(t for t, _ in marks)])
+    span = (last - first).total_seconds() or 1.0
+
+    def x(when: datetime) -> float:
+        if last == first:
+            return width / 2
+        return pad + (when - first).total_seconds() / span * (width - 2 * pad)
+
+    def y(value: float) -> float:
+        return height - pad - max(0.0, min(1.0, value)) * (height - pad - top)
+
+    lines = []
+    legend = []
+    metrics_seen: list[str] = []
+    for (name, metric), line in sorted(series.items()):
+        if metric not in metrics_seen:
+            metrics_seen.append(metric)
+        colour = MODE_COLOURS.get(name, "#666")
+        dash = "" if metric == metrics_seen[0] else "4 3"
+        xy = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v, _ in line)
+        dots = format_html_join(
+            "",
+            '<circle cx="{}" cy="{}" r="2.5" fill="{}"><title>{} {} {}: {} ({})</title></circle>',
+            (
+                (f"{x(t):.1f}", f"{y(v):.1f}", colour, name, metric, f"{t:%Y-%m-%d %H:%M}",
+                 f"{v:.4f}", note)
+                for t, v, note in line
+            ),
+        )  # fmt: skip
+        lines.append(
+            format_html(
+                '<polyline class="sbert-series" data-series="{} {}" fill="none" stroke="{}" '
+                'stroke-width="1.5" stroke-dasharray="{}" points="{}"/>{}',
+                name,
+                metric,
+                colour,
+                dash,
+                xy,
+                dots,
+            )
+        )
+        legend.append((colour, "dashed" if dash else "solid", f"{name} {metric}"))
+    rules = format_html_join(
+        "",
+        '<g class="sbert-promotion"><line x1="{x}" y1="{top}" x2="{x}" y2="{bottom}" '
+        'stroke="#ba2121" stroke-dasharray="2 2"/><text x="{x}" y="{label}" font-size="9" '
+        'text-anchor="middle" fill="#ba2121">{version}</text><title>promoted {version} '
+        "on {when}</title></g>",
+        (
+            {
+                "x": f"{x(t):.1f}",
+                "top": top,
+                "bottom": height - pad,
+                "label": top - 4,
+                "version": label,
+                "when": f"{t:%Y-%m-%d %H:%M}",
+            }
+            for t, label in marks
+        ),
+    )
+    svg = format_html(
+        '<svg class="sbert-quality-chart" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
+        'role="img" aria-label="search quality over time">'
+        '<rect width="{w}" height="{h}" fill="#fafafa" stroke="#ccc"/>'
+        '<line x1="{pad}" y1="{y1}" x2="{right}" y2="{y1}" stroke="#e0e0e0"/>'
+        '<line x1="{pad}" y1="{y0}" x2="{right}" y2="{y0}" stroke="#ccc"/>'
+        "{rules}{lines}"
+        '<text x="4" y="{y1t}" font-size="10">1.0</text>'
+        '<text x="4" y="{y0t}" font-size="10">0.0</text>'
+        '<text x="{pad}" y="{h2}" font-size="10">{first}</text>'
+        '<text x="{right}" y="{h2}" font-size="10" text-anchor="end">{last}</text>'
+        "</svg>",
+        w=width,
+        h=height,
+        pad=pad,
+        right=width - pad,
+        y1=f"{y(1.0):.1f}",
+        y0=f"{y(0.0):.1f}",
+        y1t=f"{y(1.0) + 4:.1f}",
+        y0t=f"{y(0.0) + 4:.1f}",
+        rules=rules,
+        lines=format_html_join("", "{}", ((line,) for line in lines)),
+        h2=height - 8,
+        first=f"{first:%Y-%m-%d %H:%M}",
+        last=f"{last:%Y-%m-%d %H:%M}",
+    )
+    keys = format_html_join(
+        " ",
+        '<span style="white-space:nowrap"><span style="display:inline-block;width:18px;'
+        'border-top:2px {} {};vertical-align:middle"></span> {}</span>',
+        ((style, colour, label) for colour, style, label in legend),
+    )
+    note = " Dashed red lines: promotions." if marks else ""
+    return format_html('<div>{}</div><p class="sbert-chart-legend">{}{}</p>', svg, keys, note)

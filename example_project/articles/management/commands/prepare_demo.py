@@ -2,9 +2,11 @@
 
 Migrates, collects the static files (served by WhiteNoise, as in production), loads the corpus
 on the first run, makes the demo's training pairs once (headline -> lead paragraph, with a
-held-out eval split: ``articles.pairs``), makes sure the demo superuser exists (its random
-password is printed once, when it is created), and queues every article that still has no
-current vector (a worker stopped mid-way loses the task it was running; this resends it).
+held-out eval split: ``articles.pairs``) and the judgment list "Held-out pairs" from that split
+(``articles.judgments``; ``demo.py`` measures it once the articles have vectors), makes sure
+the demo superuser exists (its random password is printed once, when it is created), and
+queues every article that still has no current vector (a worker stopped mid-way loses the task
+it was running; this resends it).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import connection
 
-from articles import corpus, pairs
+from articles import corpus, judgments, pairs
 from articles.models import Article
 from django_sbert import indexing
 
@@ -26,8 +28,8 @@ DEMO_USER = "admin"
 
 class Command(BaseCommand):
     help = (
-        "Migrate, collect static files, load the demo corpus and its training pairs, create "
-        "the demo superuser, queue stale rows."
+        "Migrate, collect static files, load the demo corpus, its training pairs and its "
+        "judgment list, create the demo superuser, queue stale rows."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -55,6 +57,12 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"Made {train + held_out} training pairs (headline -> lead paragraph), "
                 f"{held_out} of them held out for evaluation."
+            )
+        report = judgments.make_held_out_list("articles.Article", "embedding", pairs.SOURCE)
+        if report is not None:
+            self.stdout.write(
+                f"Made the judgment list {judgments.NAME!r}: {report.queries} queries from the "
+                "held-out pairs, each headline's article graded."
             )
         self.ensure_superuser()
         stale = indexing.count_stale(indexing.get_ref("articles.Article", "embedding"))

@@ -1,0 +1,737 @@
+"""Admin for measuring search: judgment lists, grading, import, "Evaluate now", quality over time.
+
+* Judgment lists: their queries (each with its count of graded rows) and, on a query's page,
+  its judgments (row pk and grade 0-3), editable; the list's page charts each mode's nDCG@10
+  and Recall@10 over its stored evaluations, with the promotions marked.
+* Grade: for a list (or a new one) and a query typed in, the serving version's top 10 rows
+  and a candidate version's top 10 side by side, a grade per row, saved into the list. Rows
+  come through the content model's own ModelAdmin (``get_queryset(request)``), and only staff
+  who may view that model see them.
+* Import: a CSV, JSON Lines or TREC qrels file (``evaluation.judgments``), or the eval pairs.
+* Evaluate now: ``evaluation.run.evaluate`` for a version (serving, base, a candidate), every
+  mode's metrics and the ``min_similarity`` threshold measured on the list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.db.models import Count, Q
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
+
+from ..evaluation import judgments as judgment_io
+from ..evaluation import run as evaluation_run
+from ..exceptions import JudgmentsImportError, ServiceUnavailable
+from ..finetuning import compare
+from ..indexing import FieldRef, field_refs, get_ref
+from ..indexing.passages import encode_with_passages
+from ..indexing.rows import PendingRow
+from ..models import EncoderVersion, Evaluation, JudgedQuery, Judgment, JudgmentList, VersionStatus
+from ..query import as_semantic
+from ..serving import encode_texts, serving_version
+from .display import time_chart_svg
+from .mixins import ForbidMissingActionsMixin, require_permission
+
+__all__ = ["JudgedQueryAdmin", "JudgmentListAdmin"]
+
+K = compare.K  # rows shown per version
+POOL = 20  # the serving version's top rows a candidate re-ranks (its vectors are not stored)
+GRADES = [
+    ("", "-"),
+    ("0", "0 not relevant"),
+    ("1", "1 somewhat"),
+    ("2", "2 relevant"),
+    ("3", "3 perfect"),
+]
+METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10", "no_relevant@10")
+
+
+# --- which rows a user may grade --------------------------------------------------------------
+
+
+def ref_key(ref: FieldRef) -> str:
+    """``app_label.Model.field``: how the grading form names an EmbeddingField."""
+    return f"{ref.label}.{ref.name}"
+
+
+def ref_of_list(judgment_list: JudgmentList) -> FieldRef:
+    """The EmbeddingField a list grades (``LookupError`` when it is gone from the code)."""
+    model = judgment_list.content_type.model_class()
+    if model is None:
+        raise LookupError(f"The model of judgment list {judgment_list.name!r} is not installed.")
+    return get_ref(model._meta.label, judgment_list.field)
+
+
+def model_admin_for(admin_site: admin.AdminSite, request: HttpRequest, ref: FieldRef) -> Any:
+    """The ModelAdmin of ``ref``'s model if ``request.user`` may view its rows there; else 403."""
+    model_admin = admin_site._registry.get(ref.model)
+    if model_admin is None or not model_admin.has_view_permission(request):
+        raise PermissionDenied(f"You may not view {ref.model._meta.verbose_name_plural} here.")
+    return model_admin
+
+
+def gradable_refs(admin_site: admin.AdminSite, request: HttpRequest) -> list[FieldRef]:
+    """The EmbeddingFields whose model has an admin the user may view rows on."""
+    found = []
+    for ref in field_refs():
+        model_admin = admin_site._registry.get(ref.model)
+        if model_admin is not None and model_admin.has_view_permission(request):
+            found.append(ref)
+    return found
+
+
+@dataclass
+class GradedRow:
+    """One row of a version's top list, with its rank and score on that side."""
+
+    pk: str
+    row: Any
+    score: float
+    first: bool  # shown with its grade here (False: the left column shows it too)
+    rank_left: int | None = None  # its rank in the serving column, when it is there
+    grade: int | None = None  # its grade for the query in the list, when graded
+    url: str = ""  # its change page, when the user may open it
+
+
+def grading_sides(
+    ref: FieldRef, queryset: Any, query: str, candidate: str | None, k: int = K
+) -> tuple[list[GradedRow], list[GradedRow] | None]:
+    """The serving version's top ``k`` rows of ``queryset`` for ``query``, and ``candidate``'s
+    top ``k`` of the serving version's top ``POOL`` (each row encoded here by the candidate as
+    indexing would encode it: its vectors are not in the table before it is promoted).
+
+    Raises ``compare.CompareError`` when the candidate's files cannot be loaded here, and
+    ``ServiceUnavailable`` when search cannot run now.
+    """
+    pool = list(as_semantic(queryset).similar_to(query, k=max(POOL, k), field=ref.name))
+    left = [GradedRow(str(r.pk), r, float(r.similarity), True) for r in pool[:k]]
+    if not candidate:
+        return left, None
+    rows = [PendingRow(r.pk, ref.field.get_source_text(r) or "", "") for r in pool]
+    try:
+        asked = encode_texts([query], ref.encoder_name, candidate, role="query")
+        vectors, _ = encode_with_passages(ref, rows, version=candidate) if rows else (None, None)
+    except LookupError as exc:
+        raise compare.CompareError(f"No version {candidate} of {ref.encoder_name!r}.") from exc
+    except (ServiceUnavailable, OSError) as exc:  # VersionUnavailable, files that do not load
+        raise compare.CompareError(
+            f"The files of version {candidate} cannot be loaded on this host: {exc}"
+        ) from exc
+    if not rows:
+        return left, []
+    query_vector = np.asarray(ref.field.fit_vectors(asked[0]), dtype=np.float32)  # (dim,)
+    scores = np.asarray(vectors, dtype=np.float32) @ query_vector  # (pool,)
+    ranks = {row.pk: n for n, row in enumerate(left, start=1)}
+    right = [
+        GradedRow(
+            str(pool[i].pk),
+            pool[i],
+            float(scores[i]),
+            str(pool[i].pk) not in ranks,
+            ranks.get(str(pool[i].pk)),
+        )
+        for i in np.argsort(-scores, kind="stable")[:k]
+    ]
+    return left, right
+
+
+def candidate_versions(encoder_name: str) -> list[str]:
+    """The versions of ``encoder_name`` a grader can put beside the serving one, newest first."""
+    return list(
+        EncoderVersion.objects.filter(encoder_name=encoder_name, status=VersionStatus.CANDIDATE)
+        .order_by("-created_at")
+        .values_list("version", flat=True)
+    )
+
+
+def save_grades(
+    judgment_list: JudgmentList, query: str, grades: dict[str, int | None], visible: Any
+) -> int:
+    """Store ``grades`` (row pk -> grade; None removes the grade) of ``query`` in the list, for
+    the rows of ``visible`` only; returns how many rows were graded or ungraded."""
+    pks = list(grades)
+    try:
+        allowed = {str(pk) for pk in visible.filter(pk__in=pks).values_list("pk", flat=True)}
+    except (ValueError, ValidationError):
+        raise PermissionDenied("A graded row is not one of the rows shown.") from None
+    if set(pks) - allowed:
+        raise PermissionDenied("A graded row is not one of the rows shown.")
+    changed = 0
+    with transaction.atomic():
+        judged, _ = JudgedQuery.objects.get_or_create(judgment_list=judgment_list, text=query)
+        for pk, grade in grades.items():
+            if grade is None:
+                changed += Judgment.objects.filter(query=judged, object_pk=pk).delete()[0]
+            else:
+                Judgment.objects.update_or_create(
+                    query=judged, object_pk=pk, defaults={"grade": grade}
+                )
+                changed += 1
+        judgment_list.save(update_fields=["updated_at"])  # when its grades last changed
+    return changed
+
+
+# --- metrics and the chart --------------------------------------------------------------------
+
+
+def evaluations_table(evaluations: Sequence[Evaluation]) -> str:
+    """One row per evaluation: version, mode, the metrics, the measured threshold."""
+    if not evaluations:
+        return "-"
+
+    def cell(value: Any) -> str:
+        return "-" if value is None else f"{float(value):.4f}"
+
+    def threshold(metrics: dict[str, Any]) -> str:
+        found = metrics.get("threshold") or {}
+        if found.get("min_similarity") is None:
+            return "-"
+        return f"{found['min_similarity']:.3f} (precision {found.get('precision', 0.5):g})"
+
+    head = format_html_join(
+        "", "<th>{}</th>", ((n,) for n in ("when", "version", "mode", "trigger", *METRICS))
+    )
+    rows = format_html_join(
+        "",
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{}<td>{}</td><td>{}</td></tr>",
+        (
+            (
+                e.created_at.strftime("%Y-%m-%d %H:%M") if e.created_at else "not stored",
+                e.version,
+                e.mode,
+                e.trigger,
+                format_html_join("", "<td>{}</td>", ((cell(e.metrics.get(n)),) for n in METRICS)),
+                e.metrics.get("queries", "-"),
+                threshold(e.metrics),
+            )
+            for e in evaluations
+        ),
+    )
+    return format_html(
+        '<table class="sbert-evaluations"><tr>{}<th>queries</th><th>min_similarity</th></tr>'
+        "{}</table>",
+        head,
+        rows,
+    )
+
+
+def quality_over_time(judgment_list: JudgmentList) -> str:
+    """The chart of a list's page: each mode's nDCG@10 and Recall@10 over the evaluations of
+    the versions that served (candidates measured on the side are left out), a vertical line
+    per promotion of the list's encoder."""
+    never_served = set(
+        EncoderVersion.objects.filter(activated_at__isnull=True).values_list("version", flat=True)
+    )
+    evaluations = [
+        e
+        for e in judgment_list.evaluations.order_by("created_at", "id")
+        if e.version not in never_served
+    ]
+    series: dict[tuple[str, str], list[tuple[Any, float, str]]] = {}
+    for e in evaluations:
+        for metric in ("ndcg@10", "recall@10"):
+            value = e.metrics.get(metric)
+            if value is not None:
+                series.setdefault((e.mode, metric), []).append(
+                    (e.created_at, float(value), f"{e.version}, {e.trigger}")
+                )
+    try:
+        encoder_name = ref_of_list(judgment_list).encoder_name
+    except LookupError:
+        encoder_name = None
+    promotions = (
+        EncoderVersion.objects.filter(encoder_name=encoder_name, activated_at__isnull=False)
+        .exclude(is_base=True)
+        .order_by("activated_at")
+        .values_list("activated_at", "version")
+        if encoder_name
+        else []
+    )
+    return time_chart_svg(series, list(promotions))
+
+
+# --- forms --------------------------------------------------------------------------------------
+
+
+class ImportJudgmentsForm(forms.Form):
+    """Upload a file of judgments into a list (new or existing), or take the eval pairs."""
+
+    name = forms.CharField(max_length=200, help_text="An existing list's name adds to it.")
+    target = forms.ChoiceField(label="rows of", help_text="The model and EmbeddingField graded.")
+    source = forms.ChoiceField(
+        choices=[("file", "a file (below)"), ("eval_pairs", "the eval pairs")], initial="file"
+    )
+    file = forms.FileField(
+        required=False,
+        help_text="CSV or JSON Lines (query, object_pk or doc_id, grade 0-3), or TREC qrels "
+        "(qid 0 doc_id grade); UTF-8.",
+    )
+    format = forms.ChoiceField(
+        required=False,
+        choices=[("", "by the file's name"), *((f, f) for f in judgment_io.FORMATS)],
+        help_text=".jsonl is JSON Lines, .qrels / .trec / .tsv / .txt TREC qrels, else CSV.",
+    )
+    queries = forms.FileField(
+        required=False,
+        help_text="TREC only: the queries (qid<TAB>text lines, or JSON Lines with _id, text).",
+    )
+    id_field = forms.CharField(
+        required=False,
+        max_length=100,
+        help_text="The model field holding each row's doc_id (TREC: the pk by default).",
+    )
+    skip_invalid = forms.BooleanField(
+        required=False, help_text="Import the good lines even if some lines are bad."
+    )
+
+    def __init__(self, *args: Any, refs: Sequence[FieldRef] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["target"].choices = [(ref_key(r), str(r)) for r in refs]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("source") == "file" and not data.get("file"):
+            self.add_error("file", "Choose a file, or import the eval pairs.")
+        return data
+
+
+class EvaluateForm(forms.Form):
+    version = forms.ChoiceField(required=False, help_text="Serving by default.")
+    modes = forms.MultipleChoiceField(
+        choices=[(m, m) for m in evaluation_run.MODES],
+        initial=list(evaluation_run.MODES),
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Modes the field cannot do are left out.",
+    )
+    store = forms.BooleanField(
+        required=False, initial=True, help_text="Keep it for the quality-over-time chart."
+    )
+
+    def __init__(self, *args: Any, encoder_name: str = "default", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        serving = serving_version(encoder_name)
+        others = (
+            EncoderVersion.objects.filter(encoder_name=encoder_name)
+            .exclude(version=serving)
+            .order_by("-created_at")
+        )
+        self.fields["version"].choices = [
+            ("", f"serving ({serving})"),
+            ("base", "base model (the settings' model)"),
+            *((v.version, f"{v.version} ({v.get_status_display()})") for v in others),
+        ]
+
+
+# --- the ModelAdmins ------------------------------------------------------------------------------
+
+
+class JudgedQueryInline(admin.TabularInline):
+    model = JudgedQuery
+    fields = ("text", "graded", "grades_link")
+    readonly_fields = ("graded", "grades_link")
+    extra = 0
+    show_change_link = True
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                graded_count=Count("judgments"),
+                relevant_count=Count("judgments", filter=Q(judgments__grade__gt=0)),
+            )
+        )
+
+    @admin.display(description="graded rows (relevant)")
+    def graded(self, obj: JudgedQuery) -> str:
+        if obj.pk is None:
+            return "-"
+        return f"{getattr(obj, 'graded_count', 0)} ({getattr(obj, 'relevant_count', 0)})"
+
+    @admin.display(description="grade")
+    def grades_link(self, obj: JudgedQuery) -> str:
+        if obj.pk is None:
+            return "-"
+        url = reverse("admin:django_sbert_judgmentlist_grade")
+        query = urlencode({"list": obj.judgment_list_id, "q": obj.text})
+        return format_html('<a href="{}?{}">grade its top rows</a>', url, query)
+
+
+class JudgmentInline(admin.TabularInline):
+    model = Judgment
+    fields = ("object_pk", "grade")
+    extra = 1
+
+
+@admin.register(JudgedQuery)
+class JudgedQueryAdmin(admin.ModelAdmin):
+    list_display = ("text", "judgment_list")
+    list_filter = ("judgment_list",)
+    search_fields = ("text",)
+    inlines = [JudgmentInline]
+
+
+class JudgmentListForm(forms.ModelForm):
+    """A list names a model with an EmbeddingField, and that field."""
+
+    class Meta:
+        model = JudgmentList
+        fields = ("name", "content_type", "field", "description")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if "content_type" in self.fields:
+            models_ = {ref.model for ref in field_refs()}
+            pks = [ContentType.objects.get_for_model(m).pk for m in models_]
+            self.fields["content_type"].queryset = ContentType.objects.filter(pk__in=pks)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        content_type, name = data.get("content_type"), data.get("field")
+        model = content_type.model_class() if content_type else None
+        if model is not None and name:
+            names = [ref.name for ref in field_refs(model)]
+            if name not in names:
+                self.add_error(
+                    "field",
+                    f"{model._meta.label} has no EmbeddingField {name!r}; "
+                    f"it has: {', '.join(names) or 'none'}.",
+                )
+        return data
+
+
+@admin.register(JudgmentList)
+class JudgmentListAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
+    form = JudgmentListForm
+    list_display = ("name", "content_type", "field", "query_count", "latest", "updated_at")
+    search_fields = ("name", "description")
+    inlines = [JudgedQueryInline]
+    actions = ["evaluate_now"]
+    change_list_template = "django_sbert/admin/judgmentlist_change_list.html"
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        return super().get_queryset(request).annotate(query_total=Count("queries"))
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = ["name", "content_type", "field", "description"]
+        if obj is not None:
+            fields += ["pages", "quality_chart", "recent_evaluations"]
+        return fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return ("pages", "quality_chart", "recent_evaluations") if obj is not None else ()
+
+    @admin.display(description="queries", ordering="query_total")
+    def query_count(self, obj: JudgmentList) -> int:
+        return getattr(obj, "query_total", 0)
+
+    @admin.display(description="latest nDCG@10")
+    def latest(self, obj: JudgmentList) -> str:
+        found = obj.evaluations.order_by("-created_at", "-id").first()
+        if found is None or found.metrics.get("ndcg@10") is None:
+            return "-"
+        return f"{found.metrics['ndcg@10']:.4f} ({found.mode}, {found.version})"
+
+    @admin.display(description="")
+    def pages(self, obj: JudgmentList) -> str:
+        grade = reverse("admin:django_sbert_judgmentlist_grade")
+        return format_html(
+            '<a class="sbert-grade-link" href="{}?list={}">Grade a query\'s top rows</a> &middot; '
+            '<a class="sbert-evaluate-link" href="{}">Evaluate now</a>',
+            grade,
+            obj.pk,
+            reverse("admin:django_sbert_judgmentlist_evaluate", args=[obj.pk]),
+        )
+
+    @admin.display(description="quality over time")
+    def quality_chart(self, obj: JudgmentList) -> str:
+        return quality_over_time(obj)
+
+    @admin.display(description="latest evaluations")
+    def recent_evaluations(self, obj: JudgmentList) -> str:
+        return evaluations_table(list(obj.evaluations.order_by("-created_at", "-id")[:12]))
+
+    @admin.action(
+        description="Evaluate now (the serving version, every mode)", permissions=["change"]
+    )
+    def evaluate_now(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
+        if queryset.count() == 1:
+            target = reverse("admin:django_sbert_judgmentlist_evaluate", args=[queryset.get().pk])
+            return HttpResponseRedirect(target)
+        for judgment_list in queryset:
+            try:
+                done = evaluation_run.evaluate(judgment_list)
+            except (ValueError, LookupError, ServiceUnavailable) as exc:
+                self.message_user(request, f"{judgment_list}: {exc}", messages.ERROR)
+            else:
+                figures = ", ".join(f"{e.mode} {e.metrics.get('ndcg@10', 0):.4f}" for e in done)
+                self.message_user(request, f"{judgment_list}: nDCG@10 {figures}.", messages.SUCCESS)
+        return None
+
+    def get_urls(self) -> list:
+        view = self.admin_site.admin_view
+        custom = [
+            path("grade/", view(self.grade_view), name="django_sbert_judgmentlist_grade"),
+            path("import/", view(self.import_view), name="django_sbert_judgmentlist_import"),
+            path(
+                "<int:pk>/evaluate/",
+                view(self.evaluate_view),
+                name="django_sbert_judgmentlist_evaluate",
+            ),
+        ]
+        return custom + super().get_urls()
+
+    def _context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
+        return {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": title,
+            **extra,
+        }
+
+    # --- grading ---
+
+    def grade_view(self, request: HttpRequest) -> HttpResponse:
+        """A query's top rows by the serving version (and a candidate beside it), each with a
+        grade 0-3 prefilled from the list; saving stores them in the list (made if new)."""
+        require_permission(request, "django_sbert.change_judgmentlist")
+        data = request.POST if request.method == "POST" else request.GET
+        refs = gradable_refs(self.admin_site, request)
+        lists = list(JudgmentList.objects.select_related("content_type").order_by("name"))
+        chosen = next((j for j in lists if str(j.pk) == data.get("list", "")), None)
+        name = (data.get("name") or "").strip()[:200]
+        if chosen is None and name:
+            chosen = next((j for j in lists if j.name == name), None)
+        query = (data.get("q") or "").strip()[:500]
+        error = None
+        ref = None
+        if chosen is not None:
+            try:
+                ref = ref_of_list(chosen)
+            except LookupError as exc:
+                error = str(exc)
+        else:
+            # Among every field: one the user may not view is a 403 below, not a blank page.
+            ref = next((r for r in field_refs() if ref_key(r) == data.get("target")), None)
+            if ref is None and len(refs) == 1:
+                ref = refs[0]
+        if ref is not None:
+            model_admin = model_admin_for(self.admin_site, request, ref)
+        candidates = candidate_versions(ref.encoder_name) if ref is not None else []
+        candidate = data.get("candidate", candidates[0] if candidates else "")
+        if candidate and candidate not in candidates:
+            candidate = ""
+
+        if request.method == "POST" and ref is not None and query:
+            if chosen is None:
+                require_permission(request, "django_sbert.add_judgmentlist")
+            if chosen is None and not name:
+                error = "Name the new judgment list, or choose one."
+            else:
+                grades = {}
+                for key, value in request.POST.items():
+                    if key.startswith("grade-") and value in {"", "0", "1", "2", "3"}:
+                        grades[key.removeprefix("grade-")] = int(value) if value else None
+                with transaction.atomic():  # a new list is kept only with its grades
+                    if chosen is None:
+                        chosen = JudgmentList.objects.create(
+                            name=name,
+                            content_type=ContentType.objects.get_for_model(ref.model),
+                            field=ref.name,
+                        )
+                    known = self._grades(chosen, query)
+                    grades = {pk: g for pk, g in grades.items() if g is not None or pk in known}
+                    saved = save_grades(chosen, query, grades, model_admin.get_queryset(request))
+                self.message_user(
+                    request, f"Saved {saved} grade(s) of {query!r} in {chosen}.", messages.SUCCESS
+                )
+                target = urlencode({"list": chosen.pk, "q": query, "candidate": candidate})
+                return HttpResponseRedirect(
+                    f"{reverse('admin:django_sbert_judgmentlist_grade')}?{target}"
+                )
+
+        left: list[GradedRow] = []
+        right: list[GradedRow] | None = None
+        if ref is not None and query and error is None:
+            try:
+                left, right = grading_sides(
+                    ref, model_admin.get_queryset(request), query, candidate
+                )
+            except compare.CompareError as exc:
+                error = str(exc)
+                left, right = grading_sides(ref, model_admin.get_queryset(request), query, None)
+            except ServiceUnavailable as exc:
+                error = f"Search is unavailable: {exc}"
+        grades = self._grades(chosen, query) if chosen is not None and query else {}
+        for side in (left, right or []):
+            for item in side:
+                item.grade = grades.get(item.pk)
+                item.url = self._row_url(request, ref, item.row)
+        context = self._context(
+            request,
+            "Grade search results",
+            lists=lists,
+            chosen=chosen,
+            name=name,
+            refs=[(ref_key(r), str(r)) for r in refs],
+            ref_key=ref_key(ref) if ref is not None else "",
+            query=query,
+            candidates=candidates,
+            candidate=candidate,
+            serving_label=compare.version_label(serving_version(ref.encoder_name))
+            if ref is not None
+            else "",
+            candidate_label=compare.version_label(candidate) if candidate else "",
+            left=left,
+            right=right,
+            grades=GRADES,
+            error=error,
+            k=K,
+            pool=POOL,
+            may_add=request.user.has_perm("django_sbert.add_judgmentlist"),
+        )
+        return TemplateResponse(request, "django_sbert/admin/grade_results.html", context)
+
+    @staticmethod
+    def _grades(judgment_list: JudgmentList, query: str) -> dict[str, int]:
+        return dict(
+            Judgment.objects.filter(
+                query__judgment_list=judgment_list, query__text=query
+            ).values_list("object_pk", "grade")
+        )
+
+    def _row_url(self, request: HttpRequest, ref: FieldRef | None, row: Any) -> str:
+        """The row's change page in the admin, when the user may open it."""
+        if ref is None:
+            return ""
+        model_admin = self.admin_site._registry.get(ref.model)
+        if model_admin is None or not model_admin.has_view_or_change_permission(request, row):
+            return ""
+        opts = ref.model._meta
+        return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[row.pk])
+
+    # --- import ---
+
+    def import_view(self, request: HttpRequest) -> HttpResponse:
+        """Upload judgments (CSV, JSON Lines, TREC qrels with its queries file) into a list, or
+        make them from the eval pairs; every rejected line is shown, and nothing is saved (not
+        even a new list) unless the import went through."""
+        require_permission(request, "django_sbert.add_judgmentlist")
+        require_permission(request, "django_sbert.change_judgmentlist")
+        refs = gradable_refs(self.admin_site, request)
+        form = ImportJudgmentsForm(request.POST or None, request.FILES or None, refs=refs)
+        report = None
+        if request.method == "POST" and form.is_valid():
+            data = form.cleaned_data
+            ref = next(r for r in refs if ref_key(r) == data["target"])
+            try:
+                with transaction.atomic():
+                    judgment_list, report = self._import(ref, data)
+                    if not report.ok and not data["skip_invalid"]:
+                        transaction.set_rollback(True)
+            except ValueError as exc:  # JudgmentsImportError: the whole file, or the list
+                form.add_error("file" if data["source"] == "file" else None, str(exc))
+                report = None
+            if report is not None and (report.ok or data["skip_invalid"]):
+                note = (
+                    f" ({len(report.unmatched)} eval pairs match no row)"
+                    if report.unmatched
+                    else ""
+                )
+                self.message_user(
+                    request,
+                    f"{judgment_list}: {report.judgments} judgments of {report.queries} new "
+                    f"queries imported{note}.",
+                    messages.SUCCESS,
+                )
+                return HttpResponseRedirect(
+                    reverse("admin:django_sbert_judgmentlist_change", args=[judgment_list.pk])
+                )
+        context = self._context(request, "Import judgments", form=form, report=report)
+        return TemplateResponse(request, "django_sbert/admin/import_judgments.html", context)
+
+    @staticmethod
+    def _import(ref: FieldRef, data: dict[str, Any]) -> tuple[JudgmentList, Any]:
+        """The list named (made if new, for ``ref``'s model) and the import's report."""
+        name = data["name"].strip()
+        content_type = ContentType.objects.get_for_model(ref.model)
+        judgment_list, _ = JudgmentList.objects.get_or_create(
+            name=name, defaults={"content_type": content_type, "field": ref.name}
+        )
+        if (judgment_list.content_type_id, judgment_list.field) != (content_type.pk, ref.name):
+            raise JudgmentsImportError(
+                f"Judgment list {name!r} grades {judgment_list.content_type}."
+                f"{judgment_list.field}: choose those rows, or another name."
+            )
+        if data["source"] == "eval_pairs":
+            return judgment_list, judgment_io.from_eval_pairs(judgment_list)
+        upload = data["file"]
+        kind = data["format"] or judgment_io.detect_format(upload.name)
+        doc_ids = (data.get("id_field") or "").strip() or None
+        if kind == "trec":
+            if not data.get("queries"):
+                raise JudgmentsImportError(
+                    "A TREC qrels file needs its queries file: add it below."
+                )
+            doc_ids = doc_ids or ref.model._meta.pk.name
+        report = judgment_io.import_file(
+            upload,
+            judgment_list,
+            kind,
+            queries=data.get("queries"),
+            doc_ids=doc_ids,
+            skip_invalid=data["skip_invalid"],
+        )
+        return judgment_list, report
+
+    # --- evaluate now ---
+
+    def evaluate_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """Measure the list now with a version (serving by default) in the chosen modes."""
+        require_permission(request, "django_sbert.view_judgmentlist")
+        judgment_list = get_object_or_404(JudgmentList, pk=pk)
+        try:
+            encoder_name = ref_of_list(judgment_list).encoder_name
+        except LookupError:
+            encoder_name = "default"
+        form = EvaluateForm(request.POST or None, encoder_name=encoder_name)
+        results: list[Evaluation] = []
+        error = None
+        if request.method == "POST":
+            require_permission(request, "django_sbert.change_judgmentlist")
+            if form.is_valid():
+                data = form.cleaned_data
+                if data["store"]:
+                    require_permission(request, "django_sbert.add_evaluation")
+                try:
+                    results = evaluation_run.evaluate(
+                        judgment_list,
+                        version=data["version"] or None,
+                        modes=data["modes"],
+                        store=data["store"],
+                        trigger="manual",
+                    )
+                except (ValueError, LookupError, ServiceUnavailable) as exc:
+                    error = str(exc)
+        context = self._context(
+            request,
+            f"Evaluate {judgment_list}",
+            judgment_list=judgment_list,
+            form=form,
+            results=evaluations_table(results) if results else "",
+            error=error,
+        )
+        return TemplateResponse(request, "django_sbert/admin/evaluate_judgments.html", context)
