@@ -22,9 +22,10 @@ from rest_framework.response import Response
 
 from ..evaluation.run import MODES, EvaluationError, evaluate
 from ..models import Evaluation, JudgmentList
+from .finetuning import document
 from .pagination import SearchPagination
 from .parsers import BoundedJSONParser
-from .schema import OpenApiParameter, OpenApiTypes, error_responses, extend_schema, schema_class
+from .schema import OpenApiParameter, OpenApiTypes, error_responses, schema_class
 
 
 class EvaluationSerializer(serializers.ModelSerializer):
@@ -71,7 +72,7 @@ class EvaluationView(GenericAPIView):
             qs = qs.filter(judgment_list__name=name)
         return qs
 
-    @extend_schema(
+    @document(
         summary="Stored evaluations of judgment lists",
         parameters=[OpenApiParameter("list", OpenApiTypes.STR, description="Only this list's.")],
         responses={200: EvaluationSerializer(many=True), **error_responses(401, 403)},
@@ -82,7 +83,7 @@ class EvaluationView(GenericAPIView):
             return self.get_paginated_response(self.get_serializer(page, many=True).data)
         return Response(self.get_serializer(self.get_queryset(), many=True).data)
 
-    @extend_schema(
+    @document(
         summary="Measure a judgment list now",
         description=(
             "nDCG@10, Recall@10/@100, MRR@10 and the share of queries with no relevant row in "

@@ -47,7 +47,11 @@ if HAS_SPECTACULAR:
         def get_operation_id(self) -> str:
             return getattr(self.view, "schema_operation_id", None) or super().get_operation_id()
 
-    SBERT_VIEW_MODULES = ("django_sbert.api.views", "django_sbert.api.finetuning")
+    SBERT_VIEW_MODULES = (
+        "django_sbert.api.views",
+        "django_sbert.api.finetuning",
+        "django_sbert.api.evaluations",
+    )
 
     class SbertSchemaGenerator(SchemaGenerator):
         """The endpoints of django_sbert.api.views only, wherever the project mounted them."""

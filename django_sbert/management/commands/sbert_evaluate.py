@@ -53,6 +53,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("list", help="The judgment list's name.")
+        # --version names the encoder version measured here, in place of Django's own
+        # (the program's version), which argparse would otherwise refuse as a conflict.
+        parser.conflict_handler = parser._optionals.conflict_handler = "resolve"
         parser.add_argument(
             "--version",
             default=None,
