@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -123,7 +125,7 @@ def grading_sides(
     rows = [PendingRow(r.pk, ref.field.get_source_text(r) or "", "") for r in pool]
     try:
         asked = encode_texts([query], ref.encoder_name, candidate, role="query")
-        vectors, _ = encode_with_passages(ref, rows, version=candidate) if rows else (None, None)
+        vectors = _candidate_vectors(ref, rows, candidate)
     except LookupError as exc:
         raise compare.CompareError(f"No version {candidate} of {ref.encoder_name!r}.") from exc
     except (ServiceUnavailable, OSError) as exc:  # VersionUnavailable, files that do not load
@@ -146,6 +148,32 @@ def grading_sides(
         for i in np.argsort(-scores, kind="stable")[:k]
     ]
     return left, right
+
+
+_ROW_VECTORS: OrderedDict[tuple[str, str, str, str], np.ndarray] = OrderedDict()
+_ROW_VECTORS_LOCK = threading.Lock()
+ROW_VECTORS_KEPT = 2000  # a candidate's row vectors kept per process: regrading reuses them
+
+
+def _candidate_vectors(ref: FieldRef, rows: Sequence[PendingRow], version: str) -> np.ndarray:
+    """The rows' vectors by ``version`` (pool, dim), encoded as indexing would; the last
+    ``ROW_VECTORS_KEPT`` are kept per (version, field, row, text), so the page after saving
+    grades, or another query over the same rows, encodes only the rows it has not seen."""
+    keys = [(version, str(ref), str(row.pk), ref.field.text_hash(row.text)) for row in rows]
+    with _ROW_VECTORS_LOCK:
+        found = {key: _ROW_VECTORS[key] for key in keys if key in _ROW_VECTORS}
+    missing = [row for row, key in zip(rows, keys, strict=True) if key not in found]
+    if missing:
+        vectors, _ = encode_with_passages(ref, missing, version=version)
+        for row, vector in zip(missing, vectors, strict=True):
+            found[(version, str(ref), str(row.pk), ref.field.text_hash(row.text))] = vector
+    with _ROW_VECTORS_LOCK:
+        for key in keys:
+            _ROW_VECTORS[key] = found[key]
+            _ROW_VECTORS.move_to_end(key)
+        while len(_ROW_VECTORS) > ROW_VECTORS_KEPT:
+            _ROW_VECTORS.popitem(last=False)
+    return np.asarray([found[key] for key in keys], dtype=np.float32).reshape(len(keys), -1)
 
 
 def candidate_versions(encoder_name: str) -> list[str]:
