@@ -307,3 +307,21 @@ def test_the_demo_builds_its_judgment_list_from_the_held_out_pairs_and_measures_
     assert all(e.pk and e.metrics["queries"] == len(TOPICS) // 2 for e in measured)
     assert demo.evaluate_once() == []  # measured once; later ones are the schedule's
     assert made.evaluations.count() == len(measured)
+
+
+def test_a_list_made_on_the_add_page_names_an_embedding_field(staff):
+    article = ContentType.objects.get_for_model(Article)
+    url = f"{ADMIN}/judgmentlist/add/"
+    inline = {
+        "queries-TOTAL_FORMS": "0",
+        "queries-INITIAL_FORMS": "0",
+        "queries-MIN_NUM_FORMS": "0",
+        "queries-MAX_NUM_FORMS": "1000",
+    }
+    data = {"name": "Typed", "content_type": article.pk, "field": "body", **inline}
+    page = staff.post(url, data).content.decode()
+    assert "has no EmbeddingField" in page and not JudgmentList.objects.exists()
+    user = ContentType.objects.get(app_label="auth", model="user")
+    assert f'value="{user.pk}"' not in staff.get(url).content.decode()  # no EmbeddingField
+    assert staff.post(url, {**data, "field": "embedding"}).status_code == 302
+    assert JudgmentList.objects.get(name="Typed").field == "embedding"
