@@ -40,6 +40,7 @@ __all__ = [
     "AlreadyRegistered",
     "BrokerUnavailable",
     "CompareError",
+    "EvaluationError",
     "JudgmentsImportError",
     "ManifestError",
     "MissingAPIDependencies",
@@ -98,6 +99,11 @@ class ManifestError(SbertError):
 class PairsImportError(SbertError, ValueError):
     """The import as a whole cannot go ahead (a file too large or not UTF-8, a source that
     does not fit its column); nothing was saved. The message says what to do."""
+
+
+class EvaluationError(SbertError, ValueError):
+    """A judgment list that cannot be measured as asked: an unknown mode or version, a field
+    that is gone, no query graded 1 or more. The message says what to change."""
 
 
 class JudgmentsImportError(SbertError, ValueError):

@@ -59,6 +59,7 @@ import numpy as np
 
 from ..conf import sbert_settings
 from ..encoder.evaluation import ranking_metrics
+from ..exceptions import EvaluationError
 from ..finetuning.hybrid import fuse, site_fusion
 from ..indexing import FieldRef, field_refs
 from ..indexing.passages import encode_with_passages
@@ -84,10 +85,6 @@ METRIC_KEYS = (
 )
 
 Ranked = list[tuple[str, float]]  # (object pk as text, score) best first
-
-
-class EvaluationError(ValueError):
-    """A judgment list that cannot be measured as asked (the message says what to change)."""
 
 
 @dataclass

@@ -346,4 +346,4 @@ def test_sbert_evaluate_fail_under_for_a_deploy_pipeline():
     with pytest.raises(CommandError, match="No judgment list named 'other'; there are: news"):
         call_command("sbert_evaluate", "other", stdout=StringIO())
     with pytest.raises(CommandError, match="no version 'nope'"):
-        call_command("sbert_evaluate", "news", "--version", "nope", stdout=StringIO())
+        call_command("sbert_evaluate", "news", "--encoder-version", "nope", stdout=StringIO())

@@ -8,10 +8,10 @@
     vector    0.6451     0.7833      0.9300  0.6120          0.2100      300   0.4100      8.2
     keyword   0.6510     ...
 
-    $ manage.py sbert_evaluate scifact-claims --version base --mode vector --json
+    $ manage.py sbert_evaluate scifact-claims --encoder-version base --mode vector --json
     $ manage.py sbert_evaluate scifact-claims --fail-under ndcg@10=0.62 --fail-under recall@10=0.7
 
-``--version``: ``serving`` (default), ``base`` (the settings' model), or a version string or
+``--encoder-version``: ``serving`` (default), ``base`` (the settings' model), or a version string or
 id of the encoder (a candidate before it is promoted). ``--fail-under METRIC=VALUE`` (any
 number of times) exits with status 1, naming the figures below their threshold, when a mode
 measured scores under it: a deploy pipeline's check. Evaluations are stored (trigger
@@ -53,11 +53,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("list", help="The judgment list's name.")
-        # --version names the encoder version measured here, in place of Django's own
-        # (the program's version), which argparse would otherwise refuse as a conflict.
-        parser.conflict_handler = parser._optionals.conflict_handler = "resolve"
         parser.add_argument(
-            "--version",
+            "--encoder-version",
+            dest="version",
             default=None,
             help="serving (default), base, or an encoder version string or id.",
         )
