@@ -58,7 +58,6 @@ class EvaluateRequestSerializer(serializers.Serializer):
 class EvaluationView(GenericAPIView):
     """GET: stored evaluations, newest first; POST: measure a judgment list now."""
 
-    schema_operation_id = "sbert_evaluations"
     permission_classes = [IsAdminUser]
     parser_classes = [BoundedJSONParser]
     serializer_class = EvaluationSerializer
@@ -75,7 +74,7 @@ class EvaluationView(GenericAPIView):
     @document(
         summary="Stored evaluations of judgment lists",
         parameters=[OpenApiParameter("list", OpenApiTypes.STR, description="Only this list's.")],
-        responses={200: EvaluationSerializer(many=True), **error_responses(401, 403)},
+        responses={200: EvaluationSerializer(many=True), **error_responses(401, 403, 404)},
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         page = self.paginate_queryset(self.get_queryset())
