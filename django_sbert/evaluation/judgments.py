@@ -33,7 +33,7 @@ from django.db import models, transaction
 
 from ..exceptions import JudgmentsImportError, PairsImportError
 from ..finetuning.gate import HEAD_CHARS, PositiveIndex, positive_pairs
-from ..finetuning.pairs import decode, max_file_bytes
+from ..finetuning.pairs import read_bounded
 from ..indexing import FieldRef, get_ref, light_rows
 from ..models import JudgedQuery, Judgment, JudgmentList, TrainingPair
 
@@ -42,7 +42,6 @@ PAIR_GRADE = 3  # a pair's text_b is the row that answers its text_a
 NEGATIVE_GRADE = 0  # a pair's hard negative is a row judged not relevant
 COLUMNS = ("query", "object_pk", "doc_id", "grade")
 FORMATS = ("csv", "jsonl", "trec")
-SETTING = "SBERT['TRAINING']['PAIRS_MAX_FILE_BYTES']"
 QUERY_ID_KEYS = ("_id", "id", "qid", "query_id", "query-id")
 QUERY_TEXT_KEYS = ("text", "query")
 
@@ -85,19 +84,10 @@ def _text(source: Source) -> str:
                 return _text(stream)
         except OSError as exc:
             raise JudgmentsImportError(f"Cannot read {source}: {exc}") from exc
-    limit = max_file_bytes()
-    data = source.read() if limit is None else source.read(limit + 1)
-    if limit is not None and len(data) > limit:
-        raise JudgmentsImportError(
-            f"The file has more than {limit} bytes, the most an imported file may have "
-            f"({SETTING}). Split it into smaller files and import each, or raise the setting."
-        )
-    if isinstance(data, bytes):
-        try:
-            return decode(data)
-        except PairsImportError as exc:
-            raise JudgmentsImportError(str(exc)) from None
-    return data
+    try:
+        return read_bounded(source)
+    except PairsImportError as exc:
+        raise JudgmentsImportError(str(exc)) from None
 
 
 def _shown(value: Any, limit: int = 40) -> str:

@@ -147,13 +147,14 @@ def decode(data: bytes) -> str:
         ) from None
 
 
-def _read(stream: IO[str] | IO[bytes]) -> str:
-    """The whole stream as text, reading at most one unit past the size limit."""
+def read_bounded(stream: IO[str] | IO[bytes]) -> str:
+    """The whole stream as text, reading at most one unit past the size limit (every import
+    of a file: pairs, judgments); ``PairsImportError`` for a larger or undecodable file."""
     limit = max_file_bytes()
     data = stream.read() if limit is None else stream.read(limit + 1)
     if limit is not None and len(data) > limit:
         raise PairsImportError(
-            f"The file has more than {limit} bytes, the most a pairs file may have "
+            f"The file has more than {limit} bytes, the most an imported file may have "
             f"({SETTING}). Split it into smaller files and import each, or raise the setting."
         )
     return decode(data) if isinstance(data, bytes) else data
@@ -281,7 +282,7 @@ def import_pairs(
     if fmt not in ("csv", "jsonl"):
         raise ValueError(f"Unknown format {fmt!r}; use 'csv' or 'jsonl'.")
     source = clean_source(source)
-    text = _read(stream)
+    text = read_bounded(stream)
     report = ImportReport()
     good: list[TrainingPair] = []
     for number, record in _records(io.StringIO(text, newline=""), fmt):
