@@ -27,20 +27,12 @@ from django_sbert.evaluation.tasks import evaluate_lists
 from django_sbert.finetuning import promotion, runs
 from django_sbert.models import Evaluation, JudgedQuery, Judgment, JudgmentList, TrainingPair
 from tests.celery_app import app
+from tests.finetuning.topics import NEWS
 from tests.testapp.models import Article, Report
 
 pytestmark = pytest.mark.django_db
 
-TOPICS = [
-    ("central bank raises interest rates", "the bank lifted its rate to fight inflation"),
-    ("football team wins the cup", "the club took the trophy after a late goal"),
-    ("new phone has a better camera", "the handset ships with an improved lens"),
-    ("storm closes schools", "heavy rain and wind shut classrooms across the region"),
-    ("city opens a new library", "the town unveiled a public reading room"),
-    ("scientists find water on mars", "researchers detect ice beneath the red planet"),
-    ("film wins best picture", "the movie took the top award at the ceremony"),
-    ("train strike delays commuters", "rail workers walk out and journeys are disrupted"),
-]
+TOPICS = NEWS
 QUERIES = {  # query -> {topic index: grade}
     "interest rates and the bank": {0: 3, 3: 1},
     "the cup and the trophy": {1: 2},

@@ -24,20 +24,12 @@ from django_sbert.models import (
     TrainingRun,
     VersionStatus,
 )
+from tests.finetuning.topics import NEWS
 from tests.testapp.models import Article
 
 pytestmark = pytest.mark.django_db
 
-TOPICS = [
-    ("central bank raises interest rates", "the bank lifted its rate to fight inflation"),
-    ("football team wins the cup", "the club took the trophy after a late goal"),
-    ("new phone has a better camera", "the handset ships with an improved lens"),
-    ("storm closes schools", "heavy rain and wind shut classrooms across the region"),
-    ("city opens a new library", "the town unveiled a public reading room"),
-    ("scientists find water on mars", "researchers detect ice beneath the red planet"),
-    ("film wins best picture", "the movie took the top award at the ceremony"),
-    ("train strike delays commuters", "rail workers walk out and journeys are disrupted"),
-]
+TOPICS = NEWS
 
 
 def make_pairs(copies: int = 4) -> list[TrainingPair]:
