@@ -461,6 +461,33 @@ API = Group(
     anchor="api",
 )
 
+
+def _is_rate(value: Any) -> bool:
+    number, _, period = str(value).partition("/")
+    return number.isdigit() and period[:1] in ("s", "m", "h", "d")
+
+
+HEALTH = Group(
+    {
+        "TOKEN": Setting(
+            None,
+            "A secret that monitoring sends as `Authorization: Bearer <token>` to read the "
+            "checks' details at `sbert/health/` (staff read them when logged in); anonymous "
+            "callers get the status only. Read it from the environment, not from the code.",
+            optional(Rule(lambda v: isinstance(v, str) and len(v) >= 16, "a string of 16+ chars")),
+        ),
+        "THROTTLE_RATE": Setting(
+            "120/minute",
+            'Requests to `sbert/health/` per client (user, else IP address), as `"60/minute"`; '
+            "past it 429 without running the checks. `None`: no limit.",
+            optional(Rule(_is_rate, 'a rate such as "120/minute"')),
+        ),
+    },
+    "The readiness view `sbert/health/`: who reads the details, how often it may be asked "
+    "([deployment.md](deployment.md#health-and-readiness)).",
+    anchor="health",
+)
+
 EVALUATION = Group(
     {
         "PRECISION_LEVEL": Setting(
@@ -543,6 +570,7 @@ TOP = {
     "TRAINING": TRAINING,
     "ADAPT": ADAPT,
     "API": API,
+    "HEALTH": HEALTH,
     "EVALUATION": EVALUATION,
 }
 

@@ -1,35 +1,80 @@
-"""How the API answers when a part it needs is away: 503 with the reason, never a 500.
+"""How the API answers when a part it needs is away: 503 with a request id, never a 500.
 
 ``ServiceErrorsMixin`` goes on every view of the API; it turns a
 ``django_sbert.exceptions.ServiceUnavailable`` (broker unreachable, the serving version's files
-missing on this host, a search over ``STATEMENT_TIMEOUT``) into ``ServiceUnavailableError``,
-and credentials the database cannot even look up into a 401.
+missing on this host, a search over ``STATEMENT_TIMEOUT``, the async encoding queue full) into
+``ServiceUnavailableError``, and credentials the database cannot even look up into a 401.
+
+What the client reads is written for clients: what went away, in general words, and a
+``request_id``. The exception's own message (storage class, bucket, cache paths, sha256 sums,
+OS errors) goes to the log, at WARNING with the same id, and to staff users, who run the site::
+
+    503 {"detail": "Search is unavailable on this server for a moment; try again shortly.",
+         "request_id": "3f9c0e..."}          Retry-After: 5
+    log: django_sbert.api.errors WARNING 503 for GET /api/sbert/search/ (request 3f9c0e...):
+         VersionUnavailable: Encoder 'default' must encode with version ...
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 from django.db import DataError
 from rest_framework import status
 from rest_framework.exceptions import APIException, AuthenticationFailed
 
-from ..exceptions import ServiceUnavailable
+from ..exceptions import BrokerUnavailable, SearchTimeout, ServiceUnavailable, VersionUnavailable
 
 logger = logging.getLogger(__name__)
 
 RETRY_AFTER_SECONDS = 5
+REQUEST_ID_HEADER = "X-Request-ID"
+
+# What an anonymous client reads for each kind of outage: nothing of the server's insides.
+GENERIC_MESSAGE = "The service is temporarily unavailable; try again shortly."
+CLIENT_MESSAGES: tuple[tuple[type[ServiceUnavailable], str], ...] = (
+    (
+        BrokerUnavailable,
+        "The task broker could not be reached; nothing was queued. Try again shortly.",
+    ),
+    (VersionUnavailable, "Search is unavailable on this server for a moment; try again shortly."),
+)
 
 
 class ServiceUnavailableError(APIException):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    default_detail = "The service is temporarily unavailable; try again shortly."
+    default_detail = GENERIC_MESSAGE
     default_code = "service_unavailable"
 
 
+def client_message(exc: ServiceUnavailable) -> str:
+    """The message a client may read for ``exc``: general words for its kind of outage.
+
+    ``SearchTimeout`` says what the client can do about it (and the time limit, nothing else);
+    every other kind gets a fixed sentence, since its own message names the server's insides.
+    """
+    if isinstance(exc, SearchTimeout):
+        seconds = f" ({exc.seconds:g} s)" if exc.seconds else ""
+        return (
+            f"The search ran longer than this site allows{seconds} and was cancelled. "
+            "Try a more specific query, or try again later."
+        )
+    return next(
+        (message for kind, message in CLIENT_MESSAGES if isinstance(exc, kind)), GENERIC_MESSAGE
+    )
+
+
+def new_request_id() -> str:
+    """A fresh id that ties a client's 503 to its log record."""
+    return uuid.uuid4().hex
+
+
 class ServiceErrorsMixin:
-    """Answer ``ServiceUnavailable`` with 503, its message and a ``Retry-After`` header."""
+    """Answer ``ServiceUnavailable`` with 503, a client's message, a request id (in the body
+    and the ``X-Request-ID`` header) and ``Retry-After``; the details go to the log, and to
+    staff users in the body."""
 
     def perform_authentication(self, request: Any) -> None:
         """Credentials that hold a NUL byte (a Basic-Auth header can carry any byte) make
@@ -43,8 +88,27 @@ class ServiceErrorsMixin:
 
     def handle_exception(self, exc: Exception) -> Any:
         if isinstance(exc, ServiceUnavailable):
-            logger.warning("%s: %s", type(exc).__name__, exc)
-            response = super().handle_exception(ServiceUnavailableError(str(exc)))  # type: ignore[misc]
+            request = getattr(self, "request", None)
+            request_id = new_request_id()
+            logger.warning(
+                "503 for %s %s (request %s): %s: %s",
+                getattr(request, "method", "?"),
+                getattr(request, "path", "?"),
+                request_id,
+                type(exc).__name__,
+                exc,
+            )
+            detail = str(exc) if _is_staff(request) else client_message(exc)
+            error = ServiceUnavailableError({"detail": detail, "request_id": request_id})
+            response = super().handle_exception(error)  # type: ignore[misc]
             response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+            response[REQUEST_ID_HEADER] = request_id
             return response
         return super().handle_exception(exc)  # type: ignore[misc]
+
+
+def _is_staff(request: Any) -> bool:
+    # request.user was set by authentication before the view ran; a failure before it leaves
+    # the client anonymous (DRF's _not_authenticated), so reading it here costs no query.
+    user = getattr(request, "_user", None)
+    return bool(user is not None and user.is_active and user.is_staff)

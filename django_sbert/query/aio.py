@@ -16,9 +16,13 @@ would run on the thread Django keeps for one request's database work (one thread
 under ASGI, so no bound at all; outside a request, the one thread every coroutine's queries
 share, so an encode would hold up all of them); with ``thread_sensitive=False`` it would take
 threads of the event loop's default executor, which other work (DNS lookups, file reads)
-needs. Encodes of one encoder run one at a time anyway (``serving.cache`` holds a lock per
-encoder around each forward pass), so a few threads keep the encoders busy; further queries
-wait in the pool's queue, not in threads of their own. Nothing in the pool reads the database
+needs. Encodes of one model run one at a time anyway (``serving.cache`` holds a lock per
+loaded model around each forward pass), so a few threads keep the encoders busy; further
+queries wait in the pool's queue, not in threads of their own. The queue is bounded
+(``ENCODE_QUEUE``): past it a search is refused at once with ``ServiceUnavailable`` (a 503 with
+``Retry-After`` in the API, a page saying so in ``AsyncSearchView``) rather than queued for
+longer than any client waits, and with no memory growing without limit while the model
+storage or the CPU is slow. Nothing in the pool reads the database
 (``serving.encode_query_for``), so no connection is opened outside Django's threads.
 
 A text search built in async code without these (``similar_to(text)`` on the event loop) would
@@ -31,21 +35,28 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 
 import numpy as np
 from asgiref.sync import sync_to_async
 from django.core.exceptions import SynchronousOnlyOperation
 
+from ..exceptions import ServiceUnavailable
 from ..serving import encode_query_for, peek_query_cache, query_vector, serving_record
 
 # Threads that encode query texts for async searches, per process. Each encoder runs one
 # forward pass at a time (its lock), so more threads would only wait on that lock.
 ENCODE_THREADS = 2
+# Encodes waiting for those threads, per process, beyond which a search is refused (503):
+# about a second of one-sentence queries on two CPU cores, far more than a client should wait
+# for while a model loads.
+ENCODE_QUEUE = 64
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+_in_flight = 0  # encodes submitted to the pool and not yet done (running or waiting)
 
 
 class EncodedText(str):
@@ -85,9 +96,40 @@ async def encode_text(text: str, encoder: str, using: str | None = None) -> str:
     current = await sync_to_async(serving_record)(encoder, using=using)
     vector = peek_query_cache(text, current)  # never waits: the loop must not block
     if vector is None:
-        encode = partial(encode_query_for, text, current)
-        vector = await asyncio.get_running_loop().run_in_executor(encoding_pool(), encode)
+        future = _submit(partial(encode_query_for, text, current))
+        vector = await asyncio.wrap_future(future)
     return EncodedText(text, encoder, vector, current.version)
+
+
+def _submit(encode: Callable[[], np.ndarray]) -> Future[np.ndarray]:
+    """Queue ``encode`` in the pool, or refuse with ``ServiceUnavailable`` when
+    ``ENCODE_THREADS + ENCODE_QUEUE`` encodes are already running or waiting."""
+    global _in_flight
+    with _pool_lock:
+        if _in_flight >= ENCODE_THREADS + ENCODE_QUEUE:
+            raise ServiceUnavailable(
+                f"This process has {_in_flight} query texts waiting to be encoded already "
+                f"(django_sbert.query.aio.ENCODE_QUEUE = {ENCODE_QUEUE}); try again shortly."
+            )
+        _in_flight += 1
+    try:
+        future = encoding_pool().submit(encode)
+    except BaseException:
+        _done(None)
+        raise
+    future.add_done_callback(_done)  # also when the awaiting search went away meanwhile
+    return future
+
+
+def _done(future: Future[np.ndarray] | None) -> None:
+    global _in_flight
+    with _pool_lock:
+        _in_flight -= 1
+
+
+def encodes_in_flight() -> int:
+    """Query encodes queued in or running on this process's pool now (for status and tests)."""
+    return _in_flight
 
 
 def text_vector(text: str, encoder: str, using: str | None = None) -> tuple[np.ndarray, str]:
@@ -115,9 +157,10 @@ def _in_event_loop() -> bool:
 
 def _forget_pool_after_fork() -> None:
     # A forked child has none of its parent's threads: it makes its own pool on first use.
-    global _pool, _pool_lock
+    global _pool, _pool_lock, _in_flight
     _pool = None
     _pool_lock = threading.Lock()
+    _in_flight = 0
 
 
 os.register_at_fork(after_in_child=_forget_pool_after_fork)

@@ -15,10 +15,17 @@ Queries and documents may take different prompts (e5's ``query: `` / ``passage: 
 directory names ``query`` and ``document`` / ``passage`` / ``corpus``, as sentence-transformers'
 ``encode_query`` / ``encode_document`` read them (``role_prompt``).
 
-Loading is guarded by a lock so that concurrent requests in a threaded server load the model
-once. Loaded encoders are dropped when ``settings.SBERT`` changes and in the child after
-``fork()``: torch state inherited from a parent (Celery prefork, gunicorn --preload) can hang or
-oversubscribe cores, so each child loads its own copy with its own thread count.
+Each version is loaded once per process: the first caller loads it and the others that want
+the same version wait for that load (a future per version), while searches with versions
+already loaded go on. The module's lock guards only its dictionaries, for a moment at a time:
+it is never held while a version is fetched, verified, loaded or encoding, so a promotion being
+pre-loaded (the version watcher), the compare page or the gate never stalls the searches of the
+serving version, and a slow model storage delays only the callers of the version it holds.
+Up to ``MAX_TUNED_LOADED`` fine-tuned versions stay loaded, the least recently used dropped
+first, never the one serving now. Loaded encoders are dropped when ``settings.SBERT`` changes
+and in the child after ``fork()``: torch state inherited from a parent (Celery prefork,
+gunicorn --preload) can hang or oversubscribe cores, so each child loads its own copy with its
+own thread count.
 
 An encoder name serves one version at a time (``versions.serving_record``): the model from settings,
 or an active fine-tuned version. ``get_encoder(name)`` returns the serving one, so web processes
@@ -32,7 +39,9 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Literal
+from weakref import WeakKeyDictionary
 
 import numpy as np
 from django.core.exceptions import ImproperlyConfigured
@@ -48,16 +57,25 @@ from .versions import Serving, serving_record, serving_version, version_director
 if TYPE_CHECKING:
     from ..encoder import SentenceEncoder
 
-_lock = threading.RLock()
+# Guards the dictionaries below for a moment at a time; never held while a version is
+# fetched, loaded or encoding (see the module docstring).
+_lock = threading.Lock()
+_generation = 0  # bumped by every reset: a load that began before it is not kept
 _encoders: dict[str, SentenceEncoder] = {}  # the settings' model of each encoder name
-_tuned: OrderedDict[tuple[str, str], SentenceEncoder] = OrderedDict()  # (name, version)
+# (name, version) -> fine-tuned model, least recently used first.
+_tuned: OrderedDict[tuple[str, str], SentenceEncoder] = OrderedDict()
 # Fine-tuned versions kept loaded per process (the serving one and a candidate being promoted).
 MAX_TUNED_LOADED = 2
+# (name, version or None for the settings' model) -> the load under way, which others wait on.
+_loading: dict[tuple[str, str | None], Future[SentenceEncoder]] = {}
+# name -> the version this process last used as the serving one: never evicted.
+_serving_now: dict[str, str] = {}
 _query_cache: OrderedDict[tuple[str, str, str], np.ndarray] = OrderedDict()
-# One forward pass at a time per encoder: a fast tokenizer shared between threads can fail
-# with "RuntimeError: Already borrowed" (huggingface/tokenizers#537), and torch already uses
-# every configured thread inside one pass.
-_encode_locks: dict[str, threading.Lock] = {}
+# One forward pass at a time per loaded model: a fast tokenizer shared between threads can
+# fail with "RuntimeError: Already borrowed" (huggingface/tokenizers#537), and torch already
+# uses every configured thread inside one pass. Per model, not per encoder name, so that the
+# first pass of a version being pre-loaded (compiling, perhaps) never holds up the serving one.
+_encode_locks: WeakKeyDictionary[SentenceEncoder, threading.Lock] = WeakKeyDictionary()
 
 Role = Literal["query", "document"]
 # The model's own prompt names for each role, in the order sentence-transformers tries them.
@@ -71,29 +89,78 @@ def get_encoder(name: str = "default", version: str | None = None) -> SentenceEn
     """Return the serving model of encoder ``name`` (or its ``version``), loading it once."""
     if version is None:
         return encoder_for(serving_record(name))
-    return encoder_for(Serving(name, version, version_directory(name, version)))
+    return _model(Serving(name, version, version_directory(name, version)), serving=False)
 
 
 def encoder_for(current: Serving) -> SentenceEncoder:
-    """The model of a version already looked up (``serving_record()``), loading it once.
+    """The model of the serving version, already looked up (``serving_record()``), loading it
+    once; it is kept loaded while it serves (``MAX_TUNED_LOADED``).
 
     Reads no database, so it may run in any thread (the async searches encode in a pool).
     """
+    return _model(current, serving=True)
+
+
+def _model(current: Serving, *, serving: bool) -> SentenceEncoder:
+    """The loaded model of ``current``: from this process's cache, from the load under way
+    (waiting for that version's load only), or loaded here, with no lock held meanwhile."""
     name, version, directory = current.encoder, current.version, current.directory
-    if directory is None:
-        return _base_encoder(name)
-    key = (name, version)
-    encoder = _tuned.get(key)
-    if encoder is not None:
-        return encoder
+    key = (name, None if directory is None else version)
     with _lock:
-        encoder = _tuned.get(key)
-        if encoder is None:
-            encoder = _load_version(name, version, directory)
-            _tuned[key] = encoder
-            while len(_tuned) > MAX_TUNED_LOADED:
-                _tuned.popitem(last=False)
+        if serving:
+            _serving_now[name] = version
+        if directory is None:
+            encoder = _encoders.get(name)
+        else:
+            encoder = _tuned.get((name, version))
+            if encoder is not None:
+                _tuned.move_to_end((name, version))  # the most recently used
+        if encoder is not None:
+            return encoder
+        future = _loading.get(key)
+        if future is None:  # nobody loads it yet: this thread does
+            future = _loading[key] = Future()
+            generation, loads_here = _generation, True
+        else:
+            loads_here = False
+    if not loads_here:
+        return future.result()  # that load's model, or its error raised here too
+    try:
+        encoder = _load(name) if directory is None else _load_version(name, version, directory)
+    except BaseException as exc:
+        with _lock:
+            if _loading.get(key) is future:
+                del _loading[key]
+        future.set_exception(exc)
+        raise
+    with _lock:
+        if _loading.get(key) is future:
+            del _loading[key]
+        if generation == _generation:  # not reset (settings changed) while it loaded
+            if directory is None:
+                _encoders[name] = encoder
+            else:
+                _tuned[(name, version)] = encoder
+                _evict(keep=(name, version))
+    future.set_result(encoder)
     return encoder
+
+
+def _evict(keep: tuple[str, str]) -> None:
+    """Drop the least recently used fine-tuned versions beyond ``MAX_TUNED_LOADED``, never
+    ``keep`` (just loaded) nor a version serving now; the caller holds ``_lock``."""
+    while len(_tuned) > MAX_TUNED_LOADED:
+        victim = next(
+            (
+                key
+                for key in _tuned  # least recently used first
+                if key != keep and _serving_now.get(key[0]) != key[1]
+            ),
+            None,
+        )
+        if victim is None:  # every one serves (several encoder names): keep them all
+            return
+        del _tuned[victim]
 
 
 def trainable_encoder(current: Serving) -> SentenceEncoder:
@@ -109,18 +176,6 @@ def trainable_encoder(current: Serving) -> SentenceEncoder:
     config = encoder_config(name)
     local = config["MODEL"] if directory is None else local_directory(name, version, directory)
     return SentenceEncoder.load(str(local), device=config["DEVICE"])
-
-
-def _base_encoder(name: str) -> SentenceEncoder:
-    encoder = _encoders.get(name)
-    if encoder is not None:
-        return encoder
-    with _lock:
-        encoder = _encoders.get(name)
-        if encoder is None:
-            encoder = _load(name)
-            _encoders[name] = encoder
-    return encoder
 
 
 def _load_version(name: str, version: str, directory: str) -> SentenceEncoder:
@@ -217,7 +272,9 @@ def _encode(
     config = encoder_config(encoder)
     max_chunks = config["MAX_CHUNKS"]  # with LONG_TEXT="chunk": windows per text at most
     with _lock:
-        lock = _encode_locks.setdefault(encoder, threading.Lock())
+        lock = _encode_locks.get(model)
+        if lock is None:
+            lock = _encode_locks[model] = threading.Lock()
     with lock:
         return model.encode(
             list(texts),
@@ -238,7 +295,7 @@ def encode_query(text: str, encoder: str = "default", version: str | None = None
     which also says which version encoded the text.
     """
     if version is None:
-        version = serving_version(encoder)
+        return encode_query_for(text, serving_record(encoder))
     cached = _cached_query(encoder, version, text)
     if cached is not None:
         return cached
@@ -256,7 +313,7 @@ def encode_query_for(text: str, current: Serving) -> np.ndarray:
 
 def peek_query_cache(text: str, current: Serving) -> np.ndarray | None:
     """The cached vector of a query, if any, without ever waiting: None when the cache's lock
-    is busy (a model may be loading under it). For an event loop, which must not block."""
+    is busy this instant. For an event loop, which must not block."""
     if not _lock.acquire(blocking=False):
         return None
     try:
@@ -317,6 +374,13 @@ def query_cache_info() -> dict[str, int]:
     return {"entries": len(_query_cache), "size": int(sbert_settings.QUERY_CACHE_SIZE or 0)}
 
 
+def loaded_versions() -> list[tuple[str, str]]:
+    """(encoder, version) of the fine-tuned versions loaded in this process, least recently
+    used first: the next to be dropped (never one serving now). For status and tests."""
+    with _lock:
+        return list(_tuned)
+
+
 def encoder_version(name: str = "default") -> str:
     """The version string of the named encoder's serving model (``versions.serving_record``).
 
@@ -327,21 +391,33 @@ def encoder_version(name: str = "default") -> str:
 
 
 def reset_encoders() -> None:
-    """Forget loaded encoders, cached query vectors and base versions in this process."""
+    """Forget loaded encoders, cached query vectors and base versions in this process.
+
+    A load under way still answers its callers, but its model is not kept: the next caller
+    loads afresh (with the settings of now).
+    """
+    global _generation
     with _lock:
+        _generation += 1
         _encoders.clear()
         _tuned.clear()
+        _loading.clear()
+        _serving_now.clear()
         _query_cache.clear()
     forget_base_versions()
 
 
 def _reset_after_fork() -> None:
-    # The parent's lock may have been held at fork time: give the child a fresh one.
-    global _lock
-    _lock = threading.RLock()
-    _encode_locks.clear()
+    # The parent's lock may have been held at fork time, and its loads run in threads the
+    # child does not have: give the child a fresh lock and nothing loaded.
+    global _lock, _encode_locks, _generation
+    _lock = threading.Lock()
+    _generation += 1
+    _encode_locks = WeakKeyDictionary()
     _encoders.clear()
     _tuned.clear()
+    _loading.clear()
+    _serving_now.clear()
     _query_cache.clear()
 
 

@@ -67,9 +67,9 @@ def test_every_encode_takes_the_encoders_lock(user_client, monkeypatch, normaliz
 
     from django_sbert.serving import cache, get_encoder
 
-    get_encoder()  # loaded before the thread count is read
+    model = get_encoder()  # loaded before the thread count is read
     lock = RecordingLock()
-    monkeypatch.setitem(cache._encode_locks, "default", lock)
+    monkeypatch.setitem(cache._encode_locks, model, lock)  # a lock per loaded model
     threads = torch.get_num_threads()
     response = post(user_client, {"texts": ["the dog runs", "a cat"], "normalize": normalize})
     assert response.status_code == 200, response.json()
@@ -97,11 +97,11 @@ def test_limits_are_settings(user_client, settings, normalize):
 
 
 def test_limits_are_checked_before_the_encoder_runs(user_client, settings, monkeypatch):
-    from django_sbert.serving import cache
+    from django_sbert.serving import cache, get_encoder
 
     settings.SBERT = {**settings.SBERT, "API": {"EMBED_MAX_TEXTS": 2, "EMBED_MAX_TEXT_LENGTH": 5}}
     lock = RecordingLock()
-    monkeypatch.setitem(cache._encode_locks, "default", lock)
+    monkeypatch.setitem(cache._encode_locks, get_encoder(), lock)  # a lock per loaded model
     for texts in (["a", "b", "c"], ["abcdef"], ["ok", "abcdef"]):
         for normalize in (True, False):
             response = post(user_client, {"texts": texts, "normalize": normalize})

@@ -1,11 +1,14 @@
-"""search/ and similar/ when PostgreSQL cancels the search at the statement timeout: 503 with a
-message the client can act on and Retry-After, never a 500 or a hung worker (issue 14, item 9).
+"""search/ and similar/ when a part is away: 503 with a message the client can act on, a request
+id and Retry-After, never a 500, a hung worker, or the server's insides in the body.
 
 The slow statement is real: the registered queryset has a filter that sleeps in PostgreSQL for
-each row it checks, so the search runs past a short STATEMENT_TIMEOUT and is cancelled.
+each row it checks, so the search runs past a short STATEMENT_TIMEOUT and is cancelled. So is
+the version this host cannot serve: its weights changed in the model storage after it was saved.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from django.db.models import BooleanField
@@ -73,3 +76,68 @@ def test_after_a_cancelled_search_the_next_one_is_answered(
     response = api_client.get(SEARCH, params)
     assert response.status_code == 200, response.content
     assert response.json()["results"][0]["id"] == articles[3].pk
+
+
+# --- what a client reads when the serving version cannot be loaded ---------------------------
+
+
+@pytest.fixture
+def corrupt_serving_version(settings, tmp_path, tiny_encoder):
+    """The serving version's weights, changed in the model storage after it was saved: this
+    host cannot verify them, and the reason names the storage, its paths and sha256 sums."""
+    from django.conf import global_settings
+
+    from django_sbert import serving
+    from django_sbert.models import EncoderVersion, VersionStatus
+    from tests.serving.test_health import perturbed
+
+    store = tmp_path / "bucket-of-example-co"
+    settings.STORAGES = {
+        **global_settings.STORAGES,
+        "sbert_models": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": str(store)},
+        },
+    }
+    settings.SBERT = {
+        **settings.SBERT,
+        "MODEL_STORAGE": "sbert_models",
+        "MODEL_CACHE": str(tmp_path / "host-cache"),
+    }
+    serving.forget_serving()
+    serving.reset_encoders()
+    key, version = serving.save_encoder(perturbed(tiny_encoder, seed=61), "default", "tiny")
+    weights = store / key / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-1] + b"\0")
+    EncoderVersion.objects.create(
+        encoder_name="default", version=version, directory=key, status=VersionStatus.ACTIVE
+    )
+    yield version, store
+    serving.forget_serving()
+    serving.reset_encoders()
+
+
+def test_an_anonymous_503_names_nothing_of_the_server_but_a_request_id_in_the_log(
+    api_client, articles, registered, corrupt_serving_version, caplog, client_as
+):
+    version, store = corrupt_serving_version
+    registered()
+    response = api_client.get(SEARCH, {"model": "testapp.article", "q": "interest rates"})
+    assert response.status_code == 503, response.content
+    body = response.json()
+    assert body["detail"] == (
+        "Search is unavailable on this server for a moment; try again shortly."
+    )
+    text = response.content.decode()
+    for secret in (version, str(store), "FileSystemStorage", "sha256", "VersionUnavailable"):
+        assert secret not in text
+    assert re.fullmatch(r"[0-9a-f]{32}", body["request_id"])
+    assert response["X-Request-ID"] == body["request_id"] and response["Retry-After"].isdigit()
+    # The details are in the log, under the same id, for whoever runs the site.
+    logged = [r.getMessage() for r in caplog.records if body["request_id"] in r.getMessage()]
+    assert len(logged) == 1
+    assert version in logged[0] and "sha256" in logged[0] and "FileSystemStorage" in logged[0]
+
+    # Staff run the site: they read the reason itself.
+    staff = client_as("staff").get(SEARCH, {"model": "testapp.article", "q": "interest rates"})
+    assert staff.status_code == 503 and version in staff.json()["detail"]

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 from urllib.error import HTTPError
 from urllib.parse import urlencode
-from urllib.request import urlopen
+from urllib.request import Request, urlopen
 
 import pytest
 from django.conf import global_settings
+from django.contrib.auth.models import User
 
 from django_sbert import indexing, serving
 from django_sbert.finetuning import promotion
@@ -37,6 +38,7 @@ from tests.worker_process import test_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 TITLES = ["central bank raises rates", "football team wins", "storm closes schools"]
+HEALTH_TOKEN = "Bearer web-app-health-token-for-tests"
 
 
 # --- in this process ---------------------------------------------------------------------------
@@ -52,6 +54,7 @@ def cold_process() -> Iterator[None]:
 @pytest.mark.django_db
 @pytest.mark.urls("django_sbert.urls")
 def test_the_view_is_503_until_this_process_warmed_the_serving_version(client, cold_process):
+    client.force_login(User.objects.create_user("operator", is_staff=True))  # reads the details
     response = client.get("/health/")
     assert response.status_code == 503
     body = response.json()
@@ -128,8 +131,10 @@ class Gunicorn:
 
     def get(self, path: str, **params: Any) -> tuple[int, Any]:
         query = f"?{urlencode(params)}" if params else ""
+        # The health view's details need the token (tests/web_app/settings.py).
+        request = Request(f"{self.url}{path}{query}", headers={"Authorization": HEALTH_TOKEN})
         try:
-            with urlopen(f"{self.url}{path}{query}", timeout=30) as response:
+            with urlopen(request, timeout=30) as response:
                 return response.status, json.loads(response.read())
         except HTTPError as error:
             return error.code, json.loads(error.read())
@@ -276,7 +281,9 @@ def test_a_host_that_cannot_verify_the_serving_version_is_unready_and_does_not_s
     _, body = host.get("/sbert/health/")
     assert "FileSystemStorage" in body["checks"]["encoder:default"]
     status, body = host.get("/api/sbert/search/", model="testapp.article", q="bank")
-    assert status == 503 and version in body["detail"]
+    assert status == 503 and version not in body["detail"]  # the reason is in the host's log
+    host.wait_for_log(f"(request {body['request_id']}): VersionUnavailable", count=1, timeout=5)
+    assert version in host.output()
 
     second = web_host("web-2")  # a host starting now refuses to start at all
     second.process.wait(timeout=120)

@@ -11,7 +11,12 @@ from tests.host_settings import SBERT as _BASE
 
 ROOT_URLCONF = "tests.web_app.urls"
 ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
-SBERT = {**_BASE, "API": {"THROTTLE_RATES": {"search": None, "embed": None, "schema": None}}}
+SBERT = {
+    **_BASE,
+    "API": {"THROTTLE_RATES": {"search": None, "embed": None, "schema": None}},
+    # The tests read every check's reason and the pid, as monitoring does with its token.
+    "HEALTH": {"TOKEN": "web-app-health-token-for-tests", "THROTTLE_RATE": None},
+}
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
