@@ -18,57 +18,25 @@ OS errors) goes to the log, at WARNING with the same id, and to staff users, who
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import Any
 
 from django.db import DataError
 from rest_framework import status
 from rest_framework.exceptions import APIException, AuthenticationFailed
 
-from ..exceptions import BrokerUnavailable, SearchTimeout, ServiceUnavailable, VersionUnavailable
+from ..clients import GENERIC_MESSAGE, client_message, new_request_id
+from ..exceptions import ServiceUnavailable
 
 logger = logging.getLogger(__name__)
 
 RETRY_AFTER_SECONDS = 5
 REQUEST_ID_HEADER = "X-Request-ID"
 
-# What an anonymous client reads for each kind of outage: nothing of the server's insides.
-GENERIC_MESSAGE = "The service is temporarily unavailable; try again shortly."
-CLIENT_MESSAGES: tuple[tuple[type[ServiceUnavailable], str], ...] = (
-    (
-        BrokerUnavailable,
-        "The task broker could not be reached; nothing was queued. Try again shortly.",
-    ),
-    (VersionUnavailable, "Search is unavailable on this server for a moment; try again shortly."),
-)
-
 
 class ServiceUnavailableError(APIException):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     default_detail = GENERIC_MESSAGE
     default_code = "service_unavailable"
-
-
-def client_message(exc: ServiceUnavailable) -> str:
-    """The message a client may read for ``exc``: general words for its kind of outage.
-
-    ``SearchTimeout`` says what the client can do about it (and the time limit, nothing else);
-    every other kind gets a fixed sentence, since its own message names the server's insides.
-    """
-    if isinstance(exc, SearchTimeout):
-        seconds = f" ({exc.seconds:g} s)" if exc.seconds else ""
-        return (
-            f"The search ran longer than this site allows{seconds} and was cancelled. "
-            "Try a more specific query, or try again later."
-        )
-    return next(
-        (message for kind, message in CLIENT_MESSAGES if isinstance(exc, kind)), GENERIC_MESSAGE
-    )
-
-
-def new_request_id() -> str:
-    """A fresh id that ties a client's 503 to its log record."""
-    return uuid.uuid4().hex
 
 
 class ServiceErrorsMixin:

@@ -16,35 +16,12 @@ from __future__ import annotations
 
 import hashlib
 
-from django.core.exceptions import ImproperlyConfigured
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
+from ..clients import client_address
 from .settings import api_settings
-
-
-def client_address(request: Request) -> str:
-    """The anonymous client's IP address, trusting only SBERT["API"]["NUM_PROXIES"] proxies.
-
-    None (the default) trusts no proxy: REMOTE_ADDR. With N, the Nth address from the right of
-    X-Forwarded-For (each trusted proxy appends the address it received the request from), as
-    DRF does; 0 is REMOTE_ADDR too.
-    """
-    remote_addr = str(request.META.get("REMOTE_ADDR") or "")
-    num_proxies = api_settings.NUM_PROXIES
-    if num_proxies is None:
-        return remote_addr
-    if isinstance(num_proxies, bool) or not isinstance(num_proxies, int) or num_proxies < 0:
-        raise ImproperlyConfigured(
-            f"SBERT['API']['NUM_PROXIES'] must be None or a whole number >= 0 (how many proxies "
-            f"in front of the site append to X-Forwarded-For), got {num_proxies!r}."
-        )
-    forwarded = request.META.get("HTTP_X_FORWARDED_FOR")
-    if num_proxies == 0 or not forwarded:
-        return remote_addr
-    addresses = forwarded.split(",")
-    return addresses[-min(num_proxies, len(addresses))].strip()
 
 
 class SbertRateThrottle(SimpleRateThrottle):

@@ -28,6 +28,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from ..clients import client_address
 from ..conf import sbert_settings
 from ..serving import health as health_checks
 
@@ -83,7 +84,7 @@ def _throttled(request: HttpRequest) -> int | None:
     if user is not None and user.is_authenticated:
         ident = f"user-{user.pk}"
     else:
-        ident = f"ip-{_client_address(request)}"
+        ident = f"ip-{client_address(request)}"
     # Hashed, as the API's throttles do: any header's worth of characters makes a valid key.
     digest = hashlib.sha256(ident.encode("utf-8", "surrogatepass")).hexdigest()
     key = f"sbert-health:{digest}"
@@ -93,18 +94,3 @@ def _throttled(request: HttpRequest) -> int | None:
         return max(1, math.ceil(history[-1] + seconds - now))  # the oldest leaves the period
     cache.set(key, [now, *history], seconds)
     return None
-
-
-def _client_address(request: HttpRequest) -> str:
-    """The client's IP address, trusting ``SBERT["API"]["NUM_PROXIES"]`` proxies in front of
-    the site as the API's throttles do (``django_sbert.api.throttling.client_address``), which
-    this view cannot import: it must work without Django REST framework."""
-    remote_addr = str(request.META.get("REMOTE_ADDR") or "")
-    num_proxies = sbert_settings.API["NUM_PROXIES"]
-    forwarded = request.META.get("HTTP_X_FORWARDED_FOR")
-    if not isinstance(num_proxies, int) or isinstance(num_proxies, bool) or num_proxies <= 0:
-        return remote_addr
-    if not forwarded:
-        return remote_addr
-    addresses = forwarded.split(",")
-    return addresses[-min(num_proxies, len(addresses))].strip()

@@ -22,6 +22,7 @@ rows); rate limits are the site's own (the REST API's ``suggest/`` has a throttl
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,10 +31,13 @@ from django.db import models
 from django.http import HttpRequest, JsonResponse
 from django.views import View
 
+from ..clients import client_message, new_request_id
 from ..conf import sbert_settings
 from ..exceptions import ServiceUnavailable
 from ..fields import EmbeddingField
 from ..query import as_semantic, suggest
+
+logger = logging.getLogger(__name__)
 
 RETRY_AFTER_SECONDS = 5
 
@@ -78,7 +82,11 @@ class SuggestView(View):
         try:
             found = suggest(queryset, text, k, self.field)
         except ServiceUnavailable as exc:
-            response = JsonResponse({"error": str(exc)}, status=503)
+            request_id = new_request_id()
+            logger.warning("503 for %s (request %s): %r", request.path, request_id, exc)
+            response = JsonResponse(
+                {"error": client_message(exc), "request_id": request_id}, status=503
+            )
             response["Retry-After"] = str(RETRY_AFTER_SECONDS)
             return response
         results = []

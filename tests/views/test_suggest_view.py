@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from django_sbert.exceptions import SearchTimeout
+from django_sbert.exceptions import SearchTimeout, VersionUnavailable
 from tests.api.conftest import plant
 from tests.testapp.models import Article
 
@@ -73,6 +73,23 @@ def test_a_search_timeout_is_503(client, articles, monkeypatch):
     monkeypatch.setattr("django_sbert.views.suggest.suggest", timed_out)
     response = client.get("/suggest/", {"q": "dog"})
     assert response.status_code == 503 and response["Retry-After"]
+
+
+def test_a_503_names_nothing_of_the_server_but_a_request_id_in_the_log(
+    client, articles, monkeypatch, caplog
+):
+    inside = "/srv/models/default/ab12 (FileSystemStorage): sha256 0f3a... differs"
+
+    def away(*args, **kwargs):
+        raise VersionUnavailable(inside)
+
+    monkeypatch.setattr("django_sbert.views.suggest.suggest", away)
+    response = client.get("/suggest/", {"q": "dog"})
+    assert response.status_code == 503
+    body = response.json()
+    assert "/srv/models" not in response.content.decode() and "sha256" not in body["error"]
+    logged = [r.getMessage() for r in caplog.records if body["request_id"] in r.getMessage()]
+    assert len(logged) == 1 and inside in logged[0]
 
 
 def test_misconfigured_views_say_what_to_do(client, articles):
