@@ -35,6 +35,7 @@ from .schema import (
     OpenApiTypes,
     error_responses,
     extend_schema,
+    extend_schema_field,
     schema_class,
 )
 
@@ -387,6 +388,18 @@ class EncoderVersionSerializer(StoredErrorMixin, serializers.ModelSerializer):
         "and step [done, total] while the promotion task measures."
     )
 
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "properties": {
+                "state": {"type": "string"},
+                "detail": {"type": "string"},
+                "step": {"type": "array", "items": {"type": "integer"}, "nullable": True},
+                "forced": {"type": "boolean"},
+            },
+        }
+    )
     def get_gate(self, version: EncoderVersion) -> dict[str, Any] | None:
         request = version.promotion_request or {}
         if not request.get("gate"):
