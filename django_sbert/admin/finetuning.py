@@ -451,11 +451,9 @@ class EncoderVersionAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
     def promotion(self, obj: EncoderVersion) -> str:
         request = obj.promotion_request or {}
         if obj.status != VersionStatus.PROMOTING:
-            return (
-                format_html("gate: {}", request["gate_detail"])
-                if request.get("gate_detail")
-                else "-"
-            )
+            # The last promotion's verdict (its refusal, if any, is the promotion error).
+            detail = request.get("gate_detail")
+            return format_html("gate: {}", detail) if detail else "-"
         if request.get("gate") in ("pending", "running"):
             done, total = request.get("gate_step") or (0, 3)
             label = "evaluation gate: waiting for a worker"

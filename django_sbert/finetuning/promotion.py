@@ -392,17 +392,17 @@ def rollback(active: EncoderVersion, *, user: Any = None, reason: str = "") -> E
     """
     target = rollback_target(active)
     if user is not None and not (user.is_active and user.is_superuser):
+        # How the target last came into service by a promotion (not by a rollback).
         forced = (
             PromotionRecord.objects.filter(
                 encoder_name=target.encoder_name,
                 to_version=target.version,
                 kind=PromotionKind.PROMOTION,
-                forced=True,
             )
             .order_by("-id")
             .first()
         )
-        if forced is not None:
+        if forced is not None and forced.forced:
             raise RollbackForbidden(
                 f"{target} was forced into service past the evaluation gate "
                 f"({forced.gate or 'no verdict'}); only a superuser may roll back to it."
