@@ -339,6 +339,12 @@ TRAINING = Group(
             "failed; a queued run silent this long is sent again.",
             number(0),
         ),
+        "PROMOTION_RESENDS": Setting(
+            3,
+            "A promotion that made no progress for `STALLED_SECONDS` is sent again this many "
+            "times at most; then it is given up (back to candidate, with the error).",
+            integer(0),
+        ),
         "PAIRS_MAX_FILE_BYTES": Setting(
             20 * 1024 * 1024,
             "The largest pairs file an import reads (it is held in memory); `None`: any.",

@@ -8,6 +8,9 @@
 ``EncoderVersion``
     A saved fine-tuned model of one configured encoder. At most one per encoder is ``active``
     (it serves queries and indexing); with none active the model from settings serves.
+``PromotionRecord``
+    One switch of the serving version (from, to, who, when, why, forced or gated): the history
+    rollback follows.
 ``StagedEmbedding``
     Vectors of a version that is not serving: the candidate's while it is being promoted, the
     previous version's after a switch (so rollback needs no re-encoding).
@@ -188,6 +191,11 @@ class EncoderVersion(models.Model):
     total_rows = models.PositiveIntegerField(default=0)
     promotion_error = models.TextField(blank=True, default="")
     promotion_updated_at = models.DateTimeField(null=True, blank=True)
+    # The promotion under way (or last asked): {"kind": "promotion" | "rollback", "by": user
+    # pk, "by_name", "reason", "forced", "gate": "pending" | "running" | "passed" | "refused" |
+    # "not evaluated" | "skipped", "gate_detail", "gate_step": [done, total], "undoes": the
+    # PromotionRecord pk a rollback undoes, "attempts": how often a worker started it}.
+    promotion_request = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-id"]
@@ -211,6 +219,41 @@ class EncoderVersion(models.Model):
     @property
     def promotion_progress(self) -> float:
         return self.staged_rows / self.total_rows if self.total_rows else 0.0
+
+
+class PromotionKind(models.TextChoices):
+    PROMOTION = "promotion"
+    ROLLBACK = "rollback"
+
+
+class PromotionRecord(models.Model):
+    """One switch of an encoder's serving version: from, to, who, when, why, and how it passed
+    the evaluation gate (or that it was forced past it). Rollback follows this history: it
+    returns to the version active before the current one was promoted, never forward."""
+
+    encoder_name = models.CharField(max_length=100)
+    from_version = models.CharField(max_length=100)
+    to_version = models.CharField(max_length=100)
+    kind = models.CharField(max_length=10, choices=PromotionKind.choices)
+    forced = models.BooleanField(default=False, help_text="Promoted past a refusing gate.")
+    gate = models.TextField(blank=True, default="", help_text="The gate's verdict, if asked.")
+    reason = models.TextField(blank=True, default="")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    username = models.CharField(max_length=150, blank=True, default="")  # kept if user goes
+    created_at = models.DateTimeField(auto_now_add=True)
+    # The rollback that undid this promotion (a later rollback then goes further back).
+    undone_by = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="undoes"
+    )
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["encoder_name", "to_version"], name="sbert_promo_to")]
+
+    def __str__(self) -> str:
+        return f"{self.encoder_name}: {self.from_version} -> {self.to_version} ({self.kind})"
 
 
 class StagedEmbedding(models.Model):

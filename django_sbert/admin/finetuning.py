@@ -7,7 +7,11 @@
   worse or not evaluated" (superusers: also a candidate the gate could not compare), "Roll
   back", "Stop promotion", and a "Before and after" page: the top results of the version it
   would replace (or replaced) and of this one side by side, for a few eval queries and any
-  query typed in (``finetuning.compare``).
+  query typed in (``finetuning.compare``), over the rows the user may see in each model's own
+  admin (its ``get_queryset(request)``, with its view permission; other models are left out,
+  and the page says so). "Roll back" returns to the version active before this one was
+  promoted (the promotion history); to a version forced past the gate, superusers only.
+* Promotion history: every switch, read only.
 
 Every action requires a model permission; a user without it gets 403 (not a silently ignored
 POST).
@@ -21,11 +25,12 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import ValidationError
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from ..conf import sbert_settings
 from ..exceptions import BrokerUnavailable, ServiceUnavailable
@@ -36,6 +41,7 @@ from ..finetuning.options import OPTIONS, TrainingOption
 from ..finetuning.queues import training_worker_hint
 from ..models import (
     EncoderVersion,
+    PromotionRecord,
     RunStatus,
     TrainingPair,
     TrainingRun,
@@ -46,7 +52,7 @@ from ..serving import forget_serving, serving_version
 from .display import metrics_table, progress_bar, search_table, training_curves
 from .mixins import ForbidMissingActionsMixin, require_permission
 
-__all__ = ["EncoderVersionAdmin", "TrainingPairAdmin", "TrainingRunAdmin"]
+__all__ = ["EncoderVersionAdmin", "PromotionRecordAdmin", "TrainingPairAdmin", "TrainingRunAdmin"]
 
 
 # --- training pairs -------------------------------------------------------------------------
@@ -382,6 +388,7 @@ class EncoderVersionAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
         "replaced",
         "run",
         "promotion_error",
+        "history",
         "created_at",
         "activated_at",
     )
@@ -430,13 +437,59 @@ class EncoderVersionAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
 
     @admin.display(description="vector, keyword and hybrid search on its eval split")
     def search_metrics(self, obj: EncoderVersion) -> str:
-        return search_table(("this version", obj.metrics))
+        table = search_table(("this version", obj.metrics))
+        if obj.metrics.get("hybrid_error"):  # no fusion could be tuned: the site's serves
+            return format_html(
+                "{}<p class='errornote'>Keyword and hybrid search could not be measured, so "
+                "this version uses the site's fusion settings: {}</p>",
+                table,
+                obj.metrics["hybrid_error"],
+            )
+        return table
 
     @admin.display(description="promotion")
     def promotion(self, obj: EncoderVersion) -> str:
+        request = obj.promotion_request or {}
         if obj.status != VersionStatus.PROMOTING:
-            return "-"
+            # The last promotion's verdict (its refusal, if any, is the promotion error).
+            detail = request.get("gate_detail")
+            return format_html("gate: {}", detail) if detail else "-"
+        if request.get("gate") in ("pending", "running"):
+            done, total = request.get("gate_step") or (0, 3)
+            label = "evaluation gate: waiting for a worker"
+            if request["gate"] == "running":
+                label = f"evaluation gate: measuring both versions ({done} / {total} steps)"
+            return progress_bar(done / total if total else 0.0, label)
         return progress_bar(obj.promotion_progress, f"{obj.staged_rows} / {obj.total_rows} rows")
+
+    @admin.display(description="promotion history")
+    def history(self, obj: EncoderVersion) -> str:
+        records = PromotionRecord.objects.filter(encoder_name=obj.encoder_name).filter(
+            Q(to_version=obj.version) | Q(from_version=obj.version)
+        )[:20]
+        if not records:
+            return "-"
+        return format_html(
+            "<ul>{}</ul>",
+            format_html_join(
+                "",
+                "<li>{}: {} &rarr; {} ({}{}) by {}{}</li>",
+                (
+                    (
+                        record.created_at.strftime("%Y-%m-%d %H:%M"),
+                        record.from_version,
+                        record.to_version,
+                        record.kind,
+                        ", forced" if record.forced else "",
+                        record.username or "-",
+                        f", undone by a rollback on {record.undone_by.created_at:%Y-%m-%d %H:%M}"
+                        if record.undone_by
+                        else "",
+                    )
+                    for record in records
+                ),
+            ),
+        )
 
     @admin.display(description="before and after")
     def before_and_after(self, obj: EncoderVersion) -> str:
@@ -467,12 +520,13 @@ class EncoderVersionAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
         before = None
         comparisons: list[compare.Comparison] = []
         eval_queries = compare.eval_queries(version)
+        visible, left_out = self.visible_rows(request, version.encoder_name)
         try:
             before = compare.baseline_version(version)
             queries = dict(eval_queries)
             if typed:
                 queries = {typed: eval_queries.get(typed, [])}
-            comparisons = compare.compare(version, before, queries)
+            comparisons = compare.compare(version, before, queries, rows=visible.get)
         except compare.CompareError as exc:
             error = str(exc)
         except ServiceUnavailable as exc:  # the serving version's files, a search timeout
@@ -487,6 +541,7 @@ class EncoderVersionAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
             "before_label": compare.version_label(before) if before else "",
             "after_label": compare.version_label(version.version),
             "typed": typed,
+            "left_out": left_out,
             "comparisons": comparisons,
             "error": error,
             "k": compare.K,
@@ -499,14 +554,40 @@ class EncoderVersionAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
         }
         return TemplateResponse(request, "django_sbert/admin/compare_versions.html", context)
 
+    def visible_rows(
+        self, request: HttpRequest, encoder_name: str
+    ) -> tuple[dict[Any, Any], list[str]]:
+        """The rows of each field of ``encoder_name`` that ``request.user`` may see here: its
+        ModelAdmin's ``get_queryset(request)`` where the user has the model's view (or change)
+        permission. Returns ({ref: queryset}, labels of the models left out)."""
+        visible: dict[Any, Any] = {}
+        left_out: list[str] = []
+        for ref in promotion.fields_of(encoder_name):
+            model_admin = self.admin_site._registry.get(ref.model)
+            if model_admin is None or not model_admin.has_view_permission(request):
+                label = str(ref.model._meta.verbose_name_plural)
+                if label not in left_out:
+                    left_out.append(label)
+                continue
+            visible[ref] = model_admin.get_queryset(request)
+        return visible, left_out
+
     def _promote(self, request: HttpRequest, queryset: Any, *, force: bool) -> None:
         for version in queryset:
             try:
-                verdict = promotion.start_promotion(version, force=force)
+                verdict = promotion.start_promotion(
+                    version, force=force, user=request.user, reason="admin: promote"
+                )
             except (promotion.PromotionRefused, BrokerUnavailable) as exc:
                 self.message_user(request, str(exc), messages.ERROR)
             else:
-                note = f" ({verdict.describe()})" if verdict else ""
+                if verdict is None:
+                    note = (
+                        ". The evaluation gate measures it against the active version first, "
+                        "in the background: follow it on the version's page"
+                    )
+                else:
+                    note = f" ({verdict.describe()})"
                 self.message_user(
                     request,
                     f"Promoting {version}: its vectors are being computed{note}. Search keeps "
@@ -531,8 +612,7 @@ class EncoderVersionAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
     def rollback(self, request: HttpRequest, queryset: Any) -> None:
         for version in queryset:
             try:
-                target = promotion.rollback_target(version)
-                promotion.start_promotion(target, gate=False)
+                target = promotion.rollback(version, user=request.user, reason="admin: roll back")
             except (promotion.PromotionRefused, BrokerUnavailable) as exc:
                 self.message_user(request, str(exc), messages.ERROR)
             else:
@@ -543,3 +623,31 @@ class EncoderVersionAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
         for version in queryset.filter(status=VersionStatus.PROMOTING):
             promotion.cancel_promotion(version)
         forget_serving()
+
+
+@admin.register(PromotionRecord)
+class PromotionRecordAdmin(admin.ModelAdmin):
+    """Every switch of a serving version, read only: who promoted or rolled back what, when,
+    why, and whether it was forced past the evaluation gate."""
+
+    list_display = (
+        "created_at",
+        "encoder_name",
+        "from_version",
+        "to_version",
+        "kind",
+        "forced",
+        "username",
+        "undone_by",
+    )
+    list_filter = ("encoder_name", "kind", "forced")
+    readonly_fields = (*list_display, "gate", "reason", "user")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

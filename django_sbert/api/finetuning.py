@@ -35,6 +35,7 @@ from .schema import (
     OpenApiTypes,
     error_responses,
     extend_schema,
+    extend_schema_field,
     schema_class,
 )
 
@@ -381,6 +382,34 @@ class EncoderVersionSerializer(StoredErrorMixin, serializers.ModelSerializer):
     error_fields = ("promotion_error",)
     promotion_progress = serializers.FloatField(read_only=True)
     run = serializers.PrimaryKeyRelatedField(read_only=True)
+    gate = serializers.SerializerMethodField(
+        help_text="The evaluation gate of the promotion under way or last asked: state "
+        "(pending, running, passed, refused, not evaluated, skipped), detail (the numbers) "
+        "and step [done, total] while the promotion task measures."
+    )
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "properties": {
+                "state": {"type": "string"},
+                "detail": {"type": "string"},
+                "step": {"type": "array", "items": {"type": "integer"}, "nullable": True},
+                "forced": {"type": "boolean"},
+            },
+        }
+    )
+    def get_gate(self, version: EncoderVersion) -> dict[str, Any] | None:
+        request = version.promotion_request or {}
+        if not request.get("gate"):
+            return None
+        return {
+            "state": request["gate"],
+            "detail": request.get("gate_detail") or "",
+            "step": request.get("gate_step"),
+            "forced": bool(request.get("force")),
+        }
 
     class Meta:
         model = EncoderVersion
@@ -400,6 +429,7 @@ class EncoderVersionSerializer(StoredErrorMixin, serializers.ModelSerializer):
             "total_rows",
             "promotion_progress",
             "promotion_error",
+            "gate",
         ]
         read_only_fields = fields
         extra_kwargs = {"promotion_error": {"help_text": ERROR_HELP}}
@@ -446,9 +476,12 @@ class EncoderVersionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tr
             **_errors(400, 403, 404, 409, 413, 415, 503),
         },
         description="Stage the version's vectors in the background, then switch every field "
-        "of its encoder to them in one transaction. Follow staged_rows / total_rows. 409 when "
-        "the gate refuses: a worse candidate, or one it could not compare (run deleted, no "
-        "eval pairs, a content run: 'no evaluation: ...'); only a superuser may force either.",
+        "of its encoder to them in one transaction. Follow staged_rows / total_rows. When the "
+        "gate must encode both versions it runs in the background first (gate.state pending, "
+        "then running with gate.step); a refusal then puts the version back to candidate with "
+        "the numbers in promotion_error. 409 when the gate refuses at once: a worse "
+        "candidate, or one it could not compare (run deleted, no eval pairs, a content run: "
+        "'no evaluation: ...'); only a superuser may force either.",
     )
     @action(detail=True, methods=["post"])
     def promote(self, request: Request, pk: str | None = None) -> Response:
@@ -459,27 +492,34 @@ class EncoderVersionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tr
         if force and not request.user.is_superuser:
             raise PermissionDenied("Only a superuser may force a promotion past the gate.")
         try:
-            verdict = promotion.start_promotion(version, force=force)
+            verdict = promotion.start_promotion(
+                version, force=force, user=request.user, reason="API: promote"
+            )
         except promotion.PromotionRefused as exc:
             raise Conflict(str(exc)) from exc
         version.refresh_from_db()
         data = dict(EncoderVersionSerializer(version, context=self.get_serializer_context()).data)
         if verdict is not None:
-            data["gate"] = {"passed": verdict.passed, "detail": verdict.describe()}
+            data["gate"] = {**(data["gate"] or {}), "passed": verdict.passed}
+        else:  # measured by the promotion task: follow gate.state, then status
+            data["gate"] = {**(data["gate"] or {}), "passed": None}
         return Response(data, status=status.HTTP_202_ACCEPTED)
 
     @document(
         request=None,
         responses={202: EncoderVersionSerializer, **_errors(403, 404, 409, 503)},
-        description="Switch back to the version this active version replaced (instantly "
-        "when its vectors are still kept).",
+        description="Switch back to the version that was active before this one was promoted "
+        "(the promotion history: rolling back twice goes further back, never forward; "
+        "instantly when its vectors are still kept). 403 when that version was forced past "
+        "the evaluation gate and the user is not a superuser.",
     )
     @action(detail=True, methods=["post"])
     def rollback(self, request: Request, pk: str | None = None) -> Response:
         version = self.get_object()
         try:
-            previous = promotion.rollback_target(version)
-            promotion.start_promotion(previous, gate=False)
+            previous = promotion.rollback(version, user=request.user, reason="API: roll back")
+        except promotion.RollbackForbidden as exc:
+            raise PermissionDenied(str(exc)) from exc
         except promotion.PromotionRefused as exc:
             raise Conflict(str(exc)) from exc
         previous.refresh_from_db()

@@ -9,7 +9,8 @@
 A candidate's vectors are not in the table before it is promoted, and searching must never
 change what is served, so both versions rank the same bounded *pool* of texts, each encoded
 here by each version: the serving version's top ``k`` rows for every query shown (from the
-live table, ``similar_to``) and the shown eval queries' positives. Each side's top ``k`` of
+live table, ``similar_to``, within the rows the caller may show: ``rows``) and the shown eval
+queries' positives. Each side's top ``k`` of
 the pool is shown with its cosine; an eval query also gets its nDCG@k on the pool for each
 version, a text being relevant when it is one of the query's positives or holds one (the row
 its pair was cut from: ``gate.PositiveIndex``, the rule of the run's own eval corpus). The
@@ -19,15 +20,16 @@ beside these.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from django.db.models import QuerySet
 
 from ..encoder.evaluation import ranking_metrics
 from ..exceptions import CompareError
-from ..indexing import field_refs
+from ..indexing import FieldRef, field_refs
 from ..models import EncoderVersion, TrainingPair, VersionStatus
 from ..query import as_semantic
 from ..serving import get_encoder, serving_record
@@ -113,15 +115,26 @@ def _encoder(name: str, version: str) -> Any:
         ) from exc
 
 
-def _top_rows(encoder_name: str, query: str, k: int) -> list[tuple[str, Any]]:
+Rows = Callable[[FieldRef], "QuerySet[Any] | None"]  # a field's rows one may show; None: none
+
+
+def all_rows(ref: FieldRef) -> QuerySet[Any]:
+    """Every row of ``ref``'s table (for code; the admin passes what the user may see)."""
+    return ref.manager.all()
+
+
+def _top_rows(encoder_name: str, query: str, k: int, rows: Rows) -> list[tuple[str, Any]]:
     """(text, row) of the serving version's top ``k`` rows for ``query``, over every field of
-    ``encoder_name`` (read from the live table, as a search would)."""
+    ``encoder_name`` whose ``rows(ref)`` is not None, searched within those rows only (read
+    from the live table, as a search would)."""
     found: list[tuple[float, str, Any]] = []
     for ref in field_refs():
         if ref.encoder_name != encoder_name:
             continue
-        rows = as_semantic(ref.manager.all()).similar_to(query, k=k, field=ref.name)
-        for row in rows:
+        allowed = rows(ref)
+        if allowed is None:
+            continue
+        for row in as_semantic(allowed).similar_to(query, k=k, field=ref.name):
             text = ref.field.get_source_text(row).strip()
             if text:
                 found.append((float(row.similarity), text, row))
@@ -134,17 +147,20 @@ def compare(
     before: str,
     queries: Mapping[str, Sequence[str]],
     k: int = K,
+    rows: Rows = all_rows,
 ) -> list[Comparison]:
     """Rank the pool (see the module) for each query with ``before`` and with ``version``.
 
-    ``queries`` maps each query to its positives (empty for a typed query). Raises
-    ``CompareError`` when either version's files cannot be loaded on this host.
+    ``queries`` maps each query to its positives (empty for a typed query). ``rows(ref)``
+    gives the rows of a field that may enter the pool (None: leave the field out); the admin
+    passes its ModelAdmin's ``get_queryset(request)`` where the user may view the model.
+    Raises ``CompareError`` when either version's files cannot be loaded on this host.
     """
     name = version.encoder_name
     models = {"before": _encoder(name, before), "after": _encoder(name, version.version)}
     pool: dict[str, Any] = {}
     for query, positives in queries.items():
-        for text, row in _top_rows(name, query, k):
+        for text, row in _top_rows(name, query, k, rows):
             pool.setdefault(text, row)
         for text in positives:
             pool.setdefault(text.strip(), None)

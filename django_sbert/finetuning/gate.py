@@ -17,13 +17,18 @@ the active version by more than ``SBERT["TRAINING"]["GATE_TOLERANCE"]``. A candi
 compare (its run deleted, no eval pairs, a SimCSE run on content) does not pass either ("no
 evaluation: ..."). Promotion asks it first (``promotion.start_promotion``); only a forced
 promotion, for superusers, skips a refusal.
+
+Measuring encodes the eval pairs and up to ``EVAL_DISTRACTORS`` texts with both versions, too
+long for a web request: the admin and the API ask ``stored_verdict`` (no encoding: the run's
+own measurement of the serving version, or a reason nothing can be compared) and otherwise
+leave the gate to the promotion task, which records its steps on the version.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -237,12 +242,34 @@ def primary_metric(*metric_sets: dict[str, float]) -> str | None:
     return None
 
 
-def gate(candidate: EncoderVersion) -> GateResult:
+Progress = Callable[[int, int], Any]  # (steps done, steps in all) of a gate that measures
+
+
+def gate(candidate: EncoderVersion, progress: Progress | None = None) -> GateResult:
     """Compare ``candidate`` with the serving version on the candidate's eval split.
 
     A candidate that cannot be compared (its run was deleted, the run had no eval pairs, a
     content run, no metric both versions have) does not pass: see ``GateResult.reason``.
+    When the run did not measure the serving version itself, both are encoded here (the eval
+    pairs and up to ``EVAL_DISTRACTORS`` texts): minutes on a large model, so web requests ask
+    ``stored_verdict`` and leave this to the promotion task. ``progress(done, total)`` is
+    called as the measuring goes.
     """
+    verdict = _verdict(candidate, measure=True, progress=progress)
+    assert verdict is not None  # measure=True always answers
+    return verdict
+
+
+def stored_verdict(candidate: EncoderVersion) -> GateResult | None:
+    """The gate's verdict when it needs no encoding (the run measured the serving version on
+    the same pairs, or nothing can be compared); None when both versions must be measured,
+    which ``gate`` does (in the promotion task, not in a web request)."""
+    return _verdict(candidate, measure=False)
+
+
+def _verdict(
+    candidate: EncoderVersion, *, measure: bool, progress: Progress | None = None
+) -> GateResult | None:
     current = serving_record(candidate.encoder_name, max_age=0)
     run = candidate.run
     metrics = dict(candidate.metrics)
@@ -259,11 +286,17 @@ def gate(candidate: EncoderVersion) -> GateResult:
         pairs = list(TrainingPair.objects.filter(pk__in=run.data["eval"]))
         if not pairs:
             return _unmeasured(metrics, {}, f"the eval pairs of training run {run.pk} were deleted")
+        if not measure:
+            return None
+        step = progress or (lambda done, total: None)
+        step(0, 3)
         train = list(TrainingPair.objects.filter(pk__in=run.data.get("train", [])))
         distractors = eval_distractors(candidate.encoder_name, pairs, train)
+        step(1, 3)
         active = eval_metrics(
             get_encoder(candidate.encoder_name, current.version), pairs, distractors
         )
+        step(2, 3)
         # A run from before distractors measured the eval positives alone.
         recorded = (run.data.get("eval_corpus") or {}).get("digest", corpus_digest([]))
         if corpus_digest(distractors) != recorded:
@@ -271,6 +304,7 @@ def gate(candidate: EncoderVersion) -> GateResult:
             # so that both versions are ranked against the same corpus.
             again = get_encoder(candidate.encoder_name, candidate.version)
             metrics.update(eval_metrics(again, pairs, distractors))
+        step(3, 3)
     else:
         return _unmeasured(metrics, {}, f"training run {run.pk} had no eval pairs")
     name = primary_metric(metrics, active)

@@ -164,9 +164,10 @@ def keyword_rankings(
     of the query's rarest words by ``sum(idf * ts_rank)``, the document frequencies counted
     exactly over ``corpus`` (a table's come from ANALYZE's sample); ``match="all"`` asks for
     every word (``websearch_to_tsquery``) and ranks by ``ts_rank_cd``. The corpus lives in a
-    temporary table for the duration of one transaction.
+    temporary table for the duration of one transaction, on the primary (``db_for_write``):
+    a read replica, or any read-only connection, refuses ``CREATE TEMPORARY TABLE``.
     """
-    alias = using or router.db_for_read(TrainingPair)
+    alias = using or router.db_for_write(TrainingPair)
     ids = list(corpus)
     weights = "{" + ",".join(str(w) for w in fulltext.RANK_WEIGHTS) + "}"
     rankings: dict[str, list[tuple[str, float]]] = {}
@@ -303,14 +304,16 @@ def candidate_metrics(
     ``hybrid_metrics`` (keyword and hybrid figures, the fusion chosen), both ranking against
     the eval positives and ``distractors``.
 
-    A failure of the hybrid part (the database refusing a temporary table, say) is logged and
-    leaves those figures out: the fusion then stays the site's settings.
+    A failure of the hybrid part (the database refusing a temporary table, say) leaves those
+    figures out, so the fusion stays the site's settings; it is logged and recorded as
+    ``hybrid_error`` (shown with the version's search metrics in the admin and the API).
     """
     metrics = dict(measured) if measured is not None else eval_metrics(encoder, pairs, distractors)
     if "ndcg@10" not in metrics:
         return metrics
     try:
         metrics.update(hybrid_metrics(encoder, pairs, encoder_name, distractors))
-    except Exception:
+    except Exception as exc:
         logger.exception("django-sbert: measuring hybrid search on the eval split failed")
+        metrics["hybrid_error"] = f"{type(exc).__name__}: {exc}"[:500]
     return metrics

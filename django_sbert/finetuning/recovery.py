@@ -10,6 +10,7 @@ version's cache and doubles indexing work. Every sweep therefore calls, through
     fail_dead_runs()        # running, silent for TRAINING["STALLED_SECONDS"]: failed
     lost_runs()             # queued, untouched that long: claimed for re-sending
     lost_promotions()       # promoting, no progress that long: claimed for re-sending
+                            # (at most TRAINING["PROMOTION_RESENDS"] times, then given up)
 
 Re-sending is safe: only a queued run starts (``runs.execute_run``) and a promotion is
 resumable and switches only a version still promoting. Claiming stamps the row, so concurrent
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -64,17 +66,53 @@ def lost_runs() -> list[int]:
 
 
 def lost_promotions() -> list[int]:
-    """Promoting versions with no progress since ``stalled_before()``, claimed for re-sending."""
+    """Promoting versions with no progress since ``stalled_before()``, claimed for re-sending.
+
+    Each is re-sent at most ``TRAINING["PROMOTION_RESENDS"]`` times (counted in
+    ``promotion_request["resends"]``); after that it is given up (``give_up_promotion``): back
+    to candidate with the error, so a promotion that fails on every worker (files that no host
+    can fetch, a worker killed by it) is not sent for ever.
+    """
     cutoff = stalled_before()
     stale = Q(promotion_updated_at__lt=cutoff) | Q(
         promotion_updated_at__isnull=True, created_at__lt=cutoff
     )
+    most = int(sbert_settings.TRAINING["PROMOTION_RESENDS"])
     claimed = []
     for pk in EncoderVersion.objects.filter(stale, status=VersionStatus.PROMOTING).values_list(
         "pk", flat=True
     ):
-        if EncoderVersion.objects.filter(stale, pk=pk, status=VersionStatus.PROMOTING).update(
-            promotion_updated_at=timezone.now()
-        ):
-            claimed.append(pk)
+        with transaction.atomic():
+            # Locked with the condition repeated: a concurrent sweep claims none twice.
+            row = (
+                EncoderVersion.objects.select_for_update()
+                .filter(stale, pk=pk, status=VersionStatus.PROMOTING)
+                .first()
+            )
+            if row is None:
+                continue
+            request = dict(row.promotion_request or {})
+            resends = int(request.get("resends") or 0)
+            if resends >= most:
+                give_up_promotion(row, resends)
+                continue
+            request["resends"] = resends + 1
+            EncoderVersion.objects.filter(pk=pk).update(
+                promotion_updated_at=timezone.now(), promotion_request=request
+            )
+        claimed.append(pk)
     return claimed
+
+
+def give_up_promotion(version: EncoderVersion, resends: int) -> None:
+    """Stop a promotion re-sent ``resends`` times without progress: back to candidate (or
+    retired) with why, keeping the last error a worker recorded."""
+    last = version.promotion_error or "no worker recorded an error (lost or killed)"
+    EncoderVersion.objects.filter(pk=version.pk, status=VersionStatus.PROMOTING).update(
+        status=VersionStatus.RETIRED if version.activated_at else VersionStatus.CANDIDATE,
+        promotion_error=(
+            f"Given up: no progress after {resends} re-sends, "
+            f"{sbert_settings.TRAINING['STALLED_SECONDS']} s apart. Last error: {last}"
+        ),
+        promotion_updated_at=timezone.now(),
+    )

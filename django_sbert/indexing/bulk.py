@@ -18,7 +18,10 @@ What is refused, before anything is written: a vector of the wrong size, a NaN o
 value, a count that does not match the rows, and a ``version`` that is not the one the
 encoder serves (its rows would be stale, left out of text searches and re-encoded). A field
 with ``passages=`` is refused too: its passages must be encoded from the text
-(``manage.py sbert_reindex``).
+(``manage.py sbert_reindex``). So is a load while a version of the encoder is being promoted
+(``PromotionRefused``): its rows would miss the new version's vectors. A load that is running
+when a promotion starts stops at its next ``COPY_CHUNK_ROWS`` rows, writes nothing and
+raises the same, so the promotion's switch never waits behind a long COPY.
 
 Rows bulk-created with only the vector set (``bulk_create``, ``update()``, raw SQL) carry no
 hash and no version: text searches leave them out until the sweep re-encodes them, and check
@@ -35,9 +38,14 @@ from django.core.management.color import no_style
 from django.db import connections, models, transaction
 from django.utils import timezone
 
+from ..exceptions import PromotionRefused
 from ..fields import EmbeddingField, embedding_fields, text_hash, vector_literal
+from ..models import EncoderVersion, VersionStatus
 from ..serving import serving_record, switch_lock
 from .refs import FieldRef, field_refs
+
+# Rows per COPY statement: between two, bulk_load() gives way to a promotion that began.
+COPY_CHUNK_ROWS = 10_000
 
 
 def bulk_load(
@@ -85,17 +93,24 @@ def bulk_load(
     now = timezone.now()
     with transaction.atomic(using=alias):
         version = _serving_version(ref, version, alias)
-        with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
-            for obj, vector in zip(objs, array, strict=True):
-                values = _bookkeeping(ref.field, obj, vector, version, now)
-                copy.write_row(
-                    [
-                        values[f.attname]
-                        if f.attname in values
-                        else f.get_db_prep_save(f.pre_save(obj, add=True), connection)
-                        for f in columns
-                    ]
-                )
+        for start in range(0, len(objs), COPY_CHUNK_ROWS):
+            # One COPY per chunk, and between chunks a look for a promotion that began
+            # meanwhile: this transaction holds the switch lock shared, so its switch would
+            # wait for the whole load (and every indexing write behind the switch).
+            if start:
+                _refuse_during_promotion(ref, alias)
+            with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
+                end = start + COPY_CHUNK_ROWS
+                for obj, vector in zip(objs[start:end], array[start:end], strict=True):
+                    values = _bookkeeping(ref.field, obj, vector, version, now)
+                    copy.write_row(
+                        [
+                            values[f.attname]
+                            if f.attname in values
+                            else f.get_db_prep_save(f.pre_save(obj, add=True), connection)
+                            for f in columns
+                        ]
+                    )
         if with_pk:
             _move_sequence(connection, model)
     return len(objs)
@@ -141,10 +156,29 @@ def _checked_vectors(ref: FieldRef, vectors: Any, rows: int) -> np.ndarray:
     return fitted
 
 
+def _refuse_during_promotion(ref: FieldRef, alias: str) -> None:
+    """``PromotionRefused`` while a version of ``ref``'s encoder is being promoted: the rows
+    would get the outgoing version's vectors and none staged for the incoming one."""
+    promoting = (
+        EncoderVersion.objects.using(alias)
+        .filter(encoder_name=ref.encoder_name, status=VersionStatus.PROMOTING)
+        .values_list("version", flat=True)
+        .first()
+    )
+    if promoting is not None:
+        raise PromotionRefused(
+            f"bulk_load() refused: version {promoting!r} of encoder {ref.encoder_name!r} is "
+            "being promoted, and rows loaded now would carry the outgoing version's vectors "
+            "(nothing was written). Load after the switch, with vectors of the new version, "
+            "or stop the promotion first."
+        )
+
+
 def _serving_version(ref: FieldRef, version: str | None, alias: str) -> str:
     """The serving version, read under the switch lock (shared, like every live write), so no
-    promotion's switch commits between the check and the COPY."""
+    promotion's switch commits between the check and the COPY; refused during a promotion."""
     switch_lock(ref.encoder_name, shared=True, using=alias)
+    _refuse_during_promotion(ref, alias)
     current = serving_record(ref.encoder_name, max_age=0).version
     if version is not None and version != current:
         raise ValueError(

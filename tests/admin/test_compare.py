@@ -141,3 +141,66 @@ def test_the_page_needs_the_view_permission(client):
     )
     client.force_login(user_with("nobody", []))
     assert client.get(f"{ADMIN}/encoderversion/{candidate.pk}/compare/").status_code == 403
+
+
+@pytest.fixture
+def published_only_admin():
+    """Article's admin, as a site with drafts writes it: unpublished rows are not listed."""
+    from django.contrib import admin
+
+    from tests.testapp.admin import ArticleAdmin
+
+    class PublishedArticleAdmin(ArticleAdmin):
+        def get_queryset(self, request):
+            return super().get_queryset(request).filter(published=True)
+
+    admin.site.unregister(Article)
+    admin.site.register(Article, PublishedArticleAdmin)
+    yield
+    admin.site.unregister(Article)
+    admin.site.register(Article, ArticleAdmin)
+
+
+def test_item1_compare_page_hides_rows_the_user_may_not_see(
+    client, embed, published_only_admin, settings
+):
+    from django.conf import settings as django_settings
+
+    from tests.tiny_model import moved_tiny_encoder
+
+    rows = Article.objects.bulk_create(
+        [
+            Article(
+                title="Secret merger with Acme", body="the merger is not public", published=False
+            ),
+            Article(title="merger of two football clubs", body="the clubs agree a merger"),
+            Article(title="storm closes schools", body="rain and wind"),
+        ]
+    )
+    embed(*rows)
+    tuned = moved_tiny_encoder(django_settings.TINY_MODEL_DIR, seed=3)
+    key, version = serving.save_encoder(tuned, "default", serving.base_label("default"))
+    candidate = EncoderVersion.objects.create(
+        version=version, encoder_name="default", directory=key
+    )
+    url = f"{ADMIN}/encoderversion/{candidate.pk}/compare/"
+
+    # Only view_encoderversion: no article is searched, and the page says the model was left out.
+    client.force_login(user_with("versions_only", ["view_encoderversion"]))
+    page = client.get(url, {"q": "merger"}).content.decode()
+    assert "Secret merger" not in page and "football clubs" not in page
+    assert "articles" in left_out(page)
+
+    # view_article too: the rows Article's admin lists, never the draft it hides.
+    client.force_login(user_with("article_viewer", ["view_encoderversion", "view_article"]))
+    page = client.get(url, {"q": "merger"}).content.decode()
+    assert "merger of two football clubs" in page
+    i = page.find("Secret merger")
+    assert i < 0, page[i - 300 : i + 100]
+    assert "articles" not in left_out(page)
+
+
+def left_out(page: str) -> list[str]:
+    """The models the page says it did not search."""
+    found = re.search(r'class="sbert-left-out">[^:]*: ([^<]*)\.</p>', page)
+    return found.group(1).split(", ") if found else []
