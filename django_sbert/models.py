@@ -188,6 +188,9 @@ class EncoderVersion(models.Model):
     total_rows = models.PositiveIntegerField(default=0)
     promotion_error = models.TextField(blank=True, default="")
     promotion_updated_at = models.DateTimeField(null=True, blank=True)
+    # sha256 of the version's manifest.json, recorded when the row is saved: hosts refuse a
+    # manifest that differs (serving/storage.py). Empty for the base model and old versions.
+    manifest_sha256 = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["-id"]
@@ -211,6 +214,28 @@ class EncoderVersion(models.Model):
     @property
     def promotion_progress(self) -> float:
         return self.staged_rows / self.total_rows if self.total_rows else 0.0
+
+
+class BaseVersion(models.Model):
+    """The settings' model of one encoder as it first served: every host serves this version
+    string, and a host whose copy of the model differs refuses (``serving/identity.py``)."""
+
+    encoder_name = models.CharField(max_length=100)
+    label = models.CharField(max_length=60, help_text="The model's name, e.g. all-MiniLM-L6-v2.")
+    # sha256 of the first host's files, from which the version string is built (with the
+    # DOCUMENT_PROMPT setting, when one is set).
+    fingerprint = models.CharField(max_length=64)
+    # sha256 of the files the encoder reads: what every other host's copy must match.
+    files = models.CharField(max_length=64)
+    recorded_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["encoder_name", "label"], name="sbert_base_version")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.encoder_name}: {self.label}:{self.fingerprint[:16]}"
 
 
 class StagedEmbedding(models.Model):
