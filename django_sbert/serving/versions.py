@@ -259,11 +259,6 @@ def recorded_manifest_digest(version: str) -> str | None:
     return _digests.get(version)
 
 
-def remember_manifest_digest(version: str, digest: str) -> None:
-    """Note what the database records for ``version`` (callers that read the row themselves)."""
-    _digests[version] = digest
-
-
 def promoting_version(name: str) -> str | None:
     """The version string of encoder ``name`` being promoted now, if any (one indexed query)."""
     return (
