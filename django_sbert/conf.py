@@ -538,7 +538,7 @@ TOP = {
     "MODEL_FETCH_BACKOFF": Setting(
         60.0,
         "Seconds a process waits before fetching again a version it failed to fetch or "
-        "verify, doubling per failure up to 16 times; meanwhile it answers "
+        "verify, doubling per failure to at most 16 times as long; meanwhile it answers "
         "`VersionUnavailable` at once. `0`: retry at every use.",
         number(0),
     ),

@@ -20,7 +20,7 @@ A host that cannot fetch or verify the version raises ``VersionUnavailable`` nam
 and the storage, whatever the storage raised (botocore's errors are not ``OSError``): it never
 encodes with another version instead. Each storage call runs under
 ``SBERT["MODEL_STORAGE_TIMEOUT"]``; a failed fetch is remembered and not tried again for
-``SBERT["MODEL_FETCH_BACKOFF"]`` seconds (doubling per failure, up to 16 times), so a corrupt
+``SBERT["MODEL_FETCH_BACKOFF"]`` seconds (doubling per failure, to at most 16 times as long), so a corrupt
 version costs one download per back-off, not one per search.
 """
 

@@ -64,11 +64,14 @@ def test_tampered_weights_resealed_without_the_database_are_refused(store, tiny_
         call_command("sbert_manifest", stdout=out)
     assert "the database recorded its manifest's digest" in out.getvalue()
     assert not (store / key / MANIFEST).exists()
+    with pytest.raises(VersionUnavailable, match="has no"):
+        serving.query_vector("central bank")
 
     # A manifest written over the tampered files some other way is refused by every host.
     local = store.parent / "tampered"
     shutil.copytree(store / key, local)
     publish_directory(local, key, build_manifest(local, encoder="default", version=version))
+    forget_fetch_failures()  # else the failure above is answered until its back-off ends
     with pytest.raises(VersionUnavailable, match="where the database recorded") as info:
         serving.query_vector("central bank")
     assert version in str(info.value)
