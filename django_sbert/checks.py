@@ -11,7 +11,8 @@ django_sbert.E005         settings.SBERT is malformed
 django_sbert.E006         an EmbeddingField's source is not a field, method or function
 django_sbert.E010         keyword_search=True with a source that is not text fields
 django_sbert.E011         keyword_weights do not give one of A-D per source field
-django_sbert.E012         the serving version cannot be fetched or verified here (database check)
+django_sbert.E012         the serving version cannot be fetched or verified here, or this host's
+                          copy of the settings' model differs from the recorded one (database check)
 django_sbert.W001         a large table has no HNSW index the search can use (database check)
 django_sbert.W002         pgvector is older than 0.8: filtered searches may return < k rows
 django_sbert.W003         a settings key is spelt as in an earlier release (still read)
@@ -50,6 +51,7 @@ from .finetuning import queues
 from .indexing.sizing import check_scale
 from .models import EncoderVersion, VersionStatus
 from .serving.health import serving_databases
+from .serving.identity import base_unavailable_reason
 from .serving.model_cache import unavailable_reason
 
 TAG = "django_sbert"
@@ -302,11 +304,14 @@ def check_local_files(
     databases: Iterable[str] | None = None,
     **kwargs: Any,
 ) -> list[Any]:
-    """E012: every active fine-tuned version that the database names is usable on this host:
-    fetched from the model storage into this host's cache and verified (once per host).
+    """E012: every version the database says serves is usable on this host: an active
+    fine-tuned version fetched from the model storage into this host's cache and verified
+    (once per host), the settings' model the same files as the database recorded when it first
+    served (``identity.base_version``).
 
     Run at deployment with ``manage.py check --database default`` (``migrate`` runs it too): a
     host that would answer every search with ``VersionUnavailable`` is caught before traffic.
+    Whatever the model storage raises is reported here, never a traceback.
     """
     alias = router.db_for_read(EncoderVersion)
     if alias not in set(databases or ()):
@@ -314,25 +319,38 @@ def check_local_files(
     try:
         active = list(
             EncoderVersion.objects.using(alias)
-            .filter(status=VersionStatus.ACTIVE, is_base=False)
-            .values_list("encoder_name", "version", "directory")
+            .filter(status=VersionStatus.ACTIVE)
+            .values_list("encoder_name", "version", "directory", "is_base", "manifest_sha256")
         )
     except DatabaseError:
         return []  # not migrated yet: no version can be active
-    errors: list[checks.CheckMessage] = []
-    for name, version, directory in active:
-        problem = unavailable_reason(name, version, directory)  # fetches into the cache once
+    problems: list[str] = []
+    tuned = set()
+    for name, version, directory, is_base, digest in active:
+        if is_base:
+            continue
+        tuned.add(name)
+        problem = unavailable_reason(name, version, directory, digest)  # fetches once
         if problem is not None:
-            errors.append(
-                checks.Error(
-                    f"{problem} This host cannot encode documents or queries.",
-                    hint="Give this host the model storage the training worker saves to "
-                    "(SBERT['MODEL_STORAGE'], docs/deployment.md) and a writable "
-                    "SBERT['MODEL_CACHE']; manage.py check --database default retries.",
-                    id="django_sbert.E012",
-                )
-            )
-    return errors
+            problems.append(problem)
+    for name in sorted({field.encoder for _, field in all_embedding_fields()} - tuned):
+        try:
+            problem = base_unavailable_reason(name)
+        except Exception:  # noqa: BLE001 - a model that does not load: E003 says why
+            continue
+        if problem is not None:
+            problems.append(problem)
+    return [
+        checks.Error(
+            f"{problem} This host cannot encode documents or queries.",
+            hint="Give this host the model storage the training worker saves to "
+            "(SBERT['MODEL_STORAGE'], docs/deployment.md), a writable SBERT['MODEL_CACHE'] "
+            "and the same SBERT MODEL files as every other host; manage.py check --database "
+            "default retries.",
+            id="django_sbert.E012",
+        )
+        for problem in problems
+    ]
 
 
 def check_connections(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[Any]:

@@ -561,6 +561,20 @@ TOP = {
         "never shared); `None`: `<MODEL_DIR>/.cache`.",
         optional(PATH),
     ),
+    "MODEL_STORAGE_TIMEOUT": Setting(
+        30.0,
+        "Seconds each call to the model storage may take while a host fetches a version "
+        "(`exists`, `open`, each 1 MiB read); past it the version is unavailable on that host "
+        "for now. `None`: no limit.",
+        optional(number(0, above=True)),
+    ),
+    "MODEL_FETCH_BACKOFF": Setting(
+        60.0,
+        "Seconds a process waits before fetching again a version it failed to fetch or "
+        "verify, doubling per failure to at most 16 times as long; meanwhile it answers "
+        "`VersionUnavailable` at once. `0`: retry at every use.",
+        number(0),
+    ),
     "COMPILE_CACHE": Setting(
         None,
         "This host's compiled single-query graphs, loaded by a new process instead of "

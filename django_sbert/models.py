@@ -196,6 +196,9 @@ class EncoderVersion(models.Model):
     # "not evaluated" | "skipped", "gate_detail", "gate_step": [done, total], "undoes": the
     # PromotionRecord pk a rollback undoes, "attempts": how often a worker started it}.
     promotion_request = models.JSONField(default=dict, blank=True)
+    # sha256 of the version's manifest.json, recorded when the row is saved: hosts refuse a
+    # manifest that differs (serving/storage.py). Empty for the base model and old versions.
+    manifest_sha256 = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["-id"]
@@ -254,6 +257,28 @@ class PromotionRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.encoder_name}: {self.from_version} -> {self.to_version} ({self.kind})"
+
+
+class BaseVersion(models.Model):
+    """The settings' model of one encoder as it first served: every host serves this version
+    string, and a host whose copy of the model differs refuses (``serving/identity.py``)."""
+
+    encoder_name = models.CharField(max_length=100)
+    label = models.CharField(max_length=60, help_text="The model's name, e.g. all-MiniLM-L6-v2.")
+    # sha256 of the first host's files, from which the version string is built (with the
+    # DOCUMENT_PROMPT setting, when one is set).
+    fingerprint = models.CharField(max_length=64)
+    # sha256 of the files the encoder reads: what every other host's copy must match.
+    files = models.CharField(max_length=64)
+    recorded_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["encoder_name", "label"], name="sbert_base_version")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.encoder_name}: {self.label}:{self.fingerprint[:16]}"
 
 
 class StagedEmbedding(models.Model):

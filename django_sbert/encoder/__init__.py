@@ -7,7 +7,8 @@ model's configuration without torch) can be imported by the Django layer without
 Modules. The model: ``model`` (``SentenceEncoder``: Transformer -> Pooling -> [Dense] ->
 [Normalize]), ``spec`` (find a model and read its configuration, without torch),
 ``transformer``, ``pooling``, ``dense``, ``tokenization``, ``weights`` (safetensors first),
-``fingerprint`` (a stable id of a model directory's files). Inference: ``paths`` (compiled or
+``fingerprint`` (a stable id of a model directory's files), ``filemodes`` (cache files made
+as the umask says). Inference: ``paths`` (compiled or
 eager, float32 or bfloat16 on this CPU), ``compiled`` (``torch.compile``), ``aot`` (the
 single-query graph compiled ahead of time), ``matryoshka`` (vectors cut to their first
 dimensions), ``passages`` (long texts split into passages), ``sentences`` (a text's sentence

@@ -53,6 +53,7 @@ import torch
 from torch import nn
 
 from .exceptions import PackageError
+from .filemodes import shared_mode
 
 logger = logging.getLogger("django_sbert.encoder")
 
@@ -310,6 +311,7 @@ def _build(path: Path, transformer: nn.Module) -> None:
                     "cpp.dynamic_threads": True,
                 },
             )
+        shared_mode(temporary)  # mkstemp made it 0600: readable by other users as the umask says
         os.replace(temporary, path)
     finally:
         Path(temporary).unlink(missing_ok=True)

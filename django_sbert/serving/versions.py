@@ -69,6 +69,9 @@ FUSION_KEYS = ("rrf_k", "vector_weight", "keyword_weight")
 
 _lock = threading.Lock()
 _cache: dict[tuple[str, str], tuple[float, Serving]] = {}  # (alias, encoder) -> (read at, value)
+# Version -> the manifest digest its row records ("" none), as last read here: a fetch checks
+# the storage's manifest against it without reading the database (model_cache.py).
+_digests: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,7 @@ def _read_active(name: str, alias: str) -> tuple[tuple[Any, ...] | None, bool]:
     )
     # The fusion's four keys, not all metrics.
     fusion = [f"metrics__fusion_{key}" for key in (*FUSION_KEYS, "method")]
-    fields = ("version", "directory", "is_base", "status", *fusion)
+    fields = ("version", "directory", "is_base", "status", *fusion, "manifest_sha256")
     try:
         if connections[alias].in_atomic_block:
             # In a caller's transaction (a data migration, a test), a failing lookup must not
@@ -142,6 +145,8 @@ def _read_active(name: str, alias: str) -> tuple[tuple[Any, ...] | None, bool]:
         # django_sbert's tables are not migrated yet (rows saved by an earlier migration):
         # no version can be active before the table that records versions exists.
         return None, False
+    for row in rows:
+        _digests[row[0]] = row[8]
     active = next(
         (
             (*row[:3], stored_fusion(row[4:7], row[7]))
@@ -238,12 +243,20 @@ def version_directory(name: str, version: str) -> str | None:
     row = (
         EncoderVersion.objects.using(_db())
         .filter(encoder_name=name, version=version)
-        .values_list("directory", "is_base")
+        .values_list("directory", "is_base", "manifest_sha256")
         .first()
     )
     if row is None:
         raise LookupError(f"Encoder {name!r} has no version {version!r}.")
+    _digests[version] = row[2]
     return None if row[1] else row[0]
+
+
+def recorded_manifest_digest(version: str) -> str | None:
+    """The manifest digest the database records for ``version`` ("" none recorded), as this
+    process last read it with the version (``serving_record``, ``version_directory``); None
+    when it has not read that version's row. Reads no database."""
+    return _digests.get(version)
 
 
 def promoting_version(name: str) -> str | None:

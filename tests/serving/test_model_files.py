@@ -144,6 +144,7 @@ def test_rest_search_answers_503_with_a_request_id(model_dir, settings, tmp_path
 def test_a_never_fine_tuned_site_reads_the_database_once_per_cache_period(settings):
     settings.SBERT = {**settings.SBERT, "VERSION_CACHE_SECONDS": 60}
     serving.forget_serving()
+    serving.base_version("default")  # its database record is read once per process
     with CaptureQueriesContext(connection) as ctx:
         for _ in range(50):
             current = serving.serving_record("default")

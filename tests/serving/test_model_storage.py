@@ -28,7 +28,7 @@ from django.core.management import call_command
 
 from django_sbert import serving
 from django_sbert.exceptions import VersionUnavailable
-from django_sbert.serving.model_cache import cached_path, local_directory
+from django_sbert.serving.model_cache import cached_path, forget_fetch_failures, local_directory
 from django_sbert.serving.storage import MANIFEST, model_storage, read_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,8 +126,9 @@ def test_a_corrupted_file_is_refused_naming_the_version_and_the_storage(
     with pytest.raises(VersionUnavailable, match="sha256"):
         serving.encoder_for(serving.Serving("default", version, key))
 
-    # A truncated file is refused by its size.
+    # A truncated file is refused by its size (once the failure's back-off is over).
     weights.write_bytes(bytes(data[:100]))
+    forget_fetch_failures()
     with pytest.raises(VersionUnavailable, match="has 100 bytes where the manifest says"):
         local_directory("default", version, key)
 
@@ -149,6 +150,8 @@ def test_sbert_manifest_seals_a_version_saved_before_manifests(site, tiny_encode
     sealed = json.loads((site / key / MANIFEST).read_text())
     (site / key / MANIFEST).unlink()
     EncoderVersion.objects.create(encoder_name="default", version=version, directory=key)
+    # A row saved before manifests existed records no manifest digest.
+    EncoderVersion.objects.filter(version=version).update(manifest_sha256="")
     with pytest.raises(VersionUnavailable, match="sbert_manifest"):
         local_directory("default", version, key)
 
@@ -156,7 +159,10 @@ def test_sbert_manifest_seals_a_version_saved_before_manifests(site, tiny_encode
     call_command("sbert_manifest", stdout=out)
     assert f"{version}: wrote {key}/manifest.json" in out.getvalue()
     assert json.loads((site / key / MANIFEST).read_text())["files"] == sealed["files"]
-    assert local_directory("default", version, key).is_dir()
+    recorded = EncoderVersion.objects.get(version=version).manifest_sha256
+    assert recorded == hashlib.sha256((site / key / MANIFEST).read_bytes()).hexdigest()
+    forget_fetch_failures()  # the failure above is remembered for a back-off
+    assert local_directory("default", version, key, recorded).is_dir()
 
 
 HOST_SCRIPT = """

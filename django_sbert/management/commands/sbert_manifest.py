@@ -4,11 +4,24 @@
 
     manage.py sbert_manifest            # every fine-tuned version whose files lack a manifest
     manage.py sbert_manifest VERSION    # just these versions
+    manage.py sbert_manifest --force VERSION        # also over a malformed manifest
+    manage.py sbert_manifest --forget-base default  # the settings' model changed on purpose
 
 Hosts serve a version only from files that match its ``manifest.json`` (sizes and sha256
-sums). Versions saved by an older django-sbert have their files in the model storage but no
-manifest; this hashes the files as they are now and writes one. Run it once, where the model
-storage (``SBERT["MODEL_STORAGE"]``, by default ``SBERT["MODEL_DIR"]``) holds those files.
+sums), whose own sha256 the version's database row records. Versions saved by an older
+django-sbert have their files in the model storage but no manifest; this hashes the files as
+they are now, writes one and records its digest. Run it once, where the model storage
+(``SBERT["MODEL_STORAGE"]``, by default ``SBERT["MODEL_DIR"]``) holds those files.
+
+It never runs for a version whose row records a manifest digest (its files were sealed when
+it was saved: a manifest missing now was deleted, and writing a new one would vouch for
+whatever the files are now), refuses a malformed manifest unless ``--force``, and refuses
+files that lack one the version's configuration names. A version with a valid manifest but no
+recorded digest gets that manifest's digest recorded.
+
+``--forget-base ENCODER`` deletes the database's record of the settings' model of an encoder
+(``serving.identity``): the next host to serve it records its own files. Use it after changing
+the model files on every host on purpose; rows are then re-encoded under the new version.
 """
 
 from __future__ import annotations
@@ -19,11 +32,14 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_sbert.models import EncoderVersion
+from django_sbert.serving.identity import forget_base_record
 from django_sbert.serving.storage import (
     ManifestError,
     describe_storage,
+    load_manifest,
+    manifest_digest,
     model_storage,
-    read_manifest,
+    sealed_digest,
     write_manifest,
 )
 
@@ -33,8 +49,25 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("versions", nargs="*", help="Versions to seal; default: all.")
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="Replace a malformed manifest (never one whose digest the database records).",
+        )
+        parser.add_argument(
+            "--forget-base",
+            metavar="ENCODER",
+            help="Forget the recorded files of ENCODER's settings' model instead.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["forget_base"]:
+            deleted = forget_base_record(options["forget_base"])
+            self.stdout.write(
+                f"{options['forget_base']}: forgot {deleted} recorded base model(s); the next "
+                "host to serve it records its files."
+            )
+            return
         rows = EncoderVersion.objects.filter(is_base=False).exclude(directory="")
         if options["versions"]:
             rows = rows.filter(version__in=options["versions"])
@@ -44,30 +77,55 @@ class Command(BaseCommand):
         storage = model_storage()
         failed = 0
         for row in rows.order_by("id"):
-            if Path(row.directory).is_absolute():
-                self.stdout.write(
-                    f"{row.version}: {row.directory} is a local directory, not a storage key; "
-                    "copy it into the model storage and set its directory to the key."
-                )
+            problem = self.seal(row, storage, force=options["force"])
+            if problem is not None:
+                self.stdout.write(f"{row.version}: {problem}")
                 failed += 1
-                continue
-            try:
-                read_manifest(row.directory, storage)
-                self.stdout.write(f"{row.version}: has a manifest")
-                continue
-            except ManifestError:
-                pass
-            try:
-                manifest = write_manifest(
-                    row.directory, encoder=row.encoder_name, version=row.version, storage=storage
-                )
-            except ManifestError as exc:
-                self.stdout.write(f"{row.version}: {exc}")
-                failed += 1
-                continue
-            self.stdout.write(
-                f"{row.version}: wrote {row.directory}/manifest.json "
-                f"({len(manifest['files'])} files) in {describe_storage(storage)}"
-            )
         if failed:
             raise CommandError(f"{failed} version(s) could not be sealed (see above).")
+
+    def seal(self, row: EncoderVersion, storage: Any, *, force: bool) -> str | None:
+        """Seal one version; what stands in the way, or None."""
+        if Path(row.directory).is_absolute():
+            return (
+                f"{row.directory} is a local directory, not a storage key; copy it into the "
+                "model storage and set its directory to the key."
+            )
+        try:
+            _, body = load_manifest(row.directory, storage)
+        except ManifestError as exc:
+            body, malformed = None, storage.exists(f"{row.directory}/manifest.json")
+            reason = str(exc)
+        else:
+            malformed = False
+        if row.manifest_sha256:
+            if body is not None and manifest_digest(body) == row.manifest_sha256:
+                self.stdout.write(f"{row.version}: has its recorded manifest")
+                return None
+            return (
+                "the database recorded its manifest's digest when it was saved, and the "
+                "manifest in the storage is missing or another one: refused. Restore the "
+                "version's files and manifest from a backup, or train it again."
+            )
+        if body is not None:
+            row.manifest_sha256 = manifest_digest(body)
+            row.save(update_fields=["manifest_sha256"])
+            self.stdout.write(f"{row.version}: has a manifest; recorded its digest")
+            return None
+        if malformed and not force:
+            return (
+                f"{reason}. Refused: pass --force to replace it with one of the files as they are."
+            )
+        try:
+            manifest = write_manifest(
+                row.directory, encoder=row.encoder_name, version=row.version, storage=storage
+            )
+        except ManifestError as exc:
+            return str(exc)
+        row.manifest_sha256 = sealed_digest(row.directory) or ""
+        row.save(update_fields=["manifest_sha256"])
+        self.stdout.write(
+            f"{row.version}: wrote {row.directory}/manifest.json "
+            f"({len(manifest['files'])} files) in {describe_storage(storage)}; recorded its digest"
+        )
+        return None
