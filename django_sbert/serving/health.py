@@ -7,7 +7,8 @@
     report.ok, report.as_dict()       # {"status": "ok", "checks": {"database:default": "ok",
                                       #  "encoder:default": "ok"}, "versions": {"default": ...},
                                       #  "paths": {"default": {"path": "compiled float32",
-                                      #  "reason": "..."}}}
+                                      #  "reason": "..."}}, "fetch_failures": [{"version":
+                                      #  ..., "error": ..., "failures": 2, "retry_in": 95.0}]}
 
 An encoder is ready when the version the database says serves is the one ``warm()`` loaded
 and ran in this process, without error (``serving.warmup.warm_state()``): a process that has
@@ -27,7 +28,7 @@ from django.db import connections, router
 from ..conf import sbert_settings
 from ..fields import all_embedding_fields
 from ..models import EncoderVersion
-from .model_cache import unavailable_reason
+from .model_cache import fetch_failures, unavailable_reason
 from .versions import serving_record
 from .warmup import warm_state
 from .web import served_encoders
@@ -44,6 +45,8 @@ class HealthReport:
     versions: dict[str, str] = field(default_factory=dict)  # encoder -> the version warmed here
     # encoder -> {"path": "compiled bfloat16", "reason": why}: what this process runs
     paths: dict[str, dict[str, str]] = field(default_factory=dict)
+    # versions this process failed to fetch and will not try again before retry_in seconds
+    fetch_failures: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -55,6 +58,7 @@ class HealthReport:
             "checks": dict(self.checks),
             "versions": dict(self.versions),
             "paths": {name: dict(path) for name, path in self.paths.items()},
+            "fetch_failures": [dict(failure) for failure in self.fetch_failures],
         }
 
 
@@ -86,6 +90,7 @@ def check(
             report.versions[name] = state.version
     if broker:
         report.checks["broker"] = _broker()
+    report.fetch_failures = fetch_failures()
     return report
 
 

@@ -11,6 +11,7 @@ import pytest
 from django_sbert import serving
 from django_sbert.exceptions import VersionUnavailable
 from django_sbert.models import EncoderVersion, VersionStatus
+from django_sbert.serving import health
 from django_sbert.serving.model_cache import fetch_failures
 from tests.serving.failing_storage import MeteredStorage, use_storage
 
@@ -45,6 +46,8 @@ def test_three_searches_against_a_corrupt_version_fetch_it_once(corrupt_active_v
     [failure] = fetch_failures()
     assert failure["version"] == version and failure["failures"] == 1
     assert "sha256" in failure["error"] and 0 < failure["retry_in"] <= 60
+    [reported] = health.check(names=[]).as_dict()["fetch_failures"]  # staff-only details
+    assert reported["version"] == version and reported["failures"] == 1
 
 
 def test_without_a_back_off_every_use_tries_again(corrupt_active_version, settings):
