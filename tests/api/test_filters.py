@@ -83,3 +83,32 @@ def test_unpaginated_view_gets_its_semantic_search_k(api_client, articles):
 def test_detail_routes_are_not_ranked(api_client, articles):
     response = api_client.get(f"{URL}{articles[0].pk}/", {"semantic": "dog"})
     assert response.status_code == 200
+
+
+def test_paging_through_semantic_results_stops_at_filter_max_k(api_client, articles, settings):
+    """The paginator pages through the top FILTER_MAX_K rows only: the count is bounded (its
+    SQL carries the LIMIT), and a page past them is 404 saying why."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    settings.SBERT = {**settings.SBERT, "API": {"FILTER_MAX_K": 3}}
+    expected = list(Article.objects.similar_to("dog", k=3).values_list("pk", flat=True))
+    with CaptureQueriesContext(connection) as queries:
+        first = api_client.get(URL, {"semantic": "dog"}).json()
+    assert first["count"] == 3  # not len(articles): the ranking is cut at FILTER_MAX_K
+    counts = [q["sql"] for q in queries if "COUNT(" in q["sql"].upper()]
+    assert counts and all("LIMIT 3" in sql for sql in counts)
+    second = api_client.get(URL, {"semantic": "dog", "page": 2}).json()
+    assert ids(first) + ids(second) == expected
+    for page in (3, 100_000):
+        response = api_client.get(URL, {"semantic": "dog", "page": page})
+        assert response.status_code == 404
+        assert "FILTER_MAX_K" in response.json()["detail"]
+
+
+def test_paging_depth_defaults_to_max_k(api_client, articles):
+    """Without FILTER_MAX_K a client pages no deeper than MAX_K (100) rows."""
+    assert api_client.get(URL, {"semantic": "dog", "page": 50}).status_code == 404  # 8 rows
+    response = api_client.get(URL, {"semantic": "dog", "page": 51})  # first row: the 101st
+    assert response.status_code == 404 and "FILTER_MAX_K" in response.json()["detail"]
+    assert api_client.get(f"{URL}{articles[0].pk}/", {"semantic": "dog"}).status_code == 200
