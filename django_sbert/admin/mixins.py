@@ -13,7 +13,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
-from ..exceptions import ServiceUnavailable
+from ..exceptions import ServiceUnavailable, UnversionedVector
 from ..finetuning import runs
 from ..finetuning.pairs import content_pairs
 from ..indexing import field_refs
@@ -180,6 +180,9 @@ class EmbeddingAdminMixin:
                 similar = list(
                     queryset.similar_to(obj, k=self.similar_items, field=self.embedding_field)
                 )
+            except UnversionedVector as exc:  # nothing would keep it to one version's rows
+                messages.warning(request, f"Similar items are unavailable: {exc}")
+                similar = []
             except ValueError:  # no vector yet
                 similar = []
             except ServiceUnavailable as exc:  # e.g. over SBERT["SEARCH"]["STATEMENT_TIMEOUT"]

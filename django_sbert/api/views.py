@@ -323,7 +323,9 @@ class SimilarView(SemanticResultsView):
         self.check_object_permissions(request, obj)
         embedding = self.get_entry().embedding_fields
         source = next((f for f in embedding if f.name == field), embedding[0])
-        if getattr(obj, source.attname) is None:
+        # A vector without its encoder version (written outside django-sbert) cannot be kept
+        # to one version's rows: as good as none until the sweep re-embeds it.
+        if getattr(obj, source.attname) is None or getattr(obj, source.version_field_name) is None:
             raise NotEmbedded()
         similar = queryset.similar_to(
             obj, k=data["k"], min_similarity=data.get("min_similarity"), field=field
