@@ -93,14 +93,19 @@ def embed_rows(
     them (see ``poison_pill``); 1 for a task sent as usual.
     """
     ref = get_ref(model_label, field_name)
-    if (getattr(self.request, "delivery_info", None) or {}).get("redelivered"):
-        # Its worker died running it (or stopped before it ran): counted, not run here.
-        return asdict(poison_pill(ref, pks, force=force, deliveries=deliveries + 1))
+    delivery = getattr(self.request, "delivery_info", None) or {}
+    if delivery.get("redelivered"):
+        # Its worker died running it (or stopped before it ran): counted, not run here. Sent
+        # again to the queue it came from (a worker may listen on another than QUEUE).
+        queue = delivery.get("routing_key") or sbert_settings.QUEUE
+        return asdict(poison_pill(ref, pks, force=force, deliveries=deliveries + 1, queue=queue))
     stats = embed_pks(ref, pks, force=force)
     return asdict(stats)
 
 
-def poison_pill(ref: FieldRef, pks: list[Any], *, force: bool, deliveries: int) -> EmbedStats:
+def poison_pill(
+    ref: FieldRef, pks: list[Any], *, force: bool, deliveries: int, queue: str | None = None
+) -> EmbedStats:
     """Handle a redelivered ``embed_rows`` message, its ``deliveries``-th delivery.
 
     ``acks_late`` + ``reject_on_worker_lost`` give the message to another worker when the one
@@ -121,7 +126,9 @@ def poison_pill(ref: FieldRef, pks: list[Any], *, force: bool, deliveries: int) 
             deliveries,
             limit,
         )
-        enqueue_embed(ref, pks, force=force, chunk_size=len(pks) or 1, deliveries=deliveries)
+        enqueue_embed(
+            ref, pks, force=force, chunk_size=len(pks) or 1, deliveries=deliveries, queue=queue
+        )
         return EmbedStats()
     skipped, rest = skip_fatal_chunk(ref, pks, deliveries=deliveries)
     logger.error(
@@ -133,7 +140,7 @@ def poison_pill(ref: FieldRef, pks: list[Any], *, force: bool, deliveries: int) 
         len(rest),
     )
     if rest:
-        enqueue_embed(ref, rest, force=force, chunk_size=len(rest))
+        enqueue_embed(ref, rest, force=force, chunk_size=len(rest), queue=queue)
     return EmbedStats(skipped=skipped)
 
 
@@ -183,10 +190,12 @@ def enqueue_embed(
     chunk_size: int = MAX_PKS_PER_TASK,
     expires: float | None = None,
     deliveries: int = 1,
+    queue: str | None = None,
 ) -> int:
     """Send ``embed_rows`` tasks for ``pks`` (``chunk_size`` per task); returns tasks sent.
 
-    ``deliveries`` (above 1 only for a message sent again by ``poison_pill``) travels with it.
+    ``deliveries`` (above 1 only for a message sent again by ``poison_pill``) travels with it;
+    ``queue`` defaults to ``SBERT["QUEUE"]``.
     Raises the broker's error if it cannot be reached; the ``post_save`` handler catches it.
     """
     sent = 0
@@ -199,7 +208,7 @@ def enqueue_embed(
         embed_rows.apply_async(
             args=(ref.label, ref.name, chunk),
             kwargs=kwargs or None,
-            queue=sbert_settings.QUEUE,
+            queue=queue or sbert_settings.QUEUE,
             retry=True,
             retry_policy=PUBLISH_RETRY_POLICY,
             expires=expires,

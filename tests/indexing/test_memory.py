@@ -143,12 +143,7 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
 def poison_worker(settings, tmp_path: Path) -> Iterator[Worker]:
     """A worker on this module's queue with SBERT["MAX_DELIVERIES"] = 2."""
     settings.SBERT = {**settings.SBERT, "QUEUE": QUEUE, "MAX_DELIVERIES": 2}
-    started = Worker(
-        tmp_path / "worker.log",
-        QUEUE,
-        settings_module=POISON_SETTINGS,
-        env={"SBERT_TEST_QUEUE": QUEUE},
-    )
+    started = Worker(tmp_path / "worker.log", QUEUE, settings_module=POISON_SETTINGS)
     yield started
     started.stop()
     with app.connection_for_write() as conn:
