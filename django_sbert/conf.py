@@ -417,6 +417,12 @@ API = Group(
             200, "Characters of `q` in `suggest/`: what a search box holds.", integer(1)
         ),
         "PAGE_SIZE": Setting(10, "Results per page of `search/` and `similar/`.", integer(1)),
+        "FILTER_MAX_K": Setting(
+            None,
+            "Rows `SemanticSearchFilter` ranks at most, however deep a client pages; a page "
+            "past them is 404. `None`: `MAX_K`.",
+            optional(integer(1)),
+        ),
         "MAX_PAGE_SIZE": Setting(
             100, "The largest `?page_size=` a client may ask for.", integer(1)
         ),
@@ -532,6 +538,13 @@ TOP = {
         "Saving a row schedules its embedding; `False`: only `sbert_reindex` and the sweep "
         "embed rows.",
         BOOLEAN,
+    ),
+    "MAX_DELIVERIES": Setting(
+        3,
+        "Deliveries of an embedding task whose worker died each time (out of memory, say): "
+        "at this one the rows it died on are recorded as skipped and the rest go on "
+        "([security.md](security.md#memory-of-indexing)).",
+        integer(2),
     ),
     "QUERY_CACHE_SIZE": Setting(
         256, "Query texts whose vectors each process keeps (LRU); `0` turns it off.", integer(0)

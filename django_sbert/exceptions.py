@@ -55,6 +55,7 @@ __all__ = [
     "ServiceUnavailable",
     "TrainingCancelled",
     "UnsupportedModelError",
+    "UnversionedVector",
     "VersionUnavailable",
 ]
 
@@ -87,6 +88,14 @@ class SearchTimeout(OperationalError, ServiceUnavailable):
 
 
 # --- models and their files --------------------------------------------------------------------
+
+
+class UnversionedVector(SbertError, ValueError):
+    """A row's stored vector has no encoder version (written outside django-sbert), so it
+    cannot be searched with: the rows it would be compared with are of one version each.
+
+    The sweep re-embeds such a row (its version is not the serving one).
+    """
 
 
 class ManifestError(SbertError):

@@ -8,12 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
+from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
-from ..exceptions import ServiceUnavailable
+from ..exceptions import ServiceUnavailable, UnversionedVector
 from ..finetuning import runs
 from ..finetuning.pairs import content_pairs
 from ..indexing import field_refs
@@ -71,7 +72,8 @@ class EmbeddingAdminMixin:
       vector yet are left out); set ``semantic_search = False`` for Django's own search;
     * the change page lists the ``similar_items`` most similar rows among those
       ``get_queryset(request)`` lets the user see (any manager: the queryset is made semantic),
-      and, for a field with ``passages=``, the row's passages with their offsets.
+      and, for a field with ``passages=``, the row's passages with their offsets (their text
+      only when the page shows every source field of the field).
     """
 
     semantic_search = True
@@ -180,6 +182,9 @@ class EmbeddingAdminMixin:
                 similar = list(
                     queryset.similar_to(obj, k=self.similar_items, field=self.embedding_field)
                 )
+            except UnversionedVector as exc:  # nothing would keep it to one version's rows
+                messages.warning(request, f"Similar items are unavailable: {exc}")
+                similar = []
             except ValueError:  # no vector yet
                 similar = []
             except ServiceUnavailable as exc:  # e.g. over SBERT["SEARCH"]["STATEMENT_TIMEOUT"]
@@ -196,9 +201,22 @@ class EmbeddingAdminMixin:
             for item in similar
         ]
         if obj is not None:  # fields with passages=: how the row's text was split
+            shown = set(flatten_fieldsets(self.get_fieldsets(request, obj)))
             extra_context["sbert_passages"] = [
-                (ref.name, passage_rows(ref, obj.pk))
+                self._passages_table(ref, obj, shown)
                 for ref in field_refs(self.model)
                 if ref.field.has_passages
             ]
         return super().change_view(request, object_id, form_url, extra_context)
+
+    @staticmethod
+    def _passages_table(ref: Any, obj: Any, shown: set[str]) -> tuple[str, list[dict], bool]:
+        """(field name, passages, whether their text is shown). A passage is text of the
+        field's source, so its text is shown only when this page shows every source field
+        (a field this ModelAdmin leaves out, or a callable source, keeps it hidden)."""
+        sources = ref.field.source_fields
+        text_shown = sources is not None and set(sources) <= shown
+        rows = passage_rows(ref, obj.pk)
+        if not text_shown:
+            rows = [{**row, "text": ""} for row in rows]
+        return ref.name, rows, text_shown

@@ -13,7 +13,9 @@
 ``GET /articles/?semantic=rising+interest+rates&category=economy&page=2`` filters with the other
 backends, then orders the remaining rows by cosine similarity to the text (nearest first,
 annotated ``similarity``); rows without an embedding are left out. The view's paginator pages
-through the ranking; an unpaginated view gets the top ``semantic_search_k`` rows (default
+through the top ``SBERT["API"]["FILTER_MAX_K"]`` rows of the ranking (default ``MAX_K``, 100):
+its count is at most that, and a page past them is 404, so no request ranks (or counts) the
+whole table. An unpaginated view gets the top ``semantic_search_k`` rows (default
 SBERT["SEARCH"]["K"]). Put it last in ``filter_backends``: a backend after it that orders
 (OrderingFilter with a default ordering, say) would replace the ranking. With
 ``semantic_search_mode = "hybrid"`` or ``"keyword"`` the rows are ranked by
@@ -26,8 +28,9 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import models
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.filters import BaseFilterBackend
+from rest_framework.pagination import LimitOffsetPagination, PageNumberPagination
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
@@ -73,20 +76,54 @@ class SemanticSearchFilter(BaseFilterBackend):
         field = getattr(view, "semantic_search_field", None)
         semantic = as_semantic(queryset)
         if mode == "vector":
-            return semantic.similar_to(
+            ranked = semantic.similar_to(
                 text,
                 k=k,
                 min_similarity=getattr(view, "semantic_min_similarity", None),
                 field=field,
             )
-        if mode == "hybrid":
-            return semantic.hybrid_search(text, k=k, field=field)
-        if mode == "keyword":
-            return semantic.keyword_search(text, k=k, field=field)
-        raise ImproperlyConfigured(
-            f"{type(view).__name__}.semantic_search_mode is {mode!r}; use 'vector', 'hybrid' "
-            "or 'keyword'."
-        )
+        elif mode == "hybrid":
+            ranked = semantic.hybrid_search(text, k=k, field=field)
+        elif mode == "keyword":
+            ranked = semantic.keyword_search(text, k=k, field=field)
+        else:
+            raise ImproperlyConfigured(
+                f"{type(view).__name__}.semantic_search_mode is {mode!r}; use 'vector', "
+                "'hybrid' or 'keyword'."
+            )
+        return self.bounded(request, view, ranked)
+
+    def bounded(self, request: Request, view: APIView, ranked: models.QuerySet) -> models.QuerySet:
+        """The ranking cut to its top ``max_depth()`` rows for a paginated list.
+
+        A paginator slices the queryset per page, which takes the place of ``k``: without a
+        cut, ``?page=100000`` would make the index scan walk 100,000 pages' worth of rows and
+        the page count compare the text with every row (every passage of every row). Cut, the
+        count is at most the depth and a page past it is 404 (``Invalid page.``); one whose
+        first row lies past the depth is answered so here, with the reason. A detail route
+        (the URL names a row) is left alone: it filters the queryset after this backend.
+        """
+        paginator = getattr(view, "paginator", None)
+        lookup = getattr(view, "lookup_url_kwarg", None) or getattr(view, "lookup_field", None)
+        if paginator is None or (lookup and lookup in getattr(view, "kwargs", {})):
+            return ranked
+        depth = self.max_depth()
+        first = _first_row(paginator, request, view)
+        if first is not None and first >= depth:
+            raise NotFound(
+                f"Invalid page: results of ?{self._param(view)}= end at row {depth} "
+                "(SBERT['API']['FILTER_MAX_K']); search more precisely instead of paging on."
+            )
+        return ranked[:depth]
+
+    @staticmethod
+    def max_depth() -> int:
+        """Rows a client can page through: SBERT["API"]["FILTER_MAX_K"], else MAX_K."""
+        depth = api_settings.FILTER_MAX_K
+        return int(api_settings.MAX_K if depth is None else depth)
+
+    def _param(self, view: APIView) -> str:
+        return getattr(view, "semantic_search_param", self.search_param)
 
     def get_schema_operation_parameters(self, view: APIView) -> list[dict[str, Any]]:
         param = getattr(view, "semantic_search_param", self.search_param)
@@ -99,3 +136,20 @@ class SemanticSearchFilter(BaseFilterBackend):
                 "schema": {"type": "string", "maxLength": int(api_settings.MAX_QUERY_LENGTH)},
             }
         ]
+
+
+def _first_row(paginator: Any, request: Request, view: APIView) -> int | None:
+    """Index of the first row the request's page asks for, for DRF's page-number and
+    limit-offset paginators (None for others, or a malformed page: the paginator answers)."""
+    try:
+        if isinstance(paginator, PageNumberPagination):
+            size = paginator.get_page_size(request)
+            number = request.query_params.get(paginator.page_query_param) or 1
+            if size is None or str(number) in paginator.last_page_strings:
+                return None
+            return (int(number) - 1) * int(size)
+        if isinstance(paginator, LimitOffsetPagination):
+            return int(request.query_params.get(paginator.offset_query_param) or 0)
+    except (TypeError, ValueError):
+        return None
+    return None

@@ -198,8 +198,43 @@ class SearchRegistry:
     def labels(self) -> list[str]:
         return sorted(self._entries)
 
+    def visible_labels(self, request: Request | None) -> list[str]:
+        """The labels ``request``'s client may learn: those of the models it may search (their
+        permission classes pass), all of them for staff and without a request (a schema
+        generated offline, by the developer).
+
+        The public schema/ lists these, so it does not hand out what the answers to an unknown
+        model withhold."""
+        user = getattr(request, "user", None)
+        if request is None or (user is not None and user.is_staff):
+            return self.labels
+        return [
+            label for label, entry in sorted(self._entries.items()) if _may_search(request, entry)
+        ]
+
     def clear(self) -> None:
         self._entries.clear()
+
+
+class _EntryView:
+    """What permission classes read from a view, for one entry outside a request to it
+    (DjangoModelPermissions takes the model from ``get_queryset()``)."""
+
+    def __init__(self, entry: SearchEntry) -> None:
+        self.entry = entry
+        self.kwargs: dict[str, object] = {}
+
+    def get_queryset(self) -> models.QuerySet:
+        return self.entry.model._default_manager.none()
+
+
+def _may_search(request: Request, entry: SearchEntry) -> bool:
+    """Whether every permission class of ``entry`` lets ``request``'s client search it."""
+    view = _EntryView(entry)
+    try:
+        return all(p.has_permission(request, view) for p in entry.get_permissions())
+    except Exception:  # a class that needs more of a view than this: not shown
+        return False
 
 
 def _sources_listed(model: type[models.Model], fields: Sequence[str]) -> bool:

@@ -66,13 +66,14 @@ if HAS_SPECTACULAR:
             ]
 
         def get_schema(self, request: Any = None, public: bool = False) -> dict[str, Any]:
-            """The document, with the ``model`` parameters listing the registered models."""
+            """The document, with the ``model`` parameters listing the registered models that
+            this client may search (``registry.visible_labels``)."""
             result = super().get_schema(request=request, public=public)
             # EmbedRequestSerializer rejects unknown keys: say so.
             components = result.get("components", {}).get("schemas", {})
             if "EmbedRequest" in components:
                 components["EmbedRequest"]["additionalProperties"] = False
-            labels = registry.labels
+            labels = registry.visible_labels(request)
             for operations in result.get("paths", {}).values():
                 for operation in operations.values():
                     for parameter in operation.get("parameters", []):

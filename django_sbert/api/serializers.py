@@ -480,9 +480,14 @@ class EmbedRequestSerializer(NoUnknownKeysMixin, serializers.Serializer):
     def validate_encoder(self, value: str) -> str:
         names = sorted(sbert_settings.ENCODERS or {})
         if value not in names:
-            raise serializers.ValidationError(
-                f"Unknown encoder {value!r}; configured encoders: {', '.join(names)}."
+            # The names only for staff (the view says so in the context): they are the
+            # site's setup, not something a client needs to learn by guessing.
+            known = (
+                f"; configured encoders: {', '.join(names)}"
+                if self.context.get("list_encoders")
+                else ""
             )
+            raise serializers.ValidationError(f"Unknown encoder {value!r}{known}.")
         return value
 
 

@@ -7,7 +7,8 @@ search/, 404 on similar/), throttling, then the parameters.
 
 An unknown model is answered without the list of registered models, which a client that may
 search none of them has no business seeing: staff users get the list in the message, everyone
-else only in the log (a warning of the ``django_sbert.api.views`` logger).
+else only in the log (a warning of the ``django_sbert.api.views`` logger, written only once the
+request passed its throttle). Likewise embed/ names the configured encoders to staff only.
 """
 
 from __future__ import annotations
@@ -113,6 +114,10 @@ class SemanticResultsView(ServiceErrorsMixin, GenericAPIView):
             try:
                 self._entry = registry.get(self.get_model_label())
             except NotRegistered as exc:
+                # Throttled before anything is logged: the permission check that asked for the
+                # entry runs before DRF's throttles, and an anonymous client must not be able
+                # to write a warning per request (a client over its rate gets 429 instead).
+                self.check_throttles(self.request)
                 logger.warning(
                     "sbert API: unknown model %r requested; searchable models: %s",
                     exc.label,
@@ -323,7 +328,9 @@ class SimilarView(SemanticResultsView):
         self.check_object_permissions(request, obj)
         embedding = self.get_entry().embedding_fields
         source = next((f for f in embedding if f.name == field), embedding[0])
-        if getattr(obj, source.attname) is None:
+        # A vector without its encoder version (written outside django-sbert) cannot be kept
+        # to one version's rows: as good as none until the sweep re-embeds it.
+        if getattr(obj, source.attname) is None or getattr(obj, source.version_field_name) is None:
             raise NotEmbedded()
         similar = queryset.similar_to(
             obj, k=data["k"], min_similarity=data.get("min_similarity"), field=field
@@ -423,6 +430,12 @@ class EmbedView(ServiceErrorsMixin, GenericAPIView):
 
     def get_permissions(self) -> list[BasePermission]:
         return [permission() for permission in api_settings.EMBED_PERMISSION_CLASSES]
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        # The configured encoders' names are the site's setup: an unknown name is answered
+        # with the list for staff only (like the searchable models of search/).
+        user = getattr(self.request, "user", None)
+        return {**super().get_serializer_context(), "list_encoders": bool(user and user.is_staff)}
 
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         serializer = self.get_serializer(data=request.data)

@@ -149,19 +149,35 @@ def passages_of(
 
     ``max_tokens`` defaults to the window: ``max_seq_length`` less the special tokens and
     ``prompt``'s tokens (the prompt the passages will be encoded with); a larger value is cut
-    to it. With ``max_passages`` only the characters that many passages can hold are read
-    (``CHARS_PER_TOKEN`` per token), so a huge text costs no more than a long one.
+    to it.
+
+    Memory is bounded per text, whatever its length: the texts are tokenized one at a time,
+    and with ``max_passages`` only the tokens that many passages can reach are kept
+    (``token_budget``), from a prefix of at most ``CHARS_PER_TOKEN`` characters per token.
     """
     width = tokenizer.content_width(prompt)
     if width < 1:
         raise ValueError("The prompt leaves no room for text within max_seq_length.")
     limit = width if max_tokens is None else min(int(max_tokens), width)
-    texts = list(texts)
-    if max_passages is not None:
-        chars = max_passages * limit * CHARS_PER_TOKEN
-        texts = [text[:chars] for text in texts]
-    spans = tokenizer.token_spans(texts)
-    return [
-        split_passages(text, text_spans, limit, min(overlap, limit - 1), max_passages)
-        for text, text_spans in zip(texts, spans, strict=True)
-    ]
+    budget = None if max_passages is None else token_budget(limit, max_passages)
+    out = []
+    for text in texts:
+        if budget is not None:
+            text = text[: budget * CHARS_PER_TOKEN]
+        (spans,) = tokenizer.token_spans([text], budget)
+        if budget is not None and len(spans) == budget:
+            # Cut where the kept tokens end: a sentence without tokens of its own would
+            # otherwise swallow the rest of the text into the last passage.
+            text = text[: spans[-1][1]]
+        out.append(split_passages(text, spans, limit, min(overlap, limit - 1), max_passages))
+    return out
+
+
+def token_budget(max_tokens: int, max_passages: int) -> int:
+    """Tokens of a text that decide its first ``max_passages`` passages of ``max_tokens``.
+
+    Those passages cover at most ``max_passages x max_tokens`` tokens (each holds at most
+    ``max_tokens`` and the next starts inside it); one passage's worth more completes any
+    sentence that starts inside them, so the passages are those of the whole text.
+    """
+    return (max_passages + 1) * max_tokens

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 logger = logging.getLogger("django_sbert.encoder")
 
@@ -48,6 +48,16 @@ def _pack(sequences: list[list[int]], owner: np.ndarray) -> TokenRows:
     if len(sequences) > 1:
         np.cumsum(lengths[:-1], out=starts[1:])
     ids = np.fromiter(chain.from_iterable(sequences), dtype=np.int64, count=int(lengths.sum()))
+    return TokenRows(ids=ids, starts=starts, lengths=lengths, owner=owner)
+
+
+def _pack_arrays(sequences: list[np.ndarray], owner: np.ndarray) -> TokenRows:
+    """``_pack`` for rows that are int64 arrays already (no Python int per token)."""
+    lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
+    starts = np.zeros(len(sequences), dtype=np.int64)
+    if len(sequences) > 1:
+        np.cumsum(lengths[:-1], out=starts[1:])
+    ids = np.concatenate(sequences) if sequences else np.zeros(0, dtype=np.int64)
     return TokenRows(ids=ids, starts=starts, lengths=lengths, owner=owner)
 
 
@@ -96,20 +106,60 @@ class TextTokenizer:
             prompt_tokens = len(encoded) - len(self._lead) - len(self._trail)
         return self.max_seq_length - len(self._lead) - len(self._trail) - prompt_tokens
 
-    def token_spans(self, texts: list[str]) -> list[list[tuple[int, int]]]:
+    def _encode_bounded(self, text: str, max_tokens: int | None) -> Encoding:
+        """``text`` tokenized without truncation; with ``max_tokens``, only a prefix that
+        holds more than ``max_tokens`` tokens of text when the text has them.
+
+        Memory: a tokenizer keeps several values per token (and the Python side a tuple per
+        offset), so a 700k-character text of one-character tokens ("!!!", CJK) costs hundreds
+        of MB. The prefix starts at 4 characters per token and grows fourfold while it holds
+        too few tokens, up to ``CHARS_PER_TOKEN`` per token; it is cut after whitespace when
+        it can be, so its last word is tokenized as in the whole text.
+        """
+        if max_tokens is None:
+            return self._full.encode(text)
+        wanted = max_tokens + 1
+        cap = min(len(text), wanted * CHARS_PER_TOKEN)
+        size = min(cap, max(64, 4 * wanted))
+        while True:
+            end = size
+            if size < len(text):
+                space = max(text.rfind(" ", 0, size), text.rfind("\n", 0, size))
+                if space > size // 2:
+                    end = space
+            encoding = self._full.encode(text[:end])
+            tokens = len(encoding.ids) - len(self._lead) - len(self._trail)
+            if tokens >= wanted or size >= cap:
+                return encoding
+            size = min(cap, size * 4)
+
+    def token_spans(
+        self, texts: list[str], max_tokens: int | None = None
+    ) -> list[list[tuple[int, int]]]:
         """The ``(start, end)`` characters of each text's tokens, special tokens left out.
 
         Counted by the tokenizer the model reads with, on the whole text (no truncation), so
         a passage cut from these spans holds the tokens the model will see. Offsets index the
         text as given: lowercasing that changes a text's length is skipped for that text.
+        ``max_tokens``: each text's first ``max_tokens`` tokens at most, tokenized one text
+        at a time from a bounded prefix (``_encode_bounded``), so memory stays bounded by the
+        budget, not by the length of the texts.
         """
-        prepared = self._prepare(texts)
-        inputs = [p if len(p) == len(t) else t for p, t in zip(prepared, texts, strict=True)]
-        return [
-            [span for span, special in zip(e.offsets, e.special_tokens_mask, strict=True)
-             if not special]
-            for e in self._full.encode_batch(inputs)
-        ]  # fmt: skip
+        out = []
+        for text in texts:
+            prepared = self._prepare([text])[0]
+            encoding = self._encode_bounded(
+                prepared if len(prepared) == len(text) else text, max_tokens
+            )
+            spans = [
+                span
+                for span, special in zip(
+                    encoding.offsets, encoding.special_tokens_mask, strict=True
+                )
+                if not special
+            ]
+            out.append(spans if max_tokens is None else spans[:max_tokens])
+        return out
 
     def truncated(self, texts: list[str], prompt: str | None = None) -> TokenRows:
         """One row per text, cut to ``max_seq_length`` tokens.
@@ -147,22 +197,27 @@ class TextTokenizer:
         if not 0 <= overlap < width:
             raise ValueError(f"chunk_overlap must be in [0, {width}), got {overlap}.")
         stride = width - overlap
-        if max_windows is not None:
-            # Tokens the first max_windows windows cover: width, then stride per further window.
-            texts = _cut(texts, (width + (max_windows - 1) * stride) * CHARS_PER_TOKEN)
-        head = self._lead + prompt_ids
-        rows: list[list[int]] = []
+        # Tokens the first max_windows windows cover: width, then stride per further window;
+        # one more tells a text that runs past them.
+        budget = None if max_windows is None else width + (max_windows - 1) * stride + 1
+        head = np.asarray(self._lead + prompt_ids, dtype=np.int64)
+        trail = np.asarray(self._trail, dtype=np.int64)
+        rows: list[np.ndarray] = []
         owner: list[int] = []
         capped = 0
-        for index, encoding in enumerate(self._full.encode_batch(self._prepare(texts))):
-            ids = encoding.ids
-            content = ids[len(self._lead) : len(ids) - len(self._trail)]
+        # One text at a time, from a bounded prefix: a chunk of long texts never holds all
+        # their tokens at once (_encode_bounded).
+        for index, text in enumerate(texts):
+            ids = self._encode_bounded(self._prepare([text])[0], budget).ids
+            content = np.asarray(ids[len(self._lead) : len(ids) - len(self._trail)], np.int64)
+            if budget is not None:
+                content = content[:budget]
             starts = range(0, max(len(content) - overlap, 1), stride)
             if max_windows is not None and len(starts) > max_windows:
                 starts = starts[:max_windows]
                 capped += 1
             for start in starts:
-                rows.append(head + content[start : start + width] + self._trail)
+                rows.append(np.concatenate((head, content[start : start + width], trail)))
                 owner.append(index)
         if capped:
             logger.warning(
@@ -174,7 +229,7 @@ class TextTokenizer:
                 self.max_seq_length,
                 max_windows,
             )
-        return _pack(rows, np.asarray(owner, dtype=np.int64))
+        return _pack_arrays(rows, np.asarray(owner, dtype=np.int64))
 
     def pad(
         self, rows: TokenRows, index: np.ndarray, bucket: bool = False

@@ -30,8 +30,8 @@ from typing import Any
 from django.utils import timezone
 
 from ..serving import promoting_version
-from .failures import forget
-from .passages import encode_with_passages
+from .failures import WORKER_LOST, RowFailure, forget, record, waiting_hashes
+from .passages import encode_with_passages, has_passages
 from .refs import FieldRef, Pk
 from .rows import EmbedStats, chunks, read_pending
 from .staleness import iter_stale_pks
@@ -44,6 +44,17 @@ Progress = Callable[[int], Any]  # called with the number of rows just handled (
 # Rows read, encoded and written per step of embed_pks(): each step is one short write
 # transaction, so a killed worker loses at most one step's work.
 DEFAULT_CHUNK_ROWS = 256
+# Rows per step for a field with passages=: a row may hold hundreds of passages (342 for
+# all-MiniLM-L6-v2 at MAX_CHUNKS=64), each a vector of its own, so a step of 32 rows holds at
+# most about 11k passage vectors (17 MB at 384 dimensions) rather than 87k.
+PASSAGE_CHUNK_ROWS = 32
+
+
+def step_rows(ref: FieldRef, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> int:
+    """Rows per step of ``embed_pks`` for ``ref``: ``chunk_rows``, at most
+    ``PASSAGE_CHUNK_ROWS`` for a field with passages."""
+    size = max(1, int(chunk_rows))
+    return min(size, PASSAGE_CHUNK_ROWS) if has_passages(ref) else size
 
 
 def embed_pks(
@@ -68,7 +79,7 @@ def embed_pks(
     candidate = promoting_version(ref.encoder_name)
     stats = EmbedStats()
     seconds = {"read": 0.0, "encode": 0.0, "write": 0.0}  # where the time goes (debug log)
-    for chunk in chunks(ordered, max(1, chunk_rows)):
+    for chunk in chunks(ordered, step_rows(ref, chunk_rows)):
         chunk_started = timezone.now()
         for _attempt in range(3):
             started = time.perf_counter()
@@ -140,3 +151,43 @@ def embed_stale(
             ref, pks, batch_size=batch_size, chunk_rows=chunk_rows, progress=progress
         )
     return stats
+
+
+class WorkerLost(Exception):
+    """What a skipped row's record says when the worker embedding its chunk died."""
+
+
+def skip_fatal_chunk(
+    ref: FieldRef,
+    pks: Iterable[Pk],
+    *,
+    deliveries: int,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+) -> tuple[int, list[Pk]]:
+    """Record as skipped the rows a task's worker died on; return how many, and the rows
+    after them.
+
+    Called at the last delivery of a task whose worker died each time (``tasks.embed_rows``,
+    ``SBERT["MAX_DELIVERIES"]``). The task works through its rows a step at a time and commits
+    each step, so the step it died in is the first that still has rows to embed (rows recorded
+    and waiting for their retry time left out): those rows are recorded (``SkippedRow``,
+    retried by the sweep after their back-off, or at once after an edit) and the rows after
+    that step are returned, to be sent again. Nothing is encoded here.
+    """
+    ordered = list(dict.fromkeys(pks))
+    version = ref.version()
+    size = step_rows(ref, chunk_rows)
+    for start in range(0, len(ordered), size):
+        chunk = ordered[start : start + size]
+        pending, _ = read_pending(ref, chunk, version=version)
+        waiting = waiting_hashes(ref, chunk, version)
+        fatal = [row for row in pending if waiting.get(str(row.pk)) != row.hash]
+        if not fatal:
+            continue
+        error = WorkerLost(
+            f"The worker embedding this row's chunk died {deliveries - 1} time(s) (out of "
+            f"memory?); skipped at delivery {deliveries} (SBERT['MAX_DELIVERIES'])."
+        )
+        record(ref, [RowFailure(row.pk, WORKER_LOST, error, row.hash) for row in fatal], version)
+        return len(fatal), ordered[start + size :]
+    return 0, []

@@ -116,7 +116,12 @@ def _first_line(error: BaseException) -> str:
     return (_message(error).splitlines() or [""])[0]
 
 
+# The stage of a row whose chunk killed the worker embedding it, delivery after delivery
+# (SBERT["MAX_DELIVERIES"]): recorded like the others, so the sweep backs off the same way.
+WORKER_LOST = "worker"
+
 _DOING = {
+    WORKER_LOST: "the worker encoding it died:",
     SkipStage.SOURCE: "its source raised",
     SkipStage.WRITE: "the database refused its vector with",
     SkipStage.STAGE: "the database refused its staged vector with",

@@ -14,7 +14,7 @@ promoted) stages the passages beside the row's ``StagedEmbedding`` the same way.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,9 +26,15 @@ from ..models import StagedPassage
 from ..passages import passage_limit
 from ..serving import get_encoder, role_prompt
 from .refs import FieldRef, Pk, content_type_id
-from .rows import PendingRow, encode_rows
+from .rows import PendingRow, chunks, encode_rows
 
 logger = logging.getLogger(__name__)
+
+# Memory bounds of one chunk of rows with passages (docs/security.md, "Memory of indexing"):
+# passages encoded per call of the encoder, and passages written per INSERT (each vector goes
+# as text: about 4 KB at 384 dimensions, so 1000 passages are a 4 MB statement).
+ENCODE_PASSAGES = 2048
+WRITE_PASSAGES = 1000
 
 
 @dataclass(frozen=True)
@@ -87,7 +93,12 @@ def encode_with_passages(
         for row, passages in zip(rows, split, strict=True)
         for passage in passages
     ]
-    vectors = encode_rows(ref, flat, batch_size, version)  # (total passages, dims), unit
+    # (total passages, dims), unit; encoded ENCODE_PASSAGES at a time, so the tokens of a
+    # chunk's passages are never all held at once.
+    vectors = np.concatenate(
+        [encode_rows(ref, part, batch_size, version) for part in chunks(flat, ENCODE_PASSAGES)]
+        or [np.empty((0, ref.field.get_dimensions()), dtype=np.float32)]
+    )
     out: list[RowPassages] = []
     start = 0
     for passages in split:
@@ -134,23 +145,33 @@ def _quoted(ref: FieldRef) -> tuple[str, dict[str, str], str]:
     return quote(model._meta.db_table), columns, pk_type
 
 
-def _flatten(items: Sequence[tuple[Pk, RowPassages]]) -> tuple[list, ...]:
-    pks, ordinals, starts, ends, texts, vectors = [], [], [], [], [], []
+def _flatten(
+    items: Sequence[tuple[Pk, RowPassages]], size: int = WRITE_PASSAGES
+) -> Iterator[tuple[list, ...]]:
+    """The passages of ``items`` as columns, ``size`` passages at a time: the vectors' text
+    of one batch at most is held (and sent) at once."""
+    columns: tuple[list, ...] = ([], [], [], [], [], [])
     for pk, row in items:
         for ordinal, (passage, vector) in enumerate(zip(row.passages, row.vectors, strict=True)):
+            pks, ordinals, starts, ends, texts, vectors = columns
             pks.append(pk)
             ordinals.append(ordinal)
             starts.append(passage.start)
             ends.append(passage.end)
             texts.append(passage.text)
             vectors.append(vector_literal(vector))
-    return pks, ordinals, starts, ends, texts, vectors
+            if len(pks) >= size:
+                yield columns
+                columns = ([], [], [], [], [], [])
+    if columns[0]:
+        yield columns
 
 
 def replace_passages(ref: FieldRef, items: Sequence[tuple[Pk, RowPassages]]) -> None:
-    """Replace the live passages of the rows ``items`` names: one DELETE, one INSERT.
+    """Replace the live passages of the rows ``items`` names: one DELETE, then INSERTs of
+    ``WRITE_PASSAGES`` passages each.
 
-    Called in the savepoint that writes the rows' vectors, so the two commit (or fail) as one.
+    Called in the savepoint that writes the rows' vectors, so they commit (or fail) as one.
     """
     if not items:
         return
@@ -158,18 +179,19 @@ def replace_passages(ref: FieldRef, items: Sequence[tuple[Pk, RowPassages]]) -> 
     table, col, pk_type = _quoted(ref)
     opts = ref.model._meta
     row_pks = [opts.pk.get_db_prep_value(pk, connection) for pk, _ in items]
-    pks, ordinals, starts, ends, texts, vectors = _flatten(items)
-    pks = [opts.pk.get_db_prep_value(pk, connection) for pk in pks]
     vector_type = ref.field.passage_model._meta.get_field("vector").db_type(connection)
     with connection.cursor() as cursor:
         cursor.execute(f"DELETE FROM {table} WHERE {col['row']} = ANY(%s::{pk_type}[])", [row_pks])
-        cursor.execute(
-            f"INSERT INTO {table} ({col['row']}, {col['ordinal']}, {col['start']}, {col['end']}, "
-            f"{col['text']}, {col['vector']}) SELECT v.pk, v.ordinal, v.start, v.end, v.text, "
-            f"v.vec::{vector_type} FROM unnest(%s::{pk_type}[], %s::int[], %s::int[], "
-            '%s::int[], %s::text[], %s::text[]) AS v(pk, ordinal, start, "end", text, vec)',
-            [pks, ordinals, starts, ends, texts, vectors],
-        )
+        for pks, ordinals, starts, ends, texts, vectors in _flatten(items):
+            pks = [opts.pk.get_db_prep_value(pk, connection) for pk in pks]
+            cursor.execute(
+                f"INSERT INTO {table} ({col['row']}, {col['ordinal']}, {col['start']}, "
+                f"{col['end']}, {col['text']}, {col['vector']}) SELECT v.pk, v.ordinal, "
+                f"v.start, v.end, v.text, v.vec::{vector_type} FROM unnest(%s::{pk_type}[], "
+                "%s::int[], %s::int[], %s::int[], %s::text[], %s::text[]) "
+                'AS v(pk, ordinal, start, "end", text, vec)',
+                [pks, ordinals, starts, ends, texts, vectors],
+            )
 
 
 def stage_passages(ref: FieldRef, items: Sequence[tuple[Pk, RowPassages]], version: str) -> None:
@@ -179,21 +201,21 @@ def stage_passages(ref: FieldRef, items: Sequence[tuple[Pk, RowPassages]], versi
     connection = connections[ref.db_alias]
     table = connection.ops.quote_name(StagedPassage._meta.db_table)
     ct = content_type_id(ref)
-    pks, ordinals, starts, ends, texts, vectors = _flatten(items)
-    object_pks = [str(pk) for pk in pks]
     with connection.cursor() as cursor:
         cursor.execute(
             f"DELETE FROM {table} WHERE content_type_id = %s AND field = %s AND version = %s "
             "AND object_pk = ANY(%s::text[])",
             [ct, ref.name, version, [str(pk) for pk, _ in items]],
         )
-        cursor.execute(
-            f"INSERT INTO {table} (content_type_id, object_pk, field, version, ordinal, start, "
-            '"end", text, vector) SELECT %s, v.pk, %s, %s, v.ordinal, v.start, v.end, v.text, '
-            "v.vec::vector FROM unnest(%s::text[], %s::int[], %s::int[], %s::int[], %s::text[], "
-            '%s::text[]) AS v(pk, ordinal, start, "end", text, vec)',
-            [ct, ref.name, version, object_pks, ordinals, starts, ends, texts, vectors],
-        )
+        for pks, ordinals, starts, ends, texts, vectors in _flatten(items):
+            object_pks = [str(pk) for pk in pks]
+            cursor.execute(
+                f"INSERT INTO {table} (content_type_id, object_pk, field, version, ordinal, "
+                'start, "end", text, vector) SELECT %s, v.pk, %s, %s, v.ordinal, v.start, '
+                "v.end, v.text, v.vec::vector FROM unnest(%s::text[], %s::int[], %s::int[], "
+                '%s::int[], %s::text[], %s::text[]) AS v(pk, ordinal, start, "end", text, vec)',
+                [ct, ref.name, version, object_pks, ordinals, starts, ends, texts, vectors],
+            )
 
 
 def by_pk(

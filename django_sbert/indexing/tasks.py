@@ -40,9 +40,9 @@ from django.db import InterfaceError, OperationalError
 from ..celery import EMBED_TASK, SWEEP_TASK
 from ..conf import sbert_settings
 from ..serving import worker as _worker_hooks  # noqa: F401  (connects the worker hooks)
-from .embed import embed_pks
+from .embed import embed_pks, skip_fatal_chunk
 from .refs import FieldRef, field_refs, get_ref
-from .rows import chunks
+from .rows import EmbedStats, chunks
 from .staleness import iter_stale_pks
 
 # Rows per embedding task sent by the sweep and by sbert_reindex: a task short enough that a
@@ -80,12 +80,68 @@ MAX_PKS_PER_TASK = 1000
     max_retries=10,
 )
 def embed_rows(
-    self: Any, model_label: str, field_name: str, pks: list[Any], force: bool = False
+    self: Any,
+    model_label: str,
+    field_name: str,
+    pks: list[Any],
+    force: bool = False,
+    deliveries: int = 1,
 ) -> dict[str, int]:
-    """Embed rows ``pks`` of ``model_label.field_name``; returns the counts of ``EmbedStats``."""
+    """Embed rows ``pks`` of ``model_label.field_name``; returns the counts of ``EmbedStats``.
+
+    ``deliveries``: how many times these rows were delivered to a worker that died running
+    them (see ``poison_pill``); 1 for a task sent as usual.
+    """
     ref = get_ref(model_label, field_name)
+    delivery = getattr(self.request, "delivery_info", None) or {}
+    if delivery.get("redelivered"):
+        # Its worker died running it (or stopped before it ran): counted, not run here. Sent
+        # again to the queue it came from (a worker may listen on another than QUEUE).
+        queue = delivery.get("routing_key") or sbert_settings.QUEUE
+        return asdict(poison_pill(ref, pks, force=force, deliveries=deliveries + 1, queue=queue))
     stats = embed_pks(ref, pks, force=force)
     return asdict(stats)
+
+
+def poison_pill(
+    ref: FieldRef, pks: list[Any], *, force: bool, deliveries: int, queue: str | None = None
+) -> EmbedStats:
+    """Handle a redelivered ``embed_rows`` message, its ``deliveries``-th delivery.
+
+    ``acks_late`` + ``reject_on_worker_lost`` give the message to another worker when the one
+    running it dies, and a chunk of huge texts that exhausts memory would kill every worker in
+    turn, for ever. The broker only flags a redelivery, so the count travels in the message:
+    before ``SBERT["MAX_DELIVERIES"]`` the rows are sent again as a new message counting this
+    delivery (and this one is acknowledged, unrun); at it, the rows of the step the worker died
+    in are recorded as skipped (``embed.skip_fatal_chunk``) and the rest are sent again as a
+    fresh task. A redelivery after a warm shutdown counts too: it only costs a message.
+    """
+    limit = int(sbert_settings.MAX_DELIVERIES)
+    if deliveries < limit:
+        logger.warning(
+            "%s: %d row(s) delivered again after their worker was lost (delivery %d of %d "
+            "before they are skipped).",
+            ref,
+            len(pks),
+            deliveries,
+            limit,
+        )
+        enqueue_embed(
+            ref, pks, force=force, chunk_size=len(pks) or 1, deliveries=deliveries, queue=queue
+        )
+        return EmbedStats()
+    skipped, rest = skip_fatal_chunk(ref, pks, deliveries=deliveries)
+    logger.error(
+        "%s: the worker died %d time(s) running these rows; %d row(s) it died on are "
+        "recorded as skipped (manage.py sbert_status), %d sent again.",
+        ref,
+        deliveries - 1,
+        skipped,
+        len(rest),
+    )
+    if rest:
+        enqueue_embed(ref, rest, force=force, chunk_size=len(rest), queue=queue)
+    return EmbedStats(skipped=skipped)
 
 
 @shared_task(
@@ -133,17 +189,26 @@ def enqueue_embed(
     force: bool = False,
     chunk_size: int = MAX_PKS_PER_TASK,
     expires: float | None = None,
+    deliveries: int = 1,
+    queue: str | None = None,
 ) -> int:
     """Send ``embed_rows`` tasks for ``pks`` (``chunk_size`` per task); returns tasks sent.
 
+    ``deliveries`` (above 1 only for a message sent again by ``poison_pill``) travels with it;
+    ``queue`` defaults to ``SBERT["QUEUE"]``.
     Raises the broker's error if it cannot be reached; the ``post_save`` handler catches it.
     """
     sent = 0
+    kwargs: dict[str, Any] = {}
+    if force:
+        kwargs["force"] = True
+    if deliveries > 1:
+        kwargs["deliveries"] = deliveries
     for chunk in chunks(list(pks), max(1, chunk_size)):
         embed_rows.apply_async(
             args=(ref.label, ref.name, chunk),
-            kwargs={"force": True} if force else None,
-            queue=sbert_settings.QUEUE,
+            kwargs=kwargs or None,
+            queue=queue or sbert_settings.QUEUE,
             retry=True,
             retry_policy=PUBLISH_RETRY_POLICY,
             expires=expires,

@@ -697,10 +697,13 @@ def _resorted(rows: list[Any]) -> list[Any]:
 
 def as_semantic(queryset: models.QuerySet) -> SemanticQuerySet:
     """``queryset`` as a SemanticQuerySet, so models without SemanticManager can be searched
-    (the API's registry and the admin's similar items use it)."""
+    (the API's registry and the admin's similar items use it).
+
+    Only a database named with ``.using()`` goes along (``_db``, not ``db``, which is the
+    router's choice): a search picks its own, ``SEARCH["DATABASE"]`` first (replicas.py)."""
     if isinstance(queryset, SemanticQuerySet):
         return queryset
-    return SemanticQuerySet(model=queryset.model, query=queryset.query.chain(), using=queryset.db)
+    return SemanticQuerySet(model=queryset.model, query=queryset.query.chain(), using=queryset._db)
 
 
 class SemanticManager(models.Manager.from_queryset(SemanticQuerySet)):  # type: ignore[misc]

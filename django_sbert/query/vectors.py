@@ -25,6 +25,7 @@ from pgvector.django import CosineDistance
 
 from ..columns import vector_literal
 from ..encoder.matryoshka import truncate
+from ..exceptions import UnversionedVector
 from ..fields import EmbeddingField, embedding_fields
 from ..serving import encode_query, serving_changed
 
@@ -204,10 +205,18 @@ def instance_vector(
             "nothing to compare with. Wait for the worker, or run "
             f"manage.py sbert_reindex {instance._meta.label} --stale --sync."
         )
+    if version is None:
+        # Without a version there is nothing to keep the search to one version's rows: it
+        # would rank the vectors of every version together (the sweep re-embeds the row).
+        raise UnversionedVector(
+            f"{instance._meta.label} pk={instance.pk!r} has a vector but no encoder version "
+            f"({source.version_field_name} is empty: written outside django-sbert?), so it "
+            "cannot be compared with rows of one version. The sweep re-embeds it, or run "
+            f"manage.py sbert_reindex {instance._meta.label} --stale --sync; to search with "
+            "the vector anyway, pass the vector itself."
+        )
     # Another field of the same encoder may store more dimensions: cut to this one's.
     vector = field.fit_vectors(as_vector(value))
-    if version is None:
-        return vector, None
     return vector, QuerySource(
         encoder=field.encoder,
         version=version,

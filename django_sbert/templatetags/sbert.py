@@ -33,7 +33,7 @@ from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString
 
 from ..conf import sbert_settings
-from ..exceptions import ServiceUnavailable
+from ..exceptions import ServiceUnavailable, UnversionedVector
 from ..fields import EmbeddingField, embedding_fields
 from ..query import as_semantic
 from ..serving import encoder_version
@@ -208,7 +208,7 @@ def similar_rows(obj: Model | None, k: int = 5, field: str | None = None) -> lis
     try:
         queryset = as_semantic(model._default_manager.all())
         rows = list(queryset.similar_to(obj, field=embedding.name)[:k])
-    except ServiceUnavailable as exc:
+    except (ServiceUnavailable, UnversionedVector) as exc:
         logger.warning("sbert_similar: no similar rows for %s pk=%s: %s", model, obj.pk, exc)
         return []
     if key is not None:

@@ -47,3 +47,30 @@ def test_the_search_box_ranks_by_best_passage(staff):
     page = staff.get("/admin/testapp/report/", {"q": "the dog runs fast"})
     shown = [r.pk for r in page.context["cl"].result_list]
     assert shown == [r.pk for r in Report.objects.similar_to("the dog runs fast", k=6)]
+
+
+def test_passage_text_is_shown_only_when_the_admin_shows_every_source_field(staff):
+    """A ModelAdmin that leaves a source field out of its form must not show that field's text
+    in the passages table: offsets yes, text no."""
+    from django.contrib import admin
+
+    from tests.testapp.admin import ReportAdmin
+
+    report = Report.objects.create(title="Quarterly report", body=BODY)
+    indexing.embed_pks(indexing.get_ref("testapp.Report", "embedding"), [report.pk])
+    passages = list(Report._meta.get_field("embedding").passage_model.objects.filter(row=report))
+    secret = next(p.text for p in passages if "central bank" in p.text)
+    url = f"/admin/testapp/report/{report.pk}/change/"
+    model_admin = admin.site._registry[Report]
+    assert isinstance(model_admin, ReportAdmin)
+    model_admin.exclude = ("body",)
+    try:
+        page = html.unescape(staff.get(url).content.decode())
+    finally:
+        model_admin.exclude = None
+    assert f"Passages (embedding): {len(passages)}" in page
+    assert f"<td>{passages[0].start}–{passages[0].end}</td>" in page
+    assert "central bank" not in page and secret not in page
+    assert "Text not shown" in page
+    shown = html.unescape(staff.get(url).content.decode())  # the whole form again: text too
+    assert secret in shown

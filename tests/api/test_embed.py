@@ -124,7 +124,7 @@ def test_limits_are_checked_before_the_encoder_runs(user_client, settings, monke
         ({"texts": ["a" * 5001]}, "texts", "at most 5000 characters"),
         ({"texts": ["ok"], "normalize": "yes"}, "normalize", "JSON boolean"),
         ({"texts": ["ok"], "normalize": 1}, "normalize", "JSON boolean"),
-        ({"texts": ["ok"], "encoder": "nope"}, "encoder", "configured encoders: default"),
+        ({"texts": ["ok"], "encoder": "nope"}, "encoder", "Unknown encoder 'nope'."),
         ({"texts": ["ok"], "text": "typo"}, "text", "Unknown field. Valid fields: texts"),
         ({"text": ["typo"]}, "text", "Unknown field"),
         ({"text": ["typo"]}, "texts", "required"),
@@ -175,3 +175,16 @@ def test_oversized_body_without_content_length_is_413(user_client, settings):
 
 def test_get_is_405(user_client):
     assert user_client.get(URL).status_code == 405
+
+
+def test_unknown_encoder_names_the_configured_encoders_to_staff_only(client_as):
+    """The encoders' names are the site's setup: an authenticated client learns only that
+    the name is unknown; staff get the list, as they do for unknown models."""
+    body = {"texts": ["a dog"], "encoder": "gpt-9"}
+    answer = post(client_as("user"), body)
+    assert answer.status_code == 400
+    assert answer.json() == {"encoder": ["Unknown encoder 'gpt-9'."]}
+    assert "default" not in answer.content.decode()
+    staff = post(client_as("staff"), body)
+    assert staff.status_code == 400
+    assert "configured encoders: default" in staff.json()["encoder"][0]

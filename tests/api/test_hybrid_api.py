@@ -178,3 +178,19 @@ def test_filter_backend_ranks_by_the_views_mode(code_row):
     View.semantic_search_mode = "fuzzy"
     with pytest.raises(Exception, match="semantic_search_mode is 'fuzzy'"):
         backend.filter_queryset(request, Article.objects.all(), View())
+
+
+def test_keyword_search_reveals_words_of_unreturned_source_fields_as_documented(
+    api_client, articles
+):
+    """A word found only in a source field the results do not show still finds the row: the
+    behaviour docs/security.md warns about ("What a client can learn")."""
+    from pathlib import Path
+
+    row = Article.objects.create(title="board minutes", body="the merger with xylocorp")
+    registry.register(Article, fields=["id", "title"])
+    found = search(api_client, q="xylocorp", mode="keyword").json()["results"]
+    assert [r["id"] for r in found] == [row.pk]
+    assert "xylocorp" not in str(found)
+    security = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
+    assert "Keyword search matches words of every source field, returned or not." in security

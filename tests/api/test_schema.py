@@ -112,3 +112,29 @@ def test_filter_backend_documents_its_parameter():
     [param] = SemanticSearchFilter().get_schema_operation_parameters(ArticleViewSet())
     assert param["name"] == "semantic"
     assert param["in"] == "query"
+
+
+def test_schema_lists_only_the_models_a_client_may_search(client_as, registered):
+    """The model parameter's enum is the list an unknown model's answer withholds: a client
+    sees the labels of the models it may search, staff all of them."""
+    from rest_framework.permissions import AllowAny
+
+    from django_sbert.api import registry
+    from django_sbert.api.permissions import DjangoModelViewPermissions
+    from tests.testapp.models import Note
+
+    registered(permission_classes=[DjangoModelViewPermissions])
+    registry.register(Note, fields=["id", "text"], permission_classes=[AllowAny])
+
+    def labels(role):
+        response = client_as(role).get("/api/sbert/schema/", {"format": "json"})
+        assert response.status_code == 200
+        search = response.json()["paths"]["/api/sbert/search/"]["get"]
+        return _parameters(search)["model"]["schema"].get("enum"), response.content.decode()
+
+    for role in ("anonymous", "user"):
+        enum, text = labels(role)
+        assert enum == ["testapp.note"], role
+        assert "testapp.article" not in text, role
+    assert labels("viewer")[0] == ["testapp.article", "testapp.note"]
+    assert labels("staff")[0] == ["testapp.article", "testapp.note"]

@@ -287,3 +287,23 @@ def test_keyword_mode_ranks_at_most_keyword_max_rows(api_client, articles, regis
     assert "= ANY(ARRAY(SELECT" in statement and "LIMIT 4))" in statement
     settings.SBERT = {**settings.SBERT, "SEARCH": {}}
     assert len(search(api_client, q="market", mode="keyword", k=10).json()["results"]) == 10
+
+
+def test_unknown_model_warnings_are_throttled_first(
+    client_as, articles, registered, settings, caplog
+):
+    """Unknown models are logged only for requests within the client's rate: an anonymous
+    client cannot write a warning per request into the site's log."""
+    registered()
+    settings.SBERT = {**settings.SBERT, "API": {"THROTTLE_RATES": {"search": "2/minute"}}}
+    client = client_as("anonymous")
+    with caplog.at_level("WARNING", logger="django_sbert.api.views"):
+        answers = [
+            client.get(URL, {"model": f"spam.model{i}", "q": "dog"}, REMOTE_ADDR="10.9.9.9")
+            for i in range(6)
+        ]
+        similar = client.get("/api/sbert/similar/spam.model/1/", REMOTE_ADDR="10.9.9.9")
+    assert [a.status_code for a in answers] == [400, 400, 429, 429, 429, 429]
+    assert similar.status_code == 429
+    warnings = [r for r in caplog.records if "unknown model" in r.getMessage()]
+    assert len(warnings) == 2

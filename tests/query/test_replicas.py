@@ -145,6 +145,40 @@ def test_searches_routed_to_the_replica_read_the_replicas_rows(replica, settings
 
 
 @pytest.mark.django_db(transaction=True, databases=BOTH)
+def test_search_database_holds_for_querysets_made_semantic(replica, settings):
+    """A model's plain queryset made semantic (the API's registry, the admin, the filter
+    backend do it for models without SemanticManager) searches SEARCH["DATABASE"] too, not
+    the database the router named when it was converted."""
+    from django.db import models
+    from rest_framework.request import Request
+    from rest_framework.test import APIRequestFactory
+    from rest_framework.views import APIView
+
+    from django_sbert.api.filters import SemanticSearchFilter
+    from django_sbert.query import as_semantic
+
+    settings.SBERT = {**settings.SBERT, "SEARCH": {"DATABASE": REPLICA}}
+    embedded_rows(TITLES[1:])
+    caught_up(replica)
+    replica.pause_replay()
+    (newest,) = embedded_rows(TITLES[:1])  # committed on the primary, not replayed yet
+
+    plain = models.QuerySet(model=Article)  # what a model with a plain manager gives
+    searched = as_semantic(plain).similar_to(TEXT, k=10)
+    pks = {row.pk for row in searched}
+    assert searched.db == REPLICA
+    assert pks and newest.pk not in pks
+
+    request = Request(APIRequestFactory().get("/articles/", {"semantic": TEXT}))
+    filtered = SemanticSearchFilter().filter_queryset(request, plain.all(), APIView())
+    pks = {row.pk for row in filtered}
+    assert filtered.db == REPLICA
+    assert pks and newest.pk not in pks
+    # .using() on the queryset still names the database: the primary has the new row.
+    assert newest.pk in {row.pk for row in as_semantic(plain.using("default")).similar_to(TEXT)}
+
+
+@pytest.mark.django_db(transaction=True, databases=BOTH)
 def test_a_promotion_not_yet_replayed_leaves_the_replica_consistent(replica, tuned):
     """The switch committed on the primary; the replica has not replayed it. A search there
     reads the old version with the old rows (before: the primary's new version, which no row
