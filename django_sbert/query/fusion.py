@@ -67,7 +67,7 @@ from django.db.models.sql.query import Query
 from django.db.models.sql.where import AND, WhereNode
 from pgvector.django import CosineDistance
 
-from .. import fulltext
+from .. import bm25, fulltext
 from .vectors import QuerySource, QueryVector
 
 TABLE_NAME = "sbert_hybrid"
@@ -119,6 +119,12 @@ class Fusion:
     # take the candidates by Hamming distance and rank them by exact cosine; None: the float
     # vectors, through their own index.
     binary: Any = None
+    # KEYWORD_RANK "bm25": the column's BM25 parameters (bm25.Bm25); None: ts_rank.
+    bm25: Any = None
+    # BM25: the share of rows a candidate's rarest words may cover (fulltext.matching_lexemes)
+    match_share: float = fulltext.MATCH_DF
+    # BM25: candidates that get the exact score, the best by a quick score (CappedMatch)
+    rescore: int | None = None
 
 
 class FusedColumn(Expression):
@@ -282,10 +288,17 @@ class FusedJoin(DerivedTableJoin):
     def _keyword_side(self, base: QuerySet, connection: Any) -> tuple[str, tuple[Any, ...]]:
         f = self.fusion
         matches, rank = fulltext.keyword_filter_and_rank(
-            f.tsvector_column, f.text, f.config, f.match, f.terms
+            f.tsvector_column, f.text, f.config, f.match, f.terms, f.bm25, f.match_share
         )
-        if f.max_rows is not None and isinstance(matches, fulltext.Matches):
-            matches = CappedMatch(matches, f.max_rows)  # rank at most max_rows rows
+        if isinstance(matches, fulltext.Matches) and (f.max_rows is not None or f.bm25 is not None):
+            # rank at most max_rows rows; with BM25, the best `rescore` of them by a quick score
+            matches = CappedMatch(
+                matches,
+                f.max_rows,
+                prescore=prescore_terms(f.terms) if f.bm25 is not None else None,
+                keep=f.rescore,
+                tsvector_column=f.tsvector_column,
+            )
         candidates = (
             base.filter(matches)
             .annotate(_sbert_rank=rank)
@@ -353,11 +366,25 @@ class CappedMatch(Expression):
     conditional = True
     output_field = BooleanField()
 
-    def __init__(self, condition: Any, limit: int, pk: Any = None) -> None:
+    def __init__(
+        self,
+        condition: Any,
+        limit: int | None,
+        pk: Any = None,
+        *,
+        prescore: tuple[tuple[str, float], ...] | None = None,
+        keep: int | None = None,
+        tsvector_column: str | None = None,
+    ) -> None:
         super().__init__()
         self.condition = condition  # unresolved: resolved again in the sub-select's query
-        self.limit = int(limit)
+        self.limit = None if limit is None else int(limit)
         self.pk = F("pk") if pk is None else pk
+        # BM25 (bm25.prescore_sql): of the rows found, keep the `keep` best by the quick score
+        # of these (lexeme, idf); the exact score is then computed for those only.
+        self.prescore = prescore
+        self.keep = keep
+        self.tsvector_column = tsvector_column
 
     def get_source_expressions(self) -> list[Any]:
         return [self.pk]
@@ -366,11 +393,29 @@ class CappedMatch(Expression):
         (self.pk,) = exprs
 
     def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
-        rows = candidate_queryset(compiler.query, _is_capped_match)
-        rows = rows.filter(self.condition).values("pk")[: self.limit]
-        sql, params = rows.query.get_compiler(connection=connection).as_sql()
+        rows = candidate_queryset(compiler.query, _is_capped_match).filter(self.condition)
         pk_sql, pk_params = compiler.compile(self.pk)
+        if self.prescore is None or not self.keep:
+            rows = rows.values("pk")[: self.limit]
+            sql, params = rows.query.get_compiler(connection=connection).as_sql()
+            return f"{pk_sql} = ANY(ARRAY({sql}))", (*pk_params, *params)
+        rows = rows.values_list("pk", self.tsvector_column)[: self.limit]
+        found, found_params = rows.query.get_compiler(connection=connection).as_sql()
+        score, score_params = bm25.prescore_sql("sbert_found.tsv", self.prescore)
+        # The tsvector detoasted once per row (OFFSET 0 keeps the sub-select as it is), then
+        # tested once per query word.
+        sql = (
+            f"SELECT sbert_found.pk FROM (SELECT c.pk, c.tsv || ''::tsvector AS tsv "
+            f"FROM ({found}) AS c (pk, tsv) OFFSET 0) AS sbert_found "
+            f"ORDER BY {score} DESC, sbert_found.pk LIMIT %s"
+        )
+        params = (*found_params, *score_params, int(self.keep))
         return f"{pk_sql} = ANY(ARRAY({sql}))", (*pk_params, *params)
+
+
+def prescore_terms(terms: Any) -> tuple[tuple[str, float], ...]:
+    """``(lexeme, idf)`` of fulltext terms ``(lexeme, idf, df)``: what the quick score reads."""
+    return tuple((lexeme, float(idf)) for lexeme, idf, _ in terms)
 
 
 def _is_capped_match(node: Any) -> bool:
