@@ -75,25 +75,28 @@ class Bm25:
             return "0::float8", []
         lexemes = [lexeme for lexeme, _ in terms]
         idfs = [float(value) for _, value in terms]
-        tf_parts, params = [], []
-        for letter, weight, b, average in self.fields:
-            # w_f / (1 - b_f + b_f * len_f / avglen_f), per row; times tf_f(t) per lexeme.
-            tf_parts.append(
-                f"cardinality(array_positions(u.weights, '{letter}')) * %s::float8 / "
-                f"(%s::float8 + %s::float8 * length(ts_filter(d.tsv, '{{{letter.lower()}}}')))"
+        # Per row, once: each field's weight over its length norm,
+        # w_f / (1 - b_f + b_f * len_f / avglen_f) (OFFSET 0: not inlined into the lexemes').
+        norms, norm_params, tf_parts = [], [], []
+        for i, (letter, weight, b, average) in enumerate(self.fields):
+            norms.append(
+                f"%s::float8 / (%s::float8 + %s::float8 * "
+                f"length(ts_filter(r.tsv, '{{{letter.lower()}}}'))) AS n{i}"
             )
-            params += [weight, 1.0 - b, b / average]
+            norm_params += [weight, 1.0 - b, b / average]
+            tf_parts.append(f"cardinality(array_positions(u.weights, '{letter}')) * d.n{i}")
         k1 = float(self.k1)
         sql = (
             "(SELECT COALESCE(sum(s.idf * s.tf * %s::float8 / (%s::float8 + s.tf)), 0) FROM ("
             "SELECT (%s::float8[])[array_position(%s::text[], u.lexeme)] AS idf, "
             f"{' + '.join(tf_parts)} AS tf "
-            f"FROM (SELECT {tsv_sql} AS tsv) AS d, "
+            f"FROM (SELECT r.tsv, {', '.join(norms)} "
+            f"FROM (SELECT {tsv_sql} AS tsv) AS r OFFSET 0) AS d, "
             # Only the query's lexemes: remove every other one (C functions), then unnest.
             "unnest(ts_delete(d.tsv, tsvector_to_array(ts_delete(d.tsv, %s::text[])))) AS u"
-            ") AS s WHERE s.tf > 0)"
+            ") AS s)"
         )
-        return sql, [k1 + 1.0, k1, idfs, lexemes, *params, lexemes]
+        return sql, [k1 + 1.0, k1, idfs, lexemes, *norm_params, lexemes]
 
 
 def prescore_sql(tsv_sql: str, terms: Sequence[tuple[str, float]]) -> tuple[str, list]:

@@ -61,6 +61,7 @@ from django.db.models import (
     FloatField,
     IntegerField,
     QuerySet,
+    Value,
 )
 from django.db.models.sql.constants import INNER
 from django.db.models.sql.query import Query
@@ -295,9 +296,10 @@ class FusedJoin(DerivedTableJoin):
             matches = CappedMatch(
                 matches,
                 f.max_rows,
-                prescore=prescore_terms(f.terms) if f.bm25 is not None else None,
+                prescore=prescore_terms(f.terms, f.match, f.match_share) if f.bm25 else None,
                 keep=f.rescore,
                 tsvector_column=f.tsvector_column,
+                require_condition=f.match == "all",
             )
         candidates = (
             base.filter(matches)
@@ -352,6 +354,9 @@ def _without(where: WhereNode, leave_out: Callable[[Any], bool]) -> WhereNode:
     return WhereNode([child for child in where.children if not _refers_to(child, leave_out)], AND)
 
 
+_WORD = "'sbert:word'"  # the placeholder lexeme CappedMatch compiles a word's scan with
+
+
 class CappedMatch(Expression):
     """``pk IN (SELECT pk FROM <table> WHERE <the queryset's filters> AND <condition> LIMIT n)``.
 
@@ -361,6 +366,18 @@ class CappedMatch(Expression):
     filters at that moment (chained before or after the search), so the rows it keeps are
     rows the queryset can return. Which rows it keeps when more match is up to PostgreSQL
     (the first it finds; no order is asked for, so that finding them stays cheap).
+
+    With ``prescore`` (BM25), the rows are found one word at a time instead, each word's
+    rows straight from the GIN index (at most ``limit`` per word; no tsvector is read), and
+    only the ``keep`` best by the sum of the idf of the words they hold are kept: the exact
+    score, which reads a row's whole tsvector, is computed for those alone::
+
+        pk = ANY(ARRAY(SELECT pk FROM (
+                 SELECT pk, :idf_1 FROM <table> WHERE <filters> AND tsv @@ 'word_1' LIMIT n
+                 UNION ALL ...) AS s (pk, idf)
+             GROUP BY pk ORDER BY sum(idf) DESC, pk LIMIT :keep))
+
+    ``condition`` then applies too only with ``require_condition`` (``match="all"``).
     """
 
     conditional = True
@@ -375,16 +392,16 @@ class CappedMatch(Expression):
         prescore: tuple[tuple[str, float], ...] | None = None,
         keep: int | None = None,
         tsvector_column: str | None = None,
+        require_condition: bool = False,
     ) -> None:
         super().__init__()
         self.condition = condition  # unresolved: resolved again in the sub-select's query
         self.limit = None if limit is None else int(limit)
         self.pk = F("pk") if pk is None else pk
-        # BM25 (bm25.prescore_sql): of the rows found, keep the `keep` best by the quick score
-        # of these (lexeme, idf); the exact score is then computed for those only.
         self.prescore = prescore
         self.keep = keep
         self.tsvector_column = tsvector_column
+        self.require_condition = require_condition
 
     def get_source_expressions(self) -> list[Any]:
         return [self.pk]
@@ -393,28 +410,42 @@ class CappedMatch(Expression):
         (self.pk,) = exprs
 
     def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
-        rows = candidate_queryset(compiler.query, _is_capped_match).filter(self.condition)
+        base = candidate_queryset(compiler.query, _is_capped_match)
         pk_sql, pk_params = compiler.compile(self.pk)
-        if self.prescore is None or not self.keep:
-            rows = rows.values("pk")[: self.limit]
+        if not self.prescore or not self.keep:
+            rows = base.filter(self.condition).values("pk")[: self.limit]
             sql, params = rows.query.get_compiler(connection=connection).as_sql()
             return f"{pk_sql} = ANY(ARRAY({sql}))", (*pk_params, *params)
-        rows = rows.values_list("pk", self.tsvector_column)[: self.limit]
-        found, found_params = rows.query.get_compiler(connection=connection).as_sql()
-        score, score_params = bm25.prescore_sql("sbert_found.tsv", self.prescore)
-        # The tsvector detoasted once per row (OFFSET 0 keeps the sub-select as it is), then
-        # tested once per query word.
+        if self.require_condition:
+            base = base.filter(self.condition)
+        # One word's rows, compiled once (compiling is most of the cost of a short search);
+        # each word then puts its own lexeme where the placeholder's is.
+        word = fulltext.TsQuery(Value(_WORD))
+        rows = base.filter(fulltext.Matches(F(self.tsvector_column), word))
+        rows = rows.values_list("pk")[: self.limit]
+        sql, word_params = rows.query.get_compiler(connection=connection).as_sql()
+        at = [i for i, value in enumerate(word_params) if value == _WORD]
+        parts, params = [], []
+        for lexeme, idf in self.prescore:
+            these = list(word_params)
+            for i in at:
+                these[i] = bm25.quote_lexeme(lexeme)
+            parts.append(f"SELECT c.pk, %s::float8 FROM ({sql}) AS c (pk)")
+            params += [float(idf), *these]
         sql = (
-            f"SELECT sbert_found.pk FROM (SELECT c.pk, c.tsv || ''::tsvector AS tsv "
-            f"FROM ({found}) AS c (pk, tsv) OFFSET 0) AS sbert_found "
-            f"ORDER BY {score} DESC, sbert_found.pk LIMIT %s"
+            f"SELECT s.pk FROM ({' UNION ALL '.join(parts)}) AS s (pk, idf) "
+            "GROUP BY s.pk ORDER BY sum(s.idf) DESC, s.pk LIMIT %s"
         )
-        params = (*found_params, *score_params, int(self.keep))
-        return f"{pk_sql} = ANY(ARRAY({sql}))", (*pk_params, *params)
+        return f"{pk_sql} = ANY(ARRAY({sql}))", (*pk_params, *params, int(self.keep))
 
 
-def prescore_terms(terms: Any) -> tuple[tuple[str, float], ...]:
-    """``(lexeme, idf)`` of fulltext terms ``(lexeme, idf, df)``: what the quick score reads."""
+def prescore_terms(terms: Any, match: str, share: float) -> tuple[tuple[str, float], ...]:
+    """``(lexeme, idf)`` of the words whose rows are candidates, from fulltext terms
+    ``(lexeme, idf, df)``: with ``match="any"`` the rarest, while together they are in at
+    most ``share`` of the rows (fulltext.matching_lexemes); with "all", every word."""
+    if match == "any":
+        wanted = set(fulltext.matching_lexemes(terms, share))
+        terms = [term for term in terms if term[0] in wanted]
     return tuple((lexeme, float(idf)) for lexeme, idf, _ in terms)
 
 

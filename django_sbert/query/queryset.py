@@ -201,6 +201,7 @@ class SemanticQuerySet(models.QuerySet):
         fulltext.check_text(text)
         embedding = self._embedding_field(field, keyword=True)
         match = match_mode(match)
+        max_rows = keyword_max_rows()  # checked even when no word is searched for
         pinned = self._pinned()
         plan = pinned._keyword_plan(embedding, text, match, max_df, rank)
         matches, rank_expression = fulltext.keyword_filter_and_rank(
@@ -215,12 +216,14 @@ class SemanticQuerySet(models.QuerySet):
         if isinstance(matches, fulltext.Matches):
             # Rank at most KEYWORD_MAX_ROWS of the matching rows, however common the words;
             # BM25: the exact score for the best of them by a quick score only.
+            bm25 = plan.bm25 is not None
             matches = CappedMatch(
                 matches,
-                keyword_max_rows(),
-                prescore=prescore_terms(plan.terms) if plan.bm25 is not None else None,
+                max_rows,
+                prescore=prescore_terms(plan.terms, match, plan.match_share) if bm25 else None,
                 keep=rescored_rows(k),
                 tsvector_column=embedding.tsvector_field_name,
+                require_condition=match == "all",
             )
         qs = pinned.filter(matches).annotate(keyword_score=rank_expression)
         qs = qs.order_by(models.F("keyword_score").desc(), "pk")

@@ -439,7 +439,9 @@ def test_a_paraphrase_without_shared_words_is_found_by_vector_and_hybrid(minilm)
     assert hybrid[0].similarity > hybrid[1].similarity
 
 
-def test_any_word_ranking_weighs_rare_words_by_idf(db):
+@pytest.mark.filterwarnings("ignore:Keyword ranking by ts_rank:DeprecationWarning")
+def test_ts_rank_any_word_ranking_weighs_rare_words_by_idf(db):
+    # The deprecated ranking (KEYWORD_RANK="ts_rank"): word weights from ANALYZE's statistics.
     # 60 rows share the common words. "telomerase" is in one row, "nucleosome" in two; the
     # row with nucleosome also holds every common word.
     Article.objects.bulk_create(
@@ -452,21 +454,43 @@ def test_any_word_ranking_weighs_rare_words_by_idf(db):
     Article.objects.create(title="Nucleosome", body="")
     text = "telomerase and nucleosome increase risk in patients"
     # No statistics yet: every word weighs 1, and the row holding the most words wins.
-    assert Article.objects.keyword_search(text, match="any", max_df=1.0).first() == crowded
+    assert Article.objects.keyword_search(text, match="any", rank="ts_rank", max_df=1.0).first() == crowded
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE testapp_article")
     clear_statistics_cache()  # as after STATS_SECONDS in a long-running process
-    ranked = list(Article.objects.keyword_search(text, match="any", max_df=1.0))
+    ranked = list(Article.objects.keyword_search(text, match="any", rank="ts_rank", max_df=1.0))
     # The rarest word outweighs a commoner one plus every common word; rows holding only
     # common words are not candidates once rarer words exist (1/63 + 2/63 <= MATCH_DF).
     assert ranked[:2] == [rare, crowded] and len(ranked) == 3
     assert ranked[0].keyword_score > ranked[1].keyword_score > ranked[2].keyword_score
     # words in more than max_df of the rows are not searched for at all
-    assert list(Article.objects.keyword_search("patients", match="any", max_df=0.2, k=100))
+    assert list(Article.objects.keyword_search("patients", match="any", rank="ts_rank", max_df=0.2, k=100))
+    assert len(Article.objects.keyword_search("patients", match="any", rank="ts_rank", k=100)) == 61
+    assert list(Article.objects.keyword_search("enzyme patients", match="any", rank="ts_rank")) == [rare]
+    with pytest.raises(ValueError, match="max_df"):
+        Article.objects.keyword_search(text, match="any", rank="ts_rank", max_df=0)
+
+
+def test_bm25_weighs_rare_words_by_exact_idf_from_the_first_row(db):
+    # The same rows, ranked by BM25: the statistics are exact as soon as the rows are written
+    # (no ANALYZE), so the rarest word outweighs a commoner one plus every common word.
+    Article.objects.bulk_create(
+        Article(title="patients increase", body="patients increase risk") for _ in range(60)
+    )
+    rare = Article.objects.create(title="Telomerase", body="an enzyme")
+    crowded = Article.objects.create(
+        title="Nucleosome patients increase", body="patients increase risk"
+    )
+    alone = Article.objects.create(title="Nucleosome", body="")
+    text = "telomerase and nucleosome increase risk in patients"
+    ranked = list(Article.objects.keyword_search(text, k=100, match="any", max_df=1.0))
+    # The shorter nucleosome row beats the longer one (length normalisation); rows holding
+    # only the common words follow.
+    assert ranked[:3] == [rare, alone, crowded] and len(ranked) == 63
+    assert ranked[0].keyword_score > ranked[1].keyword_score > ranked[2].keyword_score
+    assert ranked[2].keyword_score > ranked[3].keyword_score
     assert len(Article.objects.keyword_search("patients", match="any", k=100)) == 61
     assert list(Article.objects.keyword_search("enzyme patients", match="any")) == [rare]
-    with pytest.raises(ValueError, match="max_df"):
-        Article.objects.keyword_search(text, match="any", max_df=0)
 
 
 def test_a_word_no_row_holds_does_not_hide_the_listed_words(db):
