@@ -213,7 +213,12 @@ SEARCH = Group(
             "sum of each side's normalised scores ([hybrid.md](hybrid.md#fusion)).",
             one_of("rrf", "linear"),
         ),
-        "RRF_K": Setting(60, "k of reciprocal rank fusion, `w / (k + rank)` per side.", number(0)),
+        "RRF_K": Setting(
+            1,
+            "k of reciprocal rank fusion, `w / (k + rank)` per side; chosen on SciFact with "
+            "BM25 ([benchmarks.md](benchmarks.md#bm25-keyword-search)).",
+            number(0),
+        ),
         "CANDIDATES": Setting(
             100, "Rows taken from each side of a hybrid search before fusing.", integer(1)
         ),
@@ -248,7 +253,7 @@ SEARCH = Group(
             LETTER_NUMBERS,
         ),
         "BM25_RESCORE": Setting(
-            200,
+            100,
             "BM25: candidates ordered by a quick score (the idf of the words a row holds), "
             "then this many (at least `k` or `CANDIDATES`) given the exact score.",
             integer(1),

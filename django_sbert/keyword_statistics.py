@@ -181,14 +181,24 @@ def _recount_sql(table: str, column: str, letters: Sequence[str], quote: Any) ->
     ]
 
 
-def keyword_columns() -> list[tuple[str, str, list[str]]]:
-    """``(table, column, weight letters)`` of every keyword column of the project's models."""
+def keyword_columns(models: Sequence[Any] | None = None) -> list[tuple[str, str, list[str]]]:
+    """``(table, column, weight letters)`` of every keyword column of the project's models
+    (or of ``models``)."""
     # Imported here: fields imports models, which Django loads after this module may be.
-    from .fields import all_embedding_fields
+    from .fields import EmbeddingField, all_embedding_fields
     from .fulltext import field_weights
 
+    if models is None:
+        pairs = all_embedding_fields()
+    else:
+        pairs = [
+            (model, field)
+            for model in models
+            for field in model._meta.local_concrete_fields
+            if isinstance(field, EmbeddingField)
+        ]
     found = []
-    for model, field in all_embedding_fields():
+    for model, field in pairs:
         if not field.keyword_search or model._meta.proxy or not model._meta.managed:
             continue
         if not field.has_keyword_search:
@@ -211,11 +221,13 @@ def _has_column(cursor: Any, table: str, column: str) -> bool:
     return cursor.fetchone() is not None
 
 
-def install(using: str = "default", *, rebuild_all: bool = False) -> list[str]:
-    """Create (or replace) the triggers of every keyword column on database ``using``, and
-    count the rows of each column that has no statistics yet (every column with
-    ``rebuild_all``). Drops the triggers of keyword columns that are gone. Returns the keys
-    ``"<table>.<column>"`` counted."""
+def install(
+    using: str = "default", *, rebuild_all: bool = False, models: Sequence[Any] | None = None
+) -> list[str]:
+    """Create (or replace) the triggers of every keyword column on database ``using`` (of
+    ``models`` only, if given), and count the rows of each column that has no statistics yet
+    (every column with ``rebuild_all``). Drops the triggers of keyword columns that are gone
+    (not with ``models``). Returns the keys ``"<table>.<column>"`` counted."""
     connection = connections[using]
     if connection.vendor != "postgresql":
         return []
@@ -226,7 +238,7 @@ def install(using: str = "default", *, rebuild_all: bool = False) -> list[str]:
         cursor.execute("SELECT to_regclass(%s)", [TOTAL_TABLE])
         if cursor.fetchone()[0] is None:
             return []  # django_sbert's migration 0009 has not run on this database
-        for table, column, letters in keyword_columns():
+        for table, column, letters in keyword_columns(models):
             if not _has_column(cursor, quote(table), column):
                 continue
             triggers = trigger_sql(table, column, quote)
@@ -248,7 +260,8 @@ def install(using: str = "default", *, rebuild_all: bool = False) -> list[str]:
                     for statement in _recount_sql(table, column, letters, quote):
                         cursor.execute(statement)
                     counted.append(relation_key(table, column))
-        _drop_stale_triggers(cursor, wanted, quote)
+        if models is None:
+            _drop_stale_triggers(cursor, wanted, quote)
     return counted
 
 
