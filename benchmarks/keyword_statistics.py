@@ -15,7 +15,7 @@ keeping its statistics costs writers.
    the body of 1,000 rows, and the embedding write (``update()`` of the vector columns only).
    Each is run ``--repeat`` times, alternating with and without, and the medians compared.
 
-    python -m benchmarks.keyword_statistics [--rows 100000] [--upkeep] [--json PATH]
+    python -m benchmarks.keyword_statistics [--rows 100000] [--queries N] [--upkeep] [--json PATH]
 """
 
 from __future__ import annotations
@@ -146,6 +146,7 @@ def main() -> None:
     parser.add_argument("--upkeep", action="store_true", help="also time the write paths")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--queries", type=int, default=None, help="only the first N dev claims")
     add_json_option(parser)
     args = parser.parse_args()
 
@@ -166,6 +167,7 @@ def main() -> None:
         cursor.execute("VACUUM ANALYZE testapp_article")
     ids = [row["id"] for row in rows]
     dev, _ = split(queries_with_qrels(), args.seed, 0.5)
+    dev = dev[: args.queries]
     print(f"{len(rows)} rows; {len(dev)} dev claims (seed {args.seed}); load {load_average()}")
     figures: dict = {"rows": len(rows)}
     bounds(dev, ids, figures)
