@@ -8,8 +8,8 @@ row's side of BM25 needs:
   tagged ``f``;
 * ``len_f``, the length of field ``f``: the number of distinct lexemes tagged ``f``
   (``length(ts_filter(tsv, '{f}'))``, computed in C; counting every position instead would
-  mean unnesting the whole tsvector of each candidate, three times the cost, and ranked
-  SciFact no better: 69.07 against 69.11 nDCG@10 on the dev half).
+  mean unnesting the whole tsvector of each candidate, about three times the cost, and in an
+  exact computation over SciFact's dev claims it ranked no better).
 
 The collection's side, exact and kept with the rows by triggers (keyword_statistics.py): the
 number of rows ``N``, each lexeme's document frequency ``df`` (rows holding it in any field),
@@ -23,11 +23,12 @@ each field's total length. With ``avglen_f = total_f / N``::
 first, saturated once.) With one field and weight 1 it is Okapi BM25 as the ``rank-bm25``
 package computes it, with Lucene's idf (tests/query/test_bm25.py checks it).
 
-Cost: a candidate row's exact score reads its whole tsvector (about 25 us for an abstract), so
-rows are scored in two steps: ``prescore_sql`` (the sum of the idf of the query lexemes a row
-holds: one binary search per lexeme) orders the candidates, and the best ``rescored`` of them
-get the exact score. On SciFact the two steps keep 99.9% of the exact top 10 with 200 rows
-rescored (docs/hybrid.md).
+Cost: a candidate row's exact score reads its whole tsvector (tens of microseconds for an
+abstract), so rows are scored in two steps: a quick score (the sum of the idf of the query
+lexemes a row holds, summed over one GIN index scan per word: query/fusion.CappedMatch; or
+``prescore_sql`` on a tsvector) orders the candidates, and the best ``SEARCH["BM25_RESCORE"]``
+of them get the exact score. With the defaults the top 10 keeps 98.6% of the exact BM25 top 10
+on SciFact's dev claims (docs/benchmarks.md).
 """
 
 from __future__ import annotations
