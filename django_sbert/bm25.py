@@ -25,8 +25,8 @@ package computes it, with Lucene's idf (tests/query/test_bm25.py checks it).
 
 Cost: a candidate row's exact score reads its whole tsvector (tens of microseconds for an
 abstract), so rows are scored in two steps: a quick score (the sum of the idf of the query
-lexemes a row holds, summed over one GIN index scan per word: query/fusion.CappedMatch; or
-``prescore_sql`` on a tsvector) orders the candidates, and the best ``SEARCH["BM25_RESCORE"]``
+lexemes a row holds, summed over one GIN index scan per word: query/fusion.CappedMatch)
+orders the candidates, and the best ``SEARCH["BM25_RESCORE"]``
 of them get the exact score. With the defaults the top 10 keeps 98.6% of the exact BM25 top 10
 on SciFact's dev claims (docs/benchmarks.md).
 """
@@ -98,17 +98,6 @@ class Bm25:
             ") AS s)"
         )
         return sql, [k1 + 1.0, k1, idfs, lexemes, *norm_params, lexemes]
-
-
-def prescore_sql(tsv_sql: str, terms: Sequence[tuple[str, float]]) -> tuple[str, list]:
-    """SQL of a cheap first score: the sum of the idf of the query lexemes the row holds."""
-    if not terms:
-        return "0::float8", []
-    parts = [f"CASE WHEN {tsv_sql} @@ %s::tsquery THEN %s::float8 ELSE 0 END" for _ in terms]
-    params: list[Any] = []
-    for lexeme, value in terms:
-        params += [quote_lexeme(lexeme), float(value)]
-    return "(" + " + ".join(parts) + ")", params
 
 
 def quote_lexeme(lexeme: str) -> str:
