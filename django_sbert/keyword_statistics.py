@@ -118,8 +118,12 @@ def function_sql(table: str, column: str, letters: Sequence[str], quote: Any) ->
     )
 
     def function(name: str, declare: str, body: str) -> str:
+        # SECURITY DEFINER: the counts are written with the rights of the role that ran
+        # migrate, so a role that may write the site's tables needs no grant on ours; the
+        # search_path is fixed to migrate's, so no caller's objects can stand in for ours.
         return (
-            f"CREATE OR REPLACE FUNCTION {quote(name)}() RETURNS trigger LANGUAGE plpgsql AS "
+            f"CREATE OR REPLACE FUNCTION {quote(name)}() RETURNS trigger LANGUAGE plpgsql "
+            "SECURITY DEFINER SET search_path FROM CURRENT AS "
             f"$sbert$ {declare} BEGIN {body} RETURN NULL; END $sbert$"
         )
 

@@ -202,3 +202,25 @@ def test_rebuild_counts_from_scratch():
     call_command("sbert_keyword_stats", "--rebuild", stdout=io.StringIO())
     assert_counts_exact()
     call_command("sbert_keyword_stats", "--check", stdout=io.StringIO())
+
+
+@pytest.mark.django_db
+def test_a_role_with_no_grant_on_the_statistics_tables_can_still_write_rows():
+    # The triggers' functions run with migrate's rights (SECURITY DEFINER): a role allowed to
+    # write the site's table only still gets its rows counted.
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE ROLE sbert_test_writer NOLOGIN")  # rolled back with the test
+        cursor.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON {TABLE} TO sbert_test_writer")
+        cursor.execute("GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO sbert_test_writer")
+        cursor.execute("SET LOCAL ROLE sbert_test_writer")
+        try:
+            cursor.execute(
+                f"INSERT INTO {TABLE} (title, body, category, published) "
+                "VALUES ('Granted', 'only the table', '', true)"
+            )
+            cursor.execute(f"UPDATE {TABLE} SET body = 'changed text' WHERE title = 'Granted'")
+            cursor.execute(f"DELETE FROM {TABLE} WHERE title = 'Granted' AND false")
+        finally:
+            cursor.execute("RESET ROLE")
+    totals = assert_counts_exact()
+    assert totals["*"] == Article.objects.count() == 1
