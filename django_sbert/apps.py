@@ -30,6 +30,9 @@ class SbertConfig(AppConfig):
         post_migrate.connect(
             set_keyword_statistics, sender=self, dispatch_uid="django_sbert.keyword_statistics"
         )
+        post_migrate.connect(
+            install_keyword_triggers, sender=self, dispatch_uid="django_sbert.keyword_triggers"
+        )
         connect_signals()
         connect_evaluation()
 
@@ -71,6 +74,28 @@ def create_vector_extension(*, using: str = "default", **kwargs: Any) -> None:
                 using,
                 exc,
             )
+
+
+def install_keyword_triggers(*, using: str = "default", **kwargs: Any) -> list[str]:
+    """After ``migrate``: the triggers that keep BM25's statistics of every keyword column
+    (keyword_statistics.py), replaced idempotently; a column without statistics yet is
+    counted. A role that may not create triggers gets a warning, and migrate goes on."""
+    from . import keyword_statistics  # imports fields, which Django loads after apps.py
+
+    try:
+        counted = keyword_statistics.install(using)
+    except DatabaseError as exc:
+        logger.warning(
+            "django-sbert: could not install the keyword statistics triggers on database %r "
+            "(%s); BM25 keyword search ranks without statistics until `manage.py "
+            "sbert_keyword_stats --rebuild` runs as the tables' owner.",
+            using,
+            exc,
+        )
+        return []
+    if counted:
+        logger.info("django-sbert: keyword statistics counted for %s.", ", ".join(counted))
+    return counted
 
 
 # The statistics target PostgreSQL has for a column: NULL (PostgreSQL 17) or -1 (before) means

@@ -52,6 +52,32 @@ from .settings_schema import (
 
 SETTING_NAME = "SBERT"
 
+_LETTERS = ("A", "B", "C", "D")
+LETTER_NUMBERS = Rule(
+    lambda v: (
+        isinstance(v, dict)
+        and set(v) <= set(_LETTERS)
+        and all(
+            isinstance(n, int | float) and not isinstance(n, bool) and n >= 0 for n in v.values()
+        )
+    ),
+    "a dict of weight letter (A, B, C, D) -> number >= 0",
+)
+LETTER_NUMBERS_OR_FRACTION = Rule(
+    lambda v: (
+        (isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 1)
+        or (
+            isinstance(v, dict)
+            and set(v) <= set(_LETTERS)
+            and all(
+                isinstance(n, int | float) and not isinstance(n, bool) and 0 <= n <= 1
+                for n in v.values()
+            )
+        )
+    ),
+    "a number in [0, 1] or a dict of weight letter (A, B, C, D) -> number in [0, 1]",
+)
+
 ENCODER = Group(
     {
         "MODEL": Setting(
@@ -187,7 +213,12 @@ SEARCH = Group(
             "sum of each side's normalised scores ([hybrid.md](hybrid.md#fusion)).",
             one_of("rrf", "linear"),
         ),
-        "RRF_K": Setting(60, "k of reciprocal rank fusion, `w / (k + rank)` per side.", number(0)),
+        "RRF_K": Setting(
+            1,
+            "k of reciprocal rank fusion, `w / (k + rank)` per side; chosen on SciFact with "
+            "BM25 ([benchmarks.md](benchmarks.md#bm25-keyword-search)).",
+            number(0),
+        ),
         "CANDIDATES": Setting(
             100, "Rows taken from each side of a hybrid search before fusing.", integer(1)
         ),
@@ -198,6 +229,40 @@ SEARCH = Group(
             "`hybrid_search()` uses the fusion a fine-tuning run chose for the serving version "
             "on its eval split; `False`: always the settings above.",
             BOOLEAN,
+        ),
+        "KEYWORD_RANK": Setting(
+            "bm25",
+            'How the keyword side ranks: `"bm25"` (Okapi BM25F from exact statistics) or '
+            '`"ts_rank"` (deprecated: PostgreSQL\'s rank, removed in the next release) '
+            "([hybrid.md](hybrid.md#keyword-ranking-bm25)).",
+            one_of("bm25", "ts_rank"),
+        ),
+        "BM25_K1": Setting(
+            1.2, "BM25 term-frequency saturation `k1` (0: a word counts once).", number(0)
+        ),
+        "BM25_B": Setting(
+            0.75,
+            "BM25 length normalisation `b` in [0, 1]: one number, or a dict of weight letter "
+            '-> number (`{"A": 0.5, "B": 0.75}`).',
+            LETTER_NUMBERS_OR_FRACTION,
+        ),
+        "BM25_WEIGHTS": Setting(
+            {"A": 1.0, "B": 1.0, "C": 1.0, "D": 1.0},
+            "BM25F weight of each weight letter's fields (`A`: the first source field unless "
+            "`keyword_weights` says otherwise); 0 leaves a field out of the rank.",
+            LETTER_NUMBERS,
+        ),
+        "BM25_RESCORE": Setting(
+            100,
+            "BM25: candidates ordered by a quick score (the idf of the words a row holds), "
+            "then this many (at least `k` or `CANDIDATES`) given the exact score.",
+            integer(1),
+        ),
+        "KEYWORD_CANDIDATE_ROWS": Setting(
+            2000,
+            'BM25 with `"any"`: a row must hold one of the query\'s rarest words, taken while '
+            "together they are in at most this many rows; `None`: any word.",
+            optional(integer(1)),
         ),
         "KEYWORD_MATCH": Setting(
             "any",

@@ -150,7 +150,7 @@ class EmbeddingField(VectorField):
         encoder: str = "default",
         dimensions: int | None = None,
         keyword_search: bool = False,
-        keyword_config: str = fulltext.DEFAULT_CONFIG,
+        keyword_config: str | Mapping[str, str] = fulltext.DEFAULT_CONFIG,
         keyword_weights: Sequence[str] | Mapping[str, str] | None = None,
         passages: bool | PassageConfig = False,
         precision: str = "float32",
@@ -159,7 +159,8 @@ class EmbeddingField(VectorField):
     ) -> None:
         """``keyword_search=True`` adds the generated ``<name>_tsv`` column and its GIN index.
 
-        ``keyword_config`` is the PostgreSQL text search configuration (stemming, stop words);
+        ``keyword_config`` is the PostgreSQL text search configuration (stemming, stop words),
+        one for all source fields or one per field (``{"title": "simple", "body": "german"}``);
         ``keyword_weights`` a weight letter per source field (``("A", "B")`` or
         ``{"title": "A", "body": "B"}``); by default A, B, C, D in source order.
         ``passages=True`` (or a ``PassageConfig``) also indexes the text by its passages, in a

@@ -53,6 +53,8 @@ from django.contrib.postgres.search import (
 from django.db import models
 from django.db.models import BooleanField, Expression, F, FloatField, Func, Value
 
+from . import bm25 as okapi
+
 DEFAULT_CONFIG = "english"
 WEIGHT_LETTERS = ("A", "B", "C", "D")
 MATCH_MODES = ("all", "any")
@@ -79,14 +81,32 @@ def valid_weights(fields: Sequence[str], weights: Sequence[str] | Mapping[str, s
     return len(letters) == len(fields) and all(letter in WEIGHT_LETTERS for letter in letters)
 
 
+def field_configs(fields: Sequence[str], config: str | Mapping[str, str]) -> list[str]:
+    """One text search configuration per source field: ``config`` for all, or given per field
+    (``{"title": "simple", "body": "german"}``; a field not named gets ``DEFAULT_CONFIG``)."""
+    if isinstance(config, Mapping):
+        return [str(config.get(name, DEFAULT_CONFIG)) for name in fields]
+    return [str(config)] * len(fields)
+
+
+def query_configs(config: str | Mapping[str, str]) -> list[str]:
+    """The configurations a query's text is analysed with: each field's, once, in order."""
+    if isinstance(config, Mapping):
+        return list(dict.fromkeys(str(value) for value in config.values())) or [DEFAULT_CONFIG]
+    return [str(config)]
+
+
 def search_vector(
-    fields: Sequence[str], config: str, weights: Sequence[str] | Mapping[str, str] | None
+    fields: Sequence[str],
+    config: str | Mapping[str, str],
+    weights: Sequence[str] | Mapping[str, str] | None,
 ) -> SearchVector:
     """The weighted ``tsvector`` of ``fields``: what the generated ``<name>_tsv`` column holds."""
     letters = field_weights(fields, weights)
+    configs = field_configs(fields, config)
     vectors = [
-        SearchVector(name, config=config, weight=letter)
-        for name, letter in zip(fields, letters, strict=True)
+        SearchVector(name, config=field_config, weight=letter)
+        for name, letter, field_config in zip(fields, letters, configs, strict=True)
     ]
     combined = vectors[0]
     for vector in vectors[1:]:
@@ -94,9 +114,15 @@ def search_vector(
     return combined
 
 
-def websearch_query(text: str, config: str) -> Expression:
-    """``websearch_to_tsquery(config, text)``: the syntax of a web search box, never an error."""
-    return SearchQuery(text, config=config, search_type="websearch")
+def websearch_query(text: str, config: str | Mapping[str, str]) -> Expression:
+    """``websearch_to_tsquery(config, text)``: the syntax of a web search box, never an error.
+
+    Fields analysed with different configurations: the text as each reads it, or-ed."""
+    queries = [SearchQuery(text, config=c, search_type="websearch") for c in query_configs(config)]
+    combined = queries[0]
+    for query in queries[1:]:
+        combined = combined | query
+    return combined
 
 
 class Matches(Func):
@@ -260,18 +286,63 @@ def check_text(text: str) -> str:
     return text
 
 
+def bm25_terms(
+    connection: Any,
+    relation: str,
+    configs: Sequence[str],
+    text: str,
+    max_df: float,
+    letters: Sequence[str],
+    k1: float,
+    b: float | Mapping[str, float],
+    weights: Mapping[str, float],
+) -> tuple[tuple[Term, ...], okapi.Bm25 | None]:
+    """``(lexeme, idf, df)`` of the words of ``text`` worth searching for, rarest first, and
+    the BM25 parameters of the column, from its exact statistics (keyword_statistics.py).
+
+    A word no row holds is left out (it can match nothing); words in more than ``max_df`` of
+    the rows too, unless every word is. ``((), None)`` where the column has no statistics."""
+    rows, totals, dfs = okapi.read_statistics(connection, relation, configs, text)
+    if rows is None:
+        return (), None
+    parameters = okapi.parameters(letters, totals, rows, k1, b, weights)
+    if rows <= 0:
+        return (), parameters
+    weighted = sorted(
+        (df / rows, lexeme, okapi.idf(rows, df)) for lexeme, df in dfs.items() if df > 0
+    )
+    kept = [item for item in weighted if item[0] <= max_df] or weighted[:1]
+    terms = tuple((lexeme, value, share) for share, lexeme, value in kept[:MAX_TERMS])
+    return terms, parameters
+
+
 def keyword_filter_and_rank(
     column: str,
     text: str,
-    config: str,
+    config: str | Mapping[str, str],
     match: str,
     terms: Sequence[Term] | None = None,
+    bm25: okapi.Bm25 | None = None,
+    match_share: float = MATCH_DF,
 ) -> tuple[Expression, Expression]:
     """(``column @@ query``, its rank) for a tsvector column name.
 
-    ``match="any"`` needs the ``terms`` from query_terms(): rows must hold one of
-    ``matching_lexemes(terms)`` and are ranked by all the terms. ``match="all"`` reads ``text``.
+    ``match="any"`` needs the ``terms`` from query_terms() (or bm25_terms()): rows must hold
+    one of ``matching_lexemes(terms, match_share)`` and are ranked by all the terms.
+    ``match="all"`` reads ``text``. With ``bm25`` (and its terms) the rank is BM25F
+    (bm25.py), else ``ts_rank``: idf-weighted for "any", cover density for "all".
     """
+    if bm25 is not None:
+        if match not in MATCH_MODES:
+            raise ValueError(f"match must be one of {MATCH_MODES}, got {match!r}.")
+        if not terms:
+            false = Value(False, output_field=BooleanField())
+            return false, Value(0.0, output_field=FloatField())
+        rank = okapi.Bm25Rank(F(column), bm25, [(lexeme, idf) for lexeme, idf, _ in terms])
+        if match == "all":
+            return Matches(F(column), websearch_query(text, config)), rank
+        query = TsQuery(Value(tsquery_literal(matching_lexemes(terms, match_share))))
+        return Matches(F(column), query), rank
     if match == "all":
         query = websearch_query(text, config)
         rank = SearchRank(F(column), query, weights=list(RANK_WEIGHTS), cover_density=True)
@@ -284,10 +355,10 @@ def keyword_filter_and_rank(
     return Matches(F(column), query), idf_rank(column, terms)
 
 
-def matching_lexemes(terms: Sequence[Term]) -> list[str]:
+def matching_lexemes(terms: Sequence[Term], share: float = MATCH_DF) -> list[str]:
     """The words a candidate row must hold one of: every word the statistics do not list, and
-    the rarest listed ones while together they are in at most ``MATCH_DF`` of the rows (at
-    least one listed word); every word without statistics.
+    the rarest listed ones while together they are in at most ``share`` (``MATCH_DF``) of the
+    rows (at least one listed word); every word without statistics.
 
     An unlisted word is in few rows or in none (a word no row holds looks exactly like a rare
     one), so it costs the GIN index little, but it must not stand in for the listed words:
@@ -300,7 +371,7 @@ def matching_lexemes(terms: Sequence[Term]) -> list[str]:
     chosen: list[str] = []
     total = 0.0
     for df, lexeme in listed:
-        if chosen and total + df > MATCH_DF:
+        if chosen and total + df > share:
             break
         chosen.append(lexeme)
         total += df

@@ -47,6 +47,8 @@ FLOORS = {
             "django_sbert.dimensions",
             "django_sbert.passages",
             "django_sbert.fulltext",
+            "django_sbert.bm25",
+            "django_sbert.keyword_statistics",
             "django_sbert.indexes",
             "django_sbert.operations",
             "django_sbert.celery",

@@ -32,11 +32,13 @@ from typing import Any
 import numpy as np
 from django.db import connections, router, transaction
 
+from .. import bm25 as okapi
 from .. import fulltext
 from ..conf import sbert_settings
 from ..encoder.evaluation import Encodes, ranking_metrics
 from ..fields import all_embedding_fields
 from ..models import TrainingPair
+from ..query.options import match_share
 from ..serving import FUSION_KEYS
 from .gate import eval_metrics, positive_pairs, ranking_task
 
@@ -176,7 +178,11 @@ def keyword_rankings(
         cursor.execute(_FILL, [config, ids, [corpus[d] for d in ids]])
         cursor.execute(_DF)
         df = {word: count / max(1, len(ids)) for word, count in cursor.fetchall()}
+        bm25 = _bm25_parameters(cursor, len(ids))
         for qid, text in queries.items():
+            if bm25 is not None:
+                rankings[qid] = _bm25_ranking(cursor, bm25, config, text, df, match, max_df, depth)
+                continue
             if match == "all":
                 cursor.execute(
                     "SELECT id, ts_rank_cd(%s::float4[], tsv, q) AS score "
@@ -205,6 +211,53 @@ def keyword_rankings(
     return rankings
 
 
+def _bm25_parameters(cursor: Any, rows: int) -> okapi.Bm25 | None:
+    """BM25 over the temporary table's one field (weight D), with ``SEARCH``'s k1 and b; None
+    with ``KEYWORD_RANK`` "ts_rank"."""
+    search = sbert_settings.SEARCH
+    if search["KEYWORD_RANK"] != "bm25":
+        return None
+    cursor.execute("SELECT COALESCE(sum(length(tsv)), 0) FROM sbert_eval_docs")
+    total = int(cursor.fetchone()[0])
+    b = search["BM25_B"]
+    b = b.get("B", 0.75) if isinstance(b, Mapping) else b  # the body's, as a site's field
+    return okapi.parameters(["D"], {"D": total}, rows, search["BM25_K1"], b, {"D": 1.0})
+
+
+def _bm25_ranking(
+    cursor: Any,
+    bm25: okapi.Bm25,
+    config: str,
+    text: str,
+    df: Mapping[str, float],
+    match: str,
+    max_df: float,
+    depth: int,
+) -> list[tuple[str, float]]:
+    """One query's ``depth`` best ids by BM25 (bm25.py), the statistics exact over the
+    corpus; ``match`` and the candidate restriction as ``keyword_search()``."""
+    terms = _terms(cursor, config, text, df, max_df if match == "any" else 1.0)
+    if not terms:
+        return []
+    terms = [
+        (lexeme, okapi.idf(bm25.rows, round(share * bm25.rows)), share)
+        for lexeme, _, share in terms
+    ]
+    score, params = bm25.score_sql("sbert_eval_docs.tsv", [(lex, idf) for lex, idf, _ in terms])
+    if match == "all":
+        where, where_params = "tsv @@ websearch_to_tsquery(%s::regconfig, %s)", [config, text]
+    else:
+        share = match_share(bm25.rows)
+        where = "tsv @@ %s::tsquery"
+        where_params = [fulltext.tsquery_literal(fulltext.matching_lexemes(terms, share))]
+    cursor.execute(
+        f"SELECT id, {score} AS score FROM sbert_eval_docs WHERE {where} "
+        "ORDER BY score DESC, id LIMIT %s",
+        [*params, *where_params, depth],
+    )
+    return [(row[0], float(row[1])) for row in cursor.fetchall()]
+
+
 def _terms(
     cursor: Any, config: str, text: str, df: Mapping[str, float], max_df: float
 ) -> list[fulltext.Term]:
@@ -225,7 +278,7 @@ def keyword_config(encoder_name: str) -> str:
     else ``fulltext.DEFAULT_CONFIG``."""
     for _, field in all_embedding_fields():
         if field.encoder == encoder_name and field.keyword_search:
-            return str(field.keyword_config)
+            return fulltext.query_configs(field.keyword_config)[0]
     return fulltext.DEFAULT_CONFIG
 
 

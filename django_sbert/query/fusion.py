@@ -61,13 +61,14 @@ from django.db.models import (
     FloatField,
     IntegerField,
     QuerySet,
+    Value,
 )
 from django.db.models.sql.constants import INNER
 from django.db.models.sql.query import Query
 from django.db.models.sql.where import AND, WhereNode
 from pgvector.django import CosineDistance
 
-from .. import fulltext
+from .. import bm25, fulltext
 from .vectors import QuerySource, QueryVector
 
 TABLE_NAME = "sbert_hybrid"
@@ -119,6 +120,12 @@ class Fusion:
     # take the candidates by Hamming distance and rank them by exact cosine; None: the float
     # vectors, through their own index.
     binary: Any = None
+    # KEYWORD_RANK "bm25": the column's BM25 parameters (bm25.Bm25); None: ts_rank.
+    bm25: Any = None
+    # BM25: the share of rows a candidate's rarest words may cover (fulltext.matching_lexemes)
+    match_share: float = fulltext.MATCH_DF
+    # BM25: candidates that get the exact score, the best by a quick score (CappedMatch)
+    rescore: int | None = None
 
 
 class FusedColumn(Expression):
@@ -282,10 +289,18 @@ class FusedJoin(DerivedTableJoin):
     def _keyword_side(self, base: QuerySet, connection: Any) -> tuple[str, tuple[Any, ...]]:
         f = self.fusion
         matches, rank = fulltext.keyword_filter_and_rank(
-            f.tsvector_column, f.text, f.config, f.match, f.terms
+            f.tsvector_column, f.text, f.config, f.match, f.terms, f.bm25, f.match_share
         )
-        if f.max_rows is not None and isinstance(matches, fulltext.Matches):
-            matches = CappedMatch(matches, f.max_rows)  # rank at most max_rows rows
+        if isinstance(matches, fulltext.Matches) and (f.max_rows is not None or f.bm25 is not None):
+            # rank at most max_rows rows; with BM25, the best `rescore` of them by a quick score
+            matches = CappedMatch(
+                matches,
+                f.max_rows,
+                prescore=prescore_terms(f.terms, f.match, f.match_share) if f.bm25 else None,
+                keep=f.rescore,
+                tsvector_column=f.tsvector_column,
+                require_condition=f.match == "all",
+            )
         candidates = (
             base.filter(matches)
             .annotate(_sbert_rank=rank)
@@ -339,6 +354,9 @@ def _without(where: WhereNode, leave_out: Callable[[Any], bool]) -> WhereNode:
     return WhereNode([child for child in where.children if not _refers_to(child, leave_out)], AND)
 
 
+_WORD = "'sbert:word'"  # the placeholder lexeme CappedMatch compiles a word's scan with
+
+
 class CappedMatch(Expression):
     """``pk IN (SELECT pk FROM <table> WHERE <the queryset's filters> AND <condition> LIMIT n)``.
 
@@ -348,16 +366,42 @@ class CappedMatch(Expression):
     filters at that moment (chained before or after the search), so the rows it keeps are
     rows the queryset can return. Which rows it keeps when more match is up to PostgreSQL
     (the first it finds; no order is asked for, so that finding them stays cheap).
+
+    With ``prescore`` (BM25), the rows are found one word at a time instead, each word's
+    rows straight from the GIN index (at most ``limit`` per word; no tsvector is read), and
+    only the ``keep`` best by the sum of the idf of the words they hold are kept: the exact
+    score, which reads a row's whole tsvector, is computed for those alone::
+
+        pk = ANY(ARRAY(SELECT pk FROM (
+                 SELECT pk, :idf_1 FROM <table> WHERE <filters> AND tsv @@ 'word_1' LIMIT n
+                 UNION ALL ...) AS s (pk, idf)
+             GROUP BY pk ORDER BY sum(idf) DESC, pk LIMIT :keep))
+
+    ``condition`` then applies too only with ``require_condition`` (``match="all"``).
     """
 
     conditional = True
     output_field = BooleanField()
 
-    def __init__(self, condition: Any, limit: int, pk: Any = None) -> None:
+    def __init__(
+        self,
+        condition: Any,
+        limit: int | None,
+        pk: Any = None,
+        *,
+        prescore: tuple[tuple[str, float], ...] | None = None,
+        keep: int | None = None,
+        tsvector_column: str | None = None,
+        require_condition: bool = False,
+    ) -> None:
         super().__init__()
         self.condition = condition  # unresolved: resolved again in the sub-select's query
-        self.limit = int(limit)
+        self.limit = None if limit is None else int(limit)
         self.pk = F("pk") if pk is None else pk
+        self.prescore = prescore
+        self.keep = keep
+        self.tsvector_column = tsvector_column
+        self.require_condition = require_condition
 
     def get_source_expressions(self) -> list[Any]:
         return [self.pk]
@@ -366,11 +410,43 @@ class CappedMatch(Expression):
         (self.pk,) = exprs
 
     def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
-        rows = candidate_queryset(compiler.query, _is_capped_match)
-        rows = rows.filter(self.condition).values("pk")[: self.limit]
-        sql, params = rows.query.get_compiler(connection=connection).as_sql()
+        base = candidate_queryset(compiler.query, _is_capped_match)
         pk_sql, pk_params = compiler.compile(self.pk)
-        return f"{pk_sql} = ANY(ARRAY({sql}))", (*pk_params, *params)
+        if not self.prescore or not self.keep:
+            rows = base.filter(self.condition).values("pk")[: self.limit]
+            sql, params = rows.query.get_compiler(connection=connection).as_sql()
+            return f"{pk_sql} = ANY(ARRAY({sql}))", (*pk_params, *params)
+        if self.require_condition:
+            base = base.filter(self.condition)
+        # One word's rows, compiled once (compiling is most of the cost of a short search);
+        # each word then puts its own lexeme where the placeholder's is.
+        word = fulltext.TsQuery(Value(_WORD))
+        rows = base.filter(fulltext.Matches(F(self.tsvector_column), word))
+        rows = rows.values_list("pk")[: self.limit]
+        sql, word_params = rows.query.get_compiler(connection=connection).as_sql()
+        at = [i for i, value in enumerate(word_params) if value == _WORD]
+        parts, params = [], []
+        for lexeme, idf in self.prescore:
+            these = list(word_params)
+            for i in at:
+                these[i] = bm25.quote_lexeme(lexeme)
+            parts.append(f"SELECT c.pk, %s::float8 FROM ({sql}) AS c (pk)")
+            params += [float(idf), *these]
+        sql = (
+            f"SELECT s.pk FROM ({' UNION ALL '.join(parts)}) AS s (pk, idf) "
+            "GROUP BY s.pk ORDER BY sum(s.idf) DESC, s.pk LIMIT %s"
+        )
+        return f"{pk_sql} = ANY(ARRAY({sql}))", (*pk_params, *params, int(self.keep))
+
+
+def prescore_terms(terms: Any, match: str, share: float) -> tuple[tuple[str, float], ...]:
+    """``(lexeme, idf)`` of the words whose rows are candidates, from fulltext terms
+    ``(lexeme, idf, df)``: with ``match="any"`` the rarest, while together they are in at
+    most ``share`` of the rows (fulltext.matching_lexemes); with "all", every word."""
+    if match == "any":
+        wanted = set(fulltext.matching_lexemes(terms, share))
+        terms = [term for term in terms if term[0] in wanted]
+    return tuple((lexeme, float(idf)) for lexeme, idf, _ in terms)
 
 
 def _is_capped_match(node: Any) -> bool:

@@ -18,6 +18,8 @@ project leaves out); an argument given to a search method overrides it for that 
 from __future__ import annotations
 
 import functools
+import math
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,8 +27,8 @@ from typing import Any
 
 from django.db import OperationalError, connections, transaction
 
-from .. import fulltext
-from ..conf import sbert_settings
+from .. import bm25, fulltext
+from ..conf import SEARCH_DEFAULTS, sbert_settings
 from ..exceptions import SearchTimeout
 from ..serving import FUSIONS, serving_record
 
@@ -194,12 +196,13 @@ class KeywordConfig:
     """How ``hybrid_search()``'s keyword side matches, as in ``keyword_search()``; None:
     ``SBERT["SEARCH"]``."""
 
-    match: str | None = None  # "all" (every word, web-search syntax) or "any" (idf-weighted)
+    match: str | None = None  # "all" (every word, web-search syntax) or "any" of the words
     max_df: float | None = None  # match="any": words in more than this share of rows left out
+    rank: str | None = None  # "bm25" or "ts_rank" (deprecated): SEARCH["KEYWORD_RANK"]
 
 
 FUSION_ARGUMENTS = ("candidates", "rrf_k", "vector_weight", "keyword_weight")
-KEYWORD_ARGUMENTS = ("match", "max_df")
+KEYWORD_ARGUMENTS = ("match", "max_df", "rank")
 
 
 def hybrid_arguments(
@@ -287,6 +290,43 @@ def keyword_max_df(max_df: float | None) -> float:
     if not 0 < float(max_df) <= 1:
         raise ValueError(f"max_df must be in (0, 1], got {max_df!r}.")
     return float(max_df)
+
+
+def keyword_rank(rank: str | None) -> str:
+    """``rank`` given, else ``SBERT["SEARCH"]["KEYWORD_RANK"]``: "bm25" or "ts_rank" (which
+    warns: it goes in the next release)."""
+    value = sbert_settings.SEARCH["KEYWORD_RANK"] if rank is None else rank
+    if value not in bm25.RANKS:
+        raise ValueError(f"rank must be one of {bm25.RANKS}, got {value!r}.")
+    if value == "ts_rank":
+        warnings.warn(
+            'Keyword ranking by ts_rank (SBERT["SEARCH"]["KEYWORD_RANK"] = "ts_rank") is '
+            'deprecated and goes in the next release; BM25 ("bm25") ranks better.',
+            DeprecationWarning,
+            stacklevel=4,
+        )
+    return value
+
+
+def bm25_settings() -> dict[str, Any]:
+    """``k1``, ``b`` and ``weights`` of BM25 (``SBERT["SEARCH"]["BM25_*"]``)."""
+    search = sbert_settings.SEARCH
+    weights = {**SEARCH_DEFAULTS["BM25_WEIGHTS"], **search["BM25_WEIGHTS"]}
+    return {"k1": search["BM25_K1"], "b": search["BM25_B"], "weights": weights}
+
+
+def rescored_rows(wanted: int | None) -> int:
+    """How many BM25 candidates get the exact score: ``BM25_RESCORE``, at least ``wanted``."""
+    return max(int(sbert_settings.SEARCH["BM25_RESCORE"]), int(wanted or 0))
+
+
+def match_share(rows: int) -> float:
+    """The share of ``rows`` a BM25 candidate's rarest words may cover together:
+    ``KEYWORD_CANDIDATE_ROWS`` rows; every word of the query with None."""
+    cap = sbert_settings.SEARCH["KEYWORD_CANDIDATE_ROWS"]
+    if cap is None or rows <= 0:
+        return math.inf
+    return int(cap) / rows
 
 
 def keyword_max_rows() -> int:

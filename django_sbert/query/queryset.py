@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -45,22 +46,27 @@ from django.db import connections, models
 from django.db.models import Value
 from pgvector import Vector
 
+from .. import bm25 as okapi
 from .. import fulltext
 from ..columns import vector_literal
 from ..fields import EmbeddingField, embedding_fields
 from .aio import encode_text, text_vector
 from .binary import reranked
-from .fusion import CappedMatch, FusedJoin, Fusion, fused_annotations
+from .fusion import CappedMatch, FusedJoin, Fusion, fused_annotations, prescore_terms
 from .options import (
     FusionConfig,
     KeywordConfig,
     SearchOptions,
     binary_oversample,
+    bm25_settings,
     hybrid_arguments,
     hybrid_settings,
     keyword_max_df,
     keyword_max_rows,
+    keyword_rank,
     match_mode,
+    match_share,
+    rescored_rows,
     search_options,
     tuned_fusion,
 )
@@ -76,6 +82,16 @@ from .vectors import (
     rebound_for,
     same_version,
 )
+
+
+@dataclass(frozen=True)
+class KeywordPlan:
+    """What a keyword search looks for: its terms ``(lexeme, idf, df)``, the BM25 parameters
+    (None: ts_rank) and the share of rows a candidate's rarest words may cover."""
+
+    terms: tuple[fulltext.Term, ...]
+    bm25: okapi.Bm25 | None
+    match_share: float
 
 
 class SemanticQuerySet(models.QuerySet):
@@ -165,32 +181,51 @@ class SemanticQuerySet(models.QuerySet):
         *,
         match: str = "all",
         max_df: float | None = None,
+        rank: str | None = None,
     ) -> SemanticQuerySet:
         """Rows matching ``text`` by PostgreSQL full-text search, best first.
 
         Needs ``EmbeddingField(..., keyword_search=True)``. ``match="all"`` reads ``text`` like
         a web search box (``websearch_to_tsquery``: every word, ``"a phrase"``, ``-not``,
-        ``or``), ranked by ``ts_rank_cd``; ``match="any"`` finds rows containing any of its
-        words, ranked by idf-weighted ``ts_rank`` (words in more than ``max_df`` of the rows,
-        default ``SBERT["SEARCH"]["KEYWORD_MAX_DF"]``, are left out). Each row gets
-        ``keyword_score``. No vector is computed, and rows need no embedding. An empty or
-        punctuation-only text matches nothing. ``match="any"`` reads the words' statistics
-        with one small query when called. At most ``SBERT["SEARCH"]["KEYWORD_MAX_ROWS"]``
-        matching rows are ranked (the first PostgreSQL finds that pass the filters), so a
-        word most rows hold costs no more than that; ``count()`` is at most that many.
+        ``or``); ``match="any"`` finds rows containing any of its words (words in more than
+        ``max_df`` of the rows, default ``SBERT["SEARCH"]["KEYWORD_MAX_DF"]``, are left out).
+        Rows are ranked by Okapi BM25 over the source fields (``rank="bm25"``, the default:
+        ``SBERT["SEARCH"]["KEYWORD_RANK"]``; ``"ts_rank"``, PostgreSQL's rank, is deprecated),
+        each with ``keyword_score``. No vector is computed, and rows need no embedding. An
+        empty or punctuation-only text matches nothing. The words' statistics are read with
+        one small query when called. At most ``SBERT["SEARCH"]["KEYWORD_MAX_ROWS"]`` matching
+        rows are ranked (the first PostgreSQL finds that pass the filters), so a word most
+        rows hold costs no more than that; ``count()`` is at most that many, and with BM25 at
+        most ``max(k, SEARCH["BM25_RESCORE"])`` (the best by a quick score get the exact one).
         """
         fulltext.check_text(text)
         embedding = self._embedding_field(field, keyword=True)
         match = match_mode(match)
+        max_rows = keyword_max_rows()  # checked even when no word is searched for
         pinned = self._pinned()
-        terms = pinned._keyword_terms(embedding, text, match, max_df)
-        matches, rank = fulltext.keyword_filter_and_rank(
-            embedding.tsvector_field_name, text, embedding.keyword_config, match, terms
+        plan = pinned._keyword_plan(embedding, text, match, max_df, rank)
+        matches, rank_expression = fulltext.keyword_filter_and_rank(
+            embedding.tsvector_field_name,
+            text,
+            embedding.keyword_config,
+            match,
+            plan.terms,
+            plan.bm25,
+            plan.match_share,
         )
         if isinstance(matches, fulltext.Matches):
-            # Rank at most KEYWORD_MAX_ROWS of the matching rows, however common the words.
-            matches = CappedMatch(matches, keyword_max_rows())
-        qs = pinned.filter(matches).annotate(keyword_score=rank)
+            # Rank at most KEYWORD_MAX_ROWS of the matching rows, however common the words;
+            # BM25: the exact score for the best of them by a quick score only.
+            bm25 = plan.bm25 is not None
+            matches = CappedMatch(
+                matches,
+                max_rows,
+                prescore=prescore_terms(plan.terms, match, plan.match_share) if bm25 else None,
+                keep=rescored_rows(k),
+                tsvector_column=embedding.tsvector_field_name,
+                require_condition=match == "all",
+            )
+        qs = pinned.filter(matches).annotate(keyword_score=rank_expression)
         qs = qs.order_by(models.F("keyword_score").desc(), "pk")
         qs = qs._searching(embedding, k=k, vector_settings=False)
         qs._search_ordering = None
@@ -210,6 +245,7 @@ class SemanticQuerySet(models.QuerySet):
         keyword_weight: float | None = None,
         match: str | None = None,
         max_df: float | None = None,
+        rank: str | None = None,
         ef_search: int | None = None,
         iterative_scan: str | None = None,
         passages: bool | None = None,
@@ -217,7 +253,7 @@ class SemanticQuerySet(models.QuerySet):
         """Rows ranked by a fusion of vector and keyword search, best first.
 
         ``fusion=FusionConfig(method, rrf_k, candidates, vector_weight, keyword_weight)`` and
-        ``keyword=KeywordConfig(match, max_df)`` gather the options below; each may also be
+        ``keyword=KeywordConfig(match, max_df, rank)`` gather the options below; each may also be
         given as a keyword argument of its own, as before (``fusion="rrf"`` names the method),
         but not both ways at once.
 
@@ -261,10 +297,11 @@ class SemanticQuerySet(models.QuerySet):
             keyword_weight=keyword_weight,
             match=match,
             max_df=max_df,
+            rank=rank,
         )
         fusion, candidates, rrf_k = options["fusion"], options["candidates"], options["rrf_k"]
         vector_weight, keyword_weight = options["vector_weight"], options["keyword_weight"]
-        match, max_df = options["match"], options["max_df"]
+        match, max_df, rank = options["match"], options["max_df"], options["rank"]
         embedding = self._embedding_field(field, keyword=True)
         if fusion is None and rrf_k is not None:
             fusion = "rrf"  # rrf_k means nothing to the other fusion
@@ -286,7 +323,11 @@ class SemanticQuerySet(models.QuerySet):
             settings.update({k: v for k, v in tuned.items() if given[k] is None})
         text = str(text)  # ahybrid_search() passes an EncodedText: from here on, the words
         match = settings.pop("match")
-        terms = qs._keyword_terms(embedding, text, match, max_df) if vector is not None else ()
+        plan = (
+            qs._keyword_plan(embedding, text, match, max_df, rank)
+            if vector is not None
+            else KeywordPlan((), None, fulltext.MATCH_DF)
+        )
         if vector is None:
             qs = qs.none()
             literal = "[]"
@@ -302,7 +343,10 @@ class SemanticQuerySet(models.QuerySet):
             text=text,
             config=embedding.keyword_config,
             match=match,
-            terms=terms,
+            terms=plan.terms,
+            bm25=plan.bm25,
+            match_share=plan.match_share,
+            rescore=rescored_rows(settings["candidates"]),
             vector_filter=tuple(same_version(embedding, source).items()),
             source=source,
             max_rows=keyword_max_rows(),
@@ -447,24 +491,45 @@ class SemanticQuerySet(models.QuerySet):
             return None
         return reranked(embedding, literal, source, oversample, candidates * oversample)
 
-    def _keyword_terms(
-        self, embedding: EmbeddingField, text: str, match: str, max_df: float | None
-    ) -> tuple[fulltext.Term, ...]:
-        """(lexeme, idf, df) of ``text`` for match="any" (one query, under the statement
-        timeout like the search); () for match="all"."""
-        if match != "any" or not text.strip():
-            return ()
+    def _keyword_plan(
+        self,
+        embedding: EmbeddingField,
+        text: str,
+        match: str,
+        max_df: float | None,
+        rank: str | None = None,
+    ) -> KeywordPlan:
+        """The words of ``text`` to search for and how to rank them (one query, under the
+        statement timeout like the search). BM25: ``(lexeme, idf, df)`` from the column's
+        exact statistics, for either match; where the column has none (its triggers could
+        not be installed), and with ``rank="ts_rank"``: the terms of fulltext.query_terms
+        for match="any", () for match="all"."""
+        rank = keyword_rank(rank)
+        if not text.strip():
+            return KeywordPlan((), None, fulltext.MATCH_DF)
         max_df = keyword_max_df(max_df)
+        table = self.model._meta.db_table
         column = self.model._meta.get_field(embedding.tsvector_field_name).column
+        configs = fulltext.query_configs(embedding.keyword_config)
+        connection = connections[self.db]
         with search_options(self.db, SearchOptions.without_index_settings(), pipelined=True):
-            return fulltext.query_terms(
-                connections[self.db],
-                self.model._meta.db_table,
-                column,
-                embedding.keyword_config,
-                text,
-                max_df,
-            )
+            if rank == "bm25":
+                sources = embedding._keyword_source_fields(self.model) or ()
+                terms, parameters = fulltext.bm25_terms(
+                    connection,
+                    okapi.relation_key(table, column),
+                    configs,
+                    text,
+                    max_df if match == "any" else 1.0,
+                    fulltext.field_weights(sources, embedding.keyword_weights),
+                    **bm25_settings(),
+                )
+                if parameters is not None:
+                    return KeywordPlan(terms, parameters, match_share(parameters.rows))
+            if match != "any":
+                return KeywordPlan((), None, fulltext.MATCH_DF)
+            terms = fulltext.query_terms(connection, table, column, configs[0], text, max_df)
+            return KeywordPlan(terms, None, fulltext.MATCH_DF)
 
     def _searching(
         self,

@@ -6,9 +6,12 @@ import numpy as np
 import pytest
 
 from django_sbert.api import registry
+from django_sbert.conf import SEARCH_DEFAULTS
 from django_sbert.serving import encode_query
 from tests.api.conftest import store_vector
 from tests.testapp.models import Article, Note
+
+K = SEARCH_DEFAULTS["RRF_K"]  # rank fusion's k
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.api.urls")]
 
@@ -57,7 +60,7 @@ def test_hybrid_finds_the_exact_code_and_shows_how_it_ranked(api_client, code_ro
         "object",
     }
     assert top["keyword_rank"] == 1 and top["vector_rank"] == 9  # 9 rows with vectors
-    assert top["score"] == pytest.approx(1 / 61 + 1 / 69)
+    assert top["score"] == pytest.approx(1 / (K + 1) + 1 / (K + 9))  # RRF
     assert top["similarity"] == pytest.approx(-1.0, abs=1e-5)
     assert set(top["object"]) == {"id", "title", "category"}
     assert [r["keyword_rank"] for r in results[1:]] == [None] * 4

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from django_sbert import serving
+from django_sbert.conf import SEARCH_DEFAULTS
 from django_sbert.finetuning import runs
 from django_sbert.finetuning.gate import eval_metrics, gate
 from django_sbert.finetuning.hybrid import (
@@ -68,7 +69,8 @@ def test_linear_fuse_sums_the_normalised_scores():
 
 def test_the_grid_tries_the_sites_fusion_first_then_both_kinds():
     grid = fusion_grid(site_fusion())
-    site = {"fusion": "rrf", "rrf_k": 60.0, "vector_weight": 1.0, "keyword_weight": 1.0}
+    rrf_k = float(SEARCH_DEFAULTS["RRF_K"])
+    site = {"fusion": "rrf", "rrf_k": rrf_k, "vector_weight": 1.0, "keyword_weight": 1.0}
     assert grid[0] == site
     assert {**site, "keyword_weight": 0.0} in grid  # vector search alone, in rank order
     linear = [g for g in grid if g["fusion"] == "linear"]

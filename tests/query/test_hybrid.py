@@ -11,6 +11,7 @@ from django.db import connection, models
 from django.test.utils import isolate_apps, override_settings
 
 from django_sbert import fulltext
+from django_sbert.conf import SEARCH_DEFAULTS
 from django_sbert.fields import EmbeddingField
 from django_sbert.fulltext import clear_statistics_cache
 from django_sbert.query import SemanticManager
@@ -28,6 +29,8 @@ def _fresh_column_statistics():
     yield
     clear_statistics_cache()
 
+
+K = SEARCH_DEFAULTS["RRF_K"]  # rank fusion's k (SBERT["SEARCH"]["RRF_K"])
 
 ROWS = [  # (title, body, category)
     ("The XJ-9000 widget", "A rare product code in a catalogue.", "shop"),
@@ -203,7 +206,7 @@ def test_hybrid_finds_the_exact_term_that_vector_search_ranks_last(articles):
     top = results[0]
     assert top == articles[0]
     assert (top.vector_rank, top.keyword_rank) == (len(ROWS), 1)
-    assert top.score == pytest.approx(1 / 61 + 1 / (60 + len(ROWS)))
+    assert top.score == pytest.approx(1 / (K + 1) + 1 / (K + len(ROWS)))
     assert top.similarity == pytest.approx(-1.0, abs=1e-5)
     # the rest come from the vector side only, in vector order
     assert [r.pk for r in results[1:]] == [r.pk for r in vector_only[:-1]]
@@ -286,7 +289,7 @@ def test_filters_before_and_after_apply_to_both_candidate_lists(articles):
     by_author = Article.objects.hybrid_search("XJ-9000").filter(author__name="Ada")
     assert list(by_author.select_related("author")) == [articles[3]]
     # a condition on the fused score itself is applied to the fused rows
-    strong = Article.objects.hybrid_search("XJ-9000").filter(score__gt=1 / 61 + 0.0001)
+    strong = Article.objects.hybrid_search("XJ-9000").filter(score__gt=1 / (K + 1) + 0.0001)
     assert list(strong) == [articles[0]]
 
 
@@ -296,7 +299,10 @@ def test_k_slicing_count_values_pagination_and_subqueries(articles):
     assert Article.objects.hybrid_search("XJ-9000").count() == len(ROWS)
     assert Article.objects.hybrid_search("XJ-9000").exists()
     values = list(Article.objects.hybrid_search("XJ-9000").values("title", "score"))
-    assert values[0] == {"title": "The XJ-9000 widget", "score": pytest.approx(1 / 61 + 1 / 66)}
+    assert values[0] == {
+        "title": "The XJ-9000 widget",
+        "score": pytest.approx(1 / (K + 1) + 1 / (K + 6)),
+    }
     ordered = list(Article.objects.hybrid_search("XJ-9000", k=100))
     assert list(Article.objects.hybrid_search("XJ-9000", k=100).iterator()) == ordered
     pages = Paginator(Article.objects.hybrid_search("XJ-9000"), 4)
@@ -439,7 +445,9 @@ def test_a_paraphrase_without_shared_words_is_found_by_vector_and_hybrid(minilm)
     assert hybrid[0].similarity > hybrid[1].similarity
 
 
-def test_any_word_ranking_weighs_rare_words_by_idf(db):
+@pytest.mark.filterwarnings("ignore:Keyword ranking by ts_rank:DeprecationWarning")
+def test_ts_rank_any_word_ranking_weighs_rare_words_by_idf(db):
+    # The deprecated ranking (KEYWORD_RANK="ts_rank"): word weights from ANALYZE's statistics.
     # 60 rows share the common words. "telomerase" is in one row, "nucleosome" in two; the
     # row with nucleosome also holds every common word.
     Article.objects.bulk_create(
@@ -452,21 +460,50 @@ def test_any_word_ranking_weighs_rare_words_by_idf(db):
     Article.objects.create(title="Nucleosome", body="")
     text = "telomerase and nucleosome increase risk in patients"
     # No statistics yet: every word weighs 1, and the row holding the most words wins.
-    assert Article.objects.keyword_search(text, match="any", max_df=1.0).first() == crowded
+    assert (
+        Article.objects.keyword_search(text, match="any", rank="ts_rank", max_df=1.0).first()
+        == crowded
+    )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE testapp_article")
     clear_statistics_cache()  # as after STATS_SECONDS in a long-running process
-    ranked = list(Article.objects.keyword_search(text, match="any", max_df=1.0))
+    ranked = list(Article.objects.keyword_search(text, match="any", rank="ts_rank", max_df=1.0))
     # The rarest word outweighs a commoner one plus every common word; rows holding only
     # common words are not candidates once rarer words exist (1/63 + 2/63 <= MATCH_DF).
     assert ranked[:2] == [rare, crowded] and len(ranked) == 3
     assert ranked[0].keyword_score > ranked[1].keyword_score > ranked[2].keyword_score
     # words in more than max_df of the rows are not searched for at all
-    assert list(Article.objects.keyword_search("patients", match="any", max_df=0.2, k=100))
+    assert list(
+        Article.objects.keyword_search("patients", match="any", rank="ts_rank", max_df=0.2, k=100)
+    )
+    assert len(Article.objects.keyword_search("patients", match="any", rank="ts_rank", k=100)) == 61
+    assert list(Article.objects.keyword_search("enzyme patients", match="any", rank="ts_rank")) == [
+        rare
+    ]
+    with pytest.raises(ValueError, match="max_df"):
+        Article.objects.keyword_search(text, match="any", rank="ts_rank", max_df=0)
+
+
+def test_bm25_weighs_rare_words_by_exact_idf_from_the_first_row(db):
+    # The same rows, ranked by BM25: the statistics are exact as soon as the rows are written
+    # (no ANALYZE), so the rarest word outweighs a commoner one plus every common word.
+    Article.objects.bulk_create(
+        Article(title="patients increase", body="patients increase risk") for _ in range(60)
+    )
+    rare = Article.objects.create(title="Telomerase", body="an enzyme")
+    crowded = Article.objects.create(
+        title="Nucleosome patients increase", body="patients increase risk"
+    )
+    alone = Article.objects.create(title="Nucleosome", body="")
+    text = "telomerase and nucleosome increase risk in patients"
+    ranked = list(Article.objects.keyword_search(text, k=100, match="any", max_df=1.0))
+    # The shorter nucleosome row beats the longer one (length normalisation); rows holding
+    # only the common words follow.
+    assert ranked[:3] == [rare, alone, crowded] and len(ranked) == 63
+    assert ranked[0].keyword_score > ranked[1].keyword_score > ranked[2].keyword_score
+    assert ranked[2].keyword_score > ranked[3].keyword_score
     assert len(Article.objects.keyword_search("patients", match="any", k=100)) == 61
     assert list(Article.objects.keyword_search("enzyme patients", match="any")) == [rare]
-    with pytest.raises(ValueError, match="max_df"):
-        Article.objects.keyword_search(text, match="any", max_df=0)
 
 
 def test_a_word_no_row_holds_does_not_hide_the_listed_words(db):
@@ -546,12 +583,12 @@ def test_a_version_that_chose_linear_fusion_searches_with_it(articles):
     assert given == articles[0] and given.score == pytest.approx(0.9)
     # Another kind asked for (or rrf_k, which only rank fusion has): the settings' fusion,
     # none of the version's weights.
-    for other in ({"fusion": "rrf"}, {"rrf_k": 60}):
+    for other in ({"fusion": "rrf"}, {"rrf_k": K}):
         top = Article.objects.hybrid_search("XJ-9000", **other).first()
-        assert top == articles[0] and top.score == pytest.approx(1 / 61 + 1 / (60 + len(ROWS)))
+        assert top == articles[0] and top.score == pytest.approx(1 / (K + 1) + 1 / (K + len(ROWS)))
 
 
 def test_a_version_without_a_chosen_fusion_searches_as_today(articles):
     serve_with_fusion({})  # an active version whose run chose nothing (no positive eval pairs)
     top = Article.objects.hybrid_search("XJ-9000").first()
-    assert top == articles[0] and top.score == pytest.approx(1 / 61 + 1 / (60 + len(ROWS)))
+    assert top == articles[0] and top.score == pytest.approx(1 / (K + 1) + 1 / (K + len(ROWS)))
