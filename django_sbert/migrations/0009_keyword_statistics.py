@@ -28,6 +28,6 @@ DROP TABLE IF EXISTS django_sbert_keyword_total;
 
 
 class Migration(migrations.Migration):
-    dependencies = [("django_sbert", "0006_judgments")]
+    dependencies = [("django_sbert", "0008_manifest_digest_base_version")]
 
     operations = [migrations.RunSQL(CREATE, DROP)]
