@@ -16,6 +16,7 @@ Real parts only:
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -106,6 +107,40 @@ INSTALLED_APPS = [
     "tests.testapp",
     "tests.scaleapp",
 ]
+
+# Wagtail (an optional dependency, in the dev extra): its apps, the django-sbert search backend
+# and a tiny news site for tests/wagtail. Without Wagtail installed those tests are skipped.
+if importlib.util.find_spec("wagtail") is not None:
+    INSTALLED_APPS += [
+        "wagtail.sites",
+        "wagtail.users",
+        "wagtail.documents",
+        "wagtail.images",
+        "wagtail.snippets",
+        "wagtail.admin",
+        "wagtail.search",
+        "wagtail",
+        "modelcluster",
+        "taggit",
+        "django_sbert.contrib.wagtail",
+        "tests.wagtail.newsapp",
+    ]
+    WAGTAIL_SITE_NAME = "django-sbert tests"
+    STATIC_URL = "/static/"
+    WAGTAILADMIN_BASE_URL = "http://testserver"
+    WAGTAILSEARCH_BACKENDS = {
+        "default": {"BACKEND": "django_sbert.contrib.wagtail", "OPTIONS": {"MODE": "vector"}},
+        "hybrid": {
+            "BACKEND": "django_sbert.contrib.wagtail",
+            "OPTIONS": {"MODE": "hybrid"},
+            "AUTO_UPDATE": False,  # the same table as "default": written once
+        },
+        "keyword": {
+            "BACKEND": "django_sbert.contrib.wagtail",
+            "OPTIONS": {"MODE": "keyword"},
+            "AUTO_UPDATE": False,
+        },
+    }
 
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

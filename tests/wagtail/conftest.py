@@ -1,0 +1,74 @@
+"""A tiny Wagtail news site: a root, a home page, two sections of news pages."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+pytest.importorskip("wagtail")
+
+from wagtail.models import Locale, Page  # noqa: E402
+
+from django_sbert.contrib.wagtail.models import SearchEntry  # noqa: E402
+from django_sbert.indexing import embed_stale, get_ref  # noqa: E402
+from tests.celery_app import app  # noqa: E402
+from tests.wagtail.newsapp.models import NewsIndexPage, NewsPage  # noqa: E402
+
+
+@dataclass
+class Site:
+    home: Page
+    world: NewsIndexPage
+    sport: NewsIndexPage
+
+
+def page_text(page: NewsPage) -> str:
+    """What a query must say to be nearest to ``page`` under the tiny random model: its index
+    row's text (the same tokens give the same vector)."""
+    entry = SearchEntry.objects.get(object_id=str(page.pk))
+    return f"{entry.title} {entry.body}"
+
+
+def embed_entries() -> None:
+    """Embed the index rows in this process, as ``update_index`` or the worker does."""
+    embed_stale(get_ref(SearchEntry._meta.label, "embedding"))
+
+
+@pytest.fixture
+def site(db) -> Site:
+    """The tree; a transactional test's flush removed the root the migrations made."""
+    Locale.objects.get_or_create(language_code="en")
+    root = Page.get_first_root_node() or Page.add_root(instance=Page(title="Root", slug="root"))
+    home = root.add_child(instance=Page(title="Home", slug="home-sbert"))
+    world = home.add_child(instance=NewsIndexPage(title="World", slug="world"))
+    sport = home.add_child(instance=NewsIndexPage(title="Sport", slug="sport"))
+    return Site(home, world, sport)
+
+
+@pytest.fixture
+def add_news() -> Callable[..., NewsPage]:
+    def add(parent: Page, title: str, paragraph: str, *, live: bool = True, **fields: Any):
+        page = NewsPage(
+            title=title,
+            body=[("paragraph", paragraph)],
+            live=live,
+            **fields,
+        )
+        parent.add_child(instance=page)
+        return page
+
+    return add
+
+
+@pytest.fixture
+def eager() -> Iterator[None]:
+    """Celery tasks run inline when sent (the task logic, not delivery)."""
+    saved = app.conf.task_always_eager, app.conf.task_eager_propagates
+    app.conf.task_always_eager = app.conf.task_eager_propagates = True
+    try:
+        yield
+    finally:
+        app.conf.task_always_eager, app.conf.task_eager_propagates = saved
