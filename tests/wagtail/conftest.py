@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("wagtail")
 
-from wagtail.models import Locale, Page  # noqa: E402
+from wagtail.models import Collection, Locale, Page  # noqa: E402
 
 from django_sbert.contrib.wagtail.models import SearchEntry  # noqa: E402
 from django_sbert.indexing import embed_stale, get_ref  # noqa: E402
@@ -37,10 +37,18 @@ def embed_entries() -> None:
     embed_stale(get_ref(SearchEntry._meta.label, "embedding"))
 
 
+@pytest.fixture(autouse=True)
+def wagtail_rows(db) -> None:
+    """A locale and the root collection: a transactional test's flush removed the ones
+    Wagtail's data migrations made."""
+    Locale.objects.get_or_create(language_code="en")
+    if Collection.get_first_root_node() is None:
+        Collection.add_root(name="Root")
+
+
 @pytest.fixture
 def site(db) -> Site:
-    """The tree; a transactional test's flush removed the root the migrations made."""
-    Locale.objects.get_or_create(language_code="en")
+    """The tree: a root page, a home page, two sections."""
     root = Page.get_first_root_node() or Page.add_root(instance=Page(title="Root", slug="root"))
     home = root.add_child(instance=Page(title="Home", slug="home-sbert"))
     world = home.add_child(instance=NewsIndexPage(title="World", slug="world"))

@@ -150,3 +150,15 @@ def test_admin_page_search_goes_through_the_backend(client, settings, news):
 
 def test_pages_are_any_model_with_search_fields(news):
     assert Page.objects.search(page_text(news[1]))[0].specific == news[1]
+
+
+def test_documents_are_indexed_and_searched_too(settings, tmp_path):
+    from django.core.files.base import ContentFile
+    from wagtail.documents.models import Document
+
+    settings.MEDIA_ROOT = str(tmp_path)
+    tides = Document.objects.create(title="Tide tables", file=ContentFile(b"x", name="t.txt"))
+    Document.objects.create(title="Budget summary", file=ContentFile(b"y", name="b.txt"))
+    embed_entries()
+    entry = SearchEntry.objects.get(object_id=str(tides.pk), title__startswith="Tide")
+    assert Document.objects.search(f"{entry.title} {entry.body}")[0] == tides
