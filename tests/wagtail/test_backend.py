@@ -121,7 +121,7 @@ def test_delete_removes_the_row(news):
     assert not SearchEntry.objects.filter(object_id=pk).exists()
 
 
-def test_update_index_writes_and_embeds_every_row(news):
+def test_update_index_writes_and_embeds_every_row(news, capsys):
     SearchEntry.objects.filter(object_id=str(news[0].pk)).delete()
     SearchEntry.objects.update(embedding=None)
     gone = SearchEntry.objects.create(
@@ -129,6 +129,7 @@ def test_update_index_writes_and_embeds_every_row(news):
     )
     out = io.StringIO()
     call_command("update_index", stdout=out)
+    assert "django-sbert: embedded" in capsys.readouterr().out  # progress of the encoding
     assert not SearchEntry.objects.filter(pk=gone.pk).exists()
     indexed = {int(e.object_id) for e in SearchEntry.objects.filter(embedding__isnull=False)}
     assert {p.pk for p in news} <= indexed
