@@ -69,3 +69,28 @@ def test_publish_unpublish_and_delete_reindex_through_the_worker(worker, site, a
     pk = str(draft.pk)
     draft.delete()
     assert not SearchEntry.objects.filter(object_id=pk).exists()
+
+
+def test_a_page_published_while_the_broker_is_away_is_embedded_by_the_sweep(site, add_news, caplog):
+    """Nothing lost: the save succeeds, its row waits without a vector, the sweep embeds it."""
+    from celery import Celery
+
+    from django_sbert.indexing import tasks
+
+    down = Celery("broker-down", broker="redis://127.0.0.1:1/15", set_as_current=False)
+    down.conf.broker_connection_retry = False
+    down.set_current()
+    try:
+        page = add_news(site.world, "Storm warning", "Gales closed the harbour.")
+    finally:
+        app.set_current()  # the broker is back
+    assert "left for the sweep" in caplog.text
+    assert not current(page)
+    app.conf.task_always_eager = True
+    try:
+        sent = tasks.sweep.delay().get()
+    finally:
+        app.conf.task_always_eager = False
+    assert sent.get("sbert_wagtail.SearchEntry.embedding", 0) >= 1
+    assert current(page)
+    assert list(NewsPage.objects.live().search(page_text(page)))[0] == page
