@@ -19,6 +19,7 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -108,9 +109,32 @@ INSTALLED_APPS = [
     "tests.scaleapp",
 ]
 
+
+def _wagtail_wanted() -> bool:
+    """Whether this test process installs Wagtail's apps (tests/wagtail).
+
+    Wagtail's migrations add ~35 s to every test database, so a run that names only other
+    tests (``pytest tests/query``) leaves them out; the whole suite, ``-k`` selections, xdist
+    workers (which see no paths) and any path under tests/wagtail keep them.
+    ``SBERT_TEST_WAGTAIL=1`` / ``0`` decides instead. Without Wagtail installed: never.
+    """
+    if importlib.util.find_spec("wagtail") is None:
+        return False
+    forced = os.environ.get("SBERT_TEST_WAGTAIL")
+    if forced in ("0", "1"):
+        return forced == "1"
+    targets = [
+        Path(arg.split("::")[0]).resolve()
+        for arg in sys.argv[1:]
+        if not arg.startswith("-") and Path(arg.split("::")[0]).exists()
+    ]
+    whole = {ROOT.resolve(), (ROOT / "tests").resolve()}
+    return not targets or any(t in whole or "wagtail" in t.parts for t in targets)
+
+
 # Wagtail (an optional dependency, in the dev extra): its apps, the django-sbert search backend
-# and a tiny news site for tests/wagtail. Without Wagtail installed those tests are skipped.
-if importlib.util.find_spec("wagtail") is not None:
+# and a tiny news site for tests/wagtail, which are skipped without them.
+if _wagtail_wanted():
     INSTALLED_APPS += [
         "wagtail.sites",
         "wagtail.users",

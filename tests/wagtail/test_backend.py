@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-pytest.importorskip("wagtail")
+pytest.importorskip("wagtail")  # collected only with its apps (conftest.py)
 
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-pytest.importorskip("wagtail")
+pytest.importorskip("wagtail")  # collected only with its apps (conftest.py)
 
 from django_sbert.contrib.wagtail.models import SearchEntry  # noqa: E402
 from tests.celery_app import app  # noqa: E402
