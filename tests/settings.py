@@ -16,8 +16,10 @@ Real parts only:
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -106,6 +108,63 @@ INSTALLED_APPS = [
     "tests.testapp",
     "tests.scaleapp",
 ]
+
+
+def _wagtail_wanted() -> bool:
+    """Whether this test process installs Wagtail's apps (tests/wagtail).
+
+    Wagtail's migrations add ~35 s to every test database, so a run that names only other
+    tests (``pytest tests/query``) leaves them out; the whole suite, ``-k`` selections, xdist
+    workers (which see no paths) and any path under tests/wagtail keep them.
+    ``SBERT_TEST_WAGTAIL=1`` / ``0`` decides instead. Without Wagtail installed: never.
+    """
+    if importlib.util.find_spec("wagtail") is None:
+        return False
+    forced = os.environ.get("SBERT_TEST_WAGTAIL")
+    if forced in ("0", "1"):
+        return forced == "1"
+    targets = [
+        Path(arg.split("::")[0]).resolve()
+        for arg in sys.argv[1:]
+        if not arg.startswith("-") and Path(arg.split("::")[0]).exists()
+    ]
+    whole = {ROOT.resolve(), (ROOT / "tests").resolve()}
+    return not targets or any(t in whole or "wagtail" in t.parts for t in targets)
+
+
+# Wagtail (an optional dependency, in the dev extra): its apps, the django-sbert search backend
+# and a tiny news site for tests/wagtail, which are skipped without them.
+if _wagtail_wanted():
+    INSTALLED_APPS += [
+        "wagtail.sites",
+        "wagtail.users",
+        "wagtail.documents",
+        "wagtail.images",
+        "wagtail.snippets",
+        "wagtail.admin",
+        "wagtail.search",
+        "wagtail",
+        "modelcluster",
+        "taggit",
+        "django_sbert.contrib.wagtail",
+        "tests.wagtail.newsapp",
+    ]
+    WAGTAIL_SITE_NAME = "django-sbert tests"
+    STATIC_URL = "/static/"
+    WAGTAILADMIN_BASE_URL = "http://testserver"
+    WAGTAILSEARCH_BACKENDS = {
+        "default": {"BACKEND": "django_sbert.contrib.wagtail", "OPTIONS": {"MODE": "vector"}},
+        "hybrid": {
+            "BACKEND": "django_sbert.contrib.wagtail",
+            "OPTIONS": {"MODE": "hybrid"},
+            "AUTO_UPDATE": False,  # the same table as "default": written once
+        },
+        "keyword": {
+            "BACKEND": "django_sbert.contrib.wagtail",
+            "OPTIONS": {"MODE": "keyword"},
+            "AUTO_UPDATE": False,
+        },
+    }
 
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -1,0 +1,1 @@
+"""A tiny Wagtail site: news pages with a StreamField body (tests/wagtail)."""
