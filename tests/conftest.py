@@ -3,6 +3,7 @@ Django tests' helpers (real PostgreSQL + pgvector, the tiny random encoder)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,3 +101,53 @@ def embed():
         return objs
 
     return _embed
+
+
+# Tables with an HNSW index, found once per test process.
+_hnsw_tables: list[str] | None = None
+_vacuum_connection = None
+
+
+@pytest.fixture(autouse=True)
+def _vacuum_hnsw_tables(request: pytest.FixtureRequest) -> None:
+    """Before each database test, VACUUM the tables that have an HNSW index.
+
+    Every test's rows are rolled back, but their index entries stay until a VACUUM. Tests insert
+    the same few texts again and again, so after some dozens of tests a tiny table's graph holds
+    hundreds of dead copies of each vector: each copy's neighbour list fills with its identical
+    twins, the graph falls apart into islands of duplicates, and a scan (even with ef_search
+    1000 or an iterative scan) misses live rows. A site's autovacuum removes dead entries; the
+    test database never runs it inside the suite's rolled-back transactions. Each VACUUM of a
+    small table takes about 2 ms, from a connection of its own (VACUUM cannot run inside the
+    test's transaction).
+    """
+    if not any(name in request.fixturenames for name in ("db", "transactional_db")) and not (
+        request.node.get_closest_marker("django_db")
+    ):
+        return
+    request.getfixturevalue("django_db_setup")
+    global _hnsw_tables, _vacuum_connection
+    import psycopg
+    from django.db import connections
+
+    if _vacuum_connection is None or _vacuum_connection.closed:
+        params = connections["default"].get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        _vacuum_connection = psycopg.connect(**params, autocommit=True)
+        _vacuum_connection.execute("SET lock_timeout = '1s'")
+    if _hnsw_tables is None:
+        _hnsw_tables = [
+            row[0]
+            for row in _vacuum_connection.execute(
+                "SELECT DISTINCT format('%I.%I', n.nspname, t.relname) FROM pg_index i "
+                "JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam "
+                "JOIN pg_class t ON t.oid = i.indrelid "
+                "JOIN pg_namespace n ON n.oid = t.relnamespace "
+                "WHERE am.amname = 'hnsw'"
+            )
+        ]
+    for table in _hnsw_tables:
+        # A table locked or dropped by a test is vacuumed next time.
+        with contextlib.suppress(psycopg.Error):
+            _vacuum_connection.execute(f"VACUUM {table}")

@@ -19,7 +19,6 @@ import hashlib
 import importlib.util
 import os
 import shutil
-import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -111,25 +110,12 @@ INSTALLED_APPS = [
 
 
 def _wagtail_wanted() -> bool:
-    """Whether this test process installs Wagtail's apps (tests/wagtail).
-
-    Wagtail's migrations add ~35 s to every test database, so a run that names only other
-    tests (``pytest tests/query``) leaves them out; the whole suite, ``-k`` selections, xdist
-    workers (which see no paths) and any path under tests/wagtail keep them.
-    ``SBERT_TEST_WAGTAIL=1`` / ``0`` decides instead. Without Wagtail installed: never.
-    """
+    """Whether this test process installs Wagtail's apps (tests/wagtail): when Wagtail is
+    installed, unless ``SBERT_TEST_WAGTAIL=0`` leaves them out. Wagtail's migrations add about
+    35 s to creating each test database, which a quick run of other tests can spare."""
     if importlib.util.find_spec("wagtail") is None:
         return False
-    forced = os.environ.get("SBERT_TEST_WAGTAIL")
-    if forced in ("0", "1"):
-        return forced == "1"
-    targets = [
-        Path(arg.split("::")[0]).resolve()
-        for arg in sys.argv[1:]
-        if not arg.startswith("-") and Path(arg.split("::")[0]).exists()
-    ]
-    whole = {ROOT.resolve(), (ROOT / "tests").resolve()}
-    return not targets or any(t in whole or "wagtail" in t.parts for t in targets)
+    return os.environ.get("SBERT_TEST_WAGTAIL", "1") != "0"
 
 
 # Wagtail (an optional dependency, in the dev extra): its apps, the django-sbert search backend

@@ -161,7 +161,7 @@ def published_only_admin():
     admin.site.register(Article, ArticleAdmin)
 
 
-def test_item1_compare_page_hides_rows_the_user_may_not_see(
+def test_compare_page_hides_rows_the_user_may_not_see(
     client, embed, published_only_admin, settings
 ):
     from django.conf import settings as django_settings

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from rest_framework.permissions import IsAuthenticated
 
+from django_sbert.conf import SEARCH_DEFAULTS
 from tests.api.conftest import plant
 from tests.testapp.models import Article
 
@@ -81,9 +82,10 @@ def test_both_sides_are_fused(api_client, articles, registered):
     by_id = {r["id"]: r for r in results}
     assert results[0]["id"] == articles[5].pk and results[0]["keyword_rank"] == 1
     assert by_id[meaning.pk]["vector_rank"] == 1 and by_id[meaning.pk]["keyword_rank"] is None
-    for row in results:  # reciprocal rank fusion: 1 / (60 + rank) from each side that found it
+    k = SEARCH_DEFAULTS["RRF_K"]
+    for row in results:  # reciprocal rank fusion: 1 / (k + rank) from each side that found it
         ranks = [r for r in (row["keyword_rank"], row["vector_rank"]) if r is not None]
-        assert ranks and row["score"] == pytest.approx(sum(1 / (60 + r) for r in ranks))
+        assert ranks and row["score"] == pytest.approx(sum(1 / (k + r) for r in ranks))
     scores = [r["score"] for r in results]
     assert scores == sorted(scores, reverse=True)
 

@@ -98,11 +98,11 @@ def active() -> str:
     return EncoderVersion.objects.get(encoder_name="default", status=VersionStatus.ACTIVE).version
 
 
-# --- item 2: rollback follows the promotion history ------------------------------------------
+# --- rollback follows the promotion history ------------------------------------------
 
 
 @pytest.mark.urls("tests.api.urls")
-def test_item2_rollback_twice_goes_further_back_over_the_api(
+def test_rollback_twice_goes_further_back_over_the_api(
     trainer, root, django_capture_on_commit_callbacks
 ):
     client = APIClient()
@@ -171,7 +171,7 @@ def test_item2_rollback_twice_goes_further_back_over_the_api(
 
 
 @pytest.mark.urls("tests.admin.urls")
-def test_item2_rollback_twice_goes_further_back_in_the_admin(
+def test_rollback_twice_goes_further_back_in_the_admin(
     client, trainer, django_capture_on_commit_callbacks
 ):
     client.force_login(trainer)
@@ -203,7 +203,7 @@ def test_item2_rollback_twice_goes_further_back_in_the_admin(
     assert f"{v1.version} &rarr; {v2.version} (promotion) by trainer, undone" in page
 
 
-# --- items 18 and 19: the gate in the task, failures give the version back ----------------
+# --- the gate in the task, failures give the version back ----------------
 
 
 def eval_candidate(metrics: dict[str, float]) -> EncoderVersion:
@@ -225,7 +225,7 @@ def eval_candidate(metrics: dict[str, float]) -> EncoderVersion:
 
 
 @pytest.mark.urls("tests.api.urls")
-def test_item18_the_promote_request_answers_at_once_without_encoding(
+def test_the_promote_request_answers_at_once_without_encoding(
     trainer, django_capture_on_commit_callbacks
 ):
     # The serving version's files are nowhere: measuring it in the request would fail (503).
@@ -259,7 +259,7 @@ def eager():
 
 
 @pytest.mark.urls("tests.admin.urls")
-def test_item18_the_gate_runs_in_the_task_with_progress_and_its_verdict(
+def test_the_gate_runs_in_the_task_with_progress_and_its_verdict(
     client, trainer, eager, django_capture_on_commit_callbacks
 ):
     client.force_login(trainer)
@@ -311,7 +311,7 @@ def storage_site(settings, tmp_path):
 
 
 @pytest.mark.urls("tests.api.urls")
-def test_item19_a_version_altered_in_storage_is_given_back_with_its_error(storage_site, trainer):
+def test_a_version_altered_in_storage_is_given_back_with_its_error(storage_site, trainer):
     from tests.tiny_model import moved_tiny_encoder
 
     Article.objects.bulk_create(Article(title=a, body=b) for a, b in PAIRS)
@@ -343,7 +343,7 @@ def test_item19_a_version_altered_in_storage_is_given_back_with_its_error(storag
     assert candidate.status == VersionStatus.CANDIDATE and candidate.promotion_error
 
 
-def test_item19_the_sweep_gives_a_promotion_up_after_its_resends(settings):
+def test_the_sweep_gives_a_promotion_up_after_its_resends(settings):
     settings.SBERT = {
         **settings.SBERT,
         "TRAINING": {**settings.SBERT.get("TRAINING", {}), "STALLED_SECONDS": 0},
@@ -363,10 +363,10 @@ def test_item19_the_sweep_gives_a_promotion_up_after_its_resends(settings):
     assert version.promotion_error.startswith(f"Given up: no progress after {most} re-sends")
 
 
-# --- item 10: bulk_load() and a promotion -------------------------------------------------------
+# --- bulk_load() and a promotion -------------------------------------------------------
 
 
-def test_item10_bulk_load_is_refused_while_a_version_is_promoted(tiny_encoder):
+def test_bulk_load_is_refused_while_a_version_is_promoted(tiny_encoder):
     EncoderVersion.objects.create(
         version="default:next", directory="default/next", status=VersionStatus.PROMOTING
     )
@@ -377,7 +377,7 @@ def test_item10_bulk_load_is_refused_while_a_version_is_promoted(tiny_encoder):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_item10_a_long_bulk_load_does_not_hold_up_the_switch(tiny_encoder, monkeypatch):
+def test_a_long_bulk_load_does_not_hold_up_the_switch(tiny_encoder, monkeypatch):
     monkeypatch.setattr(bulk, "COPY_CHUNK_ROWS", 20, raising=False)
     rows, per_row = 300, 0.02  # six seconds of COPY
     started = threading.Event()
@@ -416,7 +416,7 @@ def test_item10_a_long_bulk_load_does_not_hold_up_the_switch(tiny_encoder, monke
     assert not Note.objects.exists()  # the load wrote nothing
 
 
-# --- item 18: hybrid figures when reads go to a read-only database ----------------------------
+# --- hybrid figures when reads go to a read-only database ----------------------------
 
 
 READ_ONLY = "readonly"
@@ -447,7 +447,7 @@ class ReadOnlyReplicaRouter:
 
 
 @pytest.mark.django_db(databases=["default", READ_ONLY])
-def test_item18_hybrid_metrics_tune_the_fusion_when_reads_go_to_a_read_only_replica(
+def test_hybrid_metrics_tune_the_fusion_when_reads_go_to_a_read_only_replica(
     read_only_alias, settings, tiny_encoder
 ):
     settings.DATABASE_ROUTERS = [f"{__name__}.ReadOnlyReplicaRouter"]
