@@ -69,6 +69,18 @@ def test_search_applies_live_descendant_of_and_filter_fields(site, news, add_new
     assert set(world) == set(news[:3])  # the draft has no category
 
 
+def test_search_applies_the_locale(site, news, add_news):
+    from wagtail.models import Locale
+
+    french = Locale.objects.create(language_code="fr")
+    article = add_news(site.world, "Inondations", "La pluie a inondé la vallée.", locale=french)
+    embed_entries()
+    found = list(NewsPage.objects.filter(locale=french).search(page_text(news[1])))
+    assert found == [article]
+    english = list(NewsPage.objects.filter(locale=Locale.get_default()).search(page_text(article)))
+    assert article not in english and set(english) == set(news)
+
+
 def test_pagination_slices_the_ranking(news):
     results = NewsPage.objects.search(page_text(news[2]))
     everything = list(results)
