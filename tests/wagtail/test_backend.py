@@ -69,6 +69,18 @@ def test_search_applies_live_descendant_of_and_filter_fields(site, news, add_new
     assert set(world) == set(news[:3])  # the draft has no category
 
 
+def test_search_applies_the_locale(site, news, add_news):
+    from wagtail.models import Locale
+
+    french = Locale.objects.create(language_code="fr")
+    article = add_news(site.world, "Inondations", "La pluie a inondé la vallée.", locale=french)
+    embed_entries()
+    found = list(NewsPage.objects.filter(locale=french).search(page_text(news[1])))
+    assert found == [article]
+    english = list(NewsPage.objects.filter(locale=Locale.get_default()).search(page_text(article)))
+    assert article not in english and set(english) == set(news)
+
+
 def test_pagination_slices_the_ranking(news):
     results = NewsPage.objects.search(page_text(news[2]))
     everything = list(results)
@@ -163,3 +175,25 @@ def test_documents_are_indexed_and_searched_too(settings, tmp_path):
     embed_entries()
     entry = SearchEntry.objects.get(object_id=str(tides.pk), title__startswith="Tide")
     assert Document.objects.search(f"{entry.title} {entry.body}")[0] == tides
+
+
+def test_a_long_body_is_searched_by_its_passages(site, news, add_news):
+    """A long StreamField body is split into passages; a page ranks by its best one, so its
+    last paragraph is found as well as its first."""
+    from django_sbert.contrib.wagtail.models import SearchEntryEmbeddingPassage
+
+    story = " ".join(text for _, text in STORIES[:3])
+    long_page = add_news(
+        site.world,
+        "A long report",
+        " ".join([story] * 40) + " The orchestra played a quantum zebra symphony at dawn.",
+        category="world",
+    )
+    embed_entries()
+    entry = SearchEntry.objects.get(object_id=str(long_page.pk))
+    passages = list(SearchEntryEmbeddingPassage.objects.filter(row=entry).order_by("ordinal"))
+    assert len(passages) > 3  # far longer than the encoder's window
+    last = passages[-1].text
+    assert "zebra symphony" in last
+    found = list(NewsPage.objects.live().search(last)[:3])
+    assert found[0].pk == long_page.pk

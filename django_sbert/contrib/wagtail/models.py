@@ -32,6 +32,9 @@ class SearchEntry(models.Model):
         source=("title", "body"),
         keyword_search=True,
         keyword_weights={"title": "A", "body": "B"},
+        # Long StreamField bodies: ranked by their best passage, not by one vector of their
+        # first 256 tokens (docs/passages.md).
+        passages=True,
     )
 
     objects = SemanticManager()
