@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -103,9 +103,37 @@ def embed():
     return _embed
 
 
-# Tables with an HNSW index, found once per test process.
-_hnsw_tables: list[str] | None = None
-_vacuum_connection = None
+@pytest.fixture(scope="session")
+def _hnsw_vacuum(django_db_setup) -> Iterator[Callable[[], None]]:
+    """A function that VACUUMs every table with an HNSW index, from a connection of its own
+    (VACUUM cannot run inside a test's transaction), closed before the test database is
+    dropped."""
+    import psycopg
+    from django.db import connections
+
+    params = connections["default"].get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params, autocommit=True) as connection:
+        connection.execute("SET lock_timeout = '1s'")
+        tables = [
+            row[0]
+            for row in connection.execute(
+                "SELECT DISTINCT format('%I.%I', n.nspname, t.relname) FROM pg_index i "
+                "JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam "
+                "JOIN pg_class t ON t.oid = i.indrelid "
+                "JOIN pg_namespace n ON n.oid = t.relnamespace "
+                "WHERE am.amname = 'hnsw'"
+            )
+        ]
+
+        def vacuum() -> None:
+            for table in tables:
+                # A table locked or dropped by a test is vacuumed next time.
+                with contextlib.suppress(psycopg.Error):
+                    connection.execute(f"VACUUM {table}")
+
+        yield vacuum
 
 
 @pytest.fixture(autouse=True)
@@ -117,37 +145,9 @@ def _vacuum_hnsw_tables(request: pytest.FixtureRequest) -> None:
     hundreds of dead copies of each vector: each copy's neighbour list fills with its identical
     twins, the graph falls apart into islands of duplicates, and a scan (even with ef_search
     1000 or an iterative scan) misses live rows. A site's autovacuum removes dead entries; the
-    test database never runs it inside the suite's rolled-back transactions. Each VACUUM of a
-    small table takes about 2 ms, from a connection of its own (VACUUM cannot run inside the
-    test's transaction).
+    suite's rolled-back transactions never give it the chance. A VACUUM of a small table takes
+    about 2 ms.
     """
-    if not any(name in request.fixturenames for name in ("db", "transactional_db")) and not (
-        request.node.get_closest_marker("django_db")
-    ):
-        return
-    request.getfixturevalue("django_db_setup")
-    global _hnsw_tables, _vacuum_connection
-    import psycopg
-    from django.db import connections
-
-    if _vacuum_connection is None or _vacuum_connection.closed:
-        params = connections["default"].get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
-        _vacuum_connection = psycopg.connect(**params, autocommit=True)
-        _vacuum_connection.execute("SET lock_timeout = '1s'")
-    if _hnsw_tables is None:
-        _hnsw_tables = [
-            row[0]
-            for row in _vacuum_connection.execute(
-                "SELECT DISTINCT format('%I.%I', n.nspname, t.relname) FROM pg_index i "
-                "JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam "
-                "JOIN pg_class t ON t.oid = i.indrelid "
-                "JOIN pg_namespace n ON n.oid = t.relnamespace "
-                "WHERE am.amname = 'hnsw'"
-            )
-        ]
-    for table in _hnsw_tables:
-        # A table locked or dropped by a test is vacuumed next time.
-        with contextlib.suppress(psycopg.Error):
-            _vacuum_connection.execute(f"VACUUM {table}")
+    uses_database = any(name in request.fixturenames for name in ("db", "transactional_db"))
+    if uses_database or request.node.get_closest_marker("django_db"):
+        request.getfixturevalue("_hnsw_vacuum")()
