@@ -85,27 +85,16 @@ def test_after_a_cancelled_search_the_next_one_is_answered(
 def corrupt_serving_version(settings, tmp_path, tiny_encoder):
     """The serving version's weights, changed in the model storage after it was saved: this
     host cannot verify them, and the reason names the storage, its paths and sha256 sums."""
-    from django.conf import global_settings
+
+    from django.core.files.storage import FileSystemStorage
 
     from django_sbert import serving
     from django_sbert.models import EncoderVersion, VersionStatus
+    from tests.serving.failing_storage import use_storage
     from tests.serving.test_health import perturbed
 
     store = tmp_path / "bucket-of-example-co"
-    settings.STORAGES = {
-        **global_settings.STORAGES,
-        "sbert_models": {
-            "BACKEND": "django.core.files.storage.FileSystemStorage",
-            "OPTIONS": {"location": str(store)},
-        },
-    }
-    settings.SBERT = {
-        **settings.SBERT,
-        "MODEL_STORAGE": "sbert_models",
-        "MODEL_CACHE": str(tmp_path / "host-cache"),
-    }
-    serving.forget_serving()
-    serving.reset_encoders()
+    use_storage(settings, store, FileSystemStorage, tmp_path / "host-cache")
     key, version = serving.save_encoder(perturbed(tiny_encoder, seed=61), "default", "tiny")
     weights = store / key / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-1] + b"\0")

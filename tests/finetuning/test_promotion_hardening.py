@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-from django.conf import global_settings
 from django.conf import settings as django_settings
 from django.contrib.auth.models import Permission, User
+from django.core.files.storage import FileSystemStorage
 from django.db import connections
 from rest_framework.test import APIClient
 
@@ -35,6 +35,7 @@ from django_sbert.models import (
     VersionStatus,
 )
 from tests.celery_app import app
+from tests.serving.failing_storage import use_storage
 from tests.testapp.models import Article, Note
 
 pytestmark = pytest.mark.django_db
@@ -293,19 +294,7 @@ def test_the_gate_runs_in_the_task_with_progress_and_its_verdict(
 def storage_site(settings, tmp_path):
     """A model storage of the test's own and an empty MODEL_CACHE: a fresh host."""
     store = tmp_path / "model-storage"
-    settings.STORAGES = {
-        **global_settings.STORAGES,
-        "sbert_models": {
-            "BACKEND": "django.core.files.storage.FileSystemStorage",
-            "OPTIONS": {"location": str(store)},
-        },
-    }
-    settings.SBERT = {
-        **settings.SBERT,
-        "MODEL_STORAGE": "sbert_models",
-        "MODEL_CACHE": str(tmp_path / "empty-cache"),
-    }
-    serving.reset_encoders()
+    use_storage(settings, store, FileSystemStorage, tmp_path / "empty-cache")
     yield store
     serving.reset_encoders()
 
