@@ -591,6 +591,38 @@ EVALUATION = Group(
     anchor="evaluation",
 )
 
+FEEDBACK = Group(
+    {
+        # Logging, events, privacy
+        "LOG": Setting(
+            False,
+            "Log searches (REST and `log_search()`) and accept click and conversion events "
+            "([learning.md](learning.md)).",
+            BOOLEAN,
+        ),
+        "SAMPLE_RATE": Setting(1.0, "Share of searches logged, 0 to 1.", number(0, 1)),
+        "MAX_QUERY_LENGTH": Setting(
+            200, "Characters of a query text kept in the log; the rest is cut.", integer(1)
+        ),
+        "RETENTION_DAYS": Setting(
+            180,
+            "Days searches and events are kept; the purge task deletes older ones. `None`: "
+            "kept until deleted.",
+            optional(integer(1)),
+        ),
+        # Pairs from behaviour and the loop
+        "AUTO_PROMOTE": Setting(
+            False,
+            "Promote a run from behaviour by itself when the gate passes it on the most recent "
+            "days; `False`: it waits as a candidate for staff.",
+            BOOLEAN,
+        ),
+    },
+    "Learning from visitors: the search log, clicks, pairs from behaviour and the loop "
+    "([learning.md](learning.md)).",
+    anchor="feedback",
+)
+
 TOP = {
     "ENCODERS": PerName(
         ENCODER,
@@ -670,6 +702,7 @@ TOP = {
     "API": API,
     "HEALTH": HEALTH,
     "EVALUATION": EVALUATION,
+    "FEEDBACK": FEEDBACK,
 }
 
 # Spellings of the previous release, read into their groups for one more release.

@@ -16,6 +16,9 @@
     previous version's after a switch (so rollback needs no re-encoding).
 ``StagedPassage``
     The passages of such a row, for fields indexed by passages (``passages=``).
+``SearchLog`` and ``SearchEvent``
+    What visitors searched for and what they did with the results (clicks, conversions), when
+    ``SBERT["FEEDBACK"]["LOG"]`` is on: the analytics and the pairs learned from behaviour.
 ``SkippedRow``
     A row indexing skipped because of an error of its own (its source raised, or the database
     refused its vector), so that one bad row never blocks the others (docs/indexing.md).
@@ -30,12 +33,14 @@ See docs/fine-tuning.md for the workflow and how promotion stays consistent.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.conf import settings
 from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 from pgvector.django import VectorField
 
 SPLITS = [("train", "train"), ("eval", "eval")]
@@ -461,3 +466,59 @@ def pair_kind_counts(pairs: models.QuerySet[TrainingPair]) -> dict[str, Any]:
         train=models.Count("pk", filter=Q(split="train")),
         eval=models.Count("pk", filter=Q(split="eval")),
     )
+
+
+class SearchLog(models.Model):
+    """One logged search: what was asked, how, by which encoder version, and its first page.
+
+    One insert per search: the results shown are a JSON list ``[[pk, position, score], ...]``
+    (positions from 1), not rows of their own. ``client`` is a keyed hash of the session or
+    user, never an IP address; ``query`` is capped at ``FEEDBACK["MAX_QUERY_LENGTH"]``.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    query = models.TextField()
+    # lower-cased, whitespace-collapsed: what analytics group by and pairs are merged on
+    normalized = models.TextField(db_index=True)
+    mode = models.CharField(max_length=10, help_text="vector, keyword, hybrid or passages.")
+    model_label = models.CharField(max_length=200, help_text='"app_label.ModelName".')
+    field = models.CharField(max_length=100, blank=True, default="")
+    filters_digest = models.CharField(max_length=64, blank=True, default="")
+    encoder_name = models.CharField(max_length=100, default="default")
+    version = models.CharField(max_length=100, blank=True, default="")
+    results = models.JSONField(default=list, blank=True)
+    result_count = models.PositiveIntegerField(default=0)
+    client = models.CharField(max_length=64, db_index=True)
+    latency_ms = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["model_label", "created_at"], name="sbert_log_model")]
+
+    def __str__(self) -> str:
+        return f"{self.query[:60]} ({self.mode}, {self.created_at:%Y-%m-%d %H:%M})"
+
+
+class SearchEvent(models.Model):
+    """What a visitor did with one result of a logged search: a click or a conversion.
+
+    At most one per (search, row, kind): a second report of the same click changes nothing.
+    """
+
+    search = models.ForeignKey(SearchLog, related_name="events", on_delete=models.CASCADE)
+    object_pk = models.CharField(max_length=255)
+    position = models.PositiveIntegerField(help_text="The result's position, from 1.")
+    kind = models.CharField(max_length=40, help_text='"click" or a configured conversion.')
+    dwell_ms = models.PositiveIntegerField(null=True, blank=True)
+    client = models.CharField(max_length=64, db_index=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["search", "object_pk", "kind"], name="sbert_event_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} on {self.object_pk} at {self.position}"
