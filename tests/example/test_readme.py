@@ -44,7 +44,13 @@ from tests.example.conftest import ROOT
 from tests.settings import CELERY_BROKER_URL, database_from_url
 from tests.test_packaging import build_wheel
 
-pytestmark = [pytest.mark.example, pytest.mark.slow, pytest.mark.timeout(2400)]
+# example and slow: a real project, worker and model; packaging: the wheel in a fresh virtualenv.
+pytestmark = [
+    pytest.mark.example,
+    pytest.mark.slow,
+    pytest.mark.packaging,
+    pytest.mark.timeout(2400),
+]
 
 README = ROOT / "README.md"
 MARKED = re.compile(r"^<!-- test: ([\w-]+) -->\n```(\w+)\n(.*?)^```", re.DOTALL | re.MULTILINE)
