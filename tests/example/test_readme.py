@@ -56,7 +56,7 @@ README = ROOT / "README.md"
 MARKED = re.compile(r"^<!-- test: ([\w-]+) -->\n```(\w+)\n(.*?)^```", re.DOTALL | re.MULTILINE)
 # The worker's start (it compiles the model where a C++ compiler is found) and two rows, on a
 # busy 2-core machine.
-EMBED_TIMEOUT = 600
+EMBED_TIMEOUT = 900
 
 
 def readme_blocks(name: str) -> list[tuple[str, str]]:
