@@ -113,8 +113,11 @@ def key_problem(path: list[str]) -> str | None:
     from django_sbert import conf
     from django_sbert.settings_schema import Group, PerName
 
+    if path[0] in conf.RENAMED:
+        group, key = conf.RENAMED[path[0]]
+        return f"SBERT[{path[0]!r}] is an earlier spelling of SBERT[{group!r}][{key!r}]"
     declared = conf.TOP.get(path[0])
-    if declared is None and path[0] not in conf.RENAMED:
+    if declared is None:
         return f"SBERT has no key {path[0]!r}"
     rest = path[1:]
     if isinstance(declared, PerName):
