@@ -58,6 +58,21 @@ def test_the_index_links_every_page() -> None:
 
 
 @pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_each_page_says_what_it_is_for_and_where_to_go_next(page: Path) -> None:
+    """A title, then a line of prose (not a heading or code); and a way on at the end."""
+    lines = [line for line in page.read_text().splitlines() if line.strip()]
+    assert lines[0].startswith("# "), f"{page_id(page)} does not start with its title"
+    assert not lines[1].startswith(("#", "```", "|", "-", "<")), (
+        f"{page_id(page)}: the title is not followed by a line saying what the page is for"
+    )
+    if page.name != "index.md":
+        text = page.read_text()
+        assert "\nNext: " in text or "## Where to go next" in text, (
+            f"{page_id(page)} does not say where to go next"
+        )
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
 def test_python_snippets_parse(page: Path) -> None:
     broken = []
     for block in blocks(page):
@@ -249,8 +264,7 @@ def test_links_resolve_to_pages_and_anchors(page: Path) -> None:
     for target in links(page):
         path, _, anchor = target.partition("#")
         linked = (page.parent / path).resolve() if path else page
-        if not linked.exists():
-            broken.append(target)
-        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+        missing_anchor = bool(anchor) and linked.suffix == ".md" and anchor not in anchors(linked)
+        if not linked.exists() or missing_anchor:
             broken.append(target)
     assert not broken, f"{page_id(page)} links to missing files or anchors: {broken}"

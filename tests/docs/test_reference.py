@@ -166,6 +166,8 @@ def test_links_outside_docs_point_at_files(page) -> None:
     broken = [
         link
         for link in links
-        if "://" not in link and not link.startswith("mailto:") and not (page.parent / link).exists()
+        if "://" not in link
+        and not link.startswith("mailto:")
+        and not (page.parent / link).exists()
     ]
     assert not broken, f"{page.relative_to(ROOT)} links to missing files: {broken}"
