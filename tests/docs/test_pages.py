@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import re
 import shlex
 import textwrap
@@ -212,6 +213,17 @@ def test_management_commands_and_options_exist(page: Path) -> None:
                 if option not in options:
                     problems.append(f"{name} has no option {option}: {line}")
     assert not problems, f"{page_id(page)}: {problems}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_python_modules_run_as_scripts_exist(page: Path) -> None:
+    """``python -m django_sbert...`` and ``python -m benchmarks...`` name modules that exist."""
+    missing = []
+    for line in shell_commands(page):
+        for module in re.findall(r"python -m ((?:django_sbert|benchmarks)[\w.]*)", line):
+            if importlib.util.find_spec(module) is None:
+                missing.append(module)
+    assert not missing, f"{page_id(page)}: no module {missing}"
 
 
 def make_targets() -> set[str]:
