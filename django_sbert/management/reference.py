@@ -12,8 +12,13 @@ Django's own options (``--verbosity``, ``--settings``...) are left out: every co
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
+
+import django
+from django.conf import settings
+from django.core.management import load_command_class
 
 COMMANDS_DIR = Path(__file__).parent / "commands"
 BEGIN, END = "<!-- commands:{} -->", "<!-- /commands:{} -->"
@@ -38,8 +43,6 @@ def command_names() -> list[str]:
 
 def command_parser(name: str) -> argparse.ArgumentParser:
     """The parser ``manage.py name`` uses (needs Django set up: commands import models)."""
-    from django.core.management import load_command_class
-
     return load_command_class("django_sbert", name).create_parser("manage.py", name)
 
 
@@ -108,11 +111,6 @@ def write_reference(text: str) -> str:
 
 def _setup_django() -> None:
     """Enough of Django to build the parsers when no settings module is given."""
-    import os
-
-    import django
-    from django.conf import settings
-
     if not settings.configured and not os.environ.get("DJANGO_SETTINGS_MODULE"):
         settings.configure(
             INSTALLED_APPS=[
