@@ -93,9 +93,10 @@ ENCODER = Group(
         "BATCH_SIZE": Setting(32, "Texts per forward pass when rows are embedded.", integer(1)),
         "THREADS": Setting(
             None,
-            "`torch.set_num_threads()` in each process that loads the encoder; a Celery "
-            "worker started without it gives torch the CPUs divided by its concurrency. "
-            "`None`: torch's default ([deployment.md](deployment.md)).",
+            "`torch.set_num_threads()` in each process that loads the encoder. `None`: a "
+            "Celery worker's share of the CPUs (all of them with `--pool solo` or `threads`; "
+            "CPUs / N in each child of `--pool prefork -c N`), CPUs / `workers` in a gunicorn "
+            "worker, torch's default elsewhere ([deployment.md](deployment.md)).",
             optional(integer(1)),
         ),
         "QUERY_THREADS": Setting(
