@@ -31,6 +31,7 @@ def web_log(run: DemoProcess) -> str:
     return (run.var_dir / "logs" / "web.log").read_text(errors="replace")
 
 
+@pytest.mark.timeout(1500)  # a new host builds the graph first: minutes on a busy machine
 def test_the_first_search_after_the_url_is_printed_encodes_on_a_warm_process(start_demo):
     run = start_demo()
     try:
