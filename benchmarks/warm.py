@@ -19,6 +19,9 @@
   model with perturbed weights, saved to a temporary directory) is loaded and its first query
   encoded, as a web process does after a promotion; packages and graphs built are counted
   (0 expected).
+
+What a visitor sees, the first search after each documented server says it is ready (gunicorn,
+uvicorn, the demo), is ``benchmarks.first_search``.
 """
 
 from __future__ import annotations

@@ -93,9 +93,11 @@ ENCODER = Group(
         "BATCH_SIZE": Setting(32, "Texts per forward pass when rows are embedded.", integer(1)),
         "THREADS": Setting(
             None,
-            "`torch.set_num_threads()` in each process that loads the encoder. `None`: in a "
-            "Celery worker, every CPU for `--pool solo` and CPUs / N for `-P prefork -c N`; "
-            "elsewhere torch's default ([commands.md](commands.md#celery-workers)).",
+            "`torch.set_num_threads()` in each process that loads the encoder. `None`: the "
+            "process's share of the CPUs: all of them in a Celery worker with `--pool solo` "
+            "or `threads`; CPUs / N in each child of `--pool prefork -c N` and in each of N "
+            "web processes (gunicorn's `workers`, uvicorn's `WEB_CONCURRENCY`); torch's "
+            "default in other processes ([deployment.md](deployment.md)).",
             optional(integer(1)),
         ),
         "QUERY_THREADS": Setting(

@@ -15,7 +15,10 @@
    never holds up the embedding of a new article, which the indexing worker takes at once
    (the two share the cores meanwhile). The broker is ``CELERY_BROKER_URL``, else kombu's
    filesystem transport in ``var/broker``.
-4. The web server, ``manage.py runserver 127.0.0.1:8000 --noreload``.
+4. The web server, ``python -m demo_site.serve 127.0.0.1:8000``: ``runserver`` once the query
+   encoder is loaded and its compiled graph built (or loaded from this host's compile cache),
+   so the URL is printed only when ``sbert/health/`` says the web process is warm and the
+   first search answers at once.
 5. A progress bar of embedded / total articles until the worker has done them all; then
    ``manage.py evaluate_demo`` measures the judgment list "Held-out pairs" once (every mode's
    nDCG@10 in the admin's judgment lists from the first start).
@@ -38,7 +41,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -53,6 +55,9 @@ from demo_site.database import start_embedded_postgres  # noqa: E402
 
 PR_SET_PDEATHSIG = 1
 STOP_TIMEOUT = 10.0  # seconds a child gets to exit before it is killed
+# The web process builds the compiled query graph before it opens its port on a new host:
+# 30-40 s on 2 idle cores, minutes on a busy machine. Later starts load it in a second.
+WEB_READY_TIMEOUT = 900.0
 # (name, queues, node name, log file) of each Celery worker: indexing apart from fine-tuning,
 # so that a promotion's re-embedding of every article never delays a new article's vector.
 WORKERS = (
@@ -161,7 +166,8 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def wait_for_http(url: str, child: Child, timeout: float = 60.0) -> None:
+def wait_for_http(url: str, child: Child, timeout: float = WEB_READY_TIMEOUT) -> None:
+    """Wait until ``url`` answers 200 (the readiness view: the web process is warm)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not child.running():
@@ -170,16 +176,14 @@ def wait_for_http(url: str, child: Child, timeout: float = 60.0) -> None:
             with urllib.request.urlopen(url, timeout=5) as response:
                 if response.status == 200:
                     return
+        except urllib.error.HTTPError:  # up but not ready (503): ask again less often
+            time.sleep(1.0)
         except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
+            pass  # not listening yet: it warms the query encoder first
         time.sleep(0.25)
-    raise DemoError(f"The web server did not answer at {url} within {timeout:.0f} s.")
-
-
-def warm_up(url: str) -> None:
-    """One search, so that the web process has loaded the model before anyone searches."""
-    with contextlib.suppress(OSError):
-        urllib.request.urlopen(url, timeout=300).close()
+    raise DemoError(
+        f"The web server was not ready at {url} within {timeout:.0f} s:\n{child.tail()}"
+    )
 
 
 def embedding_counts(database_url: str) -> tuple[int, int]:
@@ -244,18 +248,16 @@ class Demo:
                 "-n", f"{node}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat",
             ]  # fmt: skip
             self.children.append(Child(name, worker, self.env(), self.logs / log))
-        web = [sys.executable, "manage.py", "runserver", f"{host}:{port}", "--noreload"]
+        web = [sys.executable, "-m", "demo_site.serve", f"{host}:{port}"]
         server = Child("web server", web, self.env(), self.logs / "web.log")
         self.children.append(server)
 
         base = f"http://{host}:{port}"
-        wait_for_http(f"{base}/", server)
+        wait_for_http(f"{base}/sbert/health/", server)
         print(f"\nServing at {base}/  (ready in {time.monotonic() - started:.1f} s)")
         print(f"  admin     {base}/admin/")
         print(f"  REST API  {base}/api/sbert/")
         print("Press Ctrl-C to stop.\n", flush=True)
-        # The web process loads the model on its first search; do that now, not for a person.
-        threading.Thread(target=warm_up, args=(f"{base}/?q=warm+up",), daemon=True).start()
         self.follow_embedding()
         return 0
 

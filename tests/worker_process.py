@@ -1,6 +1,7 @@
 """A real Celery worker as a subprocess, for tests that need delivery through the broker.
 
-``celery -A tests.celery_app worker -Q <queue> -P prefork -c 1``, reaching the test database
+``celery -A tests.celery_app worker -Q <queue> -P prefork -c 1`` (or the ``pool`` options a
+test gives), reaching the test database
 through ``DATABASE_URL`` (pytest-django's test database name). Each test module passes its
 own queue name, so tests running at the same time on the same Redis never share tasks.
 """
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -36,7 +38,7 @@ class Worker:
     """One worker subprocess on ``queue``, logging to ``log_path``; ready when constructed.
 
     ``settings_module`` and ``env`` reach the worker's environment (a settings module made
-    for a test, and the values it reads).
+    for a test, and the values it reads); ``pool`` replaces ``-P prefork -c 1``.
     """
 
     def __init__(
@@ -46,6 +48,7 @@ class Worker:
         *,
         settings_module: str = "tests.settings",
         env: dict[str, str] | None = None,
+        pool: Sequence[str] = ("-P", "prefork", "-c", "1"),
     ) -> None:
         self.log_path = log_path
         environment = {
@@ -56,7 +59,7 @@ class Worker:
         }
         command = [
             sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker",
-            "-Q", queue, "-P", "prefork", "-c", "1", "-l", "INFO",
+            "-Q", queue, *pool, "-l", "INFO",
             "-n", f"{queue}-{uuid.uuid4().hex[:4]}@%h",
             "--without-gossip", "--without-mingle", "--without-heartbeat",
         ]  # fmt: skip

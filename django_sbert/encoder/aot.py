@@ -193,22 +193,36 @@ def query_graph(transformer: nn.Module, cache_dir: str | os.PathLike[str]) -> Qu
     this where a process warms up, never on a request. A bad entry warns once and is rebuilt;
     a failed build raises (the caller falls back to another path).
     """
+    started = time.perf_counter()
     path = package_path(cache_dir, transformer)
     path.parent.mkdir(parents=True, exist_ok=True)
     graph = _load_checked(path, transformer)
+    waited = ""
+    if graph is None:
+        with _entry_lock(path):
+            graph = _load_checked(path, transformer)  # another process may have built it
+            if graph is None:
+                _build(path, transformer)
+            waited = " (built by another process meanwhile)"
     if graph is not None:
         stats["loaded"] += 1
+        # A server's log shows whether a process had its graph before it said it was ready.
+        logger.info(
+            "Loaded the compiled query graph %s in %.1f s%s.",
+            path.name,
+            time.perf_counter() - started,
+            waited,
+        )
         return graph
-    with _entry_lock(path):
-        graph = _load_checked(path, transformer)  # another process may have built it meanwhile
-        if graph is not None:
-            stats["loaded"] += 1
-            return graph
-        _build(path, transformer)
     stats["built"] += 1
     prune(path.parent, keep=path)
     graph = QueryGraph(path, transformer)
     _probe(graph)
+    logger.info(
+        "Built the compiled query graph %s in %.1f s (stored for this host's later processes).",
+        path.name,
+        time.perf_counter() - started,
+    )
     return graph
 
 

@@ -56,6 +56,7 @@ import torch
 from torch import nn
 
 from .aot import QueryGraph, query_graph
+from .exceptions import PackageError
 
 logger = logging.getLogger("django_sbert.encoder")
 
@@ -195,6 +196,11 @@ class CompiledTransformer:
                 return self._query
         try:
             graph: QueryGraph | Literal[False] = query_graph(self.transformer, self.cache_dir)
+        except PackageError as exc:
+            # A package built here that does not load: ours, not an outside error (which
+            # would fail the caller and make every later query build again).
+            self._no_query_graph(exc)
+            graph = False
         except Exception as exc:
             outside = external_cause(exc)
             if outside is not None:
@@ -202,19 +208,23 @@ class CompiledTransformer:
             if compiler_failure(exc):
                 self._fail(exc)  # no compiler: torch.compile would fail the same way
             else:
-                first_line = str(exc).splitlines()[0] if str(exc) else ""
-                message = (
-                    "The single-query graph could not be compiled ahead of time "
-                    f"({type(exc).__name__}: {first_line}); torch.compile serves it instead, "
-                    "in every new process."
-                )
-                logger.warning(message)
-                warnings.warn(message, RuntimeWarning, stacklevel=3)
+                self._no_query_graph(exc)
             graph = False
         with self._lock:
             if self._query is None:
                 self._query = graph
             return self._query
+
+    @staticmethod
+    def _no_query_graph(exc: BaseException) -> None:
+        first_line = str(exc).splitlines()[0] if str(exc) else ""
+        message = (
+            "The single-query graph could not be compiled ahead of time "
+            f"({type(exc).__name__}: {first_line}); torch.compile serves it instead, "
+            "in every new process."
+        )
+        logger.warning(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
 class QueryOutput:

@@ -4,14 +4,16 @@ Connected when a tasks module of django-sbert is imported (``indexing.tasks``,
 ``finetuning.tasks``), which Celery's autodiscovery does in the worker's main process before it
 forks:
 
-* ``worker_init`` (main process) records the pool's concurrency; nothing heavy happens there,
-  so no torch state is inherited by forked children (transformers #7516,
-  sentence-transformers #1318).
+* ``worker_init`` (main process) records the worker; nothing heavy happens there, so no torch
+  state is inherited by forked children (transformers #7516, sentence-transformers #1318).
 * ``worker_process_init`` (each prefork child, or the solo worker itself) sets torch's thread
-  count explicitly — ``SBERT["ENCODERS"][name]["THREADS"]``, else every CPU for ``--pool solo``
-  and the CPUs divided by the concurrency for ``-P prefork -c N`` — and starts loading every
-  encoder an ``EmbeddingField`` uses, once per process, in a background thread so the child
-  still reports "up" to its parent in time.
+  count explicitly — ``SBERT["ENCODERS"][name]["THREADS"]``, else the CPUs divided by the
+  processes of the pool (``worker_processes()``: ``-c N`` prefork children share the CPUs;
+  a solo, threads, gevent or eventlet worker is one process that runs one encode at a time,
+  so it gets them all) — and starts loading every encoder an ``EmbeddingField`` uses, once
+  per process, in a background thread so the child still reports "up" to its parent in time.
+  Pools that send no ``worker_process_init`` (threads, gevent, eventlet) do the same from
+  ``worker_init``: they never fork.
   A task that arrives before the warm-up has finished waits for it (``task_prerun``): two
   threads compiling the same graph at once fail inside Dynamo.
   A worker that consumes ``SBERT["TRAINING"]["QUEUE"]`` and not ``SBERT["QUEUE"]`` loads none:
@@ -28,7 +30,8 @@ import sys
 import threading
 from typing import Any
 
-from celery.concurrency.solo import TaskPool as SoloPool
+from celery import concurrency as celery_pools
+from celery import signals
 from celery.signals import task_prerun, worker_init, worker_process_init
 from django.apps import apps
 
@@ -38,8 +41,15 @@ from .warmup import warm
 
 logger = logging.getLogger(__name__)
 
-_concurrency = 1  # set in the worker's main process by worker_init, inherited by children
+_worker: Any = None  # the WorkController, set by worker_init, inherited by forked children
 _worker_app: Any = None  # the worker's Celery app, set by worker_init
+# A spawned prefork child (``--pool-start-method spawn``) inherits no memory: the parent
+# leaves the number of pool processes in the environment for it.
+PROCESSES_VARIABLE = "DJANGO_SBERT_WORKER_PROCESSES"
+# Pools that run every task in the worker's one process. Encodes of one model hold its lock
+# (serving.cache), so one encode runs at a time there: torch gets all the CPUs, whatever -c
+# says (-c only sets how many tasks the pool accepts at once).
+ONE_PROCESS_POOLS = ("solo", "threads", "gevent", "eventlet")
 
 
 def available_cpus() -> int:
@@ -50,32 +60,80 @@ def available_cpus() -> int:
 
 
 def torch_threads(encoder: str = "default", concurrency: int | None = None) -> int:
-    """Threads one worker process should give torch: THREADS if set, else CPUs / concurrency."""
+    """Threads one process should give torch: THREADS if set, else its share of the CPUs.
+
+    ``concurrency`` is how many processes share the CPUs (a web server's workers); None: the
+    processes of this Celery worker's pool (``worker_processes()``), 1 outside a worker.
+    """
     configured = encoder_config(encoder).get("THREADS")
     if configured:
         return int(configured)
-    return max(1, available_cpus() // max(1, concurrency or _concurrency))
+    processes = concurrency if concurrency is not None else worker_processes()
+    return max(1, available_cpus() // max(1, processes))
 
 
-def pool_processes(worker: Any) -> int:
-    """Processes that encode in a Celery worker (its ``WorkController``): 1 for ``--pool
-    solo``, whose concurrency Celery still sets to the CPU count unless ``-c`` is given (so
-    dividing the CPUs by it gave a one-process worker one torch thread); else its
-    concurrency."""
-    pool = getattr(worker, "pool_cls", None)
-    if pool == "solo" or (isinstance(pool, type) and issubclass(pool, SoloPool)):
-        return 1
+def pool_name(pool_cls: Any) -> str:
+    """The pool's alias (``"solo"``, ``"prefork"``, ``"threads"``...) or its dotted path.
+
+    ``pool_cls`` is what the worker holds: a class (``-P solo`` on the command line), or an
+    alias or ``"module:Class"`` string (``worker_pool`` in the configuration); a subclass of
+    a known pool counts as that pool.
+    """
     try:
-        return max(1, int(getattr(worker, "concurrency", None) or 1))
-    except (TypeError, ValueError):  # "auto", resolved by Celery after worker_init
+        cls = celery_pools.get_implementation(pool_cls)
+    except (ImportError, AttributeError, ValueError):  # gevent not installed, a typo...
+        return str(pool_cls)
+    for alias, path in celery_pools.ALIASES.items():
+        if not path or alias in ("processes", "custom"):
+            continue
+        module, _, name = path.partition(":")
+        known = getattr(sys.modules.get(module), name, None)
+        if known is not None and isinstance(cls, type) and issubclass(cls, known):
+            return alias
+    return f"{getattr(cls, '__module__', '')}:{getattr(cls, '__qualname__', cls)}"
+
+
+def worker_processes(worker: Any = None) -> int:
+    """How many processes of this Celery worker share the CPUs, each encoding on its own.
+
+    1 for a solo, threads, gevent or eventlet pool (one process); the concurrency for a
+    prefork pool (``-c N``; ``"auto"`` as Celery resolves it) or any other pool. 1 outside a
+    worker.
+    """
+    worker = worker if worker is not None else _worker
+    if worker is None:
+        return int(os.environ.get(PROCESSES_VARIABLE) or 1)
+    if pool_name(getattr(worker, "pool_cls", "prefork")) in ONE_PROCESS_POOLS:
+        return 1
+    concurrency = getattr(worker, "concurrency", None)
+    try:
+        return max(1, int(concurrency))
+    except (TypeError, ValueError):  # "auto" before Celery resolved it (at worker_init)
         return available_cpus()
 
 
 @worker_init.connect(dispatch_uid="django_sbert.serving.worker.worker_init")
-def _remember_concurrency(sender: Any = None, **kwargs: Any) -> None:
-    global _concurrency, _worker_app
-    _concurrency = pool_processes(sender)
+def _remember_worker(sender: Any = None, **kwargs: Any) -> None:
+    global _worker, _worker_app
+    _worker = sender
     _worker_app = getattr(sender, "app", None)
+    if sender is not None and pool_name(getattr(sender, "pool_cls", "prefork")) in (
+        "threads",
+        "gevent",
+        "eventlet",
+    ):
+        prepare_worker_process()  # these pools send no worker_process_init: no fork either
+
+
+def _before_fork(**kwargs: Any) -> None:
+    # In the parent, once Celery resolved the concurrency: what a spawned child reads.
+    os.environ[PROCESSES_VARIABLE] = str(worker_processes())
+
+
+# Sent by the prefork pool before it creates each child (Celery 5.3+).
+_create_process = getattr(signals, "worker_before_create_process", None)
+if _create_process is not None:
+    _create_process.connect(_before_fork, dispatch_uid="django_sbert.serving.worker.before_fork")
 
 
 def own_queues(app: Any = None) -> set[str] | None:

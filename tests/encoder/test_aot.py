@@ -215,3 +215,26 @@ def test_no_cache_keeps_torch_compile(tiny_model_dir):
     encoder = SentenceEncoder.load(tiny_model_dir, compile=True)
     encoder.encode(QUERY)
     assert encoder.compiled and encoder._compiled.query_package is None
+
+
+def test_a_package_that_fails_after_its_build_falls_back_to_torch_compile(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    """A package built here that does not pass its probe is not an error of the caller's: the
+    query is answered (through ``torch.compile``) and no later query builds again."""
+    encoder = SentenceEncoder.load(tiny_model_dir, compile=True, compile_cache=tmp_path)
+    real_call = aot.QueryGraph.__call__
+
+    def always_wrong(self, input_ids, attention_mask):
+        return real_call(self, input_ids, attention_mask) + 1.0
+
+    monkeypatch.setattr(aot.QueryGraph, "__call__", always_wrong)
+    before = dict(aot.stats)
+    with pytest.warns(RuntimeWarning, match="could not be compiled ahead of time"):
+        vector = encoder.encode(QUERY)
+    encoder.encode("a second query")
+    assert aot.stats["built"] == before.get("built", 0) + 1  # once, not once per query
+    monkeypatch.undo()
+    np.testing.assert_allclose(
+        vector, SentenceEncoder.load(tiny_model_dir).encode(QUERY), atol=1e-5
+    )

@@ -242,13 +242,13 @@ def test_a_solo_worker_gives_torch_every_cpu_and_prefork_divides_them(monkeypatc
     from django_sbert.serving import worker
     from tests.celery_app import app as celery_app
 
-    monkeypatch.setattr(worker, "_concurrency", worker._concurrency)  # worker_init sets them
+    monkeypatch.setattr(worker, "_worker", worker._worker)  # worker_init sets them
     monkeypatch.setattr(worker, "_worker_app", worker._worker_app)
     solo = celery_app.WorkController(pool_cls="solo", concurrency=None, queues=["sbert"])
     assert solo.concurrency == max(1, os.cpu_count() or 1)  # what Celery itself sets
-    assert worker.pool_processes(solo) == 1 and worker._concurrency == 1
+    assert worker.worker_processes(solo) == 1
     prefork = celery_app.WorkController(pool_cls=PreforkPool, concurrency=3, queues=["sbert"])
-    assert worker.pool_processes(prefork) == 3 and worker._concurrency == 3
+    assert worker.worker_processes(prefork) == 3
     # A solo pool runs worker_process_init as it is built: let that warm-up end here.
     for thread in threading.enumerate():
         if thread.name == "django-sbert-warm-up":
