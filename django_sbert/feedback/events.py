@@ -18,6 +18,7 @@ from ..conf import sbert_settings
 from ..models import SearchEvent, SearchLog
 from .clients import is_bot, over_rate
 from .tokens import InvalidToken, read_token
+from .writes import isolated
 
 CLICK = "click"
 MAX_DWELL_MS = 24 * 3600 * 1000  # a day: longer is a tab left open, not reading
@@ -75,7 +76,8 @@ def record_event(request: Any, token: str, kind: str = CLICK, dwell_ms: int | No
         client=Subquery(search_client[:1]),
     )
     try:
-        SearchEvent.objects.using(database).bulk_create([event], ignore_conflicts=True)
+        with isolated(database):
+            SearchEvent.objects.using(database).bulk_create([event], ignore_conflicts=True)
     except IntegrityError:  # no such search (client NULL): purged or forgotten since
         raise EventRefused(
             "The search of this token is no longer in the log; nothing was stored.", status=410

@@ -18,14 +18,14 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.db import DatabaseError, models, router, transaction
-from django.db.transaction import get_connection
+from django.db import DatabaseError, models, router
 
 from ..conf import sbert_settings
 from ..models import SearchLog
 from ..serving import serving_record
 from .clients import client_key, is_bot, over_rate
 from .tokens import make_token
+from .writes import isolated
 
 logger = logging.getLogger(__name__)
 
@@ -168,10 +168,7 @@ def _insert(entry: SearchLog) -> bool:
     (ATOMIC_REQUESTS) it gets a savepoint, so a failure cannot break the request's own work."""
     database = router.db_for_write(SearchLog)
     try:
-        if get_connection(database).in_atomic_block:
-            with transaction.atomic(using=database):
-                entry.save(force_insert=True, using=database)
-        else:
+        with isolated(database):
             entry.save(force_insert=True, using=database)
     except DatabaseError as exc:
         logger.warning("django-sbert: a search could not be logged: %s", exc)
