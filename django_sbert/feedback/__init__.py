@@ -9,7 +9,8 @@ here; nothing here imports them::
 
 Modules: ``log`` (``log_search``, ``normalize_query``), ``clients`` (pseudonymous client keys,
 crawlers, per-client rates), ``tokens`` (signed click tokens), ``events`` (``record_event``),
-``export`` (UBI JSON lines), ``retention`` (purge and forget), ``tasks`` (the purge task).
+``export`` (UBI JSON lines), ``retention`` (purge and forget), ``tasks`` (the purge task),
+``writes`` (the one write, in a savepoint inside a transaction).
 """
 
 from __future__ import annotations

@@ -4,10 +4,14 @@ event stored."""
 from __future__ import annotations
 
 import shutil
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.core.handlers.wsgi import WSGIHandler
+from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
 from django.template import engines
 
 import django_sbert
@@ -63,13 +67,28 @@ def chromium():
     driver.quit()
 
 
+@pytest.fixture
+def site(settings) -> Iterator[str]:
+    """The test URLs served over HTTP in a thread (pytest-django's live_server needs
+    django.contrib.staticfiles and a STATIC_URL from the start; these tests have neither)."""
+    settings.STATIC_URL = "/static/"
+    settings.ROOT_URLCONF = "tests.feedback.urls"
+    settings.ALLOWED_HOSTS = ["127.0.0.1"]
+    server = ThreadedWSGIServer(("127.0.0.1", 0), WSGIRequestHandler)
+    server.set_app(WSGIHandler())
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+
+
 @pytest.mark.django_db(transaction=True)
-def test_a_click_in_a_browser_is_stored(chromium, live_server, articles, log_on, settings):
+def test_a_click_in_a_browser_is_stored(chromium, site, articles, log_on):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    settings.STATIC_URL = "/static/"
-    chromium.get(f"{live_server.url}/hits/?q=a+dog")
+    chromium.get(f"{site}/hits/?q=a+dog")
     links = chromium.find_elements(By.CSS_SELECTOR, "a.hit")
     assert len(links) == 5
     clicked = links[1].get_attribute("href").rstrip("/").rsplit("/", 1)[1]
