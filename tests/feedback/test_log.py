@@ -185,3 +185,20 @@ def test_with_the_log_off_nothing_touches_the_log(client, articles, registered, 
     assert queries.captured_queries, "the searches ran"
     assert not [q for q in queries.captured_queries if table in q["sql"]]
     assert not SearchLog.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_the_log_commits_without_waiting_for_the_disk_alone(articles, log_on):
+    from django.test import RequestFactory
+
+    request = RequestFactory().get("/mine/")
+    hits = list(Article.objects.similar_to("a dog")[:3])
+    with CaptureQueriesContext(connection) as queries:
+        entry = log_search(request, hits, query="a dog", mode="vector")
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert [s.split()[0] for s in statements if "INSERT" in s] == ["INSERT"]  # one write
+    assert "SET LOCAL synchronous_commit TO OFF" in statements
+    with connection.cursor() as cursor:  # the request's own work commits as configured
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
+    assert SearchLog.objects.get().pk == entry.pk
