@@ -530,7 +530,20 @@ class EmbedView(ServiceErrorsMixin, GenericAPIView):
         202: inline_serializer(name="EventResponse", fields={"status": serializers.CharField()})
         if OpenApiTypes is not None
         else None,
-        **error_responses(400, 404, 429),
+        **error_responses(
+            400,
+            404,
+            410,
+            413,
+            415,
+            429,
+            descriptions={
+                400: "A token that was changed, forged or expired; an unknown kind; a bad "
+                "dwell_ms. Nothing is stored.",
+                404: "This site does not log searches (SBERT['FEEDBACK']['LOG']).",
+                410: "The search of this token was purged or forgotten; nothing is stored.",
+            },
+        ),
     },
 )
 class EventView(GenericAPIView):

@@ -71,7 +71,7 @@ def test_search_parameters_and_errors(schema):
 
 def test_events_and_the_logged_search_fields(schema):
     events = schema["paths"]["/api/sbert/events/"]["post"]
-    assert {"202", "400", "404", "429"} <= set(events["responses"])
+    assert {"202", "400", "404", "410", "429"} <= set(events["responses"])
     body = events["requestBody"]["content"]
     assert {"application/json", "application/x-www-form-urlencoded"} <= set(body)
     components = schema["components"]["schemas"]
