@@ -170,7 +170,8 @@ def main() -> None:
         "--equal-keyword-weights",
         action="store_true",
         help="rank keyword matches with the title weighed as the body, as "
-        'keyword_weights={"title": "B", "body": "B"} does (docs/hybrid.md, "Field weights")',
+        'keyword_weights={"title": "B", "body": "B"} does (docs/hybrid.md, "Keyword ranking: '
+        'BM25")',
     )
     add_json_option(parser)
     args = parser.parse_args()

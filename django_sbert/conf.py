@@ -93,9 +93,9 @@ ENCODER = Group(
         "BATCH_SIZE": Setting(32, "Texts per forward pass when rows are embedded.", integer(1)),
         "THREADS": Setting(
             None,
-            "`torch.set_num_threads()` in each process that loads the encoder; a Celery "
-            "worker started without it gives torch the CPUs divided by its concurrency. "
-            "`None`: torch's default ([deployment.md](deployment.md)).",
+            "`torch.set_num_threads()` in each process that loads the encoder. `None`: in a "
+            "Celery worker, every CPU for `--pool solo` and CPUs / N for `-P prefork -c N`; "
+            "elsewhere torch's default ([commands.md](commands.md#celery-workers)).",
             optional(integer(1)),
         ),
         "QUERY_THREADS": Setting(

@@ -61,10 +61,11 @@ RECIPE = {"epochs": 1, "learning_rate": 2e-5}  # every other loss: the SBERT pap
 ADAPT_EPOCHS = 2
 # margin_mse examples hold a query's four margins (encoder.distillation.PER_QUERY), so a batch
 # of 8 costs the texts of 16 two-text examples, and the run keeps the steps it needs
-# (docs/training.md, "Adapt to our content: a lexical teacher").
+# (docs/benchmarks.md, "Adapt to our content: the lexical teacher").
 ADAPT_MARGIN_BATCH_SIZE = 8
 # A measurement within one point of nDCG@10 of the best counts as no worse: a small eval split
-# cannot tell such differences from noise (docs/fine-tuning.md, "Early stopping tolerance").
+# cannot tell such differences from noise (docs/benchmarks.md, "Fine-tuning through the admin
+# workflow").
 EARLY_STOPPING_TOLERANCE = 0.01
 
 

@@ -7,7 +7,7 @@
 
 Both run on ``SBERT["TRAINING"]["QUEUE"]`` ("sbert-train"), so indexing never waits behind them::
 
-    celery -A proj worker -Q sbert-train -P solo
+    celery -A proj worker -Q sbert-train --pool solo
 
 ``runs.create_run`` and ``promotion.start_promotion`` queue them through ``enqueue_training``
 and ``enqueue_promotion`` here: the one import loop the layout allows (a wing's enqueue calling

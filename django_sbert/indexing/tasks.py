@@ -12,8 +12,10 @@
 
 The indexing tasks run on ``SBERT["QUEUE"]`` ("sbert") so encoding can have its own workers::
 
-    celery -A proj worker -Q sbert -P prefork -c 1
-    celery -A proj worker -Q sbert-train -P solo     # fine-tuning and promotions
+    celery -A proj worker -Q sbert --pool solo          # indexing, one per host
+    celery -A proj worker -Q sbert-train --pool solo    # fine-tuning and promotions
+
+(a small site runs one worker for both: ``-Q sbert,sbert-train --pool solo``; docs/commands.md).
 
 Task names are defined in ``django_sbert.celery`` (the wire format); the fine-tuning tasks are
 in ``django_sbert.finetuning.tasks``; ``django_sbert.tasks`` re-exports all four, which is

@@ -8,9 +8,10 @@ forks:
   so no torch state is inherited by forked children (transformers #7516,
   sentence-transformers #1318).
 * ``worker_process_init`` (each prefork child, or the solo worker itself) sets torch's thread
-  count explicitly — ``SBERT["ENCODERS"][name]["THREADS"]`` or the CPUs divided by the
-  concurrency — and starts loading every encoder an ``EmbeddingField`` uses, once per
-  process, in a background thread so the child still reports "up" to its parent in time.
+  count explicitly — ``SBERT["ENCODERS"][name]["THREADS"]``, else every CPU for ``--pool solo``
+  and the CPUs divided by the concurrency for ``-P prefork -c N`` — and starts loading every
+  encoder an ``EmbeddingField`` uses, once per process, in a background thread so the child
+  still reports "up" to its parent in time.
   A task that arrives before the warm-up has finished waits for it (``task_prerun``): two
   threads compiling the same graph at once fail inside Dynamo.
   A worker that consumes ``SBERT["TRAINING"]["QUEUE"]`` and not ``SBERT["QUEUE"]`` loads none:
@@ -27,6 +28,7 @@ import sys
 import threading
 from typing import Any
 
+from celery.concurrency.solo import TaskPool as SoloPool
 from celery.signals import task_prerun, worker_init, worker_process_init
 from django.apps import apps
 
@@ -55,10 +57,24 @@ def torch_threads(encoder: str = "default", concurrency: int | None = None) -> i
     return max(1, available_cpus() // max(1, concurrency or _concurrency))
 
 
+def pool_processes(worker: Any) -> int:
+    """Processes that encode in a Celery worker (its ``WorkController``): 1 for ``--pool
+    solo``, whose concurrency Celery still sets to the CPU count unless ``-c`` is given (so
+    dividing the CPUs by it gave a one-process worker one torch thread); else its
+    concurrency."""
+    pool = getattr(worker, "pool_cls", None)
+    if pool == "solo" or (isinstance(pool, type) and issubclass(pool, SoloPool)):
+        return 1
+    try:
+        return max(1, int(getattr(worker, "concurrency", None) or 1))
+    except (TypeError, ValueError):  # "auto", resolved by Celery after worker_init
+        return available_cpus()
+
+
 @worker_init.connect(dispatch_uid="django_sbert.serving.worker.worker_init")
 def _remember_concurrency(sender: Any = None, **kwargs: Any) -> None:
     global _concurrency, _worker_app
-    _concurrency = int(getattr(sender, "concurrency", None) or 1)
+    _concurrency = pool_processes(sender)
     _worker_app = getattr(sender, "app", None)
 
 

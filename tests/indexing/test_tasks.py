@@ -234,6 +234,27 @@ def test_worker_threads_come_from_settings_or_cpus_per_process(settings):
     assert torch_threads("default", concurrency=available_cpus() * 2) == 1
 
 
+def test_a_solo_worker_gives_torch_every_cpu_and_prefork_divides_them(monkeypatch):
+    """``--pool solo`` is one process whatever concurrency Celery sets (the CPU count);
+    ``-P prefork -c N`` is N. Real worker controllers, built (not started) by the test app."""
+    from celery.concurrency.prefork import TaskPool as PreforkPool
+
+    from django_sbert.serving import worker
+    from tests.celery_app import app as celery_app
+
+    monkeypatch.setattr(worker, "_concurrency", worker._concurrency)  # worker_init sets them
+    monkeypatch.setattr(worker, "_worker_app", worker._worker_app)
+    solo = celery_app.WorkController(pool_cls="solo", concurrency=None, queues=["sbert"])
+    assert solo.concurrency == max(1, os.cpu_count() or 1)  # what Celery itself sets
+    assert worker.pool_processes(solo) == 1 and worker._concurrency == 1
+    prefork = celery_app.WorkController(pool_cls=PreforkPool, concurrency=3, queues=["sbert"])
+    assert worker.pool_processes(prefork) == 3 and worker._concurrency == 3
+    # A solo pool runs worker_process_init as it is built: let that warm-up end here.
+    for thread in threading.enumerate():
+        if thread.name == "django-sbert-warm-up":
+            thread.join(timeout=60)
+
+
 def test_worker_process_init_sets_threads_and_loads_the_encoder(monkeypatch):
     """What each worker process runs after the fork (here: in the test process)."""
     import torch

@@ -26,7 +26,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", help="A .csv (with a header row) or .jsonl file.")
         parser.add_argument("--format", choices=["csv", "jsonl"], help="Default: from the name.")
-        parser.add_argument("--split", choices=["train", "eval"], default="train")
+        parser.add_argument(
+            "--split",
+            choices=["train", "eval"],
+            default="train",
+            help="The split of rows whose file gives none.",
+        )
         parser.add_argument(
             "--source",
             default="",

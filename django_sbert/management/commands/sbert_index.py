@@ -1,5 +1,5 @@
 """``manage.py sbert_index``: build (or rebuild) the vector indexes of EmbeddingFields, with a
-progress bar, the memory and parallel workers of ``SBERT["INDEX_*"]``, and the size it made.
+progress bar, the memory and parallel workers of ``SBERT["INDEX"]``, and the size it made.
 
 ::
 

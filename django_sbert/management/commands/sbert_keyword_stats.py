@@ -36,7 +36,9 @@ class Command(BaseCommand):
             action="store_true",
             help="Count from the rows without writing; fail if the stored counts differ.",
         )
-        parser.add_argument("--database", default=DEFAULT_DB_ALIAS)
+        parser.add_argument(
+            "--database", default=DEFAULT_DB_ALIAS, help="The database alias whose tables to count."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         using = options["database"]

@@ -23,12 +23,21 @@ class Command(BaseCommand):
     help = "Build positive training pairs (e.g. title <-> body) from a model's rows."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("model", metavar="app_label.Model")
-        parser.add_argument("field_a")
-        parser.add_argument("field_b")
-        parser.add_argument("--eval-share", type=float, default=0.1)
-        parser.add_argument("--seed", type=int, default=0)
-        parser.add_argument("--source", default=None)
+        parser.add_argument(
+            "model", metavar="app_label.Model", help="The model whose rows to pair."
+        )
+        parser.add_argument("field_a", help="The field of each pair's first text (a title).")
+        parser.add_argument("field_b", help="The field of its positive (a body).")
+        parser.add_argument(
+            "--eval-share",
+            type=float,
+            default=0.1,
+            help="Share of the pairs kept for the eval split, from 0 up to 1.",
+        )
+        parser.add_argument("--seed", type=int, default=0, help="Seed of the eval split's draw.")
+        parser.add_argument(
+            "--source", default=None, help="The pairs' source; default: app_label.Model:A->B."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:

@@ -40,7 +40,9 @@ class Command(BaseCommand):
     help = "Fine-tune an encoder on the training pairs (queued, or --sync in this process)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--encoder", default="default")
+        parser.add_argument(
+            "--encoder", default="default", help="The encoder to fine-tune, by its SBERT name."
+        )
         parser.add_argument("--source", help="Only pairs with this source.")
         parser.add_argument(
             "--content",
