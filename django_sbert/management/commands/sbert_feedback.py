@@ -35,21 +35,31 @@ class Command(BaseCommand):
     help = "Export the search log as UBI JSON lines, forget one client, or purge old entries."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        actions = parser.add_subparsers(dest="action", metavar="{export,forget,purge}")
-        actions.required = True
-        export = actions.add_parser("export", help="Write searches and events as UBI JSON lines.")
-        export.add_argument("--queries", metavar="FILE", help="Searches to FILE ('-': stdout).")
-        export.add_argument("--events", metavar="FILE", help="Events to FILE ('-': stdout).")
-        export.add_argument("--days", type=int, help="Only the last DAYS days.")
-        forget = actions.add_parser("forget", help="Delete one client's searches and events.")
-        who = forget.add_mutually_exclusive_group(required=True)
-        who.add_argument("--user", help="A user's primary key.")
-        who.add_argument("--session", help="An anonymous visitor's session key.")
-        who.add_argument("--client", help="A client key as the log stores it.")
-        purge = actions.add_parser("purge", help="Delete searches and events past retention.")
-        purge.add_argument("--days", type=int, help="Older than DAYS (default RETENTION_DAYS).")
+        parser.add_argument(
+            "action",
+            choices=["export", "forget", "purge"],
+            help="export: UBI JSON lines; forget: one client's searches and events; purge: "
+            "what is past retention.",
+        )
+        parser.add_argument(
+            "--queries", metavar="FILE", help="export: searches to FILE ('-': stdout)."
+        )
+        parser.add_argument(
+            "--events", metavar="FILE", help="export: events to FILE ('-': stdout)."
+        )
+        parser.add_argument(
+            "--days",
+            type=int,
+            help="export: only the last DAYS days; purge: older than DAYS (default "
+            "RETENTION_DAYS).",
+        )
+        parser.add_argument("--user", help="forget: a user's primary key.")
+        parser.add_argument("--session", help="forget: an anonymous visitor's session key.")
+        parser.add_argument("--client", help="forget: a client key as the log stores it.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["days"] is not None and options["days"] < 1:
+            raise CommandError("--days must be 1 or more.")
         getattr(self, f"handle_{options['action']}")(options)
 
     def handle_export(self, options: dict[str, Any]) -> None:
@@ -58,8 +68,6 @@ class Command(BaseCommand):
         searches = SearchLog.objects.order_by("created_at")
         events = SearchEvent.objects.order_by("created_at")
         if options["days"] is not None:
-            if options["days"] < 1:
-                raise CommandError("--days must be 1 or more.")
             since = timezone.now() - timedelta(days=options["days"])
             searches = searches.filter(created_at__gte=since)
             events = events.filter(created_at__gte=since)
@@ -74,6 +82,9 @@ class Command(BaseCommand):
                     self.stderr.write(f"{count} {what} written to {path}")
 
     def handle_forget(self, options: dict[str, Any]) -> None:
+        given = [name for name in ("user", "session", "client") if options[name] is not None]
+        if len(given) != 1:
+            raise CommandError("forget needs one of --user, --session or --client.")
         if options["user"] is not None:
             key = client_key_for_user(options["user"])
         elif options["session"] is not None:
@@ -84,8 +95,6 @@ class Command(BaseCommand):
         self.stdout.write(f"Deleted {searches} searches and {events} events of client {key}.")
 
     def handle_purge(self, options: dict[str, Any]) -> None:
-        if options["days"] is not None and options["days"] < 1:
-            raise CommandError("--days must be 1 or more.")
         searches, events = purge_expired(options["days"])
         self.stdout.write(f"Deleted {searches} searches and {events} events past retention.")
 
