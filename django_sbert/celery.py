@@ -8,6 +8,7 @@ once here and never change, wherever the task functions live::
     django_sbert.train_encoder    finetuning/tasks.py   SBERT["TRAINING"]["QUEUE"]
     django_sbert.promote_version  finetuning/tasks.py   SBERT["TRAINING"]["QUEUE"]
     django_sbert.evaluate_lists   evaluation/tasks.py   SBERT["TRAINING"]["QUEUE"]
+    django_sbert.feedback_purge   feedback/tasks.py     SBERT["QUEUE"]
 
 Copy the sweep into your project's Celery configuration::
 
@@ -27,6 +28,11 @@ and the judgment lists' evaluation (quality over time), every
     if entry:
         app.conf.beat_schedule["sbert-evaluate"] = entry
 
+and the search log's retention (``SBERT["FEEDBACK"]["RETENTION_DAYS"]``), daily::
+
+    from django_sbert.celery import feedback_purge_schedule
+    app.conf.beat_schedule["sbert-feedback-purge"] = feedback_purge_schedule()
+
 This module imports no Django model and no torch (``conf`` reads settings lazily), so a
 settings module may import it. The worker's per-process setup (torch threads, encoders loaded
 before the first task) is in ``django_sbert.serving.worker``.
@@ -43,6 +49,7 @@ SWEEP_TASK = "django_sbert.sweep"
 TRAIN_TASK = "django_sbert.train_encoder"
 PROMOTE_TASK = "django_sbert.promote_version"
 EVALUATE_TASK = "django_sbert.evaluate_lists"
+FEEDBACK_PURGE_TASK = "django_sbert.feedback_purge"
 
 DEFAULT_SWEEP_EVERY = 300.0  # seconds
 
@@ -92,4 +99,19 @@ def evaluation_schedule(
         "schedule": every,
         "kwargs": {"trigger": "schedule"},
         "options": {"queue": queue, "expires": every},
+    }
+
+
+def feedback_purge_schedule(every: float = 86400.0, queue: str | None = None) -> dict[str, Any]:
+    """A ``beat_schedule`` entry deleting searches and events past
+    ``SBERT["FEEDBACK"]["RETENTION_DAYS"]`` every ``every`` seconds (daily) on the SBERT queue.
+
+    It expires after one interval, so a stopped worker does not come back to a pile of them.
+    """
+    if queue is None:
+        queue = sbert_settings.QUEUE
+    return {
+        "task": FEEDBACK_PURGE_TASK,
+        "schedule": float(every),
+        "options": {"queue": queue, "expires": float(every)},
     }

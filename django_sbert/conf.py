@@ -593,6 +593,11 @@ EVALUATION = Group(
     anchor="evaluation",
 )
 
+STRINGS = Rule(
+    lambda v: isinstance(v, list | tuple) and all(isinstance(s, str) for s in v),
+    "a list of strings",
+)
+
 FEEDBACK = Group(
     {
         # Logging, events, privacy
@@ -611,6 +616,42 @@ FEEDBACK = Group(
             "Days searches and events are kept; the purge task deletes older ones. `None`: "
             "kept until deleted.",
             optional(integer(1)),
+        ),
+        "BOT_USER_AGENTS": Setting(
+            ["bot", "crawl", "spider", "slurp", "archiver", "facebookexternalhit", "preview"],
+            "Searches whose User-Agent holds one of these (lower-case) substrings are served "
+            "but not logged, and their clicks are ignored.",
+            STRINGS,
+        ),
+        "CLIENT_RATE": Setting(
+            "60/minute",
+            'Logged searches per client (user, session, else address), as `"60/minute"`; '
+            "past it searches are served but not logged (a bot filter). `None`: no limit.",
+            optional(Rule(_is_rate, 'a rate such as "60/minute"')),
+        ),
+        "CLICK_THROTTLE_RATE": Setting(
+            "120/minute",
+            'Click and conversion events per client, as `"120/minute"`; past it 429 and '
+            "nothing stored. `None`: no limit.",
+            optional(Rule(_is_rate, 'a rate such as "120/minute"')),
+        ),
+        "CONVERSIONS": Setting(
+            [],
+            'Event kinds accepted besides `"click"`, e.g. `["add_to_cart", "purchase"]` (at '
+            "most 40 characters each); any other kind is refused with 400.",
+            STRINGS,
+        ),
+        "TOKEN_MAX_AGE": Setting(
+            86400,
+            "Seconds a result's click token stays valid after the search. `None`: no limit.",
+            optional(integer(1)),
+        ),
+        "HASH_KEY": Setting(
+            None,
+            "The key of the HMAC that turns a user id or session key into the logged client "
+            "key. `None`: derived from `SECRET_KEY` (rotating it then makes earlier entries "
+            "unreachable by user id); read it from the environment.",
+            optional(Rule(lambda v: isinstance(v, str) and len(v) >= 16, "a string of 16+ chars")),
         ),
         # Pairs from behaviour and the loop
         "AUTO_PROMOTE": Setting(

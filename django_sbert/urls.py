@@ -2,7 +2,11 @@
 
 from django.urls import path
 
-from .views import health
+from .views import click, health
 
 app_name = "django_sbert"
-urlpatterns = [path("health/", health, name="health")]
+urlpatterns = [
+    path("health/", health, name="health"),
+    # Clicks on logged search results, from django_sbert/clicks.js (docs/learning.md).
+    path("click/", click, name="click"),
+]

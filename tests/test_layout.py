@@ -60,6 +60,7 @@ FLOORS = {
     "django_sbert.query": 4,
     "django_sbert.finetuning": 5,
     "django_sbert.evaluation": 5,  # judgment lists and evaluations, beside finetuning
+    "django_sbert.feedback": 5,  # the search log and events, beside finetuning
     **dict.fromkeys(
         (
             "django_sbert.admin",
@@ -364,6 +365,10 @@ def test_model_modules_and_settings_modules_import_no_torch():
         "django_sbert.serving.serving",
         "django_sbert.celery.sweep_schedule",
         "django_sbert.celery.SWEEP_SCHEDULE",
+        "django_sbert.celery.feedback_purge_schedule",
+        "django_sbert.feedback.log_search",
+        "django_sbert.feedback.log.normalize_query",
+        "django_sbert.feedback.forget_user",
         "django_sbert.conf.sbert_settings",
         "django_sbert.encoder.SentenceEncoder",
         "django_sbert.encoder.training.fit",

@@ -11,7 +11,7 @@
 Modules: ``finetuning`` (the ModelAdmins of training pairs, runs and encoder versions,
 registered when Django's admin autodiscovery imports this package), ``evaluation`` (judgment
 lists: grading a query's top rows, importing judgments, "Evaluate now", quality over time),
-``mixins``
+``searchlog`` (the search log and its events, read-only, with their UBI export), ``mixins``
 (``EmbeddingAdminMixin`` and the 403-on-forbidden-action helpers), ``display`` (progress bar,
 loss curve, metrics table, the quality-over-time chart).
 """
@@ -21,12 +21,15 @@ from __future__ import annotations
 from .evaluation import JudgedQueryAdmin, JudgmentListAdmin
 from .finetuning import EncoderVersionAdmin, TrainingPairAdmin, TrainingRunAdmin
 from .mixins import EmbeddingAdminMixin
+from .searchlog import SearchEventAdmin, SearchLogAdmin
 
 __all__ = [
     "EmbeddingAdminMixin",
     "EncoderVersionAdmin",
     "JudgedQueryAdmin",
     "JudgmentListAdmin",
+    "SearchEventAdmin",
+    "SearchLogAdmin",
     "TrainingPairAdmin",
     "TrainingRunAdmin",
 ]

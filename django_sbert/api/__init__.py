@@ -10,8 +10,8 @@
     api.register(Article, fields=["id", "title"])
 
 Modules, one per concept as in DRF: ``registry`` (which models may be searched, and how each
-is shown), ``views`` (search/, similar/, embed/), ``finetuning`` (pairs/, training-runs/,
-encoder-versions/), ``evaluations`` (evaluations/: search quality on judgment
+is shown), ``views`` (search/, similar/, suggest/, embed/, events/), ``finetuning`` (pairs/,
+training-runs/, encoder-versions/), ``evaluations`` (evaluations/: search quality on judgment
 lists, for staff), ``serializers``, ``filters`` (``SemanticSearchFilter`` for any list view),
 ``pagination``, ``parsers`` (bodies over the size limit refused), ``permissions``,
 ``throttling`` (rate limits with defaults), ``errors`` (503 with the reason when a part is

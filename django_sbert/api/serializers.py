@@ -227,6 +227,28 @@ def passage_field() -> PassageSerializer:
     )
 
 
+class ClickTokenField(serializers.CharField):
+    """A logged result's signed click token (POST it to events/); left out when the search
+    was not logged (``SBERT["FEEDBACK"]["LOG"]`` off, sampled out, a later page)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("source", "sbert_click_token")
+        kwargs.setdefault("read_only", True)
+        kwargs.setdefault("required", False)
+        kwargs.setdefault(
+            "help_text",
+            "Only when the search was logged: the token to POST to events/ when the result "
+            "is clicked or converts (docs/learning.md).",
+        )
+        super().__init__(**kwargs)
+
+    def get_attribute(self, instance: Any) -> Any:
+        token = getattr(instance, "sbert_click_token", None)
+        if token is None:
+            raise SkipField()
+        return token
+
+
 class SearchResultSerializer(serializers.Serializer):
     """One result: the row's primary key, its cosine similarity, the registered fields."""
 
@@ -238,6 +260,7 @@ class SearchResultSerializer(serializers.Serializer):
     object = serializers.DictField(
         read_only=True, help_text="The fields the model was registered with."
     )
+    click_token = ClickTokenField()
 
 
 class KeywordResultSerializer(serializers.Serializer):
@@ -250,6 +273,7 @@ class KeywordResultSerializer(serializers.Serializer):
     object = serializers.DictField(
         read_only=True, help_text="The fields the model was registered with."
     )
+    click_token = ClickTokenField()
 
 
 class HybridResultSerializer(serializers.Serializer):
@@ -286,6 +310,7 @@ class HybridResultSerializer(serializers.Serializer):
     object = serializers.DictField(
         read_only=True, help_text="The fields the model was registered with."
     )
+    click_token = ClickTokenField()
 
 
 RESULT_SERIALIZERS: dict[str, type[serializers.Serializer]] = {
@@ -424,6 +449,30 @@ def suggestion_serializer_for(
         )
         _suggestion_serializers[object_serializer] = result
     return result
+
+
+# -- events/ ---------------------------------------------------------------------------------
+
+
+class EventRequestSerializer(NoUnknownKeysMixin, serializers.Serializer):
+    """Body of POST events/: what the visitor did with one logged result."""
+
+    token = StrictCharField(
+        max_length=1000,
+        help_text="The result's click_token, from search/ (or data-sbert-click on a page).",
+        error_messages={"required": "Pass the result's click_token as token."},
+    )
+    kind = StrictCharField(
+        default="click",
+        max_length=40,
+        help_text='"click" (default) or one of SBERT["FEEDBACK"]["CONVERSIONS"].',
+    )
+    dwell_ms = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        help_text="How long the visitor stayed on the result, in milliseconds.",
+    )
 
 
 # -- embed/ ----------------------------------------------------------------------------------

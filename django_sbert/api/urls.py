@@ -11,7 +11,7 @@ from rest_framework.routers import SimpleRouter
 from .evaluations import EvaluationView
 from .finetuning import EncoderVersionViewSet, TrainingPairViewSet, TrainingRunViewSet
 from .schema import SchemaView
-from .views import EmbedView, SearchView, SimilarView, SuggestView
+from .views import EmbedView, EventView, SearchView, SimilarView, SuggestView
 
 app_name = "sbert-api"
 
@@ -26,6 +26,8 @@ urlpatterns = [
     path("similar/<str:model>/<str:pk>/", SimilarView.as_view(), name="similar"),
     path("suggest/<str:model>/", SuggestView.as_view(), name="suggest"),
     path("embed/", EmbedView.as_view(), name="embed"),
+    # Clicks and conversions on logged search results (docs/learning.md).
+    path("events/", EventView.as_view(), name="events"),
     path("schema/", SchemaView.as_view(), name="schema"),
     # Search quality on judgment lists, for staff (docs/api.md).
     path("evaluations/", EvaluationView.as_view(), name="evaluations"),

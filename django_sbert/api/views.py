@@ -1,4 +1,4 @@
-"""Views of the sbert API: search/, similar/<model>/<pk>/, suggest/<model>/ and embed/.
+"""Views of the sbert API: search/, similar/<model>/<pk>/, suggest/<model>/, embed/ and events/.
 
 Every bad input gets a 4xx with a message saying what to send instead; none reaches the
 database or the encoder unchecked. Order of checks per request (DRF's): authentication, the
@@ -14,15 +14,19 @@ request passed its throttle). Likewise embed/ names the configured encoders to s
 from __future__ import annotations
 
 import logging
+from time import perf_counter
 from typing import Any
 
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.generics import GenericAPIView, get_object_or_404
+from rest_framework.parsers import FormParser
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from ..feedback import EventRefused, log_search, logging_on, record_event
+from ..fields import EmbeddingField
 from ..query import SearchTimeout, SemanticQuerySet, suggest
 from ..serving import encode_texts
 from .errors import ServiceErrorsMixin
@@ -39,6 +43,7 @@ from .schema import (
 from .serializers import (
     EmbedRequestSerializer,
     EmbedResponseSerializer,
+    EventRequestSerializer,
     HybridResultSerializer,
     KeywordResultSerializer,
     SearchQuerySerializer,
@@ -61,18 +66,23 @@ class NotEmbedded(APIException):
     default_code = "not_embedded"
 
 
-def _search_response(name: str, result: Any = None) -> Any:
+def _search_response(name: str, result: Any = None, logged: bool = False) -> Any:
     if OpenApiTypes is None:  # pragma: no cover
         return None
-    return inline_serializer(
-        name=name,
-        fields={
-            "count": serializers.IntegerField(help_text="Results in all pages (at most k)."),
-            "next": serializers.URLField(allow_null=True, help_text="Next page, or null."),
-            "previous": serializers.URLField(allow_null=True, help_text="Previous page, or null."),
-            "results": result if result is not None else SearchResultSerializer(many=True),
-        },
-    )
+    fields = {
+        "count": serializers.IntegerField(help_text="Results in all pages (at most k)."),
+        "next": serializers.URLField(allow_null=True, help_text="Next page, or null."),
+        "previous": serializers.URLField(allow_null=True, help_text="Previous page, or null."),
+        "results": result if result is not None else SearchResultSerializer(many=True),
+    }
+    if logged:
+        fields["search_id"] = serializers.UUIDField(
+            required=False,
+            allow_null=True,
+            help_text="Only with SBERT['FEEDBACK']['LOG'] on: the logged search's id; null "
+            "when this search was not logged (sampled out, a later page).",
+        )
+    return inline_serializer(name=name, fields=fields)
 
 
 def _mode_results() -> Any:
@@ -193,10 +203,19 @@ class SemanticResultsView(ServiceErrorsMixin, GenericAPIView):
             for row in rows:
                 row.__dict__.pop("passage", None)
         page = self.paginate_queryset(rows)
-        serializer = self.get_serializer(rows if page is None else page, many=True)
+        shown = rows if page is None else page
+        extra = self.log_shown(shown, queryset)  # before serializing: it adds click tokens
+        serializer = self.get_serializer(shown, many=True)
         if page is None:
-            return Response({"results": serializer.data})
-        return self.get_paginated_response(serializer.data)
+            response = Response({"results": serializer.data})
+        else:
+            response = self.get_paginated_response(serializer.data)
+        response.data.update(extra)
+        return response
+
+    def log_shown(self, rows: list[Any], queryset: SemanticQuerySet) -> dict[str, Any]:
+        """Log the rows shown when the view logs its searches; what the response gains."""
+        return {}
 
 
 # ?page= and ?page_size= of the default paginator, documented on search/ and similar/.
@@ -227,7 +246,7 @@ _PAGE_PARAMETERS = (
     ),
     parameters=[SearchQuerySerializer, *_PAGE_PARAMETERS],
     responses={
-        200: _search_response("SemanticSearchResponse", _mode_results()),
+        200: _search_response("SemanticSearchResponse", _mode_results(), logged=True),
         **error_responses(400, 401, 403, 404, 429, 503),
     },
 )
@@ -250,7 +269,11 @@ class SearchView(SemanticResultsView):
     def model_not_found(self, exc: NotRegistered) -> APIException:
         return ValidationError({"model": self.unknown_model_message(exc)})
 
+    _started: float = 0.0
+    _searched: dict[str, Any] | None = None
+
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        self._started = perf_counter()
         params = SearchQuerySerializer(data=request.query_params)
         params.is_valid(raise_exception=True)
         data = params.validated_data
@@ -267,7 +290,46 @@ class SearchView(SemanticResultsView):
                 queryset = queryset.hybrid_search(data["q"], k=data["k"], field=field)
             else:
                 queryset = queryset.keyword_search(data["q"], k=data["k"], field=field)
+        self._searched = {"q": data["q"], "mode": mode, "field": field}
         return self.results_response(queryset, data["k"])
+
+    def log_shown(self, rows: list[Any], queryset: SemanticQuerySet) -> dict[str, Any]:
+        """With SBERT["FEEDBACK"]["LOG"] on: log the first page (its rows get click tokens)
+        and answer its ``search_id`` (null when not logged)."""
+        if not logging_on() or self._searched is None:
+            return {}
+        page = getattr(self.paginator, "page", None)  # DRF's page-number paginators keep it
+        if page is not None and page.number != 1:
+            return {"search_id": None}
+        searched = self._searched
+        embedding = self.searched_field(searched["field"])
+        mode = searched["mode"]
+        if mode == "vector" and embedding.has_passages:
+            mode = "passages"
+        ignored = {"model", "q", "mode", "page", "page_size", "format"}
+        filters = {
+            key: self.request.query_params.getlist(key)
+            for key in self.request.query_params
+            if key not in ignored
+        }
+        entry = log_search(
+            self.request,
+            rows,
+            query=searched["q"],
+            mode=mode,
+            model=self.get_entry().model,
+            field=embedding.name,
+            filters=filters,
+            encoder=embedding.encoder,
+            latency_ms=(perf_counter() - self._started) * 1000,
+            using=queryset.db,
+        )
+        return {"search_id": None if entry is None else str(entry.pk)}
+
+    def searched_field(self, name: str | None) -> EmbeddingField:
+        """The EmbeddingField searched: ``name``, or the model's first."""
+        fields = self.get_entry().embedding_fields
+        return next((f for f in fields if f.name == name), fields[0])
 
     def keyword_field_name(self, field: str | None, mode: str) -> str | None:
         """The EmbeddingField whose full-text column mode=keyword/hybrid searches; 400 if none."""
@@ -451,3 +513,64 @@ class EmbedView(ServiceErrorsMixin, GenericAPIView):
         return Response(
             {"encoder": name, "dimensions": int(vectors.shape[1]), "vectors": vectors.tolist()}
         )
+
+
+@extend_schema(
+    summary="Report a click or a conversion on a logged search result",
+    description=(
+        "token: the result's click_token from search/ (signed: it names the search, the row "
+        "and its position, and cannot be edited). kind: click (default) or one of "
+        "SBERT['FEEDBACK']['CONVERSIONS']. dwell_ms: optional, how long the visitor stayed. "
+        "One event is kept per search, row and kind: a repeated report changes nothing. "
+        "Form-encoded bodies are accepted too (navigator.sendBeacon). 404 when the site does "
+        "not log searches; 410 when the search was purged."
+    ),
+    request=EventRequestSerializer,
+    responses={
+        202: inline_serializer(name="EventResponse", fields={"status": serializers.CharField()})
+        if OpenApiTypes is not None
+        else None,
+        **error_responses(
+            400,
+            404,
+            410,
+            413,
+            415,
+            429,
+            descriptions={
+                400: "A token that was changed, forged or expired; an unknown kind; a bad "
+                "dwell_ms. Nothing is stored.",
+                404: "This site does not log searches (SBERT['FEEDBACK']['LOG']).",
+                410: "The search of this token was purged or forgotten; nothing is stored.",
+            },
+        ),
+    },
+)
+class EventView(GenericAPIView):
+    """POST events/ {"token": ..., "kind": "click", "dwell_ms": 1200}: one event, at most once.
+
+    No authentication class and no CSRF check: the signed token is the proof that the result
+    was shown, and a beacon cannot send a CSRF header. Throttled by
+    SBERT["FEEDBACK"]["CLICK_THROTTLE_RATE"] (per user or session, else address), counted in
+    ``record_event`` so that the plain view sbert/click/ shares the count.
+    """
+
+    schema_operation_id = "sbert_event"
+    authentication_classes: list[Any] = []
+    permission_classes: list[Any] = []
+    throttle_classes: list[Any] = []
+    serializer_class = EventRequestSerializer
+    parser_classes = [BoundedJSONParser, FormParser]  # FormParser: navigator.sendBeacon
+    schema = schema_class()
+
+    def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        try:
+            # The Django request: its session and user (Django's middleware), not DRF's
+            # (none here), tell which client counts against the rate.
+            record_event(request._request, data["token"], data["kind"], data.get("dwell_ms"))
+        except EventRefused as exc:
+            return Response({"detail": str(exc)}, status=exc.status)
+        return Response({"status": "accepted"}, status=status.HTTP_202_ACCEPTED)

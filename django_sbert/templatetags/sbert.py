@@ -1,4 +1,4 @@
-"""``{% load sbert %}``: a result's best passage, its similarity, and "more like this".
+"""``{% load sbert %}``: a result's best passage, its similarity, "more like this", clicks.
 
 ::
 
@@ -9,12 +9,17 @@
     {% endfor %}
     {% sbert_similar article 5 %}                  {# a list, django_sbert/tags/similar.html #}
     {% sbert_similar article 5 as similar %}       {# or the rows, to lay out yourself #}
+    <a href="{{ hit.get_absolute_url }}" {% sbert_click_attrs hit %}>   {# a logged result #}
+    {% sbert_click_script %}                       {# reports clicks on such links #}
 
 ``sbert_passage`` renders ``hit.snippet`` (``query.highlight.highlight_hits``) with the
 matching sentence in ``<mark>``, every part escaped. ``sbert_similarity`` and the list of
 ``sbert_similar`` render templates under ``django_sbert/tags/``. ``sbert_similar`` runs
 ``similar_to(obj)`` once per serving version and row, then serves it from Django's cache for
-``SBERT["SEARCH"]["SIMILAR_CACHE_SECONDS"]``.
+``SBERT["SEARCH"]["SIMILAR_CACHE_SECONDS"]``. ``sbert_click_attrs`` writes
+``data-sbert-click="<token>"`` for a result ``log_search`` gave a click token (nothing
+otherwise), and ``sbert_click_script`` loads ``django_sbert/clicks.js`` pointed at
+``sbert/click/`` (nothing with ``SBERT["FEEDBACK"]["LOG"]`` off): docs/learning.md.
 """
 
 from __future__ import annotations
@@ -29,11 +34,14 @@ from django.db.models import Model
 from django.template.base import Parser, Token
 from django.template.context import Context
 from django.template.library import InclusionNode, parse_bits
+from django.templatetags.static import static
+from django.urls import NoReverseMatch, reverse
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString
 
 from ..conf import sbert_settings
 from ..exceptions import ServiceUnavailable, UnversionedVector
+from ..feedback import logging_on
 from ..fields import EmbeddingField, embedding_fields
 from ..query import as_semantic
 from ..serving import encoder_version
@@ -248,3 +256,38 @@ def sbert_similar(parser: Parser, token: Token) -> SimilarNode:
         parser, bits, ["obj", "k"], None, None, (5,), ["field"], {"field": None}, False, name
     )
     return SimilarNode(args, kwargs, target)
+
+
+# -- clicks on logged results ----------------------------------------------------------------
+
+
+@register.simple_tag
+def sbert_click_attrs(hit: Any) -> SafeString:
+    """`` data-sbert-click="<token>"`` for a result with a click token; "" without one."""
+    token = _value(hit, "sbert_click_token")
+    if not token:
+        return SafeString("")
+    return format_html(' data-sbert-click="{}"', token)
+
+
+@register.simple_tag
+def sbert_click_script() -> SafeString:
+    """The ``<script>`` of ``django_sbert/clicks.js``, pointed at the ``sbert/click/`` view;
+    "" when searches are not logged, or ``django_sbert.urls`` is not mounted (with a
+    warning: the clicks would have nowhere to go)."""
+    if not logging_on():
+        return SafeString("")
+    try:
+        url = reverse("django_sbert:click")
+    except NoReverseMatch:
+        logger.warning(
+            "{% sbert_click_script %}: clicks are not reported, because the URL "
+            "'django_sbert:click' is not mounted; add path(\"sbert/\", "
+            'include("django_sbert.urls")) to your urls.py.'
+        )
+        return SafeString("")
+    return format_html(
+        '<script src="{}" data-sbert-click-url="{}" defer></script>',
+        static("django_sbert/clicks.js"),
+        url,
+    )

@@ -2,6 +2,8 @@
 
 Modules:
 
+* ``click``: a click or conversion on a logged search result (``django_sbert/clicks.js``
+  posts here), for server-rendered pages.
 * ``health``: the readiness of this process, for a load balancer or an orchestrator.
 * ``search``: ``SearchView`` and ``AsyncSearchView``, a search page (form, modes, filters,
   pagination to a bounded depth, highlighted passages) on the default template
@@ -14,8 +16,9 @@ Modules:
 
 from __future__ import annotations
 
+from .click import click
 from .health import health
 from .search import AsyncSearchView, SearchTiming, SearchView
 from .suggest import SuggestView
 
-__all__ = ["AsyncSearchView", "SearchTiming", "SearchView", "SuggestView", "health"]
+__all__ = ["AsyncSearchView", "SearchTiming", "SearchView", "SuggestView", "click", "health"]

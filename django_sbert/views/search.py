@@ -29,6 +29,9 @@ What a request goes through (``get``):
    ``paginator``, ``is_paginated``; a page past the last one: 404, as in any ListView).
 5. The rows of the page shown that were found by a passage get ``snippet``
    (``query.highlight.highlight_hits``), which ``{% sbert_passage hit %}`` renders.
+6. With ``SBERT["FEEDBACK"]["LOG"]`` on, the first page of a text search is logged
+   (``feedback.log_search``): its rows get click tokens, which ``{% sbert_click_attrs hit %}``
+   puts on the result links, and the context gets ``search_log`` (docs/learning.md).
 
 ``AsyncSearchView`` does the same in an async ``get``: the text is encoded in the async
 searches' pool of threads (``query/aio.py``, as ``asimilar_to()`` does), never on the event
@@ -59,6 +62,7 @@ from django.utils.translation import gettext as _
 from django.views.generic import ListView
 
 from ..exceptions import ServiceUnavailable
+from ..feedback import log_search, logging_on
 from ..fields import EmbeddingField, embedding_fields
 from ..forms import MODES, SearchForm
 from ..query import SemanticQuerySet, as_semantic
@@ -98,7 +102,7 @@ class SearchView(ListView):
     ``search_ms`` and ``timing`` (``SearchTiming``; None when nothing was searched),
     ``unavailable`` (the search could not run now), ``filterset``, ``page_query`` (the
     request's parameters without ``page``, for page links), ``suggest_url``, ``placeholder``,
-    ``base_template``, ``snippet_chars``, ``max_pages``.
+    ``base_template``, ``snippet_chars``, ``max_pages``, and ``search_log`` once logged.
     """
 
     model: type[models.Model] | None = None
@@ -138,6 +142,8 @@ class SearchView(ListView):
     unavailable: bool = False
     filterset: Any = None
     search_source: SemanticQuerySet
+    search_log: Any = None  # the SearchLog of this request's search, when it was logged
+    served_version: str | None = None  # the encoder version the query was encoded with
 
     # -- the request ---------------------------------------------------------------------------
 
@@ -152,6 +158,7 @@ class SearchView(ListView):
                 self.not_now(exc)
         context = self.get_context_data()
         self.highlight(context["page_obj"])
+        self.log_page(context)
         return self.render_to_response(context, status=503 if self.unavailable else 200)
 
     def prepare(self) -> HttpResponse | None:
@@ -180,6 +187,7 @@ class SearchView(ListView):
         started = perf_counter()
         target, cached = self.encode(queryset, self.search_for)
         encoded = perf_counter()
+        self.served_version = getattr(target, "version", None)
         ranked = self.search(queryset, target, self.mode)
         rows = list(ranked[: self.result_limit()])
         return rows, self._timing(target, cached, started, encoded)
@@ -249,6 +257,35 @@ class SearchView(ListView):
         if page is None or not isinstance(self.search_for, str) or self.mode == KEYWORD:
             return
         highlight_hits(page.object_list, str(self.search_for), encoder=self.encoder)
+
+    def log_page(self, context: dict[str, Any]) -> None:
+        """With ``SBERT["FEEDBACK"]["LOG"]`` on, log the first page of a text search: its rows
+        get click tokens, the context ``search_log``. Later pages and searches by a row are
+        not logged (a page turn is the same search; "more like this" has no query)."""
+        if not logging_on() or self.unavailable or not isinstance(self.search_for, str):
+            return
+        page = context.get("page_obj")
+        if page is None or page.number != 1:
+            return
+        field = self.embedding_field()
+        mode = "passages" if self.mode == VECTOR and field.has_passages else self.mode
+        params = self.request.GET.copy()
+        for name in (self.form["q"].html_name, self.form["mode"].html_name, self.page_kwarg):
+            params.pop(name, None)
+        self.search_log = log_search(
+            self.request,
+            page.object_list,
+            query=self.query,
+            mode=mode,
+            model=field.model,
+            field=field.name,
+            filters={key: params.getlist(key) for key in sorted(params)},
+            encoder=field.encoder,
+            version=self.served_version,
+            latency_ms=self.timing.total_ms if self.timing else None,
+            using=self.search_source.db,
+        )
+        context["search_log"] = self.search_log
 
     def get_suggest_url(self) -> str | None:
         return reverse(self.suggest_url) if self.suggest_url else None
@@ -393,6 +430,7 @@ class AsyncSearchView(SearchView):
         started = perf_counter()
         target, cached = await self.aencode(queryset, self.search_for)
         encoded = perf_counter()
+        self.served_version = getattr(target, "version", None)
         ranked = await sync_to_async(self.search)(queryset, target, self.mode)
         rows = [row async for row in ranked[: self.result_limit()]]
         return rows, self._timing(target, cached, started, encoded)
@@ -408,4 +446,5 @@ class AsyncSearchView(SearchView):
     def _context_and_highlight(self) -> dict[str, Any]:
         context = self.get_context_data()
         self.highlight(context["page_obj"])
+        self.log_page(context)
         return context

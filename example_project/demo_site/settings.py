@@ -142,6 +142,9 @@ SBERT = {
         "SEARCH_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
         "THROTTLE_RATES": {"search": None if _search_rate.lower() == "off" else _search_rate},
     },
+    # The search log and clicks on results (docs/learning.md): what visitors look for, and
+    # pairs to learn from. The search page marks its result links; clicks go to sbert/click/.
+    "FEEDBACK": {"LOG": True},
 }
 
 # -- Celery ------------------------------------------------------------------------------

@@ -75,6 +75,8 @@ def test_no_server_errors(articles, registered, settings, wsgi_app):
             "MAX_QUERY_LENGTH": 200,
             "EMBED_MAX_TEXT_LENGTH": 200,  # keep each generated request cheap to encode
         },
+        # searches logged, and events/ past its "logging is off" answer
+        "FEEDBACK": {"LOG": True, "CLIENT_RATE": None, "CLICK_THROTTLE_RATE": None},
     }
     schema = schemathesis.openapi.from_wsgi("/api/sbert/schema/?format=json", wsgi_app)
     operations = [
@@ -82,7 +84,7 @@ def test_no_server_errors(articles, registered, settings, wsgi_app):
         for result in schema.get_all_operations()
         if not result.ok().path.startswith(STAFF_PREFIXES)
     ]
-    assert len(operations) == 4
+    assert len(operations) == 5
     seen: dict[str, set[int]] = {}
 
     for operation in operations:
@@ -96,6 +98,7 @@ def test_no_server_errors(articles, registered, settings, wsgi_app):
     assert 200 in seen["GET /api/sbert/search/"]
     assert 200 in seen["POST /api/sbert/embed/"]
     assert 200 in seen["GET /api/sbert/suggest/{model}/"]
+    assert 400 in seen["POST /api/sbert/events/"]  # generated tokens are not signed
 
 
 def test_no_server_errors_on_the_training_endpoints(settings, wsgi_app, tmp_path):

@@ -28,6 +28,7 @@ def test_documents_the_sbert_endpoints_only(schema):
         "/api/sbert/similar/{model}/{pk}/",
         "/api/sbert/suggest/{model}/",
         "/api/sbert/embed/",
+        "/api/sbert/events/",
         "/api/sbert/evaluations/",
         "/api/sbert/pairs/",
         "/api/sbert/pairs/{pk}/",
@@ -66,6 +67,17 @@ def test_search_parameters_and_errors(schema):
     assert params["k"]["schema"]["minimum"] == 1
     assert params["k"]["schema"]["maximum"] == 100
     assert {"200", "400", "403", "404", "429"} <= set(operation["responses"])
+
+
+def test_events_and_the_logged_search_fields(schema):
+    events = schema["paths"]["/api/sbert/events/"]["post"]
+    assert {"202", "400", "404", "410", "429"} <= set(events["responses"])
+    body = events["requestBody"]["content"]
+    assert {"application/json", "application/x-www-form-urlencoded"} <= set(body)
+    components = schema["components"]["schemas"]
+    for result in ("SearchResult", "HybridResult", "KeywordResult"):
+        assert "click_token" in components[result]["properties"]
+    assert "search_id" in components["SemanticSearchResponse"]["properties"]
 
 
 def test_similar_and_embed(schema):

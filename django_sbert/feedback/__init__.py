@@ -1,0 +1,41 @@
+"""Learning from visitors: the search log, click and conversion events, export, retention.
+
+Turned on by ``SBERT["FEEDBACK"]["LOG"]`` (docs/learning.md). The query and API wings call in
+here; nothing here imports them::
+
+    log_search(request, hits, query=q, mode="hybrid")  # one logged search (or None)
+    record_event(request, token, "click")              # one event on a logged result
+    forget_user(user); purge_expired()                 # privacy and retention
+
+Modules: ``log`` (``log_search``, ``normalize_query``), ``clients`` (pseudonymous client keys,
+crawlers, per-client rates), ``tokens`` (signed click tokens), ``events`` (``record_event``),
+``export`` (UBI JSON lines), ``retention`` (purge and forget), ``tasks`` (the purge task),
+``writes`` (the one write, in a savepoint inside a transaction).
+"""
+
+from __future__ import annotations
+
+from .clients import client_key, client_key_for_session, client_key_for_user
+from .events import EventRefused, allowed_kinds, record_event
+from .log import log_search, logging_on, normalize_query
+from .retention import forget_client, forget_session, forget_user, purge_expired
+from .tokens import InvalidToken, make_token, read_token
+
+__all__ = [
+    "EventRefused",
+    "InvalidToken",
+    "allowed_kinds",
+    "client_key",
+    "client_key_for_session",
+    "client_key_for_user",
+    "forget_client",
+    "forget_session",
+    "forget_user",
+    "log_search",
+    "logging_on",
+    "make_token",
+    "normalize_query",
+    "purge_expired",
+    "read_token",
+    "record_event",
+]

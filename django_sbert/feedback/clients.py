@@ -1,0 +1,123 @@
+"""Who searched, without knowing who: pseudonymous client keys, crawlers, per-client rates.
+
+A client key is an HMAC (``SBERT["FEEDBACK"]["HASH_KEY"]``, else a key derived from
+``SECRET_KEY``) of the user id for a logged-in visitor, else of the session key; a visitor with
+neither gets a key of that one search. It is stable for a person, so their searches can be
+found and deleted on request (``client_key_for_user``), yet names nobody in the log. IP
+addresses are never stored: the rate filters count a hashed address in Django's cache, for one
+period, only for visitors without a session or an account.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import cache
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.crypto import salted_hmac
+
+from ..clients import client_address
+from ..conf import sbert_settings
+
+KEY_CHARS = 32  # hex characters of a client key: 128 bits
+PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}  # DRF's rate periods
+
+
+def _hash_key() -> bytes:
+    configured = sbert_settings.FEEDBACK["HASH_KEY"]
+    if configured:
+        return str(configured).encode()
+    # A key of its own, derived from SECRET_KEY: the client keys are not HMACs anything else
+    # on the site computes with SECRET_KEY.
+    return salted_hmac(
+        "django_sbert.feedback.client", "client-key", secret=settings.SECRET_KEY
+    ).digest()
+
+
+def _keyed(value: str) -> str:
+    digest = hmac.new(_hash_key(), value.encode("utf-8", "surrogatepass"), hashlib.sha256)
+    return digest.hexdigest()[:KEY_CHARS]
+
+
+def client_key_for_user(user: Any) -> str:
+    """The client key of a user (an instance or a primary key), as their searches carry it."""
+    return _keyed(f"user:{getattr(user, 'pk', user)}")
+
+
+def client_key_for_session(session_key: str) -> str:
+    """The client key of an anonymous visitor's session."""
+    return _keyed(f"session:{session_key}")
+
+
+def _user(request: Any) -> Any:
+    user = getattr(request, "user", None)  # absent without AuthenticationMiddleware
+    return user if user is not None and user.is_authenticated else None
+
+
+def _session_key(request: Any) -> str | None:
+    session = getattr(request, "session", None)
+    return getattr(session, "session_key", None) if session is not None else None
+
+
+def client_key(request: Any, search_id: Any = None) -> str:
+    """The request's client key: by user, else session, else of ``search_id`` alone."""
+    user = _user(request)
+    if user is not None:
+        return client_key_for_user(user)
+    session_key = _session_key(request)
+    if session_key:
+        return client_key_for_session(session_key)
+    return _keyed(f"search:{search_id}")
+
+
+def is_bot(request: Any) -> bool:
+    """Whether the User-Agent holds one of ``SBERT["FEEDBACK"]["BOT_USER_AGENTS"]``."""
+    agent = str(request.META.get("HTTP_USER_AGENT", "")).lower()
+    return bool(agent) and any(part in agent for part in sbert_settings.FEEDBACK["BOT_USER_AGENTS"])
+
+
+def _rate_ident(request: Any) -> str:
+    user = _user(request)
+    if user is not None:
+        return f"user:{user.pk}"
+    session_key = _session_key(request)
+    if session_key:
+        return f"session:{session_key}"
+    return f"addr:{client_address(request)}"  # hashed below, kept one period in the cache
+
+
+def parse_rate(rate: str, setting: str) -> tuple[int, int]:
+    """``"60/minute"`` -> (60, 60): requests and seconds."""
+    number, _, period = str(rate).partition("/")
+    if not number.isdigit() or period[:1] not in PERIODS:
+        raise ImproperlyConfigured(
+            f'SBERT["FEEDBACK"]["{setting}"] must be a rate such as "60/minute", got {rate!r}.'
+        )
+    return int(number), PERIODS[period[0]]
+
+
+def over_rate(request: Any, setting: str) -> bool:
+    """Count this request against ``SBERT["FEEDBACK"][setting]`` (a rate or None) for its
+    client; True once the client is past it in the current period.
+
+    A fixed window in Django's default cache: one ``incr`` per request, where DRF's throttles
+    read and write a list of times (this runs on every logged search).
+    """
+    rate = sbert_settings.FEEDBACK[setting]
+    if not rate:
+        return False
+    allowed, seconds = parse_rate(rate, setting)
+    window = int(time.time() // seconds)
+    ident = hashlib.sha256(_rate_ident(request).encode("utf-8", "surrogatepass")).hexdigest()
+    key = f"sbert-feedback:{setting}:{ident}:{window}"
+    try:
+        count = cache.incr(key)
+    except ValueError:  # the window's first request (or the entry expired)
+        if cache.add(key, 1, seconds + 1):
+            return allowed < 1
+        count = cache.incr(key)
+    return count > allowed

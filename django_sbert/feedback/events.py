@@ -1,0 +1,85 @@
+"""Recording what a visitor did with a logged result: ``record_event(request, token, kind)``.
+
+Shared by the REST API's ``events/`` and the plain view ``sbert/click/``. An event is kept once
+per (search, row, kind): the insert is ``ON CONFLICT DO NOTHING`` on that unique constraint,
+so a repeated report (a double click, a retried beacon) changes nothing. Its client is the
+search's own, copied by the insert itself (no read first), so events and searches are
+forgotten together.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import IntegrityError, router
+from django.db.models import Subquery
+
+from ..conf import sbert_settings
+from ..models import SearchEvent, SearchLog
+from .clients import is_bot, over_rate
+from .tokens import InvalidToken, read_token
+from .writes import isolated
+
+CLICK = "click"
+MAX_DWELL_MS = 24 * 3600 * 1000  # a day: longer is a tab left open, not reading
+
+
+class EventRefused(Exception):
+    """An event that is not stored; ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def allowed_kinds() -> list[str]:
+    """``"click"`` and ``SBERT["FEEDBACK"]["CONVERSIONS"]``."""
+    return [CLICK, *(k for k in sbert_settings.FEEDBACK["CONVERSIONS"] if k != CLICK)]
+
+
+def record_event(request: Any, token: str, kind: str = CLICK, dwell_ms: int | None = None) -> bool:
+    """Store ``kind`` for the result ``token`` names; True when stored or already there,
+    False when ignored (a crawler's). ``EventRefused`` says why nothing was stored."""
+    if not sbert_settings.FEEDBACK["LOG"]:
+        raise EventRefused(
+            "Search logging is off on this site (SBERT['FEEDBACK']['LOG']); events are not "
+            "recorded.",
+            status=404,
+        )
+    if over_rate(request, "CLICK_THROTTLE_RATE"):
+        raise EventRefused("Too many events from this client; try again later.", status=429)
+    kinds = allowed_kinds()
+    if kind not in kinds:
+        raise EventRefused(f"Unknown event kind {kind!r}; this site accepts: {', '.join(kinds)}.")
+    if dwell_ms is not None and not (
+        isinstance(dwell_ms, int)
+        and not isinstance(dwell_ms, bool)
+        and 0 <= dwell_ms <= MAX_DWELL_MS
+    ):
+        raise EventRefused(
+            f"dwell_ms must be a whole number of milliseconds from 0 to {MAX_DWELL_MS}."
+        )
+    try:
+        target = read_token(token)
+    except InvalidToken as exc:
+        raise EventRefused(str(exc)) from None
+    if is_bot(request):
+        return False
+    database = router.db_for_write(SearchEvent)
+    search_client = SearchLog.objects.using(database).filter(pk=target.search_id).values("client")
+    event = SearchEvent(
+        search_id=target.search_id,
+        object_pk=target.object_pk,
+        position=target.position,
+        kind=kind,
+        dwell_ms=dwell_ms,
+        client=Subquery(search_client[:1]),
+    )
+    try:
+        with isolated(database):
+            SearchEvent.objects.using(database).bulk_create([event], ignore_conflicts=True)
+    except IntegrityError:  # no such search (client NULL): purged or forgotten since
+        raise EventRefused(
+            "The search of this token is no longer in the log; nothing was stored.", status=410
+        ) from None
+    return True

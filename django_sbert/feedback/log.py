@@ -1,0 +1,176 @@
+"""Logging one search: ``log_search(request, results, query=..., mode=...)``.
+
+Called by the REST API's ``search/``, by ``SearchView`` and by a site's own views. With
+``SBERT["FEEDBACK"]["LOG"]`` off it returns at its first line; on, it writes one row
+(``SearchLog``: one ``INSERT``, the first page of results as JSON in it) and gives each result
+its click token. A search is left out when sampled out (``SAMPLE_RATE``), from a crawler
+(``BOT_USER_AGENTS``) or past its client's ``CLIENT_RATE``; the search itself is served either
+way, and a database error while logging is reported in the log, never to the visitor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.db import DatabaseError, models, router
+
+from ..conf import sbert_settings
+from ..models import SearchLog
+from ..serving import serving_record
+from .clients import client_key, is_bot, over_rate
+from .tokens import make_token
+from .writes import isolated
+
+logger = logging.getLogger(__name__)
+
+MODES = ("vector", "keyword", "hybrid", "passages")
+TOKEN_ATTRIBUTE = "sbert_click_token"  # on each logged result: what {% sbert_click_attrs %} reads
+# The score a result of each mode carries (the attribute its search annotates).
+SCORES = {
+    "vector": "similarity",
+    "passages": "similarity",
+    "hybrid": "score",
+    "keyword": "keyword_score",
+}
+
+
+def normalize_query(text: str) -> str:
+    """``text`` lower-cased with its whitespace collapsed: what searches are grouped by."""
+    return " ".join(str(text).lower().split())
+
+
+def logging_on() -> bool:
+    """Whether searches are logged at all (``SBERT["FEEDBACK"]["LOG"]``)."""
+    return bool(sbert_settings.FEEDBACK["LOG"])
+
+
+def filters_digest(filters: Mapping[str, Any] | str | None) -> str:
+    """A sha256 of the filters a search ran with (``""`` for none): searches with the same
+    filters share it, without the log holding their values."""
+    if not filters:
+        return ""
+    if not isinstance(filters, str):
+        filters = json.dumps(
+            {str(k): filters[k] for k in sorted(filters, key=str)}, sort_keys=True, default=str
+        )
+    return hashlib.sha256(filters.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _value(hit: Any, name: str) -> Any:
+    return hit.get(name) if isinstance(hit, Mapping) else getattr(hit, name, None)
+
+
+def _pk(hit: Any) -> Any:
+    if isinstance(hit, Mapping):
+        return hit.get("pk", hit.get("id"))
+    return hit.pk
+
+
+def _score(hit: Any, mode: str) -> float | None:
+    value = _value(hit, SCORES.get(mode, "similarity"))
+    try:
+        return None if value is None else round(float(value), 6)
+    except (TypeError, ValueError):
+        return None
+
+
+def _label(model: Any, results: Sequence[Any]) -> str:
+    if isinstance(model, str):
+        return model
+    if model is None and results and isinstance(results[0], models.Model):
+        model = type(results[0])
+    return model._meta.label if model is not None else ""
+
+
+def _should_log(request: Any) -> bool:
+    rate = float(sbert_settings.FEEDBACK["SAMPLE_RATE"])
+    if rate < 1.0 and random.random() >= rate:
+        return False
+    if is_bot(request):
+        return False
+    return not over_rate(request, "CLIENT_RATE")
+
+
+def log_search(
+    request: Any,
+    results: Sequence[Any],
+    *,
+    query: str,
+    mode: str = "vector",
+    model: type[models.Model] | str | None = None,
+    field: str = "",
+    filters: Mapping[str, Any] | str | None = None,
+    encoder: str = "default",
+    version: str | None = None,
+    latency_ms: float | None = None,
+    using: str | None = None,
+) -> SearchLog | None:
+    """Log a search whose first page is ``results`` (model instances or ``values()`` dicts,
+    best first) and give each a click token (``hit.sbert_click_token``); the ``SearchLog``,
+    or None when the search is not logged.
+
+    ``mode``: vector, keyword, hybrid or passages. ``model``: the model searched (a class or
+    "app_label.ModelName"; default the results'). ``filters``: what the search was filtered
+    by (stored as a digest). ``version``: the encoder version that served (default the one
+    serving ``encoder`` now on ``using``; none for keyword searches). ``latency_ms``: how
+    long the search took.
+    """
+    if not sbert_settings.FEEDBACK["LOG"]:
+        return None  # off: nothing read, nothing written
+    if mode not in MODES:
+        raise ValueError(f"log_search(mode={mode!r}): use one of {', '.join(MODES)}.")
+    if not _should_log(request):
+        return None
+    results = list(results)
+    search_id = uuid.uuid4()
+    text = str(query)[: int(sbert_settings.FEEDBACK["MAX_QUERY_LENGTH"])]
+    if version is None:
+        version = "" if mode == "keyword" else serving_record(encoder, using=using).version
+    shown = [
+        [str(_pk(hit)), position, _score(hit, mode)] for position, hit in enumerate(results, 1)
+    ]
+    entry = SearchLog(
+        id=search_id,
+        query=text,
+        normalized=normalize_query(text),
+        mode=mode,
+        model_label=_label(model, results),
+        field=field or "",
+        filters_digest=filters_digest(filters),
+        encoder_name=encoder,
+        version=version or "",
+        results=shown,
+        result_count=len(shown),
+        client=client_key(request, search_id),
+        latency_ms=None if latency_ms is None else round(float(latency_ms), 3),
+    )
+    if not _insert(entry):
+        return None
+    entry.click_tokens = [  # type: ignore[attr-defined]
+        make_token(search_id, pk, position) for pk, position, _ in shown
+    ]
+    for hit, token in zip(results, entry.click_tokens, strict=True):
+        if isinstance(hit, dict):
+            hit[TOKEN_ATTRIBUTE] = token
+        else:
+            setattr(hit, TOKEN_ATTRIBUTE, token)
+    return entry
+
+
+def _insert(entry: SearchLog) -> bool:
+    """One INSERT; False (and a warning) when the database refuses it. Inside a transaction
+    (ATOMIC_REQUESTS) it gets a savepoint, so a failure cannot break the request's own work."""
+    database = router.db_for_write(SearchLog)
+    try:
+        with isolated(database):
+            entry.save(force_insert=True, using=database)
+    except DatabaseError as exc:
+        logger.warning("django-sbert: a search could not be logged: %s", exc)
+        return False
+    return True

@@ -1,0 +1,61 @@
+"""Click tokens: a signed (search, row, position) per logged result.
+
+A token is ``django.core.signing`` over ``[search id, row pk, position]`` with a salt of its
+own and a timestamp, so a click can only be reported for the search, row and position the
+page showed, and only within ``SBERT["FEEDBACK"]["TOKEN_MAX_AGE"]`` seconds. An edited token,
+or one signed with another key, is refused.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.core import signing
+
+from ..conf import sbert_settings
+
+SALT = "django_sbert.feedback.click"
+
+
+class InvalidToken(ValueError):
+    """A click token that was edited, forged, expired or malformed; the message says which."""
+
+
+@dataclass(frozen=True)
+class ClickTarget:
+    """What a token names: a logged search, one of its rows, and the position it was shown at."""
+
+    search_id: uuid.UUID
+    object_pk: str
+    position: int
+
+
+def make_token(search_id: uuid.UUID, object_pk: Any, position: int) -> str:
+    """The token of the result at ``position`` (from 1) of search ``search_id``."""
+    return signing.dumps([search_id.hex, str(object_pk), int(position)], salt=SALT)
+
+
+def read_token(token: str) -> ClickTarget:
+    """The search, row and position ``token`` names; ``InvalidToken`` when it cannot be
+    trusted."""
+    try:
+        value = signing.loads(
+            str(token), salt=SALT, max_age=sbert_settings.FEEDBACK["TOKEN_MAX_AGE"]
+        )
+    except signing.SignatureExpired:
+        raise InvalidToken(
+            "This click token has expired; tokens are valid for "
+            f"{sbert_settings.FEEDBACK['TOKEN_MAX_AGE']} seconds after the search."
+        ) from None
+    except signing.BadSignature:
+        raise InvalidToken(
+            "This click token is not valid: it was changed, or not issued by this site. Send "
+            "the click_token of a search result as it was given."
+        ) from None
+    try:
+        search, pk, position = value
+        return ClickTarget(uuid.UUID(hex=search), str(pk), int(position))
+    except (TypeError, ValueError):  # signed by this site, but not a click token's shape
+        raise InvalidToken("This is not a click token.") from None

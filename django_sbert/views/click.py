@@ -1,0 +1,67 @@
+"""``click``: a click or conversion on a logged search result, for server-rendered pages.
+
+``django_sbert/clicks.js`` posts here with ``navigator.sendBeacon`` (form-encoded ``token``
+and ``kind``) when a link marked by ``{% sbert_click_attrs hit %}`` is followed; a JSON body
+works too. The REST API's ``events/`` does the same for API clients; both call
+``feedback.record_event``, so they share its checks and its throttle::
+
+    path("sbert/", include("django_sbert.urls"))   # POST sbert/click/
+
+Answers 202 ``{"status": "accepted"}``; 400 for a bad token, kind or dwell time (a message
+saying which), 404 when the site does not log searches, 429 past the client's rate.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from ..feedback import EventRefused, record_event
+
+MAX_BODY = 4096  # a token, a kind and a number: anything longer is not an event
+
+
+def _fields(request: HttpRequest) -> dict[str, Any]:
+    if request.content_type == "application/json":
+        if len(request.body) > MAX_BODY:
+            raise EventRefused(f"The body is over {MAX_BODY} bytes; send a token and a kind.")
+        try:
+            data = json.loads(request.body or b"{}")
+        except ValueError:
+            raise EventRefused("The body is not valid JSON.") from None
+        if not isinstance(data, dict):
+            raise EventRefused('Send a JSON object: {"token": ..., "kind": "click"}.')
+        return data
+    return request.POST.dict()
+
+
+def _dwell(value: Any) -> int | None:
+    if value in (None, ""):
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    raise EventRefused("dwell_ms must be a whole number of milliseconds.")
+
+
+@csrf_exempt  # the signed token proves the result was shown; a beacon sends no CSRF header
+@require_POST
+def click(request: HttpRequest) -> JsonResponse:
+    """POST token (a result's ``data-sbert-click``), kind (default "click"), dwell_ms."""
+    try:
+        data = _fields(request)
+        token = data.get("token")
+        if not isinstance(token, str) or not token:
+            raise EventRefused("Pass the result's click token as token.")
+        kind = data.get("kind") or "click"
+        if not isinstance(kind, str):
+            raise EventRefused("kind must be a string.")
+        record_event(request, token, kind, _dwell(data.get("dwell_ms")))
+    except EventRefused as exc:
+        return JsonResponse({"detail": str(exc)}, status=exc.status)
+    return JsonResponse({"status": "accepted"}, status=202)

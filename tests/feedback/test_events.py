@@ -1,0 +1,151 @@
+"""Clicks and conversions: events/ and sbert/click/, signed tokens, once per (search, row,
+kind), throttling, the kinds a site accepts."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+from django.core import signing
+from django.test import override_settings
+
+from django_sbert.feedback import make_token
+from django_sbert.feedback.tokens import SALT
+from django_sbert.models import SearchEvent, SearchLog
+from tests.feedback.conftest import search_url
+
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.feedback.urls")]
+
+EVENTS = "/api/sbert/events/"
+CLICK = "/sbert/click/"
+
+
+@pytest.fixture
+def logged(client, articles, registered, log_on) -> dict:
+    """A logged REST search of five results."""
+    registered()
+    response = client.get(search_url(k=5))
+    assert response.status_code == 200
+    return response.json()
+
+
+def post(client, url: str, **data):
+    return client.post(url, json.dumps(data), content_type="application/json")
+
+
+def test_a_click_is_stored_with_the_search_row_position_and_client(client, logged):
+    result = logged["results"][1]
+    response = post(client, EVENTS, token=result["click_token"], dwell_ms=4200)
+    assert response.status_code == 202, response.content
+    event = SearchEvent.objects.get()
+    search = SearchLog.objects.get()
+    assert str(event.search_id) == logged["search_id"]
+    assert (event.object_pk, event.position, event.kind) == (str(result["id"]), 2, "click")
+    assert event.dwell_ms == 4200
+    assert event.client == search.client
+
+
+def test_a_repeated_click_is_stored_once(client, logged):
+    token = logged["results"][0]["click_token"]
+    for _ in range(3):
+        assert post(client, EVENTS, token=token, kind="click").status_code == 202
+    # the plain view, form-encoded as navigator.sendBeacon sends it: the same event
+    assert client.post(CLICK, {"token": token, "kind": "click"}).status_code == 202
+    assert SearchEvent.objects.count() == 1
+
+
+def test_a_token_signed_with_another_key_is_refused_and_nothing_stored(client, logged):
+    result = logged["results"][0]
+    with override_settings(SECRET_KEY="another-site-entirely-another-key"):
+        forged = make_token(uuid.UUID(logged["search_id"]), result["id"], 1)
+    for url in (EVENTS, CLICK):
+        response = post(client, url, token=forged)
+        assert response.status_code == 400
+        assert "not valid" in response.json()["detail"]
+    assert not SearchEvent.objects.exists()
+
+
+def test_an_edited_token_for_another_row_or_position_is_refused(client, logged):
+    token = logged["results"][0]["click_token"]
+    signature = token.rpartition(":")[2]
+    value = signing.loads(token, salt=SALT)
+    for edit in ([value[0], "999999", value[2]], [value[0], value[1], 4]):
+        # the payload of another row (or position), with the original signature
+        other = signing.dumps(edit, salt=SALT).rpartition(":")[0]
+        response = post(client, EVENTS, token=f"{other}:{signature}")
+        assert response.status_code == 400, response.content
+    response = post(client, CLICK, token=token[:-2] + ("A" if token[-2] != "A" else "B") + "x")
+    assert response.status_code == 400
+    assert not SearchEvent.objects.exists()
+
+
+def test_an_expired_token_is_refused(client, logged, feedback):
+    token = logged["results"][0]["click_token"]
+    feedback(TOKEN_MAX_AGE=1)
+    time.sleep(2.1)
+    response = post(client, EVENTS, token=token)
+    assert response.status_code == 400 and "expired" in response.json()["detail"]
+    assert not SearchEvent.objects.exists()
+
+
+def test_conversions_are_accepted_only_when_configured(client, logged, feedback):
+    token = logged["results"][0]["click_token"]
+    response = post(client, EVENTS, token=token, kind="add_to_cart")
+    assert response.status_code == 400
+    assert "add_to_cart" in response.json()["detail"] and "click" in response.json()["detail"]
+    assert not SearchEvent.objects.exists()
+    feedback(CONVERSIONS=["add_to_cart"])
+    assert post(client, EVENTS, token=token, kind="add_to_cart").status_code == 202
+    assert post(client, EVENTS, token=token, kind="click").status_code == 202
+    kinds = sorted(SearchEvent.objects.values_list("kind", flat=True))
+    assert kinds == ["add_to_cart", "click"]  # one of each for the same result
+
+
+def test_events_past_the_clients_rate_get_429_and_are_not_stored(client, logged, feedback):
+    feedback(CLICK_THROTTLE_RATE="3/minute")
+    tokens = [r["click_token"] for r in logged["results"]]
+    codes = [post(client, EVENTS, token=t).status_code for t in tokens[:3]]
+    codes.append(client.post(CLICK, {"token": tokens[3]}).status_code)  # shared count
+    assert codes == [202, 202, 202, 429]
+    assert SearchEvent.objects.count() == 3
+
+
+def test_bad_bodies_get_messages(client, logged):
+    token = logged["results"][0]["click_token"]
+    assert post(client, EVENTS).status_code == 400
+    response = post(client, EVENTS, token=token, dwell_ms=-5)
+    assert response.status_code == 400 and "dwell_ms" in response.json()
+    response = post(client, EVENTS, token=token, tokn="x")
+    assert response.status_code == 400 and "tokn" in response.json()
+    response = client.post(CLICK, "not json", content_type="application/json")
+    assert response.status_code == 400 and "JSON" in response.json()["detail"]
+    assert client.get(CLICK).status_code == 405
+    assert client.post(CLICK, {"token": token, "dwell_ms": "soon"}).status_code == 400
+    assert not SearchEvent.objects.exists()
+
+
+def test_a_click_on_a_purged_search_is_refused(client, logged):
+    token = logged["results"][0]["click_token"]
+    SearchLog.objects.all().delete()
+    response = post(client, EVENTS, token=token)
+    assert response.status_code == 410
+    assert not SearchEvent.objects.exists()
+
+
+def test_with_the_log_off_events_are_refused(client, logged, settings):
+    token = logged["results"][0]["click_token"]
+    settings.SBERT = {**settings.SBERT, "FEEDBACK": {"LOG": False}}
+    assert post(client, EVENTS, token=token).status_code == 404
+    assert client.post(CLICK, {"token": token}).status_code == 404
+    assert not SearchEvent.objects.exists()
+
+
+def test_crawlers_clicks_are_ignored(client, logged):
+    token = logged["results"][0]["click_token"]
+    body = json.dumps({"token": token})
+    agent = "Mozilla/5.0 (compatible; bingbot/2.0)"
+    response = client.post(EVENTS, body, content_type="application/json", HTTP_USER_AGENT=agent)
+    assert response.status_code == 202
+    assert not SearchEvent.objects.exists()
