@@ -61,7 +61,7 @@ def _prepare(processes: int) -> None:
     # needs Django's apps loaded, which get_asgi_application() did
     from django.db import connections
 
-    from django_sbert.serving.web import prepare_web_process
+    from django_sbert.serving.web import prepare_web_process  # models: after apps load
 
     try:
         prepare_web_process(processes=processes)

@@ -168,7 +168,7 @@ def _insert(entry: SearchLog) -> bool:
     (ATOMIC_REQUESTS) it gets a savepoint, so a failure cannot break the request's own work."""
     database = router.db_for_write(SearchLog)
     try:
-        with isolated(database):
+        with isolated(database, pipelined=True):
             entry.save(force_insert=True, using=database)
     except DatabaseError as exc:
         logger.warning("django-sbert: a search could not be logged: %s", exc)
