@@ -11,7 +11,7 @@
 Modules: ``finetuning`` (the ModelAdmins of training pairs, runs and encoder versions,
 registered when Django's admin autodiscovery imports this package), ``evaluation`` (judgment
 lists: grading a query's top rows, importing judgments, "Evaluate now", quality over time),
-``mixins``
+``feedback`` (the search log and "What people look for"), ``mixins``
 (``EmbeddingAdminMixin`` and the 403-on-forbidden-action helpers), ``display`` (progress bar,
 loss curve, metrics table, the quality-over-time chart).
 """
@@ -19,6 +19,7 @@ loss curve, metrics table, the quality-over-time chart).
 from __future__ import annotations
 
 from .evaluation import JudgedQueryAdmin, JudgmentListAdmin
+from .feedback import SearchLogAdmin
 from .finetuning import EncoderVersionAdmin, TrainingPairAdmin, TrainingRunAdmin
 from .mixins import EmbeddingAdminMixin
 
@@ -27,6 +28,7 @@ __all__ = [
     "EncoderVersionAdmin",
     "JudgedQueryAdmin",
     "JudgmentListAdmin",
+    "SearchLogAdmin",
     "TrainingPairAdmin",
     "TrainingRunAdmin",
 ]
