@@ -60,6 +60,7 @@ FLOORS = {
     "django_sbert.query": 4,
     "django_sbert.finetuning": 5,
     "django_sbert.evaluation": 5,  # judgment lists and evaluations, beside finetuning
+    "django_sbert.feedback": 5,  # learning from visitors: feeds finetuning, beside it
     **dict.fromkeys(
         (
             "django_sbert.admin",
