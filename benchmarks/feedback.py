@@ -26,7 +26,7 @@ claims: ``encoder.evaluation.retrieval_metrics`` over every row's text (an exact
 
     HF_HUB_OFFLINE=1 .venv/bin/python -m benchmarks.feedback --sessions 5000
     HF_HUB_OFFLINE=1 .venv/bin/python -m benchmarks.feedback --sessions 200 --rows 800 \\
-        --epochs 1 --max-pairs 64 --min-clients 1          # a smoke run, minutes
+        --epochs 1 --max-pairs 32 --min-clients 1 --eval-distractors 100   # a smoke run
 """
 
 from __future__ import annotations
@@ -244,18 +244,22 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, help="default: the recipe's")
     parser.add_argument("--batch-size", type=int, help="default: the recipe's")
     parser.add_argument("--max-pairs", type=int, help="train on at most this many pairs")
+    parser.add_argument(
+        "--eval-distractors", type=int, help="SBERT['TRAINING']['EVAL_DISTRACTORS'] (the gate)"
+    )
     add_json_option(parser)
     args = parser.parse_args()
 
     from benchmarks.django_setup import setup_django
 
-    setup_django(
-        {
-            "ENCODERS": {"default": {"MODEL": MODEL, "THREADS": args.threads, "BATCH_SIZE": 32}},
-            "AUTO_EMBED": False,
-            "MODEL_DIR": tempfile.mkdtemp(prefix="sbert-bench-models-"),
-        }
-    )
+    sbert = {
+        "ENCODERS": {"default": {"MODEL": MODEL, "THREADS": args.threads, "BATCH_SIZE": 32}},
+        "AUTO_EMBED": False,
+        "MODEL_DIR": tempfile.mkdtemp(prefix="sbert-bench-models-"),
+    }
+    if args.eval_distractors is not None:
+        sbert["TRAINING"] = {"EVAL_DISTRACTORS": args.eval_distractors}
+    setup_django(sbert)
     from django_sbert import indexing
     from django_sbert.feedback import analytics
     from django_sbert.models import SearchLog
