@@ -9,6 +9,7 @@ once here and never change, wherever the task functions live::
     django_sbert.promote_version  finetuning/tasks.py   SBERT["TRAINING"]["QUEUE"]
     django_sbert.evaluate_lists   evaluation/tasks.py   SBERT["TRAINING"]["QUEUE"]
     django_sbert.feedback_purge   feedback/tasks.py     SBERT["QUEUE"]
+    django_sbert.feedback_loop    feedback/learning_tasks.py  SBERT["TRAINING"]["QUEUE"]
 
 Copy the sweep into your project's Celery configuration::
 
@@ -33,6 +34,14 @@ and the search log's retention (``SBERT["FEEDBACK"]["RETENTION_DAYS"]``), daily:
     from django_sbert.celery import feedback_purge_schedule
     app.conf.beat_schedule["sbert-feedback-purge"] = feedback_purge_schedule()
 
+and the loop that learns from visitors' clicks, every ``SBERT["FEEDBACK"]["LOOP_HOURS"]``
+(docs/learning.md)::
+
+    from django_sbert.celery import feedback_loop_schedule
+    entry = feedback_loop_schedule()       # None when LOOP_HOURS is None
+    if entry:
+        app.conf.beat_schedule["sbert-feedback-loop"] = entry
+
 This module imports no Django model and no torch (``conf`` reads settings lazily), so a
 settings module may import it. The worker's per-process setup (torch threads, encoders loaded
 before the first task) is in ``django_sbert.serving.worker``.
@@ -50,6 +59,7 @@ TRAIN_TASK = "django_sbert.train_encoder"
 PROMOTE_TASK = "django_sbert.promote_version"
 EVALUATE_TASK = "django_sbert.evaluate_lists"
 FEEDBACK_PURGE_TASK = "django_sbert.feedback_purge"
+FEEDBACK_LOOP_TASK = "django_sbert.feedback_loop"
 
 DEFAULT_SWEEP_EVERY = 300.0  # seconds
 
@@ -114,4 +124,26 @@ def feedback_purge_schedule(every: float = 86400.0, queue: str | None = None) ->
         "task": FEEDBACK_PURGE_TASK,
         "schedule": float(every),
         "options": {"queue": queue, "expires": float(every)},
+    }
+
+
+def feedback_loop_schedule(
+    hours: float | None = None, queue: str | None = None
+) -> dict[str, Any] | None:
+    """A ``beat_schedule`` entry running the feedback loop every ``hours`` (default
+    ``SBERT["FEEDBACK"]["LOOP_HOURS"]``) on the training queue; None when that is None.
+
+    It expires after one interval, so a stopped worker does not come back to a pile of them.
+    """
+    if hours is None:
+        hours = sbert_settings.FEEDBACK["LOOP_HOURS"]
+        if hours is None:
+            return None
+    if queue is None:
+        queue = sbert_settings.TRAINING["QUEUE"]
+    every = float(hours) * 3600.0
+    return {
+        "task": FEEDBACK_LOOP_TASK,
+        "schedule": every,
+        "options": {"queue": queue, "expires": every},
     }

@@ -660,6 +660,40 @@ FEEDBACK = Group(
             "days; `False`: it waits as a candidate for staff.",
             BOOLEAN,
         ),
+        "MIN_CLIENTS": Setting(
+            2,
+            "Distinct visitors who must have clicked a row for a query before (query, row) "
+            "becomes a training pair.",
+            integer(1),
+        ),
+        "NEGATIVES": Setting(
+            "mined",
+            'Hard negatives of pairs from behaviour: `"mined"` (by the base model at training '
+            'time), `"unexamined"` (a result below the last click) or `"skipped"` (a result '
+            "above the click, not clicked).",
+            one_of("mined", "unexamined", "skipped"),
+        ),
+        "EVAL_SHARE": Setting(
+            0.1,
+            "Share of the most recent days whose clicks become eval pairs: the gate measures a "
+            "run from behaviour on later behaviour than it trained on.",
+            number(0, 0.5, above=True),
+        ),
+        "LOOP_MIN_PAIRS": Setting(
+            200,
+            "New train pairs from behaviour that make the loop start a fine-tune.",
+            integer(1),
+        ),
+        "LOOP_DAYS": Setting(
+            90,
+            "Days of the search log the loop reads to make pairs (`None`: all of it).",
+            optional(integer(1)),
+        ),
+        "LOOP_HOURS": Setting(
+            24.0,
+            "How often `feedback_loop_schedule()` runs the loop (`None`: no beat entry).",
+            optional(number(0, above=True)),
+        ),
     },
     "Learning from visitors: the search log, clicks, pairs from behaviour and the loop "
     "([learning.md](learning.md)).",

@@ -1,7 +1,7 @@
 """Every Celery task of django-sbert, where Celery's autodiscovery looks for them.
 
 The tasks live with their workflow (``indexing.tasks``, ``finetuning.tasks``,
-``evaluation.tasks``); their names are
+``evaluation.tasks``, ``feedback.tasks``, ``feedback.learning_tasks``); their names are
 in ``django_sbert.celery`` and never change, so a message queued by an older release still
 runs. Importing from here keeps working::
 
@@ -13,12 +13,14 @@ from __future__ import annotations
 from .celery import (
     EMBED_TASK,
     EVALUATE_TASK,
+    FEEDBACK_LOOP_TASK,
     FEEDBACK_PURGE_TASK,
     PROMOTE_TASK,
     SWEEP_TASK,
     TRAIN_TASK,
 )
 from .evaluation.tasks import evaluate_lists
+from .feedback.learning_tasks import feedback_loop
 from .feedback.tasks import feedback_purge
 from .finetuning.tasks import enqueue_promotion, enqueue_training, promote_version, train_encoder
 from .indexing.tasks import (
@@ -34,6 +36,7 @@ from .indexing.tasks import (
 __all__ = [
     "EMBED_TASK",
     "EVALUATE_TASK",
+    "FEEDBACK_LOOP_TASK",
     "FEEDBACK_PURGE_TASK",
     "MAX_PKS_PER_TASK",
     "PROMOTE_TASK",
@@ -47,6 +50,7 @@ __all__ = [
     "enqueue_stale",
     "enqueue_training",
     "evaluate_lists",
+    "feedback_loop",
     "feedback_purge",
     "promote_version",
     "sweep",

@@ -60,7 +60,7 @@ FLOORS = {
     "django_sbert.query": 4,
     "django_sbert.finetuning": 5,
     "django_sbert.evaluation": 5,  # judgment lists and evaluations, beside finetuning
-    "django_sbert.feedback": 5,  # the search log and events, beside finetuning
+    "django_sbert.feedback": 5,  # the search log, events, and what is learned from them
     **dict.fromkeys(
         (
             "django_sbert.admin",

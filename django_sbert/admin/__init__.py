@@ -11,7 +11,8 @@
 Modules: ``finetuning`` (the ModelAdmins of training pairs, runs and encoder versions,
 registered when Django's admin autodiscovery imports this package), ``evaluation`` (judgment
 lists: grading a query's top rows, importing judgments, "Evaluate now", quality over time),
-``searchlog`` (the search log and its events, read-only, with their UBI export), ``mixins``
+``searchlog`` (the search log and its events, read-only, with their UBI export),
+``feedback`` (the search log's admin with "What people look for"), ``mixins``
 (``EmbeddingAdminMixin`` and the 403-on-forbidden-action helpers), ``display`` (progress bar,
 loss curve, metrics table, the quality-over-time chart).
 """
@@ -19,9 +20,10 @@ loss curve, metrics table, the quality-over-time chart).
 from __future__ import annotations
 
 from .evaluation import JudgedQueryAdmin, JudgmentListAdmin
+from .feedback import SearchLogAdmin
 from .finetuning import EncoderVersionAdmin, TrainingPairAdmin, TrainingRunAdmin
 from .mixins import EmbeddingAdminMixin
-from .searchlog import SearchEventAdmin, SearchLogAdmin
+from .searchlog import SearchEventAdmin
 
 __all__ = [
     "EmbeddingAdminMixin",

@@ -42,8 +42,10 @@ class ReadOnlyLogAdmin(admin.ModelAdmin):
         return False
 
 
-@admin.register(SearchLog)
-class SearchLogAdmin(ReadOnlyLogAdmin):
+class SearchLogListAdmin(ReadOnlyLogAdmin):
+    """The searches' list and its UBI download; registered with the analytics page as
+    ``admin.feedback.SearchLogAdmin``."""
+
     list_display = ("query", "mode", "model_label", "result_count", "latency_ms", "created_at")
     list_filter = ("mode", "model_label", "created_at")
     search_fields = ("normalized",)

@@ -10,7 +10,12 @@ here; nothing here imports them::
 Modules: ``log`` (``log_search``, ``normalize_query``), ``clients`` (pseudonymous client keys,
 crawlers, per-client rates), ``tokens`` (signed click tokens), ``events`` (``record_event``),
 ``export`` (UBI JSON lines), ``retention`` (purge and forget), ``tasks`` (the purge task),
-``writes`` (the one write, in a savepoint inside a transaction).
+``writes`` (the one write, in a savepoint inside a transaction); and what is learned from
+them: ``analytics`` (top queries, no results, no click, click-through by position, mean
+reciprocal rank of the first click per day and version, counted by PostgreSQL), ``pairs``
+((query, clicked row) training pairs with negatives from behaviour), ``loop`` (make pairs,
+start a fine-tune when enough are new, promote a candidate the gate passes when
+``SBERT["FEEDBACK"]["AUTO_PROMOTE"]``) and ``learning_tasks`` (the loop's Celery task).
 """
 
 from __future__ import annotations

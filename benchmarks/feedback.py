@@ -1,0 +1,330 @@
+"""Learning from clicks on SciFact: simulated visitors search, click, and the encoder learns.
+
+The site: the SciFact abstracts as ``testapp.Article`` rows (``--rows``, default 0: all 5,183),
+embedded by all-MiniLM-L6-v2. The SciFact *train* claims are split in two halves with a fixed
+seed: visitors search for the claims of one half; the other half is held back and only measured
+(nDCG@10 over its qrels). Nothing from ../shared/eval is read.
+
+Visitors (``--sessions``, seeded): each picks a claim of its half, types it (some shortened to
+their first words, some with a typo: two neighbouring letters swapped), searches
+(``Article.objects.similar_to``, or ``hybrid_search`` with ``--mode hybrid``) and looks at the
+top 10 through a position-based click model: the result at rank r is examined with probability
+1 / r^0.7; an examined result is clicked with probability 0.9 when it is relevant to the claim
+(qrels), 0.1 otherwise. Sessions are spread over ``--days`` days. Each search and its clicks are
+written as the search log writes them (``SearchLog``: the first page as ``[[pk, position,
+score], ...]``, a hashed visitor id; ``SearchEvent`` per click). The searches run in this
+process, not over HTTP behind gunicorn: the figures measured are the learning's, and in-process
+search is many times faster than a request per session.
+
+Then the code the loop runs: ``feedback.pairs.behaviour_pairs`` (clicks from at least
+``--min-clients`` visitors, the last tenth of the days as the eval split, negatives
+``--negatives``: one or several of mined, unexamined, skipped, each trained and measured in
+turn), a run with the default recipe (``runs.create_run`` + ``runs.execute_run``, what the
+worker does; ``--epochs`` and ``--max-pairs`` shorten it), and the gate's verdict on the
+candidate. Both the base model and each candidate are measured the same way on the held-back
+claims: ``encoder.evaluation.retrieval_metrics`` over every row's text (an exact ranking).
+
+    HF_HUB_OFFLINE=1 .venv/bin/python -m benchmarks.feedback --sessions 5000
+    HF_HUB_OFFLINE=1 .venv/bin/python -m benchmarks.feedback --sessions 200 --rows 800 \\
+        --epochs 1 --max-pairs 32 --min-clients 1 --eval-distractors 100   # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import tempfile
+import time
+from datetime import timedelta
+
+from benchmarks.common import DATA, add_json_option, cpu_line, load_average, write_json
+from benchmarks.django_setup import article_model
+
+SCIFACT = DATA / "scifact"
+MODEL = "all-MiniLM-L6-v2"
+EXAMINE_POWER = 0.7  # P(examined at rank r) = 1 / r^0.7
+CLICK_RELEVANT, CLICK_OTHER = 0.9, 0.1
+SHORTENED, TYPO = 0.15, 0.10  # shares of sessions typing the claim shortened / with a typo
+
+
+def load(rows: int, seed: int) -> dict:
+    """SciFact's corpus and train claims; the claims halved (visitors / held back)."""
+    corpus = {}
+    for line in (SCIFACT / "corpus.jsonl").open(encoding="utf-8"):
+        doc = json.loads(line)
+        corpus[doc["_id"]] = (doc.get("title", ""), doc["text"])
+    queries = {}
+    for line in (SCIFACT / "queries-train.jsonl").open(encoding="utf-8"):
+        doc = json.loads(line)
+        queries[doc["_id"]] = doc["text"]
+    relevant: dict[str, set[str]] = {}
+    for line in (SCIFACT / "qrels-train.tsv").read_text().splitlines()[1:]:
+        qid, did, score = line.split("\t")
+        if int(score) > 0 and did in corpus:
+            relevant.setdefault(qid, set()).add(did)
+    ids = sorted(q for q in queries if q in relevant)
+    random.Random(seed).shuffle(ids)
+    half = len(ids) // 2
+    judged = sorted({d for q in ids for d in relevant[q]})
+    others = sorted(set(corpus) - set(judged))
+    random.Random(seed).shuffle(others)
+    docs = judged + (others if rows <= 0 else others[: max(0, rows - len(judged))])
+    return {
+        "corpus": {d: corpus[d] for d in docs},
+        "queries": queries,
+        "relevant": relevant,
+        "visitors": ids[:half],
+        "held": ids[half:],
+    }
+
+
+def typed(claim: str, rng: random.Random) -> str:
+    """What a visitor types for ``claim``: as is, its first words, or with a typo."""
+    draw = rng.random()
+    words = claim.split()
+    if draw < SHORTENED and len(words) > 4:
+        return " ".join(words[: max(3, int(len(words) * 0.6))])
+    if draw < SHORTENED + TYPO:
+        long_words = [i for i, w in enumerate(words) if len(w) > 3]
+        if long_words:
+            i = rng.choice(long_words)
+            word = words[i]
+            j = rng.randrange(len(word) - 1)
+            words[i] = word[:j] + word[j + 1] + word[j] + word[j + 2 :]
+            return " ".join(words)
+    return claim
+
+
+def simulate(data: dict, pk_of: dict[str, int], args: argparse.Namespace) -> dict:
+    """Run the sessions: search, click by the click model, write the log; returns counts."""
+    from django.utils import timezone
+
+    from django_sbert.conf import sbert_settings
+    from django_sbert.models import SearchEvent, SearchLog
+    from django_sbert.serving import serving_version
+
+    Article = article_model()
+    search = getattr(Article.objects, "hybrid_search" if args.mode == "hybrid" else "similar_to")
+    doc_of = {pk: did for did, pk in pk_of.items()}
+    rng = random.Random(args.seed)
+    version = serving_version("default")
+    start = timezone.now() - timedelta(days=args.days)
+    most = int(sbert_settings.FEEDBACK["MAX_QUERY_LENGTH"])
+    logs, events = [], []
+    clicks = 0
+    for session in range(args.sessions):
+        qid = rng.choice(data["visitors"])
+        query = typed(data["queries"][qid], rng)[:most]
+        when = start + timedelta(seconds=args.days * 86400 * session / args.sessions)
+        began = time.perf_counter()
+        ranked = list(search(query, k=10))
+        latency = 1000 * (time.perf_counter() - began)
+        client = hashlib.sha256(f"visitor-{args.seed}-{session}".encode()).hexdigest()
+        log = SearchLog(
+            query=query,
+            normalized=" ".join(query.lower().split()),
+            mode=args.mode,
+            model_label="testapp.Article",
+            field="embedding",
+            encoder_name="default",
+            version=version,
+            results=[
+                [str(row.pk), position, round(float(getattr(row, "similarity", 0.0) or 0.0), 4)]
+                for position, row in enumerate(ranked, start=1)
+            ],
+            result_count=len(ranked),
+            client=client,
+            latency_ms=latency,
+            created_at=when,
+        )
+        logs.append(log)
+        gold = data["relevant"][qid]
+        for position, row in enumerate(ranked, start=1):
+            if rng.random() >= 1 / position**EXAMINE_POWER:
+                continue
+            chance = CLICK_RELEVANT if doc_of.get(row.pk) in gold else CLICK_OTHER
+            if rng.random() < chance:
+                clicks += 1
+                events.append(
+                    SearchEvent(
+                        search=log,
+                        object_pk=str(row.pk),
+                        position=position,
+                        kind="click",
+                        client=client,
+                        created_at=when + timedelta(seconds=3 + position),
+                    )
+                )
+    SearchLog.objects.bulk_create(logs, batch_size=1000)
+    SearchEvent.objects.bulk_create(events, batch_size=1000)
+    return {"searches": len(logs), "clicks": clicks}
+
+
+def held_metrics(encoder: object, data: dict) -> dict:
+    """nDCG@10 / Recall@10 (in %) of ``encoder`` on the held-back claims, over every row."""
+    from django_sbert.encoder.evaluation import retrieval_metrics
+
+    corpus = {did: f"{title}\n{text}" for did, (title, text) in data["corpus"].items()}
+    queries = {qid: data["queries"][qid] for qid in data["held"]}
+    relevant = {qid: data["relevant"][qid] & set(corpus) for qid in data["held"]}
+    result = retrieval_metrics(encoder, queries, corpus, relevant, k=10)
+    return {"ndcg@10": 100 * result["ndcg@10"], "recall@10": 100 * result["recall@10"]}
+
+
+def train_and_measure(data: dict, negatives: str, args: argparse.Namespace) -> dict:
+    """Pairs from the log with ``negatives``, a default run, the gate's verdict, and the
+    candidate measured on the held-back claims."""
+    from django_sbert.feedback.pairs import SOURCE_PREFIX, behaviour_pairs
+    from django_sbert.finetuning import runs
+    from django_sbert.finetuning.gate import stored_verdict
+    from django_sbert.models import EncoderVersion, TrainingPair, TrainingRun
+    from django_sbert.serving import get_encoder
+
+    TrainingPair.objects.filter(source__startswith=SOURCE_PREFIX).delete()
+    started = time.perf_counter()
+    report = behaviour_pairs(min_clients=args.min_clients, negatives=negatives)
+    pair_seconds = time.perf_counter() - started
+    print(f"[{negatives}] {report.describe()} ({pair_seconds:.1f} s)")
+    behaviour = TrainingPair.objects.filter(source__startswith=SOURCE_PREFIX)
+    train = list(behaviour.filter(split="train").order_by("pk").values_list("pk", flat=True))
+    if args.max_pairs:
+        train = random.Random(args.seed).sample(train, min(args.max_pairs, len(train)))
+    ids = train + list(behaviour.filter(split="eval").values_list("pk", flat=True))
+    hyper = runs.Hyperparameters.from_options(
+        "mnrl", {"epochs": args.epochs, "seed": args.seed, "batch_size": args.batch_size}
+    )
+    started = time.perf_counter()
+    run = runs.create_run("default", ids, hyperparameters=hyper, enqueue=False)
+    status = runs.execute_run(run.pk)
+    run = TrainingRun.objects.get(pk=run.pk)
+    train_seconds = time.perf_counter() - started
+    if status != "succeeded":
+        raise SystemExit(f"run {status}: {run.error}")
+    candidate = EncoderVersion.objects.get(run=run)
+    verdict = stored_verdict(candidate)
+    started = time.perf_counter()
+    after = held_metrics(get_encoder("default", candidate.version), data)
+    print(
+        f"[{negatives}] run {run.pk}: {run.step} steps, kept step "
+        f"{(run.evaluations or {}).get('best_step')}; gate: "
+        f"{'passed' if verdict and verdict.passed else 'refused'} "
+        f"({verdict.describe() if verdict else '-'}); held-back claims: {after}"
+    )
+    return {
+        "pairs": {"train": report.train, "eval": report.eval, "used_train": len(train)},
+        "steps": run.step,
+        "kept_step": (run.evaluations or {}).get("best_step"),
+        "gate": verdict.describe() if verdict else "",
+        "gate_passed": bool(verdict and verdict.passed),
+        "after": after,
+        "seconds": {
+            "pairs": round(pair_seconds, 1),
+            "training run": round(train_seconds, 1),
+            "measure": round(time.perf_counter() - started, 1),
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=5000)
+    parser.add_argument("--rows", type=int, default=0, help="corpus rows; 0: all 5,183")
+    parser.add_argument("--days", type=int, default=30, help="days the sessions span")
+    parser.add_argument("--mode", choices=("vector", "hybrid"), default="vector")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--min-clients", type=int, default=2)
+    parser.add_argument(
+        "--negatives",
+        default="mined",
+        help="comma-separated: mined, unexamined, skipped (each trained and measured)",
+    )
+    parser.add_argument("--epochs", type=int, help="default: the recipe's")
+    parser.add_argument("--batch-size", type=int, help="default: the recipe's")
+    parser.add_argument("--max-pairs", type=int, help="train on at most this many pairs")
+    parser.add_argument(
+        "--eval-distractors", type=int, help="SBERT['TRAINING']['EVAL_DISTRACTORS'] (the gate)"
+    )
+    add_json_option(parser)
+    args = parser.parse_args()
+
+    from benchmarks.django_setup import setup_django
+
+    sbert = {
+        "ENCODERS": {"default": {"MODEL": MODEL, "THREADS": args.threads, "BATCH_SIZE": 32}},
+        "AUTO_EMBED": False,
+        "MODEL_DIR": tempfile.mkdtemp(prefix="sbert-bench-models-"),
+    }
+    if args.eval_distractors is not None:
+        sbert["TRAINING"] = {"EVAL_DISTRACTORS": args.eval_distractors}
+    setup_django(sbert)
+    from django_sbert import indexing
+    from django_sbert.feedback import analytics
+    from django_sbert.models import SearchLog
+    from django_sbert.serving import get_encoder
+
+    print(cpu_line())
+    timings: dict[str, float] = {}
+    data = load(args.rows, args.seed)
+    print(
+        f"SciFact train claims: {len(data['visitors'])} searched by visitors, "
+        f"{len(data['held'])} held back; corpus {len(data['corpus'])} rows; "
+        f"{args.sessions} sessions over {args.days} days; load average {load_average()}"
+    )
+    Article = article_model()
+    started = time.perf_counter()
+    Article.objects.all().delete()
+    SearchLog.objects.all().delete()
+    objs = Article.objects.bulk_create(
+        Article(title=title[:300], body=text) for title, text in data["corpus"].values()
+    )
+    pk_of = {did: obj.pk for did, obj in zip(data["corpus"], objs, strict=True)}
+    indexing.embed_stale(indexing.get_ref("testapp.Article", "embedding"))
+    timings["embed corpus"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    simulated = simulate(data, pk_of, args)
+    timings["sessions"] = time.perf_counter() - started
+    summary = analytics.summary(analytics.Window.days(args.days + 1))
+    print(
+        f"{simulated['searches']} searches, {simulated['clicks']} clicks in "
+        f"{timings['sessions']:.1f} s; click-through {summary['click_rate']:.3f}, MRR of the "
+        f"first click {summary['mrr']:.3f}"
+    )
+
+    started = time.perf_counter()
+    before = held_metrics(get_encoder("default"), data)
+    timings["measure base"] = time.perf_counter() - started
+    print(f"base model on the held-back claims: {before}")
+    results = {}
+    for negatives in [n.strip() for n in args.negatives.split(",") if n.strip()]:
+        results[negatives] = train_and_measure(data, negatives, args)
+
+    print(f"\non the {len(data['held'])} held-back claims      nDCG@10   Recall@10")
+    print(
+        f"  {'all-MiniLM-L6-v2 (base)':<34s}{before['ndcg@10']:7.2f}   {before['recall@10']:8.2f}"
+    )
+    for negatives, result in results.items():
+        after = result["after"]
+        label = f"after clicks, negatives {negatives}"
+        print(f"  {label:<34s}{after['ndcg@10']:7.2f}   {after['recall@10']:8.2f}")
+    for name, seconds in timings.items():
+        print(f"  {name:<32s} {seconds:7.1f} s")
+    print(f"load average at the end: {load_average()}")
+    write_json(
+        args.json,
+        {
+            "sessions": simulated,
+            "click_rate": summary["click_rate"],
+            "mrr": summary["mrr"],
+            "before": before,
+            "runs": results,
+            "seconds": {k: round(v, 1) for k, v in timings.items()},
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
