@@ -132,18 +132,46 @@ def encodes_in_flight() -> int:
     return _in_flight
 
 
-def text_vector(text: str, encoder: str, using: str | None = None) -> tuple[np.ndarray, str]:
-    """A query text's vector and the version that encoded it: an ``EncodedText``'s own, else
-    encoded here with the version serving on database ``using`` (``serving.query_vector``),
-    which an event loop's thread may not do."""
+def start_text_vector(
+    text: str, encoder: str, using: str | None = None
+) -> tuple[str, Callable[[], np.ndarray]]:
+    """``(version, wait)``: the version serving ``encoder`` on database ``using``, and a call
+    that returns ``text``'s vector of that version. The encoding starts now, in the pool,
+    so that the caller can query the database meanwhile (``hybrid_search()`` ranks its
+    keyword side); a cached text, an ``EncodedText``, or a pool already busy encode nothing
+    ahead (``wait()`` then encodes here, as ``text_vector()`` does)."""
     if isinstance(text, EncodedText) and text.encoder == encoder:
-        return text.vector, text.version
+        return text.version, lambda: text.vector
+    _refuse_in_event_loop()
+    text = str(text)
+    current = serving_record(encoder, using=using)
+    cached = peek_query_cache(text, current)
+    if cached is not None:
+        return current.version, lambda: cached
+    with _pool_lock:
+        busy = _in_flight >= ENCODE_THREADS  # no thread free: encoding here is as quick
+    if busy:
+        return current.version, partial(encode_query_for, text, current)
+    future = _submit(partial(encode_query_for, text, current))
+    return current.version, future.result
+
+
+def _refuse_in_event_loop() -> None:
     if not os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE") and _in_event_loop():
         raise SynchronousOnlyOperation(
             "similar_to() and hybrid_search() encode a text query where they are called, which "
             "would block the event loop: in async code use `await "
             "Model.objects.asimilar_to(text)` or `ahybrid_search(text)`."
         )
+
+
+def text_vector(text: str, encoder: str, using: str | None = None) -> tuple[np.ndarray, str]:
+    """A query text's vector and the version that encoded it: an ``EncodedText``'s own, else
+    encoded here with the version serving on database ``using`` (``serving.query_vector``),
+    which an event loop's thread may not do."""
+    if isinstance(text, EncodedText) and text.encoder == encoder:
+        return text.vector, text.version
+    _refuse_in_event_loop()
     return query_vector(str(text), encoder, using)
 
 

@@ -33,6 +33,13 @@ applies to both candidate lists::
 ``max_rows`` matching rows (``CappedMatch``, also what ``keyword_search()`` filters with):
 however common the words, the costly part, ranking, stays bounded.
 
+``hybrid_search()`` runs the keyword side ahead, on its own, while the query text is being
+encoded in another thread (``KeywordRows``): the database ranks words while torch encodes, on
+the other core. The fused statement then reads that list as two arrays instead of ranking
+again, but only where its keyword side compiles to exactly the statement that ran ahead (same
+SQL, same parameters): a filter chained after ``hybrid_search()`` changes it, and the keyword
+side then runs inside the fused statement as above.
+
 Two fusions (``serving.FUSIONS``); a row missing from a side's top-N gets nothing from that side:
 
 - ``"rrf"``, reciprocal rank fusion (Cormack, Clarke and Buettcher 2009, with per-side
@@ -72,6 +79,9 @@ from .. import bm25, fulltext
 from .vectors import QuerySource, QueryVector
 
 TABLE_NAME = "sbert_hybrid"
+# Set on a query (explain()) whose keyword side is ranked inside the fused statement, even
+# where a list ranked ahead would answer it: the plan then shows the whole search.
+KEYWORDS_INSIDE = "_sbert_keywords_inside"
 
 # The fused score of each fusion, in SQL over the two numbered candidate lists v and t; its
 # parameters, in order: vector_weight, rrf_k, keyword_weight, rrf_k.
@@ -126,6 +136,31 @@ class Fusion:
     match_share: float = fulltext.MATCH_DF
     # BM25: candidates that get the exact score, the best by a quick score (CappedMatch)
     rescore: int | None = None
+    # The keyword side's rows, ranked ahead while the text was encoded; None: rank them here.
+    keyword_rows: KeywordRows | None = None
+
+
+@dataclass(frozen=True, eq=False)  # compared by identity: it stands for one statement's result
+class KeywordRows:
+    """The keyword side's ``(pk, score)`` list, ranked by ``sql`` with ``params`` on database
+    ``using`` before the fused statement ran (``SemanticQuerySet.hybrid_search``)."""
+
+    using: str
+    sql: str
+    params: tuple[Any, ...]
+    pks: tuple[Any, ...]
+    scores: tuple[float, ...]
+
+    def answers(self, using: str, sql: str, params: tuple[Any, ...]) -> bool:
+        """Whether this list is what ``sql`` with ``params`` returns on ``using``."""
+        return self.using == using and self.sql == sql and tuple(self.params) == tuple(params)
+
+    def as_sql(self, pk_type: str) -> tuple[str, tuple[Any, ...]]:
+        """The list as a derived table of (pk, score), in rank order."""
+        return (
+            f"SELECT * FROM unnest(%s::{pk_type}[], %s::float8[])",
+            (list(self.pks), list(self.scores)),
+        )
 
 
 class FusedColumn(Expression):
@@ -233,6 +268,14 @@ class FusedJoin(DerivedTableJoin):
         base = self._candidates(compiler.query)
         vector_sql, vector_params = self._vector_side(base, connection)
         keyword_sql, keyword_params = self._keyword_side(base, connection)
+        ahead = self.fusion.keyword_rows
+        if (
+            ahead is not None
+            and not getattr(compiler.query, KEYWORDS_INSIDE, False)
+            and ahead.answers(connection.alias, keyword_sql, keyword_params)
+        ):
+            pk_type = base.model._meta.pk.rel_db_type(connection)
+            keyword_sql, keyword_params = ahead.as_sql(pk_type)
         qn = compiler.quote_name_unless_alias
         f = self.fusion
         if f.fusion == "linear":
@@ -266,6 +309,21 @@ class FusedJoin(DerivedTableJoin):
         )
         base.query.alias_refcount[alias] = 0
         return base
+
+    def keyword_rows_ahead(self, query: Query, connection: Any) -> KeywordRows:
+        """Run the keyword side of ``query`` (the queryset this join is added to) now, on
+        ``connection``, for the fused statement to read later (``KeywordRows``)."""
+        sql, params = self._keyword_side(self._candidates(query), connection)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        return KeywordRows(
+            connection.alias,
+            sql,
+            tuple(params),
+            tuple(pk for pk, _ in rows),
+            tuple(float(score) for _, score in rows),
+        )
 
     def _vector_side(self, base: QuerySet, connection: Any) -> tuple[str, tuple[Any, ...]]:
         f = self.fusion

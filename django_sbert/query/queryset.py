@@ -35,9 +35,9 @@ How it stays fast and correct (see docs/search.md):
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -50,9 +50,17 @@ from .. import bm25 as okapi
 from .. import fulltext
 from ..columns import vector_literal
 from ..fields import EmbeddingField, embedding_fields
-from .aio import encode_text, text_vector
+from .aio import encode_text, start_text_vector, text_vector
 from .binary import reranked
-from .fusion import CappedMatch, FusedJoin, Fusion, fused_annotations, prescore_terms
+from .fusion import (
+    KEYWORDS_INSIDE,
+    CappedMatch,
+    FusedJoin,
+    Fusion,
+    KeywordRows,
+    fused_annotations,
+    prescore_terms,
+)
 from .options import (
     FusionConfig,
     KeywordConfig,
@@ -92,6 +100,8 @@ class KeywordPlan:
     terms: tuple[fulltext.Term, ...]
     bm25: okapi.Bm25 | None
     match_share: float
+    # hybrid_search(): the keyword side's rows, ranked already (fusion.KeywordRows)
+    rows: KeywordRows | None = None
 
 
 class SemanticQuerySet(models.QuerySet):
@@ -313,9 +323,8 @@ class SemanticQuerySet(models.QuerySet):
         }
         settings = hybrid_settings(candidates=candidates, match=match, **given)
         qs = self._pinned()  # rows and version from one database (query/replicas.py)
-        vector, _, source = (
-            qs._query_vector(text, embedding) if text.strip() else (None, None, None)
-        )
+        # The text is encoded in another thread while the keyword side is ranked here.
+        source, wait = qs._text_vector_started(text, embedding) if text.strip() else (None, None)
         tuned = tuned_fusion(source)
         # The fusion chosen for the serving version, unless the caller chose another kind;
         # arguments given still win, each on its own.
@@ -323,42 +332,47 @@ class SemanticQuerySet(models.QuerySet):
             settings.update({k: v for k, v in tuned.items() if given[k] is None})
         text = str(text)  # ahybrid_search() passes an EncodedText: from here on, the words
         match = settings.pop("match")
-        plan = (
-            qs._keyword_plan(embedding, text, match, max_df, rank)
-            if vector is not None
-            else KeywordPlan((), None, fulltext.MATCH_DF)
-        )
-        if vector is None:
-            qs = qs.none()
-            literal = "[]"
-        else:
-            literal = vector_literal(vector)
-        search = None
-        if vector is not None and uses_passages(embedding, text, passages):
-            search = PassageSearch.for_field(embedding, literal, source)  # query/passages.py
         fusion = Fusion(
             vector_column=embedding.attname,
-            vector_literal=literal,
+            vector_literal="[]",
             tsvector_column=embedding.tsvector_field_name,
             text=text,
             config=embedding.keyword_config,
             match=match,
-            terms=plan.terms,
-            bm25=plan.bm25,
-            match_share=plan.match_share,
+            terms=(),
             rescore=rescored_rows(settings["candidates"]),
             vector_filter=tuple(same_version(embedding, source).items()),
             source=source,
             max_rows=keyword_max_rows(),
-            passages=search,
-            binary=self._binary_vector_side(embedding, literal, source, settings["candidates"]),
             **settings,
         )
+        if wait is None:
+            qs = qs.none()
+        else:
+            plan = qs._keyword_plan(embedding, text, match, max_df, rank, fusion)
+            fusion = replace(
+                fusion,
+                terms=plan.terms,
+                bm25=plan.bm25,
+                match_share=plan.match_share,
+                keyword_rows=plan.rows,
+            )
+            literal = vector_literal(wait())
+            search = None
+            if uses_passages(embedding, text, passages):
+                search = PassageSearch.for_field(embedding, literal, source)  # query/passages.py
+            fusion = replace(
+                fusion,
+                vector_literal=literal,
+                passages=search,
+                binary=self._binary_vector_side(embedding, literal, source, settings["candidates"]),
+            )
+        literal = fusion.vector_literal
         query = qs.query
         parent = query.get_initial_alias()
         alias = query.join(FusedJoin(fusion, self.model._meta.pk.column, parent))
         annotations: dict[str, Any] = dict(fused_annotations(alias))
-        if vector is not None:
+        if wait is not None:
             # A row found by its words alone may still carry another version's vector (a
             # switch in progress): it gets no similarity rather than a meaningless one.
             annotations["similarity"] = models.Case(
@@ -371,9 +385,9 @@ class SemanticQuerySet(models.QuerySet):
             )
         else:
             annotations["similarity"] = Value(None, output_field=models.FloatField())
-        if search is not None:  # similarity and passage of each row's best passage
+        if fusion.passages is not None:  # similarity and passage of each row's best passage
             same = models.Q(**same_version(embedding, source))
-            annotations.update(hybrid_annotations(search, same))
+            annotations.update(hybrid_annotations(fusion.passages, same))
         qs = qs.annotate(**annotations).order_by(models.F("score").desc(), "pk")
         qs = qs._searching(embedding, k=k, ef_search=ef_search, iterative_scan=iterative_scan)
         qs._search_ordering = None
@@ -463,10 +477,13 @@ class SemanticQuerySet(models.QuerySet):
             )
         else:
             vector = as_vector(query)
+        return self._fitted(vector, embedding), exclude_pk, source
+
+    def _fitted(self, vector: np.ndarray, embedding: EmbeddingField) -> np.ndarray:
+        """``vector`` at the field's size: a field with fewer dimensions than its encoder
+        (Matryoshka) cuts the encoder's vectors to it and re-normalizes, as its writes did."""
         try:
-            # The field's size; a field with fewer dimensions than its encoder (Matryoshka)
-            # cuts the encoder's vectors to it and re-normalizes, as its writes did.
-            vector = embedding.fit_vectors(vector)
+            return embedding.fit_vectors(vector)
         except ValueError:
             dimensions = embedding.get_dimensions()
             cut = " (or its encoder's wider vectors, cut to that)" if embedding.truncates else ""
@@ -475,7 +492,21 @@ class SemanticQuerySet(models.QuerySet):
                 f"{embedding.name} holds {dimensions}{cut}; encode it with encoder "
                 f"{embedding.encoder!r}."
             ) from None
-        return vector, exclude_pk, source
+
+    def _text_vector_started(
+        self, text: str, embedding: EmbeddingField
+    ) -> tuple[QuerySource, Callable[[], np.ndarray]]:
+        """A text query's source now, and a call returning its fitted vector: the encoding
+        runs meanwhile in another thread (``aio.start_text_vector``)."""
+        version, wait = start_text_vector(text, embedding.encoder, self.db)
+        source = QuerySource(
+            encoder=embedding.encoder,
+            version=version,
+            text=str(text),
+            database=self.db,
+            dimensions=embedding.get_dimensions(),
+        )
+        return source, lambda: self._fitted(wait(), embedding)
 
     def _binary_vector_side(
         self,
@@ -498,38 +529,60 @@ class SemanticQuerySet(models.QuerySet):
         match: str,
         max_df: float | None,
         rank: str | None = None,
+        fusion: Fusion | None = None,
     ) -> KeywordPlan:
         """The words of ``text`` to search for and how to rank them (one query, under the
         statement timeout like the search). BM25: ``(lexeme, idf, df)`` from the column's
         exact statistics, for either match; where the column has none (its triggers could
         not be installed), and with ``rank="ts_rank"``: the terms of fulltext.query_terms
-        for match="any", () for match="all"."""
+        for match="any", () for match="all".
+
+        With ``fusion`` (hybrid_search(): the fused table's settings, its terms still to come)
+        the plan also carries the keyword side's rows, ranked in the same transaction.
+        """
         rank = keyword_rank(rank)
         if not text.strip():
             return KeywordPlan((), None, fulltext.MATCH_DF)
+        connection = connections[self.db]
+        with search_options(self.db, SearchOptions.without_index_settings(), pipelined=True):
+            plan = self._keyword_terms(embedding, text, match, max_df, rank, connection)
+            if fusion is None:
+                return plan
+            fused = replace(fusion, terms=plan.terms, bm25=plan.bm25, match_share=plan.match_share)
+            join = FusedJoin(fused, self.model._meta.pk.column, self.query.get_initial_alias())
+            return replace(plan, rows=join.keyword_rows_ahead(self.query, connection))
+
+    def _keyword_terms(
+        self,
+        embedding: EmbeddingField,
+        text: str,
+        match: str,
+        max_df: float | None,
+        rank: str,
+        connection: Any,
+    ) -> KeywordPlan:
+        """_keyword_plan()'s terms and parameters, in the caller's transaction."""
         max_df = keyword_max_df(max_df)
         table = self.model._meta.db_table
         column = self.model._meta.get_field(embedding.tsvector_field_name).column
         configs = fulltext.query_configs(embedding.keyword_config)
-        connection = connections[self.db]
-        with search_options(self.db, SearchOptions.without_index_settings(), pipelined=True):
-            if rank == "bm25":
-                sources = embedding._keyword_source_fields(self.model) or ()
-                terms, parameters = fulltext.bm25_terms(
-                    connection,
-                    okapi.relation_key(table, column),
-                    configs,
-                    text,
-                    max_df if match == "any" else 1.0,
-                    fulltext.field_weights(sources, embedding.keyword_weights),
-                    **bm25_settings(),
-                )
-                if parameters is not None:
-                    return KeywordPlan(terms, parameters, match_share(parameters.rows))
-            if match != "any":
-                return KeywordPlan((), None, fulltext.MATCH_DF)
-            terms = fulltext.query_terms(connection, table, column, configs[0], text, max_df)
-            return KeywordPlan(terms, None, fulltext.MATCH_DF)
+        if rank == "bm25":
+            sources = embedding._keyword_source_fields(self.model) or ()
+            terms, parameters = fulltext.bm25_terms(
+                connection,
+                okapi.relation_key(table, column),
+                configs,
+                text,
+                max_df if match == "any" else 1.0,
+                fulltext.field_weights(sources, embedding.keyword_weights),
+                **bm25_settings(),
+            )
+            if parameters is not None:
+                return KeywordPlan(terms, parameters, match_share(parameters.rows))
+        if match != "any":
+            return KeywordPlan((), None, fulltext.MATCH_DF)
+        terms = fulltext.query_terms(connection, table, column, configs[0], text, max_df)
+        return KeywordPlan(terms, None, fulltext.MATCH_DF)
 
     def _searching(
         self,
@@ -690,8 +743,12 @@ class SemanticQuerySet(models.QuerySet):
     def explain(self, *, format: str | None = None, **options: Any) -> str:
         if self._search is None:
             return super().explain(format=format, **options)
-        with self._running():
-            return super().explain(format=format, **options)
+        qs = self
+        if self._is_hybrid():  # the whole search in one plan, its keyword side included
+            qs = self._chain()
+            setattr(qs.query, KEYWORDS_INSIDE, True)
+        with qs._running():
+            return super(SemanticQuerySet, qs).explain(format=format, **options)
 
     def count(self) -> int:
         if self._search is None or self._result_cache is not None:

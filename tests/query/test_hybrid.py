@@ -293,6 +293,49 @@ def test_filters_before_and_after_apply_to_both_candidate_lists(articles):
     assert list(strong) == [articles[0]]
 
 
+LIST = "SELECT * FROM unnest("  # the keyword side's rows, ranked ahead (query/fusion.py)
+
+
+def fused_statements(captured) -> list[str]:
+    return [q["sql"] for q in captured if "sbert_hybrid" in q["sql"]]
+
+
+def test_the_keyword_side_ranked_ahead_is_read_by_the_fused_statement(articles):
+    from django.test.utils import CaptureQueriesContext
+
+    from django_sbert.serving import clear_query_cache
+
+    clear_query_cache()  # the text is encoded while its keyword side is ranked
+    with CaptureQueriesContext(connection) as captured:
+        ahead = list(
+            Article.objects.filter(category__in=["shop", "economy"]).hybrid_search("XJ-9000")
+        )
+    (fused,) = fused_statements(captured)
+    assert LIST in fused and "@@" not in fused  # the list, not a second ranking
+    ranked_ahead = [q["sql"] for q in captured if "@@" in q["sql"]]
+    assert len(ranked_ahead) == 1 and "sbert_hybrid" not in ranked_ahead[0]
+    # the same rows, ranks and scores as when the fused statement ranks the keywords itself
+    with CaptureQueriesContext(connection) as captured:
+        inside = list(
+            Article.objects.hybrid_search("XJ-9000").filter(category__in=["shop", "economy"])
+        )
+    (fused,) = fused_statements(captured)
+    assert "@@" in fused and LIST not in fused  # a filter chained after: ranked inside
+    assert [(r.pk, r.keyword_rank, r.vector_rank) for r in ahead] == [
+        (r.pk, r.keyword_rank, r.vector_rank) for r in inside
+    ]
+    assert [r.score for r in ahead] == pytest.approx([r.score for r in inside])
+    assert [r.keyword_score for r in ahead] == pytest.approx(
+        [r.keyword_score for r in inside], nan_ok=True
+    )
+
+
+def test_a_row_deleted_after_the_keyword_side_ran_ahead_is_not_returned(articles):
+    search = Article.objects.hybrid_search("XJ-9000")  # the keyword side has run
+    Article.objects.filter(pk=articles[0].pk).delete()
+    assert articles[0].pk not in [r.pk for r in search]
+
+
 def test_k_slicing_count_values_pagination_and_subqueries(articles):
     assert len(Article.objects.hybrid_search("XJ-9000", k=2)) == 2
     assert len(Article.objects.hybrid_search("XJ-9000", k=2)[:4]) == 4
