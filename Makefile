@@ -114,7 +114,8 @@ browser:
 # The tests that deliver tasks to a real Celery worker need Redis on 127.0.0.1:6379. When
 # nothing answers there: start redis-server (installed first with apt-get when root and
 # missing), keeping nothing on disk, as the CI machines' Redis does.
-REDIS_PING := $(PYTHON) -c "import socket; s = socket.create_connection(('127.0.0.1', 6379), 2); \
+REDIS_PORT ?= 6379
+REDIS_PING := $(PYTHON) -c "import socket; s = socket.create_connection(('127.0.0.1', $(REDIS_PORT)), 2); \
 	s.sendall(b'PING\r\n'); assert s.recv(16).startswith(b'+PONG')"
 redis:
 	@if $(REDIS_PING) 2>/dev/null; then exit 0; fi; \
@@ -124,16 +125,16 @@ redis:
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 				redis-server >/dev/null; \
 		else \
-			echo "error: nothing answers on 127.0.0.1:6379 and redis-server is not installed:" \
+			echo "error: nothing answers on 127.0.0.1:$(REDIS_PORT) and redis-server is not installed:" \
 				"sudo apt-get install redis-server (or start Redis there)" >&2; \
 			exit 1; \
 		fi; \
 	fi; \
-	echo "Starting redis-server on 127.0.0.1:6379"; \
-	redis-server --bind 127.0.0.1 --port 6379 --save "" --appendonly no --daemonize yes \
+	echo "Starting redis-server on 127.0.0.1:$(REDIS_PORT)"; \
+	redis-server --bind 127.0.0.1 --port $(REDIS_PORT) --save "" --appendonly no --daemonize yes \
 		>/dev/null; \
 	for i in 1 2 3 4 5 6 7 8 9 10; do $(REDIS_PING) 2>/dev/null && exit 0; sleep 0.5; done; \
-	echo "error: redis-server did not answer on 127.0.0.1:6379" >&2; exit 1
+	echo "error: redis-server did not answer on 127.0.0.1:$(REDIS_PORT)" >&2; exit 1
 
 # Two test processes (pytest-xdist): much of the suite waits on subprocesses (sites, workers,
 # PostgreSQL), so two processes keep both cores busy. --dist loadfile keeps each test module in
