@@ -1,3 +1,3 @@
 """django-sbert: semantic search for Django with Sentence-BERT and pgvector."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

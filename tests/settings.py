@@ -103,6 +103,9 @@ INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.sessions",
     "django.contrib.messages",
+    # pgvector's HNSW index and the full-text column are PostgreSQL-specific: Django 6.1's
+    # check postgres.E005 wants this app installed wherever a model uses them.
+    "django.contrib.postgres",
     "django_sbert",
     "tests.testapp",
     "tests.scaleapp",

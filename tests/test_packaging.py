@@ -1,8 +1,12 @@
-"""The wheel, installed with no extras into a fresh virtualenv, is enough for a search-only site.
+"""The release files: the sdist holds the whole package, the wheel built from it too, and that
+wheel, installed with no extras into a fresh virtualenv, is enough for a search-only site.
 
-Builds the wheel from a copy of the sources (setuptools writes ``build/`` beside them), makes a
-new virtualenv, installs torch there the way the Makefile does (``make torch``: the local CPU
-wheel when pip has one), then ``pip install <wheel>`` with no extra. In that virtualenv, with
+Builds the sdist and, from it, the wheel (``python -m build``, as ``make dist``) from a copy of
+the sources (setuptools writes ``build/`` beside them); checks that both carry every file of
+``django_sbert/`` (templates, static files, migrations, ``py.typed``), the version from
+``django_sbert.__version__`` and only the extras a site installs. Then makes a new virtualenv,
+installs torch there the way the Makefile does (``make torch``: the local CPU wheel when pip
+has one), then ``pip install <wheel>`` with no extra. In that virtualenv, with
 Django configured minimally, the search-side modules import; the API says which extra it needs;
 sentence-transformers, scipy, Django REST framework and the weights package are absent; and the
 default model, found nowhere offline, names both ways to get it. Takes a minute or two, most
@@ -11,12 +15,15 @@ of it installing torch (pip's cache makes it faster the second time).
 
 from __future__ import annotations
 
+import email
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -35,7 +42,8 @@ from django.core.exceptions import ImproperlyConfigured
 settings.configure(
     INSTALLED_APPS=[
         "django.contrib.contenttypes", "django.contrib.auth", "django.contrib.admin",
-        "django.contrib.sessions", "django.contrib.messages", "django_sbert",
+        "django.contrib.sessions", "django.contrib.messages", "django.contrib.postgres",
+        "django_sbert",
     ],
     DATABASES={"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "site"}},
 )
@@ -86,28 +94,66 @@ def run(command: list[str], *, cwd: Path = ROOT, env: dict[str, str] | None = No
     return result.stdout
 
 
-def build_wheel(tmp_path: Path) -> Path:
-    """The wheel of the current sources, built from a copy so the checkout stays clean."""
+@pytest.fixture(scope="module")
+def dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The sdist and the wheel built from it, of a copy of the current sources (the checkout
+    stays clean)."""
+    tmp_path = tmp_path_factory.mktemp("release")
     source = tmp_path / "source"
     source.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    for name in ("pyproject.toml", "MANIFEST.in", "README.md", "LICENSE"):
         shutil.copy2(ROOT / name, source / name)
-    shutil.copytree(
-        ROOT / "django_sbert",
-        source / "django_sbert",
-        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-    )
+    # tests/ too: setuptools would put part of it in the sdist but for MANIFEST.in.
+    for name in ("django_sbert", "tests"):
+        shutil.copytree(
+            ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+        )
     dist = tmp_path / "dist"
-    run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(dist), str(source)]
-    )
+    run([sys.executable, "-m", "build", "--outdir", str(dist), str(source)])
+    (sdist,) = dist.glob("django_sbert-*.tar.gz")
     (wheel,) = dist.glob("django_sbert-*.whl")
-    return wheel
+    return sdist, wheel
 
 
-def test_the_wheel_without_extras_serves_a_search_only_site(tmp_path):
+def package_files() -> set[str]:
+    """Every file of django_sbert/ in the checkout, as paths from the project's root."""
+    return {
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / "django_sbert").rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
+    }
+
+
+def test_the_sdist_and_the_wheel_carry_the_whole_package_and_its_metadata(dists):
+    import django_sbert
+
+    sdist, wheel = dists
+    expected = package_files()
+    with tarfile.open(sdist) as archive:
+        root = archive.getnames()[0].split("/")[0]  # django_sbert-<version>
+        in_sdist = {name.removeprefix(f"{root}/") for name in archive.getnames()}
+        sdist_metadata = email.message_from_bytes(archive.extractfile(f"{root}/PKG-INFO").read())
+    with zipfile.ZipFile(wheel) as archive:
+        in_wheel = set(archive.namelist())
+        (metadata_name,) = [name for name in in_wheel if name.endswith(".dist-info/METADATA")]
+        wheel_metadata = email.message_from_bytes(archive.read(metadata_name))
+
+    assert expected - in_sdist == set(), "missing from the sdist"
+    assert {"pyproject.toml", "README.md", "LICENSE", "PKG-INFO"} <= in_sdist
+    assert expected - in_wheel == set(), "missing from the wheel"
+    assert not {name for name in in_sdist | in_wheel if name.startswith("tests")}
+    for metadata in (sdist_metadata, wheel_metadata):
+        assert metadata["Version"] == django_sbert.__version__
+        # What a site installs; the test and lint tools are dependency groups, never extras.
+        assert sorted(metadata.get_all("Provides-Extra")) == ["api", "minilm", "redis", "wagtail"]
+        requires = " ".join(metadata.get_all("Requires-Dist"))
+        for tool in ("pytest", "ruff", "sentence-transformers", "selenium", "nox"):
+            assert tool not in requires, f"{tool} is a dependency of the package"
+
+
+def test_the_wheel_without_extras_serves_a_search_only_site(dists, tmp_path):
     started = time.monotonic()
-    wheel = build_wheel(tmp_path)
+    _, wheel = dists
     venv = tmp_path / "venv"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
     run(
@@ -128,6 +174,8 @@ def test_the_wheel_without_extras_serves_a_search_only_site(tmp_path):
     assert "pip install 'django-sbert[api]'" in found["api_error"]
     assert "pip install 'django-sbert[minilm]'" in found["model_error"]
     assert "hf download sentence-transformers/all-MiniLM-L6-v2" in found["model_error"]
-    assert found["cuda"] is None, f"a CUDA build of torch was installed: {found['torch']}"
-    print(f"wheel {wheel.stat().st_size / 1024:.0f} KiB; built and installed in "
+    # TORCH_INDEX_URL=pypi (or a CUDA index) asks the Makefile for a CUDA build on purpose.
+    if os.environ.get("TORCH_INDEX_URL", "/cpu").rstrip("/").endswith("/cpu"):
+        assert found["cuda"] is None, f"a CUDA build of torch was installed: {found['torch']}"
+    print(f"wheel {wheel.stat().st_size / 1024:.0f} KiB; installed in "
           f"{time.monotonic() - started:.0f} s")  # fmt: skip

@@ -413,8 +413,10 @@ class EncoderVersionAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
             return False
         return super().has_delete_permission(request, obj)
 
-    def get_actions(self, request: HttpRequest) -> dict:
-        actions = super().get_actions(request)
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict:
+        # action_location: Django 6.1's argument (see EmbeddingAdminMixin.get_actions).
+        where = {} if action_location is None else {"action_location": action_location}
+        actions = super().get_actions(request, **where)
         actions.pop("delete_selected", None)  # it would not ask has_delete_permission(obj)
         return actions
 

@@ -94,12 +94,16 @@ class EmbeddingAdminMixin:
             "adapt_encoder": user.has_perm("django_sbert.add_trainingrun"),
         }
 
-    def get_actions(self, request: HttpRequest) -> dict:
-        actions = super().get_actions(request)
+    def get_actions(self, request: HttpRequest, action_location: Any = None) -> dict:
+        # Django 6.1 asks for the actions of one place (action_location: the change list or
+        # the change form) and warns about an override without the argument; 5.2 has none.
+        where = {} if action_location is None else {"action_location": action_location}
+        actions = super().get_actions(request, **where)
         for name, allowed in self._sbert_actions(request).items():
-            if allowed:
-                func = getattr(type(self), name)
-                actions[name] = (func, name, func.short_description)
+            # get_action(): the entry in the form this Django wants (a tuple before 6.1, an
+            # Action since), or None where the action does not show (the change form).
+            if allowed and (action := self.get_action(name, **where)) is not None:
+                actions[name] = action
         return actions
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:

@@ -78,6 +78,15 @@ from pgvector.django import CosineDistance
 from .. import bm25, fulltext
 from .vectors import QuerySource, QueryVector
 
+
+def alias_quoter(compiler: Any) -> Callable[[str], str]:
+    """The compiler's way of writing a table alias, so that ours match the ones it writes:
+    Django 6.1 quotes every alias (``SQLCompiler.quote_name``, and deprecates
+    ``quote_name_unless_alias``); 5.2 leaves its own aliases (U0, T3) unquoted."""
+    quote_name = getattr(compiler, "quote_name", None)  # Django >= 6.1
+    return quote_name if quote_name is not None else compiler.quote_name_unless_alias
+
+
 TABLE_NAME = "sbert_hybrid"
 # Set on a query (explain()) whose keyword side is ranked inside the fused statement, even
 # where a list ranked ahead would answer it: the plan then shows the whole search.
@@ -174,8 +183,8 @@ class FusedColumn(Expression):
         self.column = column
 
     def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
-        # Aliases as Django writes them (U0, T3 unquoted; a table name quoted), so they match.
-        qn = compiler.quote_name_unless_alias
+        # Aliases as this Django writes them (alias_quoter), so they match.
+        qn = alias_quoter(compiler)
         return f"{qn(self.alias)}.{connection.ops.quote_name(self.column)}", []
 
     def relabeled_clone(self, change_map: dict[str, str]) -> FusedColumn:
@@ -276,7 +285,7 @@ class FusedJoin(DerivedTableJoin):
         ):
             pk_type = base.model._meta.pk.rel_db_type(connection)
             keyword_sql, keyword_params = ahead.as_sql(pk_type)
-        qn = compiler.quote_name_unless_alias
+        qn = alias_quoter(compiler)
         f = self.fusion
         if f.fusion == "linear":
             score_sql, score_params = _LINEAR_SCORE, [f.vector_weight, f.keyword_weight]

@@ -65,7 +65,7 @@ from pgvector.django import CosineDistance
 from ..conf import sbert_settings
 from ..fields import EmbeddingField
 from ..passages import passage_limit
-from .fusion import DerivedTableJoin, FusedColumn, candidate_queryset
+from .fusion import DerivedTableJoin, FusedColumn, alias_quoter, candidate_queryset
 from .vectors import REBOUND, QuerySource, QueryVector
 
 TABLE_NAME = "sbert_passages"
@@ -221,7 +221,7 @@ class PassageJoin(DerivedTableJoin):
         # The last row asked for, counted from the first (offset included); None: no limit.
         depth = outer.high_mark
         best_sql, params = self.search.best_per_row(base, outer, depth, connection)
-        qn = compiler.quote_name_unless_alias
+        qn = alias_quoter(compiler)
         sql = (
             f"INNER JOIN (SELECT b.row_id AS pk, b.distance AS distance, "
             "jsonb_build_object('text', b.text, 'start', b.start, 'end', b.stop, "

@@ -25,6 +25,7 @@ otherwise), and ``sbert_click_script`` loads ``django_sbert/clicks.js`` pointed 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import logging
 from typing import Any
 
@@ -244,6 +245,13 @@ class SimilarNode(InclusionNode):
         return ""
 
 
+# parse_bits() is Django's own helper for tags like this one; Django 6.1 dropped its
+# takes_context argument (False here), which 5.2 requires.
+_NO_CONTEXT = (
+    {"takes_context": False} if "takes_context" in inspect.signature(parse_bits).parameters else {}
+)
+
+
 @register.tag("sbert_similar")
 def sbert_similar(parser: Parser, token: Token) -> SimilarNode:
     """``{% sbert_similar obj [k] [field="embedding"] [as name] %}``; ``k`` defaults to 5."""
@@ -253,7 +261,16 @@ def sbert_similar(parser: Parser, token: Token) -> SimilarNode:
     if len(bits) >= 2 and bits[-2] == "as":
         target, bits = bits[-1], bits[:-2]
     args, kwargs = parse_bits(
-        parser, bits, ["obj", "k"], None, None, (5,), ["field"], {"field": None}, False, name
+        parser,
+        bits,
+        params=["obj", "k"],
+        varargs=None,
+        varkw=None,
+        defaults=(5,),
+        kwonly=["field"],
+        kwonly_defaults={"field": None},
+        name=name,
+        **_NO_CONTEXT,
     )
     return SimilarNode(args, kwargs, target)
 

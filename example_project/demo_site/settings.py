@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django.contrib.humanize",
+    "django.contrib.postgres",  # Django 6.1 checks it is there for pgvector's HNSW index
     "rest_framework",
     "django_sbert",
     "articles",

@@ -115,7 +115,7 @@ def _is_attached(element) -> bool:
     return True
 
 
-def test_search_in_a_browser(demo: DemoProcess, browser) -> None:
+def test_search_in_a_browser(browser, demo: DemoProcess) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -200,7 +200,7 @@ def _suggestions(browser) -> list:
     return []
 
 
-def test_suggestions_while_typing(demo: DemoProcess, browser) -> None:
+def test_suggestions_while_typing(browser, demo: DemoProcess) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import WebDriverWait
@@ -238,7 +238,7 @@ def test_suggestions_while_typing(demo: DemoProcess, browser) -> None:
     assert EXPECTED in browser.find_element(By.TAG_NAME, "h1").text
 
 
-def test_admin_with_the_printed_login(demo: DemoProcess, browser) -> None:
+def test_admin_with_the_printed_login(browser, demo: DemoProcess) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -361,7 +361,7 @@ def _unembed(demo: DemoProcess, rows: int) -> list[int]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def test_partial_index_is_announced(demo: DemoProcess, browser) -> None:
+def test_partial_index_is_announced(browser, demo: DemoProcess) -> None:
     from selenium.webdriver.common.by import By
 
     pending = _unembed(demo, 3)
