@@ -220,14 +220,25 @@ def _fit(
     reporter: Reporter,
     tracker: EvalTracker | None,
 ) -> Any:
-    """Train a float32 copy of the serving version in ``TRAINING["PRECISION"]`` (recorded on the
-    run); ``fit``'s result. The serving copy, which mined and measured, may be bf16 or int8."""
+    """Train a float32 copy of the serving version in ``TRAINING["PRECISION"]``, its steps
+    reading ``TRAINING["MAX_SEQ_LENGTH"]`` tokens per text, batched by length when
+    ``TRAINING["LENGTH_BUCKETS"]`` (all three recorded on the run); ``fit``'s result. The
+    serving copy, which mined and measured, may be bf16 or int8."""
     # torch: only in the worker
     from ..encoder.training import fit, training_precision
 
     trainable = trainable_encoder(current)
-    precision = training_precision(sbert_settings.TRAINING["PRECISION"], trainable.device)
-    run.hyperparameters = {**run.hyperparameters, "precision": precision}
+    settings = sbert_settings.TRAINING
+    precision = training_precision(settings["PRECISION"], trainable.device)
+    # How the steps run, recorded beside the options: the model's own length when shorter.
+    length = settings["MAX_SEQ_LENGTH"]
+    length = trainable.max_seq_length if length is None else min(length, trainable.max_seq_length)
+    speed = {
+        "precision": precision,
+        "max_seq_length": length,
+        "length_buckets": bool(settings["LENGTH_BUCKETS"]),
+    }
+    run.hyperparameters = {**run.hyperparameters, **speed}
     TrainingRun.objects.filter(pk=run.pk).update(hyperparameters=run.hyperparameters)
     result = fit(  # trains a copy: the weights it started from go when this returns
         trainable,
@@ -247,6 +258,8 @@ def _fit(
         patience=hyper.patience if tracker else None,
         tolerance=float(hyper.tolerance) if tracker else 0.0,
         precision=precision,
+        max_seq_length=length,
+        length_buckets=speed["length_buckets"],
     )
     reporter.flush()
     return result
