@@ -163,12 +163,16 @@ def _measure_before(
     run: TrainingRun, base: Any, data: _Data, sts: Sequence[Any]
 ) -> dict[str, float]:
     """The base model's metrics, recorded as ``metrics_before``."""
+    # torch: only in the worker
+    from ..encoder.evaluation import VectorCache
+
     before: dict[str, float] = {}
     if data.held:  # measured on pairs cut from the content itself: not for the gate
         before = _pseudo_metrics(base, data.held)
     elif data.evaluation:
+        # The eval figures and the hybrid figures rank the same texts: encoded once.
         before = candidate_metrics(
-            base, data.evaluation, run.encoder_name, distractors=data.distractors
+            VectorCache(base), data.evaluation, run.encoder_name, distractors=data.distractors
         )
     before.update(quality.general_quality(base, sts))
     TrainingRun.objects.filter(pk=run.pk).update(metrics_before=before)
@@ -270,11 +274,16 @@ def _measure_after(
 ) -> dict[str, float]:
     """The trained model's metrics: with early stopping, those measured at the kept step (the
     hybrid figures, measured once per model, are added for a later step than 0)."""
+    # torch: only in the worker
+    from ..encoder.evaluation import VectorCache
+
     if tracker is not None:
         after = dict(tracker.measured[result.best_step])
         if result.best_step and data.evaluation:
+            # The kept step's vectors, from its evaluation: the hybrid figures rank what the
+            # eval figures ranked, and the eval corpus is not encoded again.
             after = candidate_metrics(
-                result.encoder,
+                tracker.vectors.get(result.best_step, result.encoder),
                 data.evaluation,
                 run.encoder_name,
                 measured=after,
@@ -285,7 +294,10 @@ def _measure_after(
         after = _pseudo_metrics(result.encoder, data.held)
     elif data.evaluation:
         after = candidate_metrics(
-            result.encoder, data.evaluation, run.encoder_name, distractors=data.distractors
+            VectorCache(result.encoder),
+            data.evaluation,
+            run.encoder_name,
+            distractors=data.distractors,
         )
     else:
         after = {}

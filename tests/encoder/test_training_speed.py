@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 
@@ -148,3 +149,38 @@ def test_max_seq_length_is_checked_before_training(tiny_encoder):
         tiny_encoder.tokenizer.truncating_at(0)
     # Longer than the model reads: the model's own length.
     assert tiny_encoder.tokenizer.truncating_at(10_000).max_seq_length == 64
+
+
+class CountingEncoder:
+    """The real encoder, counting the texts it is asked to encode."""
+
+    def __init__(self, encoder) -> None:
+        self.encoder = encoder
+        self.texts: list[str] = []
+
+    def encode(self, texts, batch_size=32, normalize=True):
+        self.texts.extend(texts)
+        return self.encoder.encode(texts, batch_size=batch_size, normalize=normalize)
+
+
+def test_vector_cache_gives_the_vectors_of_a_full_encode_and_encodes_each_text_once(
+    tiny_encoder,
+):
+    from django_sbert.encoder.evaluation import VectorCache, retrieval_metrics
+
+    pairs = mixed_length_pairs(40)
+    queries = {f"q{n}": a for n, (a, _) in enumerate(pairs)}
+    corpus = {f"d{n}": b for n, (_, b) in enumerate(pairs)}
+    relevant = {f"q{n}": {f"d{n}"} for n in range(len(pairs))}
+    counting = CountingEncoder(tiny_encoder)
+    cache = VectorCache(counting)
+    texts = list(corpus.values())
+    assert np.array_equal(cache.encode(texts), tiny_encoder.encode(texts))
+    first = retrieval_metrics(cache, queries, corpus, relevant)
+    assert first == retrieval_metrics(tiny_encoder, queries, corpus, relevant)
+    again = retrieval_metrics(cache, queries, corpus, relevant)
+    assert again == first
+    # Every distinct text went through the model once, whatever was asked twice.
+    assert sorted(counting.texts) == sorted(set(texts) | set(queries.values()))
+    assert cache.encode(texts[3]).shape == (tiny_encoder.dimensions,)
+    assert VectorCache(tiny_encoder).dimensions == tiny_encoder.dimensions  # the rest: its own
