@@ -418,6 +418,18 @@ TRAINING = Group(
             optional(integer(1)),
             shown_default="`20971520` (20 MB)",
         ),
+        "MAX_SEQ_LENGTH": Setting(
+            128,
+            "Tokens of each text a run's training steps read (its evaluations and the model it "
+            "saves keep the model's own length); `None`: the model's own.",
+            optional(integer(2)),
+        ),
+        "LENGTH_BUCKETS": Setting(
+            True,
+            "Batch in-batch-negative losses (`mnrl`...) by text length, so short pairs do not "
+            "pay for the padding of long ones; `False`: random batches.",
+            BOOLEAN,
+        ),
     },
     "Fine-tuning runs, the gate and promotions ([fine-tuning.md](fine-tuning.md)).",
     anchor="training",

@@ -11,6 +11,10 @@ Three batching schemes:
   genre at a time), and the global order the metric measures would drift.
 * ``unique_text_batches`` (in-batch negative losses): random, and a text never appears twice
   in a batch, since the copy would count as a negative of itself.
+* ``length_bucketed_unique_batches`` (in-batch negative losses, when asked for): the same rule,
+  with the examples sorted by length inside mega-batches first and the batches' order
+  shuffled, so short pairs do not pay for the padding of long ones. A batch's negatives are
+  then texts of a similar length, drawn from a random mega-batch.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import math
 import numbers
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from .losses import EmbeddingLoss
@@ -148,6 +152,49 @@ def unique_text_batches(
     """
     pending = list(examples)
     rng.shuffle(pending)
+    return _unique_batches(pending, batch_size)
+
+
+def length_bucketed_unique_batches(
+    examples: Sequence[Example],
+    batch_size: int,
+    rng: random.Random,
+    length: Callable[[Example], int],
+) -> list[list[Example]]:
+    """``unique_text_batches`` of examples of similar ``length`` (the tokens a step pays for).
+
+    Shuffle, cut into mega-batches of ``MEGA_BATCH_FACTOR`` batches, sort each by length, cut
+    it into batches in which no text repeats, then shuffle the order of all the batches: the
+    run does not go from short to long texts. Every example is seen once per epoch: one left
+    alone at the end of a mega-batch joins the nearest batch it shares no text with (one
+    example over ``batch_size``), and is dropped only when every batch holds one of its texts.
+    """
+    order = list(examples)
+    rng.shuffle(order)
+    mega = batch_size * MEGA_BATCH_FACTOR
+    batches: list[list[Example]] = []
+    for start in range(0, len(order), mega):
+        chunk = sorted(order[start : start + mega], key=length)  # stable: ties stay shuffled
+        batches.extend(_unique_batches(chunk, batch_size, keep_single=True))
+    lone = [b[0] for b in batches if len(b) == 1]
+    batches = [b for b in batches if len(b) > 1]
+    for example in lone:
+        texts = set(example.texts)
+        # From the end: the batches cut last hold the lengths nearest a chunk's leftover.
+        for batch in reversed(batches):
+            if len(batch) <= batch_size and not any(texts & set(e.texts) for e in batch):
+                batch.append(example)
+                break
+    rng.shuffle(batches)
+    return batches
+
+
+def _unique_batches(
+    pending: list[Example], batch_size: int, keep_single: bool = False
+) -> list[list[Example]]:
+    """Cut ``pending``, in its order, into batches in which no text repeats (an example that
+    would repeat one waits for the next batch); batches of one example are dropped unless
+    ``keep_single``."""
     batches: list[list[Example]] = []
     while pending:
         batch: list[Example] = []
@@ -162,4 +209,4 @@ def unique_text_batches(
                 deferred.append(example)
         batches.append(batch)
         pending = deferred
-    return [b for b in batches if len(b) > 1]
+    return batches if keep_single else [b for b in batches if len(b) > 1]

@@ -56,6 +56,40 @@ def spearman(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -
     return max(-1.0, min(1.0, float(a @ b) / denominator))
 
 
+class VectorCache:
+    """An encoder that encodes each distinct text once: one model measured twice on one
+    corpus (a run's eval figures, then its hybrid figures) pays for one encoding, and gets
+    the very vectors the first measurement used.
+
+    Only for one set of weights: a model that trains on needs a new cache. Other attributes
+    are the wrapped encoder's.
+    """
+
+    def __init__(self, encoder: Encodes) -> None:
+        self.encoder = encoder
+        self._vectors: dict[tuple[str, bool], np.ndarray] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.encoder, name)
+
+    def encode(
+        self, texts: str | Sequence[str], batch_size: int = 32, normalize: bool = True
+    ) -> np.ndarray:
+        """``(n, dim)`` float32 vectors (``(dim,)`` for one str), each text encoded once."""
+        items = [texts] if isinstance(texts, str) else list(texts)
+        missing = list(dict.fromkeys(t for t in items if (t, normalize) not in self._vectors))
+        if missing:
+            vectors = np.asarray(
+                self.encoder.encode(missing, batch_size=batch_size, normalize=normalize),
+                dtype=np.float32,
+            )
+            self._vectors.update(((t, normalize), v) for t, v in zip(missing, vectors, strict=True))
+        if not items:
+            return np.empty((0, self.encoder.dimensions), dtype=np.float32)  # type: ignore[attr-defined]
+        out = np.stack([self._vectors[(t, normalize)] for t in items])
+        return out[0] if isinstance(texts, str) else out
+
+
 def _embed_unique(encoder: Encodes, texts: Iterable[str], batch_size: int) -> dict[str, np.ndarray]:
     unique = list(dict.fromkeys(texts))
     vectors = np.asarray(encoder.encode(unique, batch_size=batch_size, normalize=True))

@@ -90,6 +90,16 @@ class TextTokenizer:
         self._lead = list(probe.ids[:first])  # e.g. [CLS]
         self._trail = list(probe.ids[last + 1 :])  # e.g. [SEP]
 
+    def truncating_at(self, max_seq_length: int) -> TextTokenizer:
+        """A tokenizer like this one that cuts rows at ``max_seq_length`` tokens (at most this
+        one's): fine-tuning may read shorter texts than the model serves with."""
+        if not isinstance(max_seq_length, int) or max_seq_length < 2:
+            raise ValueError(f"max_seq_length must be a whole number >= 2, got {max_seq_length!r}.")
+        backend = Tokenizer.from_str(self._full.to_str())
+        return TextTokenizer(
+            backend, min(max_seq_length, self.max_seq_length), self.pad_id, self.lowercase
+        )
+
     def _prepare(self, texts: list[str]) -> list[str]:
         return [t.lower() for t in texts] if self.lowercase else texts
 

@@ -19,6 +19,11 @@ evaluations inside ``fit``) under ``torch.autocast`` in bfloat16 where the CPU h
 (AVX-512 BF16 or AMX: ``paths.CpuFeatures.native_bf16``), float32 elsewhere (emulated bf16 is
 slower than float32). The weights, the gradients' accumulation, the optimizer and the loss stay
 float32: only the matrix multiplies of the encoder run in bf16.
+
+Speed on a CPU: ``max_seq_length`` cuts the texts of the training steps shorter than the model
+serves with (evaluations, and the model returned, keep its own length); ``length_buckets``
+batches in-batch-negative losses by length, as the other losses always are, so short pairs
+do not pay for the padding of long ones.
 """
 
 from __future__ import annotations
@@ -28,13 +33,16 @@ import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from .data import (
     Example,
+    length_bucketed_unique_batches,
     shuffled_batches,
     smart_batches,
     unique_text_batches,
@@ -116,6 +124,8 @@ def fit(
     min_steps: int | None = None,
     tolerance: float = 0.0,
     precision: str = "auto",
+    max_seq_length: int | None = None,
+    length_buckets: bool = False,
 ) -> FitResult:
     """Fine-tune a copy of ``encoder`` on ``examples`` with the objective ``loss``.
 
@@ -145,6 +155,12 @@ def fit(
     says which ran). Under bfloat16 the forward passes and the evaluations run in
     ``torch.autocast``; weights (a float32 copy, whatever the encoder's dtype), optimizer and
     loss stay float32.
+
+    ``max_seq_length``: the training steps read each text's first ``max_seq_length`` tokens
+    (None: the model's own); evaluations and the model returned keep the model's length.
+    ``length_buckets``: losses with in-batch negatives (mnrl...) get batches of examples of
+    similar token length (``length_bucketed_unique_batches``) rather than random ones; every
+    example is still seen once per epoch.
     """
     objective = build_loss(loss, encoder.dimensions, **dict(loss_options or {}))
     _check_settings(
@@ -160,6 +176,11 @@ def fit(
     _check_early_stopping(evaluator, eval_every, patience, min_steps, tolerance)
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}.")
+    if max_seq_length is not None and (not isinstance(max_seq_length, int) or max_seq_length < 2):
+        raise ValueError(
+            f"Cannot start training: max_seq_length must be a whole number >= 2 or None, got "
+            f"{max_seq_length!r}."
+        )
     data = validate_examples(examples, objective)
     if eval_examples is not None:
         eval_examples = [
@@ -171,12 +192,16 @@ def fit(
     model.float()  # master weights in float32, even from an encoder loaded in bf16
     device = model.device
     chosen = training_precision(precision, device)
+    tokenizer = (
+        model.tokenizer if max_seq_length is None else model.tokenizer.truncating_at(max_seq_length)
+    )
     objective.to(device)
     # Seed a private RNG state: the caller's global torch RNG is left as it was.
     rng_devices = [device.index or 0] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=rng_devices):
         torch.manual_seed(seed)
-        batches = plan_batches(data, objective, epochs, batch_size, random.Random(seed))
+        lengths = example_lengths(tokenizer, data) if length_buckets else None
+        batches = plan_batches(data, objective, epochs, batch_size, random.Random(seed), lengths)
         total = len(batches)
         if total == 0:
             raise ValueError(
@@ -203,8 +228,14 @@ def fit(
                 stopper.measure(model, 0)
 
         def embed(texts: list[str]) -> torch.Tensor:
+            rows = tokenizer.truncated(texts)
+            input_ids, mask = tokenizer.pad(rows, np.arange(len(rows)))
+            features = {
+                "input_ids": torch.from_numpy(input_ids).to(device),
+                "attention_mask": torch.from_numpy(mask).to(device),
+            }
             with autocast(chosen, device):
-                vectors = model(model.tokenize(texts))  # (batch, dim), differentiable
+                vectors = model(features)  # (batch, dim), differentiable
             return vectors.float()  # the loss is computed in float32
 
         history: list[dict[str, float]] = []
@@ -377,9 +408,16 @@ def plan_batches(
     epochs: int,
     batch_size: int,
     rng: random.Random,
+    lengths: dict[Example, int] | None = None,
 ) -> list[tuple[int, list[Example]]]:
-    """Every (epoch, batch) of the run, fixed up front so the total step count is known."""
-    if objective.in_batch_negatives:
+    """Every (epoch, batch) of the run, fixed up front so the total step count is known.
+
+    ``lengths`` (tokens per example, ``example_lengths``): batch an in-batch-negative loss's
+    examples by length; without, its batches are random."""
+    make: Callable[[Sequence[Example], int, random.Random], list[list[Example]]]
+    if objective.in_batch_negatives and lengths is not None:
+        make = partial(length_bucketed_unique_batches, length=lengths.__getitem__)
+    elif objective.in_batch_negatives:
         make = unique_text_batches
     elif objective.compares_examples:
         make = shuffled_batches
@@ -388,6 +426,14 @@ def plan_batches(
     return [
         (epoch, batch) for epoch in range(1, epochs + 1) for batch in make(data, batch_size, rng)
     ]
+
+
+def example_lengths(tokenizer: Any, data: Sequence[Example]) -> dict[Example, int]:
+    """Tokens each example costs a step: the sum over its texts, each cut as ``tokenizer``
+    cuts it (one tokenizer call for every distinct text)."""
+    texts = sorted({text for example in data for text in example.texts})
+    counts = dict(zip(texts, tokenizer.truncated(texts).lengths.tolist(), strict=True))
+    return {example: sum(counts[text] for text in example.texts) for example in data}
 
 
 def linear_schedule(step: int, warmup_steps: int, total_steps: int) -> float:

@@ -163,12 +163,16 @@ def _measure_before(
     run: TrainingRun, base: Any, data: _Data, sts: Sequence[Any]
 ) -> dict[str, float]:
     """The base model's metrics, recorded as ``metrics_before``."""
+    # torch: only in the worker
+    from ..encoder.evaluation import VectorCache
+
     before: dict[str, float] = {}
     if data.held:  # measured on pairs cut from the content itself: not for the gate
         before = _pseudo_metrics(base, data.held)
     elif data.evaluation:
+        # The eval figures and the hybrid figures rank the same texts: encoded once.
         before = candidate_metrics(
-            base, data.evaluation, run.encoder_name, distractors=data.distractors
+            VectorCache(base), data.evaluation, run.encoder_name, distractors=data.distractors
         )
     before.update(quality.general_quality(base, sts))
     TrainingRun.objects.filter(pk=run.pk).update(metrics_before=before)
@@ -220,14 +224,25 @@ def _fit(
     reporter: Reporter,
     tracker: EvalTracker | None,
 ) -> Any:
-    """Train a float32 copy of the serving version in ``TRAINING["PRECISION"]`` (recorded on the
-    run); ``fit``'s result. The serving copy, which mined and measured, may be bf16 or int8."""
+    """Train a float32 copy of the serving version in ``TRAINING["PRECISION"]``, its steps
+    reading ``TRAINING["MAX_SEQ_LENGTH"]`` tokens per text, batched by length when
+    ``TRAINING["LENGTH_BUCKETS"]`` (all three recorded on the run); ``fit``'s result. The
+    serving copy, which mined and measured, may be bf16 or int8."""
     # torch: only in the worker
     from ..encoder.training import fit, training_precision
 
     trainable = trainable_encoder(current)
-    precision = training_precision(sbert_settings.TRAINING["PRECISION"], trainable.device)
-    run.hyperparameters = {**run.hyperparameters, "precision": precision}
+    settings = sbert_settings.TRAINING
+    precision = training_precision(settings["PRECISION"], trainable.device)
+    # How the steps run, recorded beside the options: the model's own length when shorter.
+    length = settings["MAX_SEQ_LENGTH"]
+    length = trainable.max_seq_length if length is None else min(length, trainable.max_seq_length)
+    speed = {
+        "precision": precision,
+        "max_seq_length": length,
+        "length_buckets": bool(settings["LENGTH_BUCKETS"]),
+    }
+    run.hyperparameters = {**run.hyperparameters, **speed}
     TrainingRun.objects.filter(pk=run.pk).update(hyperparameters=run.hyperparameters)
     result = fit(  # trains a copy: the weights it started from go when this returns
         trainable,
@@ -247,6 +262,8 @@ def _fit(
         patience=hyper.patience if tracker else None,
         tolerance=float(hyper.tolerance) if tracker else 0.0,
         precision=precision,
+        max_seq_length=length,
+        length_buckets=speed["length_buckets"],
     )
     reporter.flush()
     return result
@@ -257,11 +274,16 @@ def _measure_after(
 ) -> dict[str, float]:
     """The trained model's metrics: with early stopping, those measured at the kept step (the
     hybrid figures, measured once per model, are added for a later step than 0)."""
+    # torch: only in the worker
+    from ..encoder.evaluation import VectorCache
+
     if tracker is not None:
         after = dict(tracker.measured[result.best_step])
         if result.best_step and data.evaluation:
+            # The kept step's vectors, from its evaluation: the hybrid figures rank what the
+            # eval figures ranked, and the eval corpus is not encoded again.
             after = candidate_metrics(
-                result.encoder,
+                tracker.vectors.get(result.best_step, result.encoder),
                 data.evaluation,
                 run.encoder_name,
                 measured=after,
@@ -272,7 +294,10 @@ def _measure_after(
         after = _pseudo_metrics(result.encoder, data.held)
     elif data.evaluation:
         after = candidate_metrics(
-            result.encoder, data.evaluation, run.encoder_name, distractors=data.distractors
+            VectorCache(result.encoder),
+            data.evaluation,
+            run.encoder_name,
+            distractors=data.distractors,
         )
     else:
         after = {}

@@ -123,12 +123,21 @@ class EvalTracker:
         self.before = before
         self.measure = measure
         self.measured: dict[int, dict[str, float]] = {}
+        self.vectors: dict[int, Any] = {}  # step -> the VectorCache its metrics came from
         self.history: list[list[float]] = []
 
     def __call__(self, encoder: Any) -> float:
-        # step 0 is the base model, measured just before training
-        metrics = self.measure(encoder) if self.measured else dict(self.before)
+        # torch: only in the worker, where fit calls this
+        from ..encoder.evaluation import VectorCache
+
         step = int(self.reporter.step)
+        if self.measured:
+            # The vectors of each checkpoint are kept: the one fit keeps is measured again
+            # (hybrid figures) with the very vectors its metric came from, not encoded twice.
+            cache = self.vectors[step] = VectorCache(encoder)
+            metrics = self.measure(cache)
+        else:
+            metrics = dict(self.before)  # step 0 is the base model, measured just before
         self.measured[step] = metrics
         self.history.append([step, float(metrics[self.metric])])
         best = max(self.history, key=lambda item: item[1])  # the first of equals: fit's choice

@@ -96,13 +96,17 @@ def test_admin_api_and_command_use_the_recipe_when_given_nothing(capsys):
     call_command("sbert_train", "--sync", "--loss", "mnrl", "--batch-size", "4")
     run = TrainingRun.objects.get()
     assert run.status == RunStatus.SUCCEEDED, run.error
-    # The worker records the precision it trained in (TRAINING_PRECISION "auto": this CPU's).
+    # The worker records how its steps ran: the precision (TRAINING_PRECISION "auto": this
+    # CPU's), the tokens per text (TRAINING_MAX_SEQ_LENGTH, at most the tiny model's 64) and
+    # the length batching.
     precision = training_precision("auto")
     assert run.hyperparameters == {
         **expected,
         "batch_size": 4,
         "loss_options": {},
         "precision": precision,
+        "max_seq_length": 64,
+        "length_buckets": True,
     }
     assert run.evaluations["metric"] == "ndcg@10" and run.evaluations["history"][0][0] == 0
 
