@@ -34,7 +34,10 @@ def _hash_key() -> bytes:
     # A key of its own, derived from SECRET_KEY: the client keys are not HMACs anything else
     # on the site computes with SECRET_KEY.
     return salted_hmac(
-        "django_sbert.feedback.client", "client-key", secret=settings.SECRET_KEY
+        "django_sbert.feedback.client",
+        "client-key",
+        secret=settings.SECRET_KEY,
+        algorithm="sha256",  # explicit: Django's default changes from sha1 in a later release
     ).digest()
 
 
