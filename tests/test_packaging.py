@@ -94,6 +94,26 @@ def run(command: list[str], *, cwd: Path = ROOT, env: dict[str, str] | None = No
     return result.stdout
 
 
+def build_wheel(tmp_path: Path) -> Path:
+    """The wheel alone of the current sources, built from a copy so the checkout stays clean
+    (the README test installs it as a user would)."""
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "MANIFEST.in", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, source / name)
+    shutil.copytree(
+        ROOT / "django_sbert",
+        source / "django_sbert",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+    )
+    dist = tmp_path / "dist"
+    run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(dist), str(source)]
+    )
+    (wheel,) = dist.glob("django_sbert-*.whl")
+    return wheel
+
+
 @pytest.fixture(scope="module")
 def dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The sdist and the wheel built from it, of a copy of the current sources (the checkout

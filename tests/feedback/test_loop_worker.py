@@ -111,7 +111,7 @@ def test_a_run_of_the_loop_is_trained_by_the_worker_and_decided_by_the_gate(
     worker = start_worker(auto_promote)
     clicks(informative)
     served = serving.serving_record("default", max_age=0).version
-    result = feedback_loop.apply().get()  # the periodic task, run here: it queues the run
+    result = feedback_loop()  # the periodic task, run here: it queues the run
     run = TrainingRun.objects.get()
     assert result["started"] == {"default": run.pk}
     wait_for(lambda: decided(run), 240, "the worker trained the run and decided on it")

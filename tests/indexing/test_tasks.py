@@ -234,9 +234,10 @@ def test_worker_threads_come_from_settings_or_cpus_per_process(settings):
     assert torch_threads("default", concurrency=available_cpus() * 2) == 1
 
 
-def test_a_solo_worker_gives_torch_every_cpu_and_prefork_divides_them(monkeypatch):
+def test_a_solo_worker_gives_torch_every_cpu_and_prefork_divides_them(monkeypatch, request):
     """``--pool solo`` is one process whatever concurrency Celery sets (the CPU count);
     ``-P prefork -c N`` is N. Real worker controllers, built (not started) by the test app."""
+    from celery.app import trace
     from celery.concurrency.prefork import TaskPool as PreforkPool
 
     from django_sbert.serving import worker
@@ -244,6 +245,9 @@ def test_a_solo_worker_gives_torch_every_cpu_and_prefork_divides_them(monkeypatc
 
     monkeypatch.setattr(worker, "_worker", worker._worker)  # worker_init sets them
     monkeypatch.setattr(worker, "_worker_app", worker._worker_app)
+    # Building a worker sets Celery's process-wide worker optimizations (result.get() then
+    # refuses to block): put them back, or later tests in this process could not wait.
+    request.addfinalizer(lambda: trace.reset_worker_optimizations(celery_app))
     solo = celery_app.WorkController(pool_cls="solo", concurrency=None, queues=["sbert"])
     assert solo.concurrency == max(1, os.cpu_count() or 1)  # what Celery itself sets
     assert worker.worker_processes(solo) == 1
