@@ -151,3 +151,14 @@ def _vacuum_hnsw_tables(request: pytest.FixtureRequest) -> None:
     uses_database = any(name in request.fixturenames for name in ("db", "transactional_db"))
     if uses_database or request.node.get_closest_marker("django_db"):
         request.getfixturevalue("_hnsw_vacuum")()
+
+
+@pytest.fixture(autouse=True)
+def _results_may_be_awaited():
+    """Tests that build a Celery worker or run a task in this process can leave Celery's
+    process-wide "inside a worker" flag set, after which ``result.get()`` refuses to wait;
+    each test starts as a client process again."""
+    from celery._state import _set_task_join_will_block
+
+    _set_task_join_will_block(False)
+    yield
