@@ -10,9 +10,9 @@
 #                     Django (Python 3.11 and Django 5.2 on CI): what CI runs first (.ci/run).
 #                     Needs Redis on 127.0.0.1:6379 (`make redis`) and Chromium with chromedriver
 #                     for the browser test (`make browser`; that test skips, saying so, without).
-#   make test-quick   the suite without the tests marked slow, example or packaging (the real
-#                     model, the example site, fresh virtualenvs): 1,500 of its 1,540 tests, still
-#                     many minutes (Celery workers, compiles, the API fuzz). Needs Redis.
+#   make test-quick   the suite without the tests marked slow, example, packaging or heavy (the
+#                     real model, the example site, fresh virtualenvs, Celery workers, servers,
+#                     compiles): 1,750 of its 1,900 tests in under 3 minutes. Needs Redis.
 #   make matrix       nox's `tests` session (noxfile.py): Python 3.11 + Django 5.2 and Python
 #                     3.13 + Django 6.1, each in a virtualenv of its own under .nox/.
 #                     make matrix NOX_ARGS='-p 3.13 -- -m "not slow"' picks an entry and pytest's
@@ -46,8 +46,8 @@ EXTRAS := api,redis,minilm,wagtail
 # make test PYTEST_ARGS="tests/query -x" passes pytest more arguments.
 TEST_WORKERS ?= 2
 PYTEST_ARGS ?=
-# What test-quick leaves out (and CI's Python 3.13 entry, .ci/run).
-QUICK_MARKERS ?= not slow and not example and not packaging
+# What test-quick leaves out.
+QUICK_MARKERS ?= not slow and not example and not packaging and not heavy
 NOX_ARGS ?=
 # make demo PORT=8001 ARTICLES=500 (ARTICLES: load only the N newest on the first run)
 PORT ?= 8000

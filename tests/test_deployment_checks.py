@@ -73,6 +73,7 @@ def wait_until_answering(queue: str, timeout: float = 60.0) -> None:
     queues.forget_consumed_queues()
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db
 def test_a_training_run_waiting_with_only_an_indexing_worker_is_reported(unique_queues, tmp_path):
     worker = Worker(tmp_path / "indexing-only.log", INDEX_QUEUE)

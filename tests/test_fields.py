@@ -43,6 +43,7 @@ def test_vector_column_takes_its_size_from_the_encoder_config():
     assert column_type("testapp_article", "embedding_updated_at") == "timestamp with time zone"
 
 
+@pytest.mark.heavy
 def test_dimensions_are_read_without_torch():
     import subprocess
     import sys
@@ -242,6 +243,7 @@ def test_embedding_is_not_editable_in_admin_forms_by_default():
     assert "embedding_hash" not in form_class.base_fields
 
 
+@pytest.mark.heavy
 def test_fresh_database_migrates_although_no_migration_orders_the_extension_first():
     """testapp's migration does not depend on django_sbert's: pre_migrate creates the extension."""
     import os

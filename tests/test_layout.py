@@ -208,6 +208,7 @@ def _upward(imports: list[tuple[str, str, int]]) -> list[str]:
     return found
 
 
+@pytest.mark.heavy
 def test_imports_go_down_the_floors():
     modules = _modules()
     known = set(modules)
@@ -316,6 +317,7 @@ def test_the_encoder_core_imports_nothing_of_django():
                 assert not (node.__class__ is ast.ImportFrom and node.level > 1), name
 
 
+@pytest.mark.heavy
 def test_model_modules_and_settings_modules_import_no_torch():
     """What a project's models.py, settings.py and migrations import stays light."""
     code = (

@@ -91,6 +91,7 @@ def test_import_reports_bad_rows_and_imports_nothing(staff):
     assert not TrainingPair.objects.exists()
 
 
+@pytest.mark.heavy
 def test_the_whole_workflow_through_the_admin(staff, eager, django_capture_on_commit_callbacks):
     rows = Article.objects.bulk_create(
         Article(title=a, body=f"story {i}") for i, (a, _) in enumerate(TOPICS)
@@ -252,6 +253,7 @@ def test_users_without_permissions_get_403_for_every_action(client):
     assert EncoderVersion.objects.get().status == VersionStatus.CANDIDATE
 
 
+@pytest.mark.heavy
 def test_reembed_selected_queues_forced_embedding(staff, eager):
     article = Article.objects.create(title="central bank raises interest rates")
     ref = indexing.get_ref("testapp.Article", "embedding")

@@ -51,6 +51,7 @@ def _candidate(embed) -> tuple[EncoderVersion, list[Article]]:
     return EncoderVersion.objects.get(run=run), articles
 
 
+@pytest.mark.heavy
 def test_both_versions_rank_the_same_pool_with_their_own_vectors(embed):
     candidate, articles = _candidate(embed)
     active = serving.serving_record("default", max_age=0).version
@@ -92,6 +93,7 @@ def test_both_versions_rank_the_same_pool_with_their_own_vectors(embed):
     assert not StagedEmbedding.objects.exists()
 
 
+@pytest.mark.heavy
 def test_the_page_shows_eval_queries_and_a_typed_query(staff, embed):
     candidate, _ = _candidate(embed)
     url = f"{ADMIN}/encoderversion/{candidate.pk}/compare/"

@@ -63,6 +63,7 @@ def wsgi_app():
     request_finished.connect(close_old_connections)
 
 
+@pytest.mark.heavy
 def test_no_server_errors(articles, registered, settings, wsgi_app):
 
     registered()
@@ -101,6 +102,7 @@ def test_no_server_errors(articles, registered, settings, wsgi_app):
     assert 400 in seen["POST /api/sbert/events/"]  # generated tokens are not signed
 
 
+@pytest.mark.heavy
 def test_no_server_errors_on_the_training_endpoints(settings, wsgi_app, tmp_path):
     """The same run over pairs/, training-runs/ and encoder-versions/, as a superuser.
 

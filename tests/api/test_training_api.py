@@ -255,6 +255,7 @@ def test_rolling_back_a_version_that_is_not_active_is_409(roles, version):
     assert "not active" in response.json()["detail"]
 
 
+@pytest.mark.heavy
 def test_workflow_train_promote_rollback(roles, settings, django_capture_on_commit_callbacks):
     from django_sbert.serving import get_encoder, serving_record
 

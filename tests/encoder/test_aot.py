@@ -19,7 +19,10 @@ import torch
 from django_sbert.encoder import SentenceEncoder, aot
 from django_sbert.encoder.paths import compiler_available
 
-pytestmark = pytest.mark.skipif(not compiler_available(), reason="no C++ compiler")
+pytestmark = [
+    pytest.mark.skipif(not compiler_available(), reason="no C++ compiler"),
+    pytest.mark.heavy,
+]
 
 QUERY = "central banks raise interest rates"
 

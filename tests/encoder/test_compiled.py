@@ -15,6 +15,8 @@ from torch._dynamo.utils import counters
 from django_sbert.encoder import SentenceEncoder
 from django_sbert.encoder.compiled import external_cause
 
+pytestmark = pytest.mark.heavy  # every test compiles
+
 TEXTS = [
     "A plane is taking off.",
     "A man is playing a large flute.",

@@ -134,6 +134,7 @@ def test_chunking_covers_the_whole_text(tiny_encoder):
     assert len(rows) > 2 and rows.lengths.max() == tiny_encoder.max_seq_length
 
 
+@pytest.mark.heavy
 def test_one_megabyte_string(tiny_encoder):
     import psutil
 
@@ -158,6 +159,7 @@ def test_concurrent_threads_get_correct_results(tiny_encoder):
         np.testing.assert_allclose(result, expected[i::8], atol=1e-5)
 
 
+@pytest.mark.heavy
 def test_memory_stays_flat_over_repeated_encodes(tiny_encoder):
     import gc
 

@@ -132,12 +132,14 @@ def _compare(rankings: dict[str, list[str]], qrels: dict[str, dict[str, int]]) -
     return ours
 
 
+@pytest.mark.heavy
 def test_bm25_rankings_with_binary_qrels(scifact):
     ours = _compare(scifact["bm25"], scifact["binary"])
     assert ours["queries"] == 809
     assert 0.3 < ours["ndcg@10"] < ours["recall@100"] < 1.0  # a real ranking, not a degenerate one
 
 
+@pytest.mark.heavy
 def test_bm25_rankings_with_graded_qrels(scifact):
     graded = scifact["graded"]
     assert {g for grades in graded.values() for g in grades.values()} == {0, 1, 2, 3}
@@ -147,6 +149,7 @@ def test_bm25_rankings_with_graded_qrels(scifact):
     assert ours["ndcg@10"] != pytest.approx(binary["ndcg@10"], abs=1e-3)  # the grades count
 
 
+@pytest.mark.heavy
 def test_tiny_model_rankings_with_both_qrels(scifact, tiny_encoder):
     ids, corpus, queries = scifact["ids"], scifact["corpus"], scifact["queries"]
     docs = np.asarray(tiny_encoder.encode([corpus[d] for d in ids], normalize=True))

@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.settings import ROOT
 
 HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -116,6 +118,7 @@ def test_online_only_a_hub_id_downloads_and_says_so(tmp_path):
     assert f"download of {HUB_ID!r} failed" in answer["error"]
 
 
+@pytest.mark.heavy
 def test_check_e003_gives_the_same_two_ways(tmp_path):
     """The system check on a field whose encoder is the packaged model, on a host with neither."""
     code = BLOCK_PACKAGE + (

@@ -99,6 +99,7 @@ def test_no_article_starts_or_ends_with_a_caption_or_markup(records: list[dict])
     assert not ends, ends[:5]
 
 
+@pytest.mark.heavy
 def test_cleaning_the_committed_corpus_changes_nothing(
     clean: ModuleType, records: list[dict]
 ) -> None:

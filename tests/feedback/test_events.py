@@ -81,6 +81,7 @@ def test_an_edited_token_for_another_row_or_position_is_refused(client, logged):
     assert not SearchEvent.objects.exists()
 
 
+@pytest.mark.heavy
 def test_an_expired_token_is_refused(client, logged, feedback):
     token = logged["results"][0]["click_token"]
     feedback(TOKEN_MAX_AGE=1)

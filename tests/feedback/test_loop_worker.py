@@ -100,6 +100,7 @@ def decided(run: TrainingRun) -> bool:
     return "decision" in run.data.get("loop", {})
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     ("informative", "auto_promote", "promoted"),
     [(True, True, True), (False, True, False), (True, False, False)],

@@ -158,6 +158,7 @@ def test_the_admin_and_the_command_say_the_broker_is_down(model_dir, broker_down
     assert ids  # pairs exist, so the command failed on the broker, not on missing data
 
 
+@pytest.mark.heavy
 def test_lost_messages_are_re_sent_by_the_sweep_and_done_by_a_worker(model_dir, settings, tmp_path):
     settings.SBERT = {
         **settings.SBERT,

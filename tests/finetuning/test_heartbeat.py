@@ -34,6 +34,7 @@ def make_pairs(train: int, evaluation: int) -> list[int]:
     return [p.pk for p in TrainingPair.objects.bulk_create(pairs)]
 
 
+@pytest.mark.heavy
 def test_a_run_with_slow_evaluations_is_never_declared_stalled(model_dir, settings):
     ids = make_pairs(train=16, evaluation=4000)
     run = runs.create_run(

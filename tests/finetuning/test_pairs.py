@@ -96,6 +96,7 @@ def test_default_loss_follows_the_shape_of_the_pairs():
     assert runs.default_loss(TrainingPair.objects.all()) == "softmax"
 
 
+@pytest.mark.heavy
 def test_sbert_train_sync_and_promote(capsys):
     TrainingPair.objects.bulk_create(
         [TrainingPair(text_a=f"{a} {n}", text_b=f"{b} {n}") for n in range(3) for a, b in TOPICS]

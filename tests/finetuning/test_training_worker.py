@@ -71,6 +71,7 @@ def status(run: TrainingRun) -> str:
     return TrainingRun.objects.values_list("status", flat=True).get(pk=run.pk)
 
 
+@pytest.mark.heavy
 def test_worker_trains_a_queued_run_and_a_killed_one_keeps_the_active_version(
     start_worker, settings
 ):

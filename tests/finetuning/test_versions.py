@@ -150,6 +150,7 @@ def test_cancelled_run_leaves_no_version(model_dir):
     assert not EncoderVersion.objects.exists()
 
 
+@pytest.mark.heavy
 def test_promotion_switches_every_row_at_once_and_rollback_restores(model_dir):
     rows = articles()
     base = serving.encoder_version("default")
@@ -187,6 +188,7 @@ def test_promotion_switches_every_row_at_once_and_rollback_restores(model_dir):
     assert not indexing.stale_queryset(ref).exists()
 
 
+@pytest.mark.heavy
 def test_rows_saved_during_a_promotion_are_staged_for_both_versions(model_dir):
     articles(4)
     candidate = train(make_pairs()).candidate
@@ -205,6 +207,7 @@ def test_rows_saved_during_a_promotion_are_staged_for_both_versions(model_dir):
     assert new.embedding_version == candidate.version
 
 
+@pytest.mark.heavy
 def test_a_write_encoded_with_a_version_that_stopped_serving_is_redone(model_dir):
     rows = articles(3)
     candidate = train(make_pairs()).candidate
@@ -218,6 +221,7 @@ def test_a_write_encoded_with_a_version_that_stopped_serving_is_redone(model_dir
     assert Article.objects.get(pk=rows[0].pk).embedding_version == candidate.version
 
 
+@pytest.mark.heavy
 def test_gate_refuses_a_worse_candidate_with_the_numbers(model_dir):
     candidate = train(make_pairs()).candidate
     worse = {
@@ -235,6 +239,7 @@ def test_gate_refuses_a_worse_candidate_with_the_numbers(model_dir):
     assert candidate.status == VersionStatus.ACTIVE
 
 
+@pytest.mark.heavy
 def test_similar_to_ranks_with_the_promoted_vectors(model_dir):
     articles(8)
     candidate = train(make_pairs()).candidate
@@ -251,6 +256,7 @@ def test_similar_to_ranks_with_the_promoted_vectors(model_dir):
     assert results[0].title == query
 
 
+@pytest.mark.heavy
 def test_processes_pick_up_a_promotion_without_restart(model_dir, settings):
     """Another process switches versions (here: the rows change under this process's cache)."""
     candidate = train(make_pairs()).candidate
@@ -280,6 +286,7 @@ def test_while_a_version_is_promoted_the_serving_version_is_not_cached(model_dir
     assert serving.encoder_version("default") == first.version
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_readers_see_the_old_version_until_the_switch_commits(model_dir):
     """Hold the switch just before it retires the active version (its row is locked here):
@@ -332,6 +339,7 @@ def test_readers_see_the_old_version_until_the_switch_commits(model_dir):
     assert serving.serving_record("default", max_age=0).version == base_row.version
 
 
+@pytest.mark.heavy
 def test_an_interrupted_promotion_resumes_where_it_stopped(model_dir):
     rows = articles(12)
     candidate = train(make_pairs()).candidate

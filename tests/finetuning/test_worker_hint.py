@@ -50,6 +50,7 @@ def status_output() -> str:
     return out.getvalue()
 
 
+@pytest.mark.heavy
 def test_the_hint_follows_the_workers_on_the_training_queue(admin_client, unique_queues, tmp_path):
     run = TrainingRun.objects.create(loss="mnrl")  # queued; no message is sent for it
 

@@ -280,6 +280,7 @@ def poisoned_worker(poisoned, settings, tmp_path) -> Iterator[Worker]:
         conn.default_channel.queue_purge(QUEUE)
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_skips_bad_rows_and_the_sweep_leaves_them(poisoned_worker):
     with transaction.atomic():  # one embed_rows task per field, sent on commit

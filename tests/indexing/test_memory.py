@@ -59,6 +59,7 @@ print(json.dumps({"grew_kb": after - before, "embedded": stats.embedded}))
 """
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_long_texts_with_passages_are_indexed_in_bounded_memory():
     """32 rows of "!" * 200_000 (a token per character, like CJK text) with passages."""
@@ -154,6 +155,7 @@ def embedded_count() -> int:
     return Article.objects.filter(embedding__isnull=False).count()
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_a_message_whose_worker_dies_is_skipped_at_max_deliveries_and_acked(poison_worker):
     """The pool process is killed while it embeds (what the OOM killer does to a chunk of huge

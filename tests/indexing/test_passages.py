@@ -103,6 +103,7 @@ def worker(settings, tmp_path) -> Iterator[Worker]:
 # -- through a real worker --------------------------------------------------------------------
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_the_worker_writes_each_saved_rows_passages_and_an_edit_replaces_them(worker, ref):
     with transaction.atomic():
@@ -132,6 +133,7 @@ def test_the_worker_writes_each_saved_rows_passages_and_an_edit_replaces_them(wo
     assert model.objects.filter(row=short).count() == 1
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_rows_whose_passages_are_missing_or_stale_are_swept(worker, ref, embed):
     """Rows with a vector but no passages (vector written by other means, or before the field

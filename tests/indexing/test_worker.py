@@ -80,6 +80,7 @@ def make_rows(n: int) -> list[int]:
     return [row.pk for row in rows]
 
 
+@pytest.mark.heavy
 def test_saved_rows_are_embedded_by_the_worker(start_worker):
     worker = start_worker()
     with transaction.atomic():
@@ -90,6 +91,7 @@ def test_saved_rows_are_embedded_by_the_worker(start_worker):
     assert worker.output().count(f"Task {tasks.EMBED_TASK}") >= 1
 
 
+@pytest.mark.heavy
 def test_the_worker_stores_a_matryoshka_fields_cut_vectors(start_worker):
     """A field with dimensions=16 on the 32-dimensional encoder: the worker's rows hold the
     encoder's vectors cut to 16 dimensions and re-normalized."""
@@ -110,6 +112,7 @@ def test_the_worker_stores_a_matryoshka_fields_cut_vectors(start_worker):
     np.testing.assert_allclose(stored, truncate(full, 16), atol=1e-6)
 
 
+@pytest.mark.heavy
 def test_worker_killed_mid_batch_loses_nothing(start_worker):
     """SIGKILL the pool child while it encodes: the task is redelivered and finishes. Then
     SIGKILL the whole worker while it encodes: the sweep finds what is left."""
@@ -138,6 +141,7 @@ def test_worker_killed_mid_batch_loses_nothing(start_worker):
     assert all_current()
 
 
+@pytest.mark.heavy
 def test_rows_saved_while_the_broker_is_away_are_embedded_after_the_sweep(start_worker):
     start_worker()
     down = Celery("broker-away", broker="redis://127.0.0.1:1/15", set_as_current=False)
@@ -158,6 +162,7 @@ def test_rows_saved_while_the_broker_is_away_are_embedded_after_the_sweep(start_
     assert all_current()
 
 
+@pytest.mark.heavy
 def test_a_message_that_names_the_task_runs_whatever_module_holds_it(start_worker):
     """Task names are the wire format: a message queued by an older release (which knew only
     ``django_sbert.embed_rows``, sent from ``django_sbert/tasks.py``) still runs."""

@@ -122,6 +122,7 @@ def concurrently(calls: list[Any], threads: int = 8) -> list[Any]:
         return [future.result() for future in futures]
 
 
+@pytest.mark.heavy
 def test_an_async_view_answers_concurrent_searches(server):
     expected = {("vector", q): [a.pk for a in Article.objects.similar_to(q, k=3)] for q in QUERIES}
     # Hybrid ranks depend on the keyword column's word statistics, which each process reads
@@ -152,6 +153,7 @@ def test_an_async_view_answers_concurrent_searches(server):
     assert "Traceback" not in server.output()
 
 
+@pytest.mark.heavy
 def test_the_rest_search_answers_concurrent_requests_under_asgi(server):
     expected = {q: [a.pk for a in Article.objects.similar_to(q, k=4)] for q in QUERIES}
     calls = [
@@ -168,6 +170,7 @@ def test_the_rest_search_answers_concurrent_requests_under_asgi(server):
     print(f"\n{len(calls)} REST searches, 8 at a time, under uvicorn: {elapsed * 1000:.0f} ms")
 
 
+@pytest.mark.heavy
 def test_concurrent_async_searches_per_second(server):
     """Not a bound: prints how many distinct text searches the async view answers per second
     (each encoded, none from the cache) with 8 clients at a time, on this machine."""

@@ -426,6 +426,7 @@ def gin_index_name() -> str:
     return next(i.name for i in Article._meta.indexes if i.fields == ["embedding_tsv"])
 
 
+@pytest.mark.heavy
 def test_explain_shows_the_hnsw_and_gin_indexes(many_articles):
     plan = Article.objects.hybrid_search("item42 gamma", match="all").explain()
     assert "article_embedding_hnsw" in plan, plan
@@ -436,6 +437,7 @@ def test_explain_shows_the_hnsw_and_gin_indexes(many_articles):
     assert gin_index_name() in keyword_plan and "hnsw" not in keyword_plan
 
 
+@pytest.mark.heavy
 def test_filtered_hybrid_search_still_returns_k_rows(many_articles):
     # 1% of the rows pass the filter; the iterative scan keeps the vector side full.
     results = list(

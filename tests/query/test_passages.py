@@ -128,6 +128,7 @@ def check_rows(rows: list[Report], text: str, reference: list[tuple[int, float, 
         assert text_of_row[row.passage["start"] : row.passage["end"]] == row.passage["text"]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("plan", ["default", "index"])
 def test_rows_are_ranked_by_their_best_passage_like_an_exact_reference(plan):
     make_reports(300)

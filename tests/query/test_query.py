@@ -179,6 +179,7 @@ def many_articles(db):
     return vectors
 
 
+@pytest.mark.heavy
 def test_explain_shows_the_hnsw_index(many_articles):
     plan = Article.objects.similar_to(many_articles[0])[:10].explain()
     assert "article_embedding_hnsw" in plan, plan
@@ -187,6 +188,7 @@ def test_explain_shows_the_hnsw_index(many_articles):
     assert "article_embedding_hnsw" not in l2_plan
 
 
+@pytest.mark.heavy
 def test_filtered_top_k_returns_k_rows_with_iterative_scan(many_articles):
     query = many_articles[5]
     unpublished = Article.objects.filter(published=False)
@@ -296,6 +298,7 @@ def test_enable_seqscan_true_leaves_the_planner_alone(articles):
     assert log[0]["enable_seqscan"] == "on"
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db
 def test_the_index_serves_a_table_the_planner_would_read_whole():
     """On tables of a few thousand rows pgvector's cost estimate makes PostgreSQL's planner

@@ -115,6 +115,7 @@ def assert_rows_of(rows: list[Article], version: str, alias: str) -> None:
         assert row.similarity == pytest.approx(expected, abs=1e-5)
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True, databases=BOTH)
 def test_searches_routed_to_the_replica_read_the_replicas_rows(replica, settings):
     settings.SBERT = {**settings.SBERT, "SEARCH": {"DATABASE": REPLICA}}
@@ -144,6 +145,7 @@ def test_searches_routed_to_the_replica_read_the_replicas_rows(replica, settings
     assert Article.objects.similar_to(TEXT, k=1)[0].pk == newest.pk
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True, databases=BOTH)
 def test_search_database_holds_for_querysets_made_semantic(replica, settings):
     """A model's plain queryset made semantic (the API's registry, the admin, the filter

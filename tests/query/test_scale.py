@@ -125,6 +125,7 @@ def uses(index: str, run) -> bool:
 # -- halfvec: every path casts the query to halfvec(n) and uses the halfvec index ------------
 
 
+@pytest.mark.heavy
 def test_halfvec_column_type_and_query_cast(half):
     with connection.cursor() as cursor:
         cursor.execute(
@@ -136,6 +137,7 @@ def test_halfvec_column_type_and_query_cast(half):
     assert f"::halfvec({DIM})" in sql
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     "path",
     ["text", "instance", "vector", "hybrid", "passages", "vector filtered"],
@@ -158,6 +160,7 @@ def test_every_halfvec_path_uses_its_hnsw_index(half, report, path):
     assert uses(HALF_INDEX, searches[path])
 
 
+@pytest.mark.heavy
 def test_api_search_and_similar_use_the_index(half, report, binary, client):
     """search/ by the halfvec index, the passage index (a field with passages) or the binary
     index (binary_index=True); similar/ compares the row's own vector through its index."""
@@ -184,6 +187,7 @@ def test_api_search_and_similar_use_the_index(half, report, binary, client):
             registry.unregister(model)
 
 
+@pytest.mark.heavy
 def test_admin_search_and_similar_items_use_the_index(half, binary, client):
     client.force_login(User.objects.create_superuser("root"))
     row = HalfArticle.objects.first()
@@ -208,6 +212,7 @@ def test_halfvec_results_agree_with_an_exact_scan(half):
     assert len(set(found) & {pks[i] for i in exact}) >= 9, (found, exact)
 
 
+@pytest.mark.heavy
 def test_halfvec_filtered_search_returns_k_rows(half):
     rare = HalfArticle.objects.filter(category="rare")
     results = list(rare.similar_to(half[11])[:10])
@@ -217,6 +222,7 @@ def test_halfvec_filtered_search_returns_k_rows(half):
 # -- binary quantization with re-ranking -----------------------------------------------------
 
 
+@pytest.mark.heavy
 def test_binary_index_exists_on_the_codes(binary):
     with connection.cursor() as cursor:
         cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [BINARY_INDEX])
@@ -225,6 +231,7 @@ def test_binary_index_exists_on_the_codes(binary):
     assert f"binary_quantize(embedding))::bit({DIM})" in definition
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("path", ["text", "instance", "vector", "hybrid", "filtered"])
 def test_every_binary_path_uses_the_binary_index(binary, path):
     row = BinaryArticle.objects.first()
@@ -247,6 +254,7 @@ def test_binary_search_sql_reranks_the_hamming_top_n_exactly(binary):
     assert "ORDER BY cosine_distance(" in sql  # ... re-ranked by exact cosine distance
 
 
+@pytest.mark.heavy
 def test_binary_search_is_exact_when_the_candidates_cover_the_table(binary):
     query = binary[21] + 0.2 * binary[22]
     results = list(BinaryArticle.objects.similar_to(query, oversample=ROWS // 10)[:10])
@@ -257,6 +265,7 @@ def test_binary_search_is_exact_when_the_candidates_cover_the_table(binary):
     assert sims == sorted(sims, reverse=True)
 
 
+@pytest.mark.heavy
 def test_binary_search_ranks_candidates_by_cosine_and_recalls_most(binary):
     query = binary[40]
     results = list(BinaryArticle.objects.similar_to(query, oversample=10)[:10])
@@ -266,6 +275,7 @@ def test_binary_search_ranks_candidates_by_cosine_and_recalls_most(binary):
     assert sims[0] == pytest.approx(1.0, abs=1e-3)  # halfvec keeps ~3 significant digits
 
 
+@pytest.mark.heavy
 def test_binary_filtered_search_returns_k_rows_with_iterative_scan(binary, settings):
     rare = BinaryArticle.objects.filter(category="rare")
     search = {"EF_SEARCH": 10, "BINARY_OVERSAMPLE": 2}
@@ -279,12 +289,14 @@ def test_binary_filtered_search_returns_k_rows_with_iterative_scan(binary, setti
     assert len(results) == 10 and {r.category for r in results} == {"rare"}
 
 
+@pytest.mark.heavy
 def test_binary_count_and_min_similarity(binary):
     qs = BinaryArticle.objects.similar_to(binary[9], min_similarity=0.5)
     exact = int(((binary @ binary[9]) >= 0.5 - 1e-3).sum())
     assert abs(qs.count() - exact) <= 1  # halfvec rounding at the threshold
 
 
+@pytest.mark.heavy
 def test_oversample_needs_a_binary_index(half):
     with pytest.raises(ValueError, match="binary_index=True"):
         HalfArticle.objects.similar_to(half[0], oversample=4)
@@ -292,6 +304,7 @@ def test_oversample_needs_a_binary_index(half):
         BinaryArticle.objects.similar_to(half[0], oversample=-1)
 
 
+@pytest.mark.heavy
 def test_oversample_zero_searches_the_float_vectors(binary):
     sql = str(BinaryArticle.objects.similar_to(binary[0], oversample=0)[:10].query)
     assert "<~>" not in sql and "<=>" in sql

@@ -225,6 +225,7 @@ def perturbed(encoder: Any, seed: int) -> Any:
     return other
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_gunicorn_processes_are_warm_at_start_and_follow_a_promotion(web_host, tiny_encoder):
     Article.objects.bulk_create(Article(title=t, body="story") for t in TITLES)
@@ -253,6 +254,7 @@ def test_gunicorn_processes_are_warm_at_start_and_follow_a_promotion(web_host, t
     assert {row["object"]["embedding_version"] for row in body["results"]} == {target.version}
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_a_host_that_cannot_verify_the_serving_version_is_unready_and_does_not_start(
     web_host, tiny_encoder, settings
@@ -293,6 +295,7 @@ def test_a_host_that_cannot_verify_the_serving_version_is_unready_and_does_not_s
     assert "web process warmed" not in second.output()
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_workers_forked_after_the_start_up_checks_get_pooled_connections(web_host):
     """The master's checks used Django's psycopg pool; a worker forked after them must not

@@ -153,6 +153,7 @@ def test_a_never_fine_tuned_site_reads_the_database_once_per_cache_period(settin
     assert len(selects) == 1
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_without_the_files_leaves_rows_for_a_worker_that_has_them(
     model_dir, settings, tmp_path

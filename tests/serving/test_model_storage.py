@@ -177,6 +177,7 @@ print(local_directory(sys.argv[1], sys.argv[2], sys.argv[3]))
 """
 
 
+@pytest.mark.heavy
 def test_two_hosts_fetch_concurrently_once_each(site, tiny_encoder, tmp_path):
     """Four real processes, two per host (cache directory), start fetching at the same moment:
     each file is read from the storage once per host, and every process gets a whole copy."""

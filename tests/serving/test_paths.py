@@ -73,6 +73,7 @@ def test_bad_values_are_refused_with_the_choices(settings):
     assert serving.encoder_path("default").label == "eager int8"
 
 
+@pytest.mark.heavy
 @needs_compiler
 @pytest.mark.django_db
 def test_a_web_process_with_default_settings_is_compiled_before_its_first_query(defaults):
@@ -94,6 +95,7 @@ def test_a_web_process_with_default_settings_is_compiled_before_its_first_query(
     np.testing.assert_allclose(vector, expected, atol=1e-5)
 
 
+@pytest.mark.heavy
 @needs_compiler
 @pytest.mark.django_db
 def test_a_promotion_is_served_without_a_recompile(defaults, tmp_path):
@@ -131,6 +133,7 @@ def test_a_promotion_is_served_without_a_recompile(defaults, tmp_path):
     )
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db
 def test_sbert_status_says_which_path_and_why(defaults, settings):
     out = io.StringIO()

@@ -93,6 +93,7 @@ def test_the_model_config_prompts_are_applied_to_documents_and_queries(db, promp
         assert found.similarity == pytest.approx(float(expected[1] @ expected[0]), abs=1e-5)
 
 
+@pytest.mark.heavy
 def test_prompts_are_read_as_sentence_transformers_reads_them(db, tmp_path):
     # Named "query" and "document": sentence-transformers 6 fills in an empty "document"
     # prompt when a model names only "passage", so its encode_document() would apply none.

@@ -88,6 +88,7 @@ def s3_site(settings, tmp_path, s3_endpoint) -> Iterator[object]:
     serving.reset_encoders()
 
 
+@pytest.mark.heavy
 def test_a_version_saved_to_s3_is_fetched_verified_and_loaded(s3_site, tiny_encoder, tmp_path):
     client, location = s3_site
     key, version = serving.save_encoder(tiny_encoder, "default", "tiny")

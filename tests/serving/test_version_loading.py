@@ -81,6 +81,7 @@ def in_thread(target: Any, *args: Any) -> threading.Thread:
     return thread
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_searches_of_the_serving_version_go_on_while_a_promoting_version_loads(
     slow_store, tiny_encoder, caplog
@@ -115,6 +116,7 @@ def test_searches_of_the_serving_version_go_on_while_a_promoting_version_loads(
     assert loaded[0] is serving.get_encoder("default", promoting.version)
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_a_full_encoding_queue_refuses_a_search_at_once(slow_store, tiny_encoder, monkeypatch):
     active = save_version(perturbed(tiny_encoder, seed=32), VersionStatus.ACTIVE)

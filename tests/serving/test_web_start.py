@@ -29,6 +29,7 @@ BUILT = "Built the compiled query graph"
 WARMED = "web process warmed ['default']"
 
 
+@pytest.mark.heavy
 @pytest.mark.skipif(not compiler_available(), reason="no C++ compiler: nothing to compile")
 @pytest.mark.django_db(transaction=True)
 def test_uvicorn_is_ready_only_after_the_query_graph_is_built(tmp_path):

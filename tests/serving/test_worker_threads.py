@@ -43,12 +43,14 @@ def run_in_worker(tmp_path, pool: tuple[str, ...], tasks: int, hold: float) -> l
     return answers
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_a_solo_worker_without_concurrency_gives_torch_every_cpu(tmp_path):
     answers = run_in_worker(tmp_path, ("--pool", "solo"), tasks=1, hold=0)
     assert answers[0]["threads"] == available_cpus()
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_a_threads_pool_is_one_process_with_every_cpu(tmp_path):
     answers = run_in_worker(tmp_path, ("--pool", "threads", "-c", "4"), tasks=2, hold=0)
@@ -56,6 +58,7 @@ def test_a_threads_pool_is_one_process_with_every_cpu(tmp_path):
     assert [answer["threads"] for answer in answers] == [available_cpus()] * 2
 
 
+@pytest.mark.heavy
 @pytest.mark.django_db(transaction=True)
 def test_each_prefork_child_gets_its_share_of_the_cpus(tmp_path):
     # Two tasks that each hold their process a moment: the second goes to the idle child.

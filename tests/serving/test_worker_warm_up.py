@@ -28,6 +28,7 @@ WAITS = "task waits for this worker process's encoders to warm up"
 WARMED = "loaded encoders ['default']"
 
 
+@pytest.mark.heavy
 @pytest.mark.skipif(not compiler_available(), reason="no C++ compiler: nothing to compile")
 @pytest.mark.django_db(transaction=True)
 def test_a_task_waiting_at_start_runs_after_the_warm_up(settings, tmp_path):

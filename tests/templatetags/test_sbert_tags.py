@@ -226,6 +226,7 @@ def test_no_caching_with_zero_seconds(settings):
     assert len(second) >= 1
 
 
+@pytest.mark.heavy
 def test_a_promotion_gives_a_fresh_list(model_dir):
     rows = articles()
     obj = rows[0]

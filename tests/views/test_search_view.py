@@ -342,6 +342,7 @@ def result_ids(html: str) -> list[str]:
     return re.findall(r'<span class="title">(.*?)</span>', html)
 
 
+@pytest.mark.heavy
 def test_the_async_view_under_uvicorn(uvicorn, committed):
     queries = [(QUERY, mode) for mode in ("vector", "hybrid")] + [("rates", "keyword")]
     queries += [("the dog and the cat", "vector"), ("vote for the president", "hybrid")]

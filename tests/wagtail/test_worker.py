@@ -50,6 +50,7 @@ def current(page: NewsPage) -> bool:
     )
 
 
+@pytest.mark.heavy
 def test_publish_unpublish_and_delete_reindex_through_the_worker(worker, site, add_news):
     draft = add_news(site.world, "Volcano erupts", "Ash closed the airport.", live=False)
     wait_until(lambda: current(draft), 120, "the worker embedded the draft")
