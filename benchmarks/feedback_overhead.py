@@ -11,8 +11,9 @@
 3. gunicorn (2 sync workers, ``tests/web_app/gunicorn.conf.py``, persistent database
    connections) answering ``POST /sbert/click/`` (form-encoded, as ``clicks.js`` sends it)
    from ``--clients`` threads for ``--seconds``, each event for a distinct result of a logged
-   search: events/s and p50/p99, alone and with ``--search-clients`` threads searching at the
-   same time. Every answer must be 202 and every event stored.
+   search: events/s and p50/p99, alone, with ``--search-clients`` threads searching as fast
+   as the server answers (searches take the CPU and the processes), and with them paced to
+   ``--search-rate`` searches/s in all. Every answer must be 202 and every event stored.
 
 The rows' vectors are random unit vectors stamped with the serving version, as in
 ``benchmarks.connections``: a search's cost does not depend on their values.
@@ -175,9 +176,16 @@ def request(port: int, method: str, path: str, body: str | None = None) -> int:
 
 
 def drive(
-    port: int, tokens: list[str], queries: list[str], clients: int, searchers: int, seconds: float
+    port: int,
+    tokens: list[str],
+    queries: list[str],
+    clients: int,
+    searchers: int,
+    seconds: float,
+    search_rate: float = 0.0,
 ) -> dict[str, object]:
-    """Events from ``clients`` threads (and searches from ``searchers``) for ``seconds``."""
+    """Events from ``clients`` threads (and searches from ``searchers``) for ``seconds``;
+    ``search_rate``: searches per second in all, paced (0: each searcher as fast as it can)."""
     lock = threading.Lock()
     event_times: list[float] = []
     statuses: dict[int, int] = {}
@@ -199,7 +207,12 @@ def drive(
 
     def searcher(offset: int) -> None:
         i = offset
+        interval = searchers / search_rate if search_rate else 0.0
+        next_at = time.monotonic() + interval * offset / max(searchers, 1)
         while time.monotonic() < deadline:
+            if interval:
+                time.sleep(max(0.0, next_at - time.monotonic()))
+                next_at += interval
             query = urlencode({"model": "testapp.article", "q": queries[i % len(queries)]})
             i += 7
             if request(port, "GET", f"/api/sbert/search/?{query}") == 200:
@@ -235,6 +248,12 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=200, help="log_search() calls per round")
     parser.add_argument("--clients", type=int, default=8, help="threads posting events")
     parser.add_argument("--search-clients", type=int, default=2)
+    parser.add_argument(
+        "--search-rate",
+        type=float,
+        default=20.0,
+        help="searches/s of a third run beside the events, paced (0: leave that run out)",
+    )
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--workers", type=int, default=2, help="gunicorn processes")
     add_json_option(parser)
@@ -264,7 +283,7 @@ def main() -> None:
 
     from django_sbert.models import SearchEvent
 
-    needed = int(args.seconds * 1500) + 1000  # more than 2 x 600 events/s could use
+    needed = int(args.seconds * 2400) + 1500  # more than 3 x 800 events/s could use
     tokens = make_tokens(claims, needed // 10 + 1)
     SearchEvent.objects.all().delete()
     connections.close_all()
@@ -275,13 +294,28 @@ def main() -> None:
         for _ in range(3):  # the first searches of each process
             request(port, "GET", "/api/sbert/search/?" + urlencode(
                 {"model": "testapp.article", "q": queries[0]}))  # fmt: skip
-        half = len(tokens) // 2
+        third = len(tokens) // 3
         runs = {
-            "alone": drive(port, tokens[:half], claims, args.clients, 0, args.seconds),
+            "alone": drive(port, tokens[:third], claims, args.clients, 0, args.seconds),
             "with_searches": drive(
-                port, tokens[half:], claims, args.clients, args.search_clients, args.seconds
+                port,
+                tokens[third : 2 * third],
+                claims,
+                args.clients,
+                args.search_clients,
+                args.seconds,
             ),
         }
+        if args.search_rate:
+            runs[f"with_{args.search_rate:g}_searches_per_s"] = drive(
+                port,
+                tokens[2 * third :],
+                claims,
+                args.clients,
+                args.search_clients,
+                args.seconds,
+                search_rate=args.search_rate,
+            )
     finally:
         process.terminate()
         process.wait(timeout=60)
@@ -289,7 +323,7 @@ def main() -> None:
     figures["events"] = runs
     for name, run in runs.items():
         print(
-            f"POST sbert/click/ {name:>13}: {run['events_per_s']:.0f} events/s, "
+            f"POST sbert/click/ {name:>26}: {run['events_per_s']:.0f} events/s, "
             f"p50 {run['event_p50_ms']:.1f} ms, p99 {run['event_p99_ms']:.1f} ms"
             + (f", {run['searches_per_s']:.1f} searches/s beside" if run["searches_per_s"] else "")
             + f"  (answers: {run['statuses']})"

@@ -9,16 +9,17 @@ forgotten together.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from django.db import IntegrityError, router
-from django.db.models import Subquery
+from django.db import connections, router
+from django.utils import timezone
 
 from ..conf import sbert_settings
 from ..models import SearchEvent, SearchLog
 from .clients import is_bot, over_rate
 from .tokens import InvalidToken, read_token
-from .writes import isolated
+from .writes import write
 
 CLICK = "click"
 MAX_DWELL_MS = 24 * 3600 * 1000  # a day: longer is a tab left open, not reading
@@ -66,20 +67,38 @@ def record_event(request: Any, token: str, kind: str = CLICK, dwell_ms: int | No
     if is_bot(request):
         return False
     database = router.db_for_write(SearchEvent)
-    search_client = SearchLog.objects.using(database).filter(pk=target.search_id).values("client")
-    event = SearchEvent(
-        search_id=target.search_id,
-        object_pk=target.object_pk,
-        position=target.position,
-        kind=kind,
-        dwell_ms=dwell_ms,
-        client=Subquery(search_client[:1]),
+    found = write(
+        database,
+        _event_sql(database),
+        [target.search_id, target.object_pk, target.position, kind, dwell_ms, timezone.now()],
+        fetch=True,
     )
-    try:
-        with isolated(database):
-            SearchEvent.objects.using(database).bulk_create([event], ignore_conflicts=True)
-    except IntegrityError:  # no such search (client NULL): purged or forgotten since
+    if not found or not found[0]:  # purged or forgotten since the search
         raise EventRefused(
             "The search of this token is no longer in the log; nothing was stored.", status=410
-        ) from None
+        )
     return True
+
+
+@functools.cache
+def _event_sql(database: str) -> str:
+    """One statement: copy the search's client into a new event, unless the same (search, row,
+    kind) is stored already; answers whether the search is still in the log."""
+    connection = connections[database]
+    quote = connection.ops.quote_name
+    log, event = SearchLog._meta, SearchEvent._meta
+    # Typed (a server-side bound parameter is not taken for text); text, not varchar(n), so an
+    # overlong value is refused by the column instead of cut by the cast.
+    given = {"object_pk": "text", "position": "integer", "kind": "text", "dwell_ms": "integer"}
+    columns = ", ".join(
+        quote(event.get_field(name).column) for name in ("search", *given, "client", "created_at")
+    )
+    values = ", ".join(f"%s::{cast}" for cast in given.values())
+    return (
+        f"WITH found AS (SELECT {quote(log.pk.column)} AS search, "
+        f"{quote(log.get_field('client').column)} AS client "
+        f"FROM {quote(log.db_table)} WHERE {quote(log.pk.column)} = %s), "
+        f"stored AS (INSERT INTO {quote(event.db_table)} ({columns}) "
+        f"SELECT search, {values}, client, %s::timestamptz FROM found ON CONFLICT DO NOTHING) "
+        "SELECT count(*) FROM found"
+    )

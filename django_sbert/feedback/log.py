@@ -25,7 +25,7 @@ from ..models import SearchLog
 from ..serving import serving_record
 from .clients import client_key, is_bot, over_rate
 from .tokens import make_token
-from .writes import isolated
+from .writes import insert_params, insert_sql, write
 
 logger = logging.getLogger(__name__)
 
@@ -164,12 +164,12 @@ def log_search(
 
 
 def _insert(entry: SearchLog) -> bool:
-    """One INSERT; False (and a warning) when the database refuses it. Inside a transaction
+    """One INSERT (no ``save()``: no model signals for a log row); False (and a warning)
+    when the database refuses it. Inside a transaction
     (ATOMIC_REQUESTS) it gets a savepoint, so a failure cannot break the request's own work."""
     database = router.db_for_write(SearchLog)
     try:
-        with isolated(database, pipelined=True):
-            entry.save(force_insert=True, using=database)
+        write(database, insert_sql(SearchLog, database), insert_params(entry, database))
     except DatabaseError as exc:
         logger.warning("django-sbert: a search could not be logged: %s", exc)
         return False

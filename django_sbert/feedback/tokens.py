@@ -1,9 +1,11 @@
 """Click tokens: a signed (search, row, position) per logged result.
 
-A token is ``django.core.signing`` over ``[search id, row pk, position]`` with a salt of its
-own and a timestamp, so a click can only be reported for the search, row and position the
-page showed, and only within ``SBERT["FEEDBACK"]["TOKEN_MAX_AGE"]`` seconds. An edited token,
-or one signed with another key, is refused.
+A token is ``"<search id>:<position>:<row pk>"`` signed by ``django.core.signing``'s
+``TimestampSigner`` with a salt of its own, so a click can only be reported for the search, row
+and position the page showed, and only within ``SBERT["FEEDBACK"]["TOKEN_MAX_AGE"]`` seconds. An
+edited token, or one signed with another key, is refused. Plain text rather than
+``signing.dumps()``'s JSON: a page of ten results signs ten tokens, and this costs half as much.
+Tokens of ``signing.dumps()``'s form (issued by 0.2.0) are still read.
 """
 
 from __future__ import annotations
@@ -32,18 +34,26 @@ class ClickTarget:
     position: int
 
 
+def _signer() -> signing.TimestampSigner:
+    return signing.TimestampSigner(salt=SALT)  # reads SECRET_KEY now, not at import
+
+
 def make_token(search_id: uuid.UUID, object_pk: Any, position: int) -> str:
     """The token of the result at ``position`` (from 1) of search ``search_id``."""
-    return signing.dumps([search_id.hex, str(object_pk), int(position)], salt=SALT)
+    return _signer().sign(f"{search_id.hex}:{int(position)}:{object_pk}")
 
 
 def read_token(token: str) -> ClickTarget:
     """The search, row and position ``token`` names; ``InvalidToken`` when it cannot be
     trusted."""
     try:
-        value = signing.loads(
-            str(token), salt=SALT, max_age=sbert_settings.FEEDBACK["TOKEN_MAX_AGE"]
-        )
+        max_age = sbert_settings.FEEDBACK["TOKEN_MAX_AGE"]
+        value = _signer().unsign(str(token), max_age=max_age)
+        if ":" in value:
+            fields: Any = value.split(":", 2)
+        else:  # signing.dumps()'s base64 JSON, signed the same way: [search, pk, position]
+            old = signing.loads(str(token), salt=SALT, max_age=max_age)
+            fields = [old[0], old[2], old[1]] if isinstance(old, list) and len(old) == 3 else ()
     except signing.SignatureExpired:
         raise InvalidToken(
             "This click token has expired; tokens are valid for "
@@ -55,7 +65,7 @@ def read_token(token: str) -> ClickTarget:
             "the click_token of a search result as it was given."
         ) from None
     try:
-        search, pk, position = value
+        search, position, pk = fields
         return ClickTarget(uuid.UUID(hex=search), str(pk), int(position))
     except (TypeError, ValueError):  # signed by this site, but not a click token's shape
         raise InvalidToken("This is not a click token.") from None

@@ -14,9 +14,11 @@ write does not leave the request's transaction broken, and the request's own com
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import functools
+from collections.abc import Iterator, Sequence
+from typing import Any
 
-from django.db import connections, transaction
+from django.db import connections, models, transaction
 
 
 @contextlib.contextmanager
@@ -35,7 +37,7 @@ def isolated(database: str, *, pipelined: bool = False) -> Iterator[None]:
         return
     connection.ensure_connection()
     pipeline = getattr(connection.connection, "pipeline", None)
-    if pipelined and pipeline is not None and _pipeline_supported():
+    if pipelined and pipeline is not None and pipeline_supported():
         # psycopg 3: the setting and the INSERT go in one round trip, as one implicit
         # transaction that ends at the pipeline's Sync (errors surface there, as Django's).
         with connection.wrap_database_errors, pipeline():
@@ -49,11 +51,43 @@ def isolated(database: str, *, pipelined: bool = False) -> Iterator[None]:
         yield
 
 
+def write(database: str, sql: str, params: Sequence[Any], *, fetch: bool = False) -> tuple | None:
+    """Run one write statement ``isolated``, in one round trip where psycopg 3 allows; with
+    ``fetch``, the first row it returns. Raw SQL: the ORM's compiling would cost more than the
+    round trip on this path."""
+    connection = connections[database]
+    with isolated(database, pipelined=True), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        # In pipeline mode the result is not known before it is fetched: ask, never test.
+        return cursor.fetchone() if fetch else None
+
+
+@functools.cache
+def insert_sql(model: type[models.Model], database: str) -> str:
+    """``INSERT INTO <table> (<every column>) VALUES (%s, ...)`` for ``model``."""
+    quote = connections[database].ops.quote_name
+    fields = model._meta.concrete_fields
+    columns = ", ".join(quote(field.column) for field in fields)
+    values = ", ".join(["%s"] * len(fields))
+    return f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({values})"
+
+
+def insert_params(instance: models.Model, database: str) -> list[Any]:
+    """The values of ``instance``'s columns, in ``insert_sql``'s order, ready for the database."""
+    connection = connections[database]
+    return [
+        field.get_db_prep_save(getattr(instance, field.attname), connection)
+        for field in instance._meta.concrete_fields
+    ]
+
+
 # For the current transaction only (is_local): the request's other writes keep the default.
 SYNCHRONOUS_COMMIT_OFF = "SELECT set_config('synchronous_commit', 'off', true)"
 
 
-def _pipeline_supported() -> bool:
+@functools.cache
+def pipeline_supported() -> bool:
+    """Whether psycopg 3's pipeline mode is here (libpq 14+); psycopg 2 has none."""
     try:
         from psycopg import Pipeline  # psycopg 3 only: psycopg 2 has no pipeline mode
     except ImportError:

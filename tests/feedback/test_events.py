@@ -69,16 +69,27 @@ def test_a_token_signed_with_another_key_is_refused_and_nothing_stored(client, l
 
 def test_an_edited_token_for_another_row_or_position_is_refused(client, logged):
     token = logged["results"][0]["click_token"]
-    signature = token.rpartition(":")[2]
-    value = signing.loads(token, salt=SALT)
-    for edit in ([value[0], "999999", value[2]], [value[0], value[1], 4]):
-        # the payload of another row (or position), with the original signature
-        other = signing.dumps(edit, salt=SALT).rpartition(":")[0]
-        response = post(client, EVENTS, token=f"{other}:{signature}")
+    search, position, rest = token.split(":", 2)
+    pk, timestamp, signature = rest.rsplit(":", 2)
+    assert (position, pk) == ("1", str(logged["results"][0]["id"]))
+    for edit in (f"{search}:{position}:999999", f"{search}:4:{pk}"):
+        # the payload of another row (or position), with the original timestamp and signature
+        response = post(client, EVENTS, token=f"{edit}:{timestamp}:{signature}")
         assert response.status_code == 400, response.content
     response = post(client, CLICK, token=token[:-2] + ("A" if token[-2] != "A" else "B") + "x")
     assert response.status_code == 400
     assert not SearchEvent.objects.exists()
+
+
+def test_a_token_in_the_earlier_json_form_is_still_read(client, logged):
+    result = logged["results"][1]
+    old = signing.dumps([uuid.UUID(logged["search_id"]).hex, str(result["id"]), 2], salt=SALT)
+    assert post(client, CLICK, token=old).status_code == 202
+    event = SearchEvent.objects.get()
+    assert (event.object_pk, event.position) == (str(result["id"]), 2)
+    malformed = signing.dumps(["not", "a token"], salt=SALT)
+    response = post(client, EVENTS, token=malformed)
+    assert response.status_code == 400 and "not a click token" in response.json()["detail"]
 
 
 @pytest.mark.heavy
@@ -149,4 +160,30 @@ def test_crawlers_clicks_are_ignored(client, logged):
     agent = "Mozilla/5.0 (compatible; bingbot/2.0)"
     response = client.post(EVENTS, body, content_type="application/json", HTTP_USER_AGENT=agent)
     assert response.status_code == 202
+    assert not SearchEvent.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_an_event_is_one_statement_and_kept_once(client, articles, log_on):
+    from django.db import connection
+    from django.test import RequestFactory
+    from django.test.utils import CaptureQueriesContext
+
+    from django_sbert.feedback import log_search
+    from tests.testapp.models import Article
+
+    hits = list(Article.objects.similar_to("a dog")[:3])
+    entry = log_search(RequestFactory().get("/mine/"), hits, query="a dog", mode="vector")
+    token = hits[2].sbert_click_token
+    with CaptureQueriesContext(connection) as queries:
+        assert client.post(CLICK, {"token": token, "kind": "click"}).status_code == 202
+    writes = [q["sql"] for q in queries.captured_queries if "searchevent" in q["sql"]]
+    assert len(writes) == 1 and writes[0].startswith("WITH")
+    assert not [q for q in queries.captured_queries if q["sql"].split()[0] in ("BEGIN", "COMMIT")]
+    assert post(client, EVENTS, token=token, kind="click").status_code == 202  # again: kept once
+    event = SearchEvent.objects.get()
+    assert (event.search_id, event.object_pk, event.position) == (entry.pk, str(hits[2].pk), 3)
+    assert event.client == entry.client and event.dwell_ms is None
+    SearchLog.objects.all().delete()
+    assert post(client, EVENTS, token=hits[0].sbert_click_token).status_code == 410
     assert not SearchEvent.objects.exists()
