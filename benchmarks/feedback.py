@@ -192,9 +192,10 @@ def train_and_measure(data: dict, negatives: str, args: argparse.Namespace) -> d
     if args.max_pairs:
         train = random.Random(args.seed).sample(train, min(args.max_pairs, len(train)))
     ids = train + list(behaviour.filter(split="eval").values_list("pk", flat=True))
-    hyper = runs.Hyperparameters.from_options(
-        "mnrl", {"epochs": args.epochs, "seed": args.seed, "batch_size": args.batch_size}
-    )
+    options = {"epochs": args.epochs, "seed": args.seed, "batch_size": args.batch_size}
+    if args.no_early_stopping:
+        options["early_stopping"] = False
+    hyper = runs.Hyperparameters.from_options("mnrl", options)
     started = time.perf_counter()
     run = runs.create_run("default", ids, hyperparameters=hyper, enqueue=False)
     status = runs.execute_run(run.pk)
@@ -244,6 +245,12 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, help="default: the recipe's")
     parser.add_argument("--batch-size", type=int, help="default: the recipe's")
     parser.add_argument("--max-pairs", type=int, help="train on at most this many pairs")
+    parser.add_argument(
+        "--no-early-stopping",
+        action="store_true",
+        help="train every step of the recipe and keep the last (the eval split's clicks were "
+        "collected on the serving model's rankings, so they favour it)",
+    )
     parser.add_argument(
         "--eval-distractors", type=int, help="SBERT['TRAINING']['EVAL_DISTRACTORS'] (the gate)"
     )
