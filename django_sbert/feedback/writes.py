@@ -22,10 +22,9 @@ from django.db import connections, models, transaction
 
 
 @contextlib.contextmanager
-def isolated(database: str, *, pipelined: bool = False) -> Iterator[None]:
-    """Run the log's one write: a quick commit of its own, or a savepoint inside a
-    transaction. ``pipelined``: the write opens no transaction of its own (``Model.save()``
-    does not; ``bulk_create()`` does, and cannot run in pipeline mode)."""
+def isolated(database: str) -> Iterator[None]:
+    """Run the log's one write statement: a quick commit of its own, or a savepoint inside a
+    transaction. The statement must open no transaction of its own (pipeline mode)."""
     connection = connections[database]
     if connection.in_atomic_block:
         with transaction.atomic(using=database):
@@ -37,7 +36,7 @@ def isolated(database: str, *, pipelined: bool = False) -> Iterator[None]:
         return
     connection.ensure_connection()
     pipeline = getattr(connection.connection, "pipeline", None)
-    if pipelined and pipeline is not None and pipeline_supported():
+    if pipeline is not None and pipeline_supported():
         # psycopg 3: the setting and the INSERT go in one round trip, as one implicit
         # transaction that ends at the pipeline's Sync (errors surface there, as Django's).
         with connection.wrap_database_errors, pipeline():
@@ -56,7 +55,7 @@ def write(database: str, sql: str, params: Sequence[Any], *, fetch: bool = False
     ``fetch``, the first row it returns. Raw SQL: the ORM's compiling would cost more than the
     round trip on this path."""
     connection = connections[database]
-    with isolated(database, pipelined=True), connection.cursor() as cursor:
+    with isolated(database), connection.cursor() as cursor:
         cursor.execute(sql, params)
         # In pipeline mode the result is not known before it is fetched: ask, never test.
         return cursor.fetchone() if fetch else None
