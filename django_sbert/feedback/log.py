@@ -165,8 +165,8 @@ def log_search(
 
 def _insert(entry: SearchLog) -> bool:
     """One INSERT (no ``save()``: no model signals for a log row); False (and a warning)
-    when the database refuses it. Inside a transaction
-    (ATOMIC_REQUESTS) it gets a savepoint, so a failure cannot break the request's own work."""
+    when the database refuses it. Inside a transaction (ATOMIC_REQUESTS) it gets a savepoint,
+    so a failure cannot break the request's own work."""
     database = router.db_for_write(SearchLog)
     try:
         write(database, insert_sql(SearchLog, database), insert_params(entry, database))
