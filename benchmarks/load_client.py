@@ -8,13 +8,19 @@ search latency) nor cost more CPU than they must on the machine they measure: pl
 over asyncio streams, no HTTP library, no thread per client.
 
     python -m benchmarks.load_client --port 8765 --clients 4 --queries q.json --pks pks.json \\
-        --out searches.json
+        --out searches.json [--mix text] [--order unique|random|zipf]
+
+``--mix text`` sends text searches only (``benchmarks.throughput``). ``--order``: how texts are
+drawn: ``random`` (the default: uniformly, with repetition), ``unique`` (each text of the file
+once, in order, across all clients: no cache can carry a run) or ``zipf`` (the i-th text with
+probability proportional to 1 / i^``--zipf-s``: head queries repeat, as on a real site).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import random
 import signal
@@ -27,11 +33,33 @@ SEARCH_MIX = (("text", 0.5), ("similar", 0.2), ("hybrid", 0.3))
 Record = tuple[float, str, int, float, int, list[str]]  # at, kind, status, seconds, rows, versions
 
 
-def search_path(kind: str, rng: random.Random, queries: list[str], pks: list[int]) -> str:
+MIXES = {"load": SEARCH_MIX, "text": (("text", 1.0),)}
+
+
+class QueryStream:
+    """The texts the clients send, drawn as ``--order`` says (shared by all clients)."""
+
+    def __init__(self, queries: list[str], order: str, zipf_s: float) -> None:
+        self.queries, self.order, self.next = queries, order, 0
+        self.cumulative = list(
+            itertools.accumulate(1 / (i + 1) ** zipf_s for i in range(len(queries)))
+        )
+
+    def draw(self, rng: random.Random) -> str:
+        if self.order == "unique":
+            text = self.queries[self.next % len(self.queries)]
+            self.next += 1
+            return text
+        if self.order == "zipf":
+            return rng.choices(self.queries, cum_weights=self.cumulative)[0]
+        return rng.choice(self.queries)
+
+
+def search_path(kind: str, rng: random.Random, queries: QueryStream, pks: list[int]) -> str:
     if kind == "similar":
         return f"/api/sbert/similar/testapp.article/{rng.choice(pks)}/?k=10"
     mode = "&mode=hybrid" if kind == "hybrid" else ""
-    return f"/api/sbert/search/?model=testapp.article&k=10{mode}&q={quote(rng.choice(queries))}"
+    return f"/api/sbert/search/?model=testapp.article&k=10{mode}&q={quote(queries.draw(rng))}"
 
 
 def versions_of(body: bytes) -> tuple[int, list[str]]:
@@ -64,10 +92,10 @@ async def get(host: str, port: int, path: str, conn: list) -> tuple[int, bytes]:
     return status, body
 
 
-async def client(seed: int, args: argparse.Namespace, queries: list[str], pks: list[int],
+async def client(seed: int, args: argparse.Namespace, queries: QueryStream, pks: list[int],
                  stop: asyncio.Event, records: list[Record]) -> None:  # fmt: skip
     rng = random.Random(seed)
-    kinds, weights = zip(*SEARCH_MIX, strict=True)
+    kinds, weights = zip(*MIXES[args.mix], strict=True)
     conn: list = []
     while not stop.is_set():
         kind = rng.choices(kinds, weights)[0]
@@ -87,7 +115,7 @@ async def client(seed: int, args: argparse.Namespace, queries: list[str], pks: l
 
 
 async def main_async(args: argparse.Namespace) -> list[Record]:
-    queries = json.loads(args.queries.read_text())
+    queries = QueryStream(json.loads(args.queries.read_text()), args.order, args.zipf_s)
     pks = json.loads(args.pks.read_text())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -108,6 +136,9 @@ def main() -> None:
     parser.add_argument("--queries", type=Path, required=True, help="JSON list of query texts")
     parser.add_argument("--pks", type=Path, required=True, help="JSON list of row pks")
     parser.add_argument("--out", type=Path, required=True, help="where the records go (JSON)")
+    parser.add_argument("--mix", choices=sorted(MIXES), default="load", help="kinds of search")
+    parser.add_argument("--order", choices=["random", "unique", "zipf"], default="random")
+    parser.add_argument("--zipf-s", type=float, default=1.0, help="the Zipf exponent")
     args = parser.parse_args()
     records = asyncio.run(main_async(args))
     args.out.write_text(json.dumps(records))

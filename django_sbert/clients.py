@@ -16,7 +16,13 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from .conf import sbert_settings
-from .exceptions import BrokerUnavailable, SearchTimeout, ServiceUnavailable, VersionUnavailable
+from .exceptions import (
+    BrokerUnavailable,
+    EncoderBusy,
+    SearchTimeout,
+    ServiceUnavailable,
+    VersionUnavailable,
+)
 
 GENERIC_MESSAGE = "The service is temporarily unavailable; try again shortly."
 CLIENT_MESSAGES: tuple[tuple[type[ServiceUnavailable], str], ...] = (
@@ -25,6 +31,7 @@ CLIENT_MESSAGES: tuple[tuple[type[ServiceUnavailable], str], ...] = (
         "The task broker could not be reached; nothing was queued. Try again shortly.",
     ),
     (VersionUnavailable, "Search is unavailable on this server for a moment; try again shortly."),
+    (EncoderBusy, "Search is busy on this server; try again in a moment."),
 )
 
 

@@ -712,6 +712,65 @@ FEEDBACK = Group(
     anchor="feedback",
 )
 
+QUERY_SERVER = Group(
+    {
+        "SOCKET": Setting(
+            None,
+            "Unix socket of this host's query server (`manage.py sbert_query_server`): web "
+            "processes send it the texts of searches, which it encodes in batches and caches "
+            "for the whole host. `None`: each process encodes its own "
+            "([deployment.md](deployment.md#one-query-encoder-per-host)).",
+            optional(PATH),
+        ),
+        "MAX_BATCH": Setting(
+            16, "Queries the server encodes in one forward pass at most.", integer(1)
+        ),
+        "WINDOW_MS": Setting(
+            1.0,
+            "Milliseconds the server waits after a query arrives for others to join its batch "
+            "(queries that arrive while it encodes join the next batch anyway).",
+            number(0),
+        ),
+        "MAX_QUEUE": Setting(
+            64,
+            "Queries waiting to be encoded at most; past it the server answers busy and the "
+            "search gets 503 with `Retry-After`.",
+            integer(1),
+        ),
+        "RETRY_AFTER": Setting(
+            1,
+            "Seconds in the `Retry-After` of a search refused because the server was busy.",
+            integer(0),
+        ),
+        "TIMEOUT": Setting(
+            2.0,
+            "Seconds a web process waits for the server's answer; past it, or when the server "
+            "does not answer at all, the process encodes the text itself.",
+            number(0, above=True),
+        ),
+        "RETRY_SECONDS": Setting(
+            5.0,
+            "After finding the server away, how long a web process encodes texts itself before "
+            "asking the server again.",
+            number(0),
+        ),
+        "CACHE_SIZE": Setting(
+            10000,
+            "Query vectors the server keeps for every process of the host (LRU; 1.5 KiB each "
+            "at 384 dimensions); `0` turns it off.",
+            integer(0),
+        ),
+        "THREADS": Setting(
+            None,
+            "torch threads of the server's forward passes; `None`: every CPU of the host.",
+            optional(integer(1)),
+        ),
+    },
+    "One query encoder per host, shared by its web processes "
+    "([deployment.md](deployment.md#one-query-encoder-per-host)).",
+    anchor="query-server",
+)
+
 TOP = {
     "ENCODERS": PerName(
         ENCODER,
@@ -792,6 +851,7 @@ TOP = {
     "HEALTH": HEALTH,
     "EVALUATION": EVALUATION,
     "FEEDBACK": FEEDBACK,
+    "QUERY_SERVER": QUERY_SERVER,
 }
 
 # Spellings of the previous release, read into their groups for one more release.

@@ -40,6 +40,7 @@ __all__ = [
     "AlreadyRegistered",
     "BrokerUnavailable",
     "CompareError",
+    "EncoderBusy",
     "EvaluationError",
     "JudgmentsImportError",
     "ManifestError",
@@ -74,6 +75,18 @@ class VersionUnavailable(ServiceUnavailable):
     Raised instead of encoding with another version: vectors of two versions must never meet
     in one search or one table.
     """
+
+
+class EncoderBusy(ServiceUnavailable):
+    """This host's query server has ``SBERT["QUERY_SERVER"]["MAX_QUEUE"]`` texts waiting
+    already; the search was refused at once rather than queued behind them.
+
+    ``retry_after`` is the seconds a client should wait (the API's ``Retry-After``).
+    """
+
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class SearchTimeout(OperationalError, ServiceUnavailable):

@@ -8,6 +8,8 @@ environment that ``benchmarks.load`` gives each one.
 ``SBERT_MODEL``, ``SBERT_MODEL_DIR``, ``SBERT_MODEL_CACHE``
     The base model; where fine-tuned versions are stored (written by the training worker
     only); this process's own cache of verified copies (one per simulated host).
+``SBERT_QUERY_SOCKET``
+    The host's query server (``benchmarks.throughput``); unset: each process encodes its own.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ SBERT = {
     "MODEL_CACHE": os.environ.get("SBERT_MODEL_CACHE") or None,
     "SEARCH": {"DATABASE": "replica"},
     "API": {"THROTTLE_RATES": {"search": None}},  # the load client is one address
+    "QUERY_SERVER": {"SOCKET": os.environ.get("SBERT_QUERY_SOCKET") or None},
 }
 
 CELERY_BROKER_URL = os.environ["CELERY_BROKER_URL"]

@@ -69,7 +69,7 @@ class ServiceErrorsMixin:
             detail = str(exc) if _is_staff(request) else client_message(exc)
             error = ServiceUnavailableError({"detail": detail, "request_id": request_id})
             response = super().handle_exception(error)  # type: ignore[misc]
-            response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+            response["Retry-After"] = str(getattr(exc, "retry_after", RETRY_AFTER_SECONDS))
             response[REQUEST_ID_HEADER] = request_id
             return response
         return super().handle_exception(exc)  # type: ignore[misc]

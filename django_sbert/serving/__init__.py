@@ -23,7 +23,8 @@ backend), ``model_cache`` (each host's verified copy of them), ``versions``
 (which inference path each encoder takes here, and why), ``warmup``
 (warming them before traffic), ``worker`` (Celery worker process set-up), ``web`` (web process
 set-up and the version watcher), ``health`` (is this process ready for traffic: the health
-view and ``sbert_health``).
+view and ``sbert_health``), ``query_server`` and ``query_client`` (one query encoder per host,
+shared by its web processes: ``sbert_query_server``).
 """
 
 from __future__ import annotations

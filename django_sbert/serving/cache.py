@@ -49,9 +49,10 @@ from django.core.signals import setting_changed
 
 from ..conf import SETTING_NAME, encoder_config, sbert_settings
 from ..exceptions import VersionUnavailable
-from .identity import forget_base_versions
+from .identity import base_version, forget_base_versions
 from .model_cache import compile_cache, local_directory
 from .paths import encoder_path
+from .query_client import remote_query_vector
 from .versions import Serving, serving_record, serving_version, version_directory
 
 if TYPE_CHECKING:
@@ -308,7 +309,26 @@ def encode_query_for(text: str, current: Serving) -> np.ndarray:
     cached = _cached_query(current.encoder, current.version, text)
     if cached is not None:
         return cached
+    vector = remote_query_vector(text, current)  # None: no query server, or it is away
+    if vector is not None:
+        _remember_query(current.encoder, current.version, text, vector)
+        return vector
     return _encode_query(encoder_for(current), current.encoder, current.version, text)
+
+
+def encode_queries(
+    texts: Sequence[str], encoder: str, version: str, directory: str | None
+) -> np.ndarray:
+    """Encode several search queries with one version, as one batch: (n, dim) unit vectors
+    with the query prompt. The query server's encode (``query_server``); reads the database
+    only to check, once per process, that a base-model version is this host's model."""
+    if directory is None and version != base_version(encoder):
+        raise VersionUnavailable(
+            f"Encoder {encoder!r} here is {base_version(encoder)}, not the {version} asked for: "
+            "this host's query server and web processes must share their SBERT settings."
+        )
+    model = encoder_for(Serving(encoder, version, directory))
+    return _encode(model, encoder, texts, None, True, "query")
 
 
 def peek_query_cache(text: str, current: Serving) -> np.ndarray | None:
@@ -340,13 +360,17 @@ def _encode_query(model: SentenceEncoder, encoder: str, version: str, text: str)
     threads = encoder_config(encoder)["QUERY_THREADS"]
     vector = _encode(model, encoder, [text], int(threads) if threads else None, True, "query")[0]
     vector.flags.writeable = False
+    _remember_query(encoder, version, text, vector)
+    return vector
+
+
+def _remember_query(encoder: str, version: str, text: str, vector: np.ndarray) -> None:
     size = int(sbert_settings.QUERY_CACHE_SIZE or 0)
     if size > 0:
         with _lock:
             _query_cache[(encoder, version, text)] = vector
             while len(_query_cache) > size:
                 _query_cache.popitem(last=False)
-    return vector
 
 
 def query_vector(

@@ -130,3 +130,48 @@ def test_an_anonymous_503_names_nothing_of_the_server_but_a_request_id_in_the_lo
     # Staff run the site: they read the reason itself.
     staff = client_as("staff").get(SEARCH, {"model": "testapp.article", "q": "interest rates"})
     assert staff.status_code == 503 and version in staff.json()["detail"]
+
+
+@pytest.mark.heavy
+def test_a_search_refused_by_a_full_query_server_answers_503_with_its_retry_after(
+    api_client, articles, registered, settings, tmp_path
+):
+    """The host's query server holds MAX_QUEUE texts already: the next search is refused at
+    once (back-pressure), not queued and not encoded in the web process instead."""
+    import threading
+
+    from django.db import connection
+
+    from django_sbert.serving import query_client, query_vector
+    from tests.query_server_process import QueryServerProcess
+
+    config = {"MAX_QUEUE": 1, "WINDOW_MS": 3000, "RETRY_AFTER": 2}
+    server = QueryServerProcess(tmp_path, **config)
+    settings.SBERT = {**settings.SBERT, "QUERY_SERVER": {"SOCKET": server.socket, **config}}
+    registered()
+
+    def waiting_search() -> None:
+        try:
+            query_vector("interest rates fall")  # waits out the server's 3 s window
+        finally:
+            query_client.close_connection()
+            connection.close()
+
+    first = threading.Thread(target=waiting_search)
+    try:
+        first.start()
+        while server.stats()["waiting"] < 1:
+            assert first.is_alive()
+        response = api_client.get(SEARCH, {"model": "testapp.article", "q": "cats and dogs"})
+        assert response.status_code == 503, response.content
+        assert response["Retry-After"] == "2"
+        assert response.json()["detail"] == "Search is busy on this server; try again in a moment."
+        first.join()
+        stats = server.stats()
+        assert (stats["busy"], stats["encoded"]) == (1, 1)
+        again = api_client.get(SEARCH, {"model": "testapp.article", "q": "cats and dogs"})
+        assert again.status_code == 200, again.content
+    finally:
+        first.join()
+        query_client.close_connection()
+        server.stop()

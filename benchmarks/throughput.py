@@ -1,0 +1,230 @@
+"""Searches per second that the documented web shape serves, with and without the host's
+query server (``manage.py sbert_query_server``), measured in the same run.
+
+    flock /tmp/sbert-bench.lock .venv/bin/python -m benchmarks.throughput [--rounds 3] \\
+        [--seconds 15] [--clients 4 16] [--json PATH]
+
+What runs, all on 127.0.0.1 and started by this script: an embedded PostgreSQL with pgvector
+holding the 5,183 SciFact abstracts (title and first 300 characters, as ``benchmarks.load``;
+vectors kept in the row), and two gunicorn sites of the load test's configuration
+(``benchmarks/load_site``: 2 sync processes, the ``django_sbert.contrib.gunicorn`` hooks,
+``CONN_MAX_AGE`` 600, one torch thread each): *in-process* encodes each search's text in the
+web process that serves it (the default), *query server* sends it to one
+``sbert_query_server`` (every CPU, the default settings: batches of up to 16, a 1 ms window).
+Only one site is sent searches at a time; the other sits idle.
+
+Clients: ``benchmarks.load_client`` (a process of its own, asyncio) sends REST text searches
+(``k=10``) back to back over ``--clients`` connections for ``--seconds``. Texts come from
+../shared/data only (SciFact's train claims, then the abstracts' titles and first
+sentences, about 11,000): ``unique`` draws each text once across the whole run, so neither
+the processes' caches nor the server's carry it (the server's cache is emptied before each
+of its windows too); ``zipf`` draws from the same texts with probability 1 / rank (head
+queries repeat), and says the server's cache hit rate. Rounds interleave the setups, and the
+medians over rounds are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.common import ROOT, add_json_option, cpu_line, load_average, percentile, write_json
+from benchmarks.django_setup import article_model, embedded_database_url
+from benchmarks.load import Proc, keep_vectors_inline, scifact, short
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def query_texts(docs: list[dict], claims: list[str]) -> list[str]:
+    """Distinct search texts: the train claims, then titles, then abstracts' first sentences."""
+    seen: dict[str, None] = {}
+    for text in [*claims, *(d["title"] for d in docs)]:
+        seen.setdefault(text.strip(), None)
+    for doc in docs:
+        sentence = re.split(r"(?<=[.!?])\s", doc["text"].strip(), maxsplit=1)[0][:200]
+        seen.setdefault(sentence, None)
+    return [text for text in seen if 3 <= len(text.split()) <= 40]
+
+
+def run_clients(port: int, clients: int, seconds: float, texts: list[str], order: str,
+                work: Path) -> list[list]:  # fmt: skip
+    queries, pks, out = work / "queries.json", work / "pks.json", work / "searches.json"
+    queries.write_text(json.dumps(texts))
+    pks.write_text("[]")
+    client = subprocess.Popen([
+        sys.executable, "-m", "benchmarks.load_client", "--port", str(port),
+        "--clients", str(clients), "--queries", str(queries), "--pks", str(pks),
+        "--out", str(out), "--mix", "text", "--order", order,
+    ], cwd=ROOT)  # fmt: skip
+    time.sleep(seconds)
+    client.send_signal(signal.SIGTERM)
+    client.wait(timeout=120)
+    return json.loads(out.read_text())
+
+
+def summarize(records: list[list], seconds: float) -> dict:
+    ms = [r[3] * 1000 for r in records if r[2] == 200]
+    return {
+        "searches_per_s": round(len(records) / seconds, 1),
+        "p50_ms": round(percentile(ms, 50), 1),
+        "p99_ms": round(percentile(ms, 99), 1),
+        "errors": sum(1 for r in records if r[2] != 200),
+        "status_503": sum(1 for r in records if r[2] == 503),
+    }
+
+
+def wait_ready(port: int, proc: Proc, timeout: float = 600) -> None:
+    import http.client
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.popen is not None and proc.popen.poll() is None, proc.log.read_text()[-3000:]
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            connection.request("GET", "/api/sbert/search/?model=testapp.article&k=1&q=warm")
+            if connection.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise TimeoutError(f"{proc.name} not ready: {proc.log.read_text()[-3000:]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=15.0, help="length of each window")
+    parser.add_argument("--clients", type=int, nargs="+", default=[4, 16])
+    parser.add_argument("--orders", nargs="+", default=["unique", "zipf"])
+    parser.add_argument("--port", type=int, default=8775)
+    add_json_option(parser)
+    args = parser.parse_args()
+
+    print(cpu_line(), f"load average {load_average()}", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="sbert-throughput-"))
+    url = embedded_database_url()
+    socket_path = str(work / "query.sock")
+    base_env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "benchmarks.load_site.settings",
+        "PYTHONPATH": str(ROOT),
+        "DATABASE_URL": url,
+        "REPLICA_URL": url,  # searches read the one database
+        "CELERY_BROKER_URL": "redis://127.0.0.1:6379/11",
+        "SBERT_MODEL_DIR": str(work / "storage"),
+        "SBERT_MODEL_CACHE": str(work / "cache"),  # one host: one cache, one compiled graph
+        "SBERT_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    os.environ.update({**base_env, "SBERT_THREADS": "2", "OMP_NUM_THREADS": "2"})
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from django_sbert import indexing
+    from django_sbert.serving.query_server import server_stats
+
+    Article = article_model()
+    call_command("migrate", verbosity=0)
+    keep_vectors_inline("main")
+    docs, _, claims = scifact(5183, reserve=0)
+    if not Article.objects.exists():
+        started = time.perf_counter()
+        Article.objects.bulk_create(Article(title=t, body=b) for t, b in map(short, docs))
+        indexing.embed_stale(indexing.get_ref("testapp.Article", "embedding"))
+        print(f"{len(docs)} rows embedded in {time.perf_counter() - started:.0f} s", flush=True)
+    texts = query_texts(docs, claims)
+    print(f"{len(texts)} distinct query texts", flush=True)
+
+    config = ROOT / "benchmarks/load_site/gunicorn.conf.py"
+    gunicorn = [str(ROOT / ".venv/bin/gunicorn"), "-c", str(config)]
+    sites = {
+        "in-process": (args.port, {}),
+        "query server": (args.port + 1, {"SBERT_QUERY_SOCKET": socket_path}),
+    }
+    procs = {
+        "query-server": Proc(
+            "query-server",
+            [sys.executable, "-m", "django", "sbert_query_server", "--socket", socket_path],
+            {**base_env, "SBERT_THREADS": "2", "OMP_NUM_THREADS": "2"},
+            work / "query-server.log",
+        ),
+        **{
+            name: Proc(
+                name,
+                gunicorn,
+                {**base_env, "LOAD_BIND": f"127.0.0.1:{port}", **extra},
+                work / f"{name.replace(' ', '-')}.log",
+            )  # fmt: skip
+            for name, (port, extra) in sites.items()
+        },
+    }
+    results: dict[str, dict[str, list[dict]]] = {}
+    next_text = 0
+    try:
+        procs["query-server"].start()
+        deadline = time.monotonic() + 600
+        while "Query server ready" not in procs["query-server"].log.read_text():
+            assert time.monotonic() < deadline, procs["query-server"].log.read_text()[-3000:]
+            time.sleep(0.5)
+        for name, (port, _) in sites.items():
+            procs[name].start()
+            wait_ready(port, procs[name])
+        print(f"processes up; logs in {work}", flush=True)
+        for round_number in range(1, args.rounds + 1):
+            for order in args.orders:
+                for clients in args.clients:
+                    for name, (port, _) in sites.items():
+                        if name == "query server":
+                            server_stats(socket_path, clear=True)
+                        if order == "unique":  # each text once in the whole run
+                            run_texts = texts[next_text:] + texts[:next_text]
+                        else:
+                            run_texts = texts
+                        records = run_clients(port, clients, args.seconds, run_texts, order, work)
+                        if order == "unique":
+                            next_text = (next_text + len(records) + 64) % len(texts)
+                        figures = summarize(records, args.seconds)
+                        if name == "query server":
+                            stats = server_stats(socket_path)
+                            figures["cache_hit_rate"] = round(
+                                stats["cache_hits"] / max(stats["requests"], 1), 3
+                            )
+                            figures["mean_batch"] = round(
+                                stats["encoded"] / max(stats["batches"], 1), 2
+                            )
+                        key = f"{order}, {clients} clients"
+                        results.setdefault(key, {}).setdefault(name, []).append(figures)
+                        print(f"round {round_number} {key} {name}: {figures} "
+                              f"(load {load_average()})", flush=True)  # fmt: skip
+    finally:
+        for proc in procs.values():
+            if proc.popen is not None:
+                proc.stop()
+    medians = {
+        key: {
+            name: {field: statistics.median(run[field] for run in runs) for field in runs[0]}
+            for name, runs in by_site.items()
+        }
+        for key, by_site in results.items()
+    }
+    print("\nmedians over rounds:")
+    for key, by_site in medians.items():
+        for name, figures in by_site.items():
+            print(f"  {key:>22} | {name:>12} | {figures}")
+    print(f"load average at the end {load_average()}")
+    write_json(args.json, {"runs": results, "medians": medians, "texts": len(texts)})
+
+
+if __name__ == "__main__":
+    main()

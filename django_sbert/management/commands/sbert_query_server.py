@@ -1,0 +1,123 @@
+"""``manage.py sbert_query_server``: this host's query encoder, shared by its web processes.
+
+::
+
+    manage.py sbert_query_server                     # on SBERT["QUERY_SERVER"]["SOCKET"]
+    manage.py sbert_query_server --socket /run/sbert/query.sock --threads 2
+    manage.py sbert_query_server --stats             # the running server's counters, as JSON
+    manage.py sbert_query_server --stats --clear     # ... then empty its cache, zero them
+
+It loads and warms the serving version of every encoder an ``EmbeddingField`` uses (the
+single-query and the batch path), starts the version watcher (a promotion's version is loaded
+before the switch), then listens; "ready" is printed once it accepts connections. SIGTERM or
+Ctrl-C stops it; web processes then encode their searches themselves until it is back
+(``serving.query_client``). Run one per host, under the same settings as the web processes
+(docs/deployment.md, "One query encoder per host").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_sbert.conf import sbert_settings
+from django_sbert.serving import query_client
+from django_sbert.serving.cache import encode_queries
+from django_sbert.serving.query_server import QueryServer, server_stats
+from django_sbert.serving.warmup import warm
+from django_sbert.serving.web import served_encoders, start_watcher
+from django_sbert.serving.worker import set_torch_threads
+
+
+class Command(BaseCommand):
+    help = "Encode the search queries of this host's web processes in batches, with one cache."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--socket", help="Unix socket path (default: QUERY_SERVER SOCKET).")
+        parser.add_argument(
+            "--threads", type=int, help="torch threads (default: QUERY_SERVER THREADS, else all)"
+        )
+        parser.add_argument(
+            "--stats", action="store_true", help="Print the running server's counters and exit."
+        )
+        parser.add_argument(
+            "--clear",
+            action="store_true",
+            help="With --stats: then empty the running server's cache and zero its counters.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        config = sbert_settings.QUERY_SERVER
+        path = options["socket"] or config["SOCKET"]
+        if not path:
+            raise CommandError(
+                'No socket: set SBERT["QUERY_SERVER"]["SOCKET"] (the web processes read it '
+                "too) or pass --socket."
+            )
+        if options["clear"] and not options["stats"]:
+            raise CommandError("--clear goes with --stats.")
+        if options["stats"]:
+            try:
+                stats = server_stats(path, clear=options["clear"])
+                self.stdout.write(json.dumps(stats, indent=1))
+            except OSError as exc:
+                raise CommandError(f"No query server answers on {path}: {exc}") from exc
+            return
+        self._serve(str(path), options["threads"] or config["THREADS"], config)
+
+    def _serve(self, path: str, threads: int | None, config: dict[str, Any]) -> None:
+        import torch  # only where the server runs: --stats answers without loading it
+
+        query_client.disable()  # this process encodes: it never asks a server itself
+        threads = int(threads or os.cpu_count() or 1)
+        set_torch_threads(threads)
+        torch.set_num_threads(threads)
+        names = served_encoders()
+        states = warm(names, role="both")
+        failed = {name: state.error for name, state in states.items() if state.error}
+        if failed:
+            raise CommandError(f"Could not warm {failed}; nothing listens.")
+        start_watcher(names, role="both")
+        server = QueryServer(
+            path,
+            encode_queries,
+            max_batch=int(config["MAX_BATCH"]),
+            window_ms=float(config["WINDOW_MS"]),
+            max_queue=int(config["MAX_QUEUE"]),
+            cache_size=int(config["CACHE_SIZE"]),
+            retry_after=int(config["RETRY_AFTER"]),
+        )
+        paths = {name: state.path for name, state in states.items()}
+        try:
+            asyncio.run(self._run(server, names, threads, paths))
+        except OSError as exc:
+            raise CommandError(str(exc)) from exc
+
+    async def _run(
+        self, server: Any, names: list[str], threads: int, paths: dict[str, str]
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        ready = asyncio.Event()
+        task = asyncio.create_task(server.serve(ready))
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        waiting = asyncio.create_task(ready.wait())
+        await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        if ready.is_set():
+            self.stdout.write(
+                f"Query server ready on {server.path}: encoders {names} ({paths}), "
+                f"{threads} torch threads, batches of up to {server.max_batch}, window "
+                f"{server.window * 1000:g} ms, queue {server.max_queue}, cache "
+                f"{server.cache_size}.",
+            )
+            self.stdout.flush()
+        waiting.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            self.stdout.write("Query server stopped.")

@@ -1,0 +1,158 @@
+"""The host's query server: a real ``sbert_query_server`` subprocess over a Unix socket, the
+tiny encoder, the test database. Searches in this process send it their texts and get the
+vectors this process would have encoded; concurrent texts are encoded in batches; a second
+process's cache miss is the host's cache hit; a server that is away or restarts never fails a
+search."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from django_sbert.serving import (
+    clear_query_cache,
+    encode_texts,
+    query_client,
+    query_vector,
+    serving_record,
+)
+from django_sbert.serving.query_server import server_stats
+from tests.query_server_process import QueryServerProcess
+from tests.testapp.models import Article
+
+pytestmark = [pytest.mark.heavy, pytest.mark.django_db(transaction=True)]
+
+TEXTS = [
+    "central banks raise interest rates",
+    "the dog runs fast in the city",
+    "a man is playing the guitar",
+    "people vote for a new president",
+    "the court and the new law",
+    "money is cheap and the market is high",
+    "cats and dogs",
+    "tax and the government",
+]
+
+
+@pytest.fixture
+def server(tmp_path, settings):
+    started: list[QueryServerProcess] = []
+
+    def start(**config) -> QueryServerProcess:
+        process = QueryServerProcess(tmp_path, **config)
+        started.append(process)
+        settings.SBERT = {
+            **settings.SBERT,
+            "QUERY_SERVER": {"SOCKET": process.socket, "RETRY_SECONDS": 0, **config},
+        }
+        return process
+
+    serving_record("default")  # records the base version before the server reads it
+    yield start
+    query_client.close_connection()
+    query_client.forget_away()
+    for process in started:
+        process.stop()
+
+
+def here(texts: list[str]) -> np.ndarray:
+    """The vectors this process encodes itself, one text at a time as a web process would."""
+    return np.stack([encode_texts([text], role="query")[0] for text in texts])
+
+
+def test_a_search_text_is_encoded_by_the_server_as_this_process_would(server):
+    process = server()
+    vector, version = query_vector(TEXTS[0])
+    assert version == serving_record("default").version
+    assert process.stats()["encoded"] == 1
+    np.testing.assert_allclose(vector, here(TEXTS[:1])[0], atol=1e-5)
+    assert not vector.flags.writeable
+
+    query_vector(TEXTS[0])  # this process's own cache: the server is not asked
+    assert process.stats()["requests"] == 1
+    clear_query_cache()  # as another web process on the host would: the host's cache answers
+    again, _ = query_vector(TEXTS[0])
+    stats = process.stats()
+    assert (stats["requests"], stats["cache_hits"], stats["encoded"]) == (2, 1, 1)
+    np.testing.assert_array_equal(again, vector)
+
+
+def test_texts_that_arrive_together_are_encoded_in_one_batch(server):
+    process = server(WINDOW_MS=300, MAX_BATCH=16)
+    texts = TEXTS + TEXTS[:2]  # two texts asked twice while waiting: encoded once each
+    results: dict[int, np.ndarray] = {}
+    start = threading.Barrier(len(texts))
+
+    def search(index: int) -> None:
+        start.wait()
+        try:
+            results[index] = query_vector(texts[index])[0]
+        finally:
+            query_client.close_connection()
+            connection.close()  # the serving-version read opened one in this thread
+
+    threads = [threading.Thread(target=search, args=(i,)) for i in range(len(texts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    stats = process.stats()
+    assert stats["requests"] == len(texts)
+    assert stats["encoded"] == len(TEXTS)  # each distinct text once
+    assert stats["batches"] < len(TEXTS), stats  # not one forward pass per text
+    assert max(int(size) for size in stats["batch_sizes"]) > 1, stats
+    expected = here(texts)
+    for index in range(len(texts)):
+        np.testing.assert_allclose(results[index], expected[index], atol=1e-5)
+
+
+def test_searches_go_on_when_the_server_is_away_and_use_it_again_when_it_is_back(
+    server, embed, caplog
+):
+    embed(Article.objects.create(title="interest rates", body="central banks raise rates"))
+    process = server()
+    assert Article.objects.similar_to(TEXTS[0])[:1].count() == 1
+    assert process.stats()["encoded"] == 1
+    process.stop()  # this thread's connection to it is now broken
+
+    vector, _ = query_vector(TEXTS[1])  # encoded here, no error
+    np.testing.assert_allclose(vector, here(TEXTS[1:2])[0], atol=1e-5)
+    assert "query server" in caplog.text and "is away" in caplog.text
+
+    back = server()  # the same socket path; RETRY_SECONDS 0: asked again at once
+    query_vector(TEXTS[2])
+    assert back.stats()["encoded"] == 1
+
+
+def test_a_server_with_no_socket_at_all_changes_nothing(settings, tmp_path):
+    settings.SBERT = {
+        **settings.SBERT,
+        "QUERY_SERVER": {"SOCKET": str(tmp_path / "nobody.sock"), "RETRY_SECONDS": 60},
+    }
+    try:
+        vector, _ = query_vector(TEXTS[3])
+        np.testing.assert_allclose(vector, here(TEXTS[3:4])[0], atol=1e-5)
+    finally:
+        query_client.forget_away()
+
+
+def test_a_version_the_server_does_not_have_is_encoded_here(server, caplog):
+    process = server()
+    current = serving_record("default")
+    other = type(current)(current.encoder, "all-MiniLM-L6-v2:not-this-host", None)
+    assert query_client.remote_query_vector(TEXTS[4], other) is None
+    assert process.stats()["errors"] == 1
+    assert "must share their SBERT settings" in caplog.text
+
+
+def test_the_command_says_what_is_missing(tmp_path):
+    with pytest.raises(CommandError, match="No socket"):
+        call_command("sbert_query_server", "--stats")
+    with pytest.raises(CommandError, match="No query server answers"):
+        call_command("sbert_query_server", "--stats", "--socket", str(tmp_path / "none.sock"))
+    with pytest.raises(OSError):
+        server_stats(tmp_path / "none.sock")
