@@ -9,8 +9,9 @@ holding the 5,183 SciFact abstracts (title and first 300 characters, as ``benchm
 vectors kept in the row), and two gunicorn sites of the load test's configuration
 (``benchmarks/load_site``: 2 sync processes, the ``django_sbert.contrib.gunicorn`` hooks,
 ``CONN_MAX_AGE`` 600, one torch thread each): *in-process* encodes each search's text in the
-web process that serves it (the default), *query server* sends it to one
-``sbert_query_server`` (every CPU, the default settings: batches of up to 16, a 1 ms window).
+web process that serves it (the default, sync workers), *query server* sends it to one
+``sbert_query_server`` (every CPU, the default settings: batches of up to 16, a 1 ms window)
+from gthread workers of ``--web-threads`` threads (8), so that searches wait on it together.
 Only one site is sent searches at a time; the other sits idle.
 
 Clients: ``benchmarks.load_client`` (a process of its own, asyncio) sends REST text searches
@@ -35,7 +36,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+import psutil
 
 from benchmarks.common import ROOT, add_json_option, cpu_line, load_average, percentile, write_json
 from benchmarks.django_setup import article_model, embedded_database_url
@@ -55,8 +59,13 @@ def query_texts(docs: list[dict], claims: list[str]) -> list[str]:
     return [text for text in seen if 3 <= len(text.split()) <= 40]
 
 
+Groups = dict[str, Callable[[], list[int]]]
+
+
 def run_clients(port: int, clients: int, seconds: float, texts: list[str], order: str,
-                work: Path) -> list[list]:  # fmt: skip
+                work: Path, groups: Groups) -> tuple[list[list], dict]:  # fmt: skip
+    """The clients' records of one window, and the CPU seconds each group of processes used
+    during it (``groups``: name -> the pids to count)."""
     queries, pks, out = work / "queries.json", work / "pks.json", work / "searches.json"
     queries.write_text(json.dumps(texts))
     pks.write_text("[]")
@@ -65,10 +74,40 @@ def run_clients(port: int, clients: int, seconds: float, texts: list[str], order
         "--clients", str(clients), "--queries", str(queries), "--pks", str(pks),
         "--out", str(out), "--mix", "text", "--order", order,
     ], cwd=ROOT)  # fmt: skip
+    counted = {**groups, "client": lambda: [client.pid]}
+    before = {name: cpu_seconds(pids()) for name, pids in counted.items()}
     time.sleep(seconds)
+    used = {name: cpu_seconds(pids()) - before[name] for name, pids in counted.items()}
     client.send_signal(signal.SIGTERM)
     client.wait(timeout=120)
-    return json.loads(out.read_text())
+    return json.loads(out.read_text()), used
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes so far (those gone count nothing)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def tree(pid: int | None) -> list[int]:
+    """``pid`` and its descendants."""
+    if pid is None:
+        return []
+    try:
+        process = psutil.Process(pid)
+        return [pid, *(child.pid for child in process.children(recursive=True))]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def postgres_pids() -> list[int]:
+    return [p.pid for p in psutil.process_iter(["username"]) if p.info["username"] == "pgserver"]
 
 
 def summarize(records: list[list], seconds: float) -> dict:
@@ -106,6 +145,15 @@ def main() -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[4, 16])
     parser.add_argument("--orders", nargs="+", default=["unique", "zipf"])
     parser.add_argument("--port", type=int, default=8775)
+    parser.add_argument(
+        "--web-threads",
+        type=int,
+        default=8,
+        help="threads of each web process of the query-server site (gthread workers)",
+    )
+    parser.add_argument(
+        "--server-threads", type=int, help="torch threads of the query server (default: all)"
+    )
     add_json_option(parser)
     args = parser.parse_args()
 
@@ -150,12 +198,24 @@ def main() -> None:
     gunicorn = [str(ROOT / ".venv/bin/gunicorn"), "-c", str(config)]
     sites = {
         "in-process": (args.port, {}),
-        "query server": (args.port + 1, {"SBERT_QUERY_SOCKET": socket_path}),
+        "query server": (
+            args.port + 1,
+            {"SBERT_QUERY_SOCKET": socket_path, "LOAD_WEB_THREADS": str(args.web_threads)},
+        ),
     }
+    threads = ["--threads", str(args.server_threads)] if args.server_threads else []
     procs = {
         "query-server": Proc(
             "query-server",
-            [sys.executable, "-m", "django", "sbert_query_server", "--socket", socket_path],
+            [
+                sys.executable,
+                "-m",
+                "django",
+                "sbert_query_server",
+                "--socket",
+                socket_path,
+                *threads,
+            ],
             {**base_env, "SBERT_THREADS": "2", "OMP_NUM_THREADS": "2"},
             work / "query-server.log",
         ),
@@ -164,7 +224,7 @@ def main() -> None:
                 name,
                 gunicorn,
                 {**base_env, "LOAD_BIND": f"127.0.0.1:{port}", **extra},
-                work / f"{name.replace(' ', '-')}.log",
+                work / f"web-{name.replace(' ', '-')}.log",
             )  # fmt: skip
             for name, (port, extra) in sites.items()
         },
@@ -191,10 +251,21 @@ def main() -> None:
                             run_texts = texts[next_text:] + texts[:next_text]
                         else:
                             run_texts = texts
-                        records = run_clients(port, clients, args.seconds, run_texts, order, work)
+                        groups = {
+                            "web": lambda name=name: tree(procs[name].popen.pid),
+                            "query server": lambda: tree(procs["query-server"].popen.pid),
+                            "postgres": postgres_pids,
+                        }
+                        records, used = run_clients(
+                            port, clients, args.seconds, run_texts, order, work, groups
+                        )
                         if order == "unique":
                             next_text = (next_text + len(records) + 64) % len(texts)
                         figures = summarize(records, args.seconds)
+                        for group, seconds in used.items():  # CPU ms per search
+                            figures[f"cpu_ms_{group.replace(' ', '_')}"] = round(
+                                1000 * seconds / max(len(records), 1), 2
+                            )
                         if name == "query server":
                             stats = server_stats(socket_path)
                             figures["cache_hit_rate"] = round(

@@ -966,6 +966,7 @@ class SbertSettings:
             delattr(self, attr)
         self._cached.clear()
         self._user = None
+        _encoder_configs.clear()
 
 
 sbert_settings = SbertSettings()
@@ -1006,8 +1007,19 @@ def deprecated_settings() -> list[str]:
     return normalized(user)[1] if isinstance(user, dict) else []
 
 
+# encoder_config's answers, checked once per settings (a search reads them several times).
+_encoder_configs: dict[str, dict[str, Any]] = {}
+
+
 def encoder_config(name: str = "default") -> dict[str, Any]:
     """Settings of the encoder called ``name``, with missing keys taken from ENCODER_DEFAULTS."""
+    cached = _encoder_configs.get(name)
+    if cached is None:
+        cached = _encoder_configs[name] = _checked_encoder_config(name)
+    return dict(cached)  # the caller's own copy
+
+
+def _checked_encoder_config(name: str) -> dict[str, Any]:
     encoders = sbert_settings.ENCODERS or {}
     if name not in encoders:
         known = ", ".join(repr(n) for n in sorted(encoders)) or "none"
