@@ -25,7 +25,13 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ..feedback import EventRefused, log_search, logging_on, record_event
+from ..feedback import (
+    EventRefused,
+    log_search,
+    logging_on,
+    record_event,
+    write_after_response,
+)
 from ..fields import EmbeddingField
 from ..query import SearchTimeout, SemanticQuerySet, suggest
 from ..serving import encode_texts
@@ -211,7 +217,7 @@ class SemanticResultsView(ServiceErrorsMixin, GenericAPIView):
         else:
             response = self.get_paginated_response(serializer.data)
         response.data.update(extra)
-        return response
+        return write_after_response(self.request, response)
 
     def log_shown(self, rows: list[Any], queryset: SemanticQuerySet) -> dict[str, Any]:
         """Log the rows shown when the view logs its searches; what the response gains."""
@@ -323,6 +329,7 @@ class SearchView(SemanticResultsView):
             encoder=embedding.encoder,
             latency_ms=(perf_counter() - self._started) * 1000,
             using=queryset.db,
+            defer=True,  # written once the response is sent (results_response)
         )
         return {"search_id": None if entry is None else str(entry.pk)}
 

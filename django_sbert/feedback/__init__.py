@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from .clients import client_key, client_key_for_session, client_key_for_user
 from .events import EventRefused, allowed_kinds, record_event
-from .log import log_search, logging_on, normalize_query
+from .log import log_search, logging_on, normalize_query, write_after_response
 from .retention import forget_client, forget_session, forget_user, purge_expired
 from .tokens import InvalidToken, make_token, read_token
 
@@ -43,4 +43,5 @@ __all__ = [
     "purge_expired",
     "read_token",
     "record_event",
+    "write_after_response",
 ]

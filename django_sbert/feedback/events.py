@@ -10,6 +10,7 @@ forgotten together.
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any
 
 from django.db import connections, router
@@ -18,11 +19,15 @@ from django.utils import timezone
 from ..conf import sbert_settings
 from ..models import SearchEvent, SearchLog
 from .clients import is_bot, over_rate
-from .tokens import InvalidToken, read_token
+from .tokens import InvalidToken, issued_within, read_token
 from .writes import write
 
 CLICK = "click"
 MAX_DWELL_MS = 24 * 3600 * 1000  # a day: longer is a tab left open, not reading
+# A token this fresh whose search is not in the log yet: its row is being written after the
+# response (log.write_after_response); look again after these pauses (0.37 s in all).
+FRESH_SECONDS = 5
+RETRY_PAUSES = (0.02, 0.05, 0.1, 0.2)
 
 
 class EventRefused(Exception):
@@ -67,12 +72,16 @@ def record_event(request: Any, token: str, kind: str = CLICK, dwell_ms: int | No
     if is_bot(request):
         return False
     database = router.db_for_write(SearchEvent)
-    found = write(
-        database,
-        _event_sql(database),
-        [target.search_id, target.object_pk, target.position, kind, dwell_ms, timezone.now()],
-        fetch=True,
-    )
+    params = [target.search_id, target.object_pk, target.position, kind, dwell_ms, timezone.now()]
+    found = write(database, _event_sql(database), params, fetch=True)
+    if (not found or not found[0]) and issued_within(token, FRESH_SECONDS):
+        # The search is written once its response has been sent (log.write_after_response):
+        # a click on a result that fast waits a moment for it.
+        for pause in RETRY_PAUSES:
+            time.sleep(pause)
+            found = write(database, _event_sql(database), params, fetch=True)
+            if found and found[0]:
+                break
     if not found or not found[0]:  # purged or forgotten since the search
         raise EventRefused(
             "The search of this token is no longer in the log; nothing was stored.", status=410

@@ -6,6 +6,12 @@ Called by the REST API's ``search/``, by ``SearchView`` and by a site's own view
 its click token. A search is left out when sampled out (``SAMPLE_RATE``), from a crawler
 (``BOT_USER_AGENTS``) or past its client's ``CLIENT_RATE``; the search itself is served either
 way, and a database error while logging is reported in the log, never to the visitor.
+
+The REST API's ``search/`` and ``SearchView`` write the row after the response has gone to
+the visitor (``defer=True``, then ``write_after_response``): the server calls the response's
+``close()`` once the body is sent, and the INSERT runs there, so the search's answer never
+waits for it. A click that arrives before that INSERT (within a millisecond or so) is held
+briefly by the event endpoint until the search is in the log (``events.record_event``).
 """
 
 from __future__ import annotations
@@ -110,6 +116,7 @@ def log_search(
     version: str | None = None,
     latency_ms: float | None = None,
     using: str | None = None,
+    defer: bool = False,
 ) -> SearchLog | None:
     """Log a search whose first page is ``results`` (model instances or ``values()`` dicts,
     best first) and give each a click token (``hit.sbert_click_token``); the ``SearchLog``,
@@ -119,7 +126,9 @@ def log_search(
     "app_label.ModelName"; default the results'). ``filters``: what the search was filtered
     by (stored as a digest). ``version``: the encoder version that served (default the one
     serving ``encoder`` now on ``using``; none for keyword searches). ``latency_ms``: how
-    long the search took.
+    long the search took. ``defer=True`` keeps the INSERT on ``request`` until
+    ``write_after_response(request, response)`` runs it once the response is sent; the
+    results get their tokens now either way.
     """
     if not sbert_settings.FEEDBACK["LOG"]:
         return None  # off: nothing read, nothing written
@@ -150,7 +159,9 @@ def log_search(
         client=client_key(request, search_id),
         latency_ms=None if latency_ms is None else round(float(latency_ms), 3),
     )
-    if not _insert(entry):
+    if defer:
+        request.__dict__.setdefault(_DEFERRED, []).append(entry)
+    elif not _insert(entry):
         return None
     entry.click_tokens = [  # type: ignore[attr-defined]
         make_token(search_id, pk, position) for pk, position, _ in shown
@@ -161,6 +172,33 @@ def log_search(
         else:
             setattr(hit, TOKEN_ATTRIBUTE, token)
     return entry
+
+
+_DEFERRED = "_sbert_deferred_logs"  # on the request: the entries log_search(defer=True) kept
+
+
+def write_after_response(request: Any, response: Any) -> Any:
+    """Write the searches ``log_search(request, ..., defer=True)`` kept once ``response`` is
+    sent: its ``close()``, which the WSGI or ASGI server calls after the body, inserts them
+    first. Entries kept when there is no response to close (an error) are written now."""
+    entries = request.__dict__.pop(_DEFERRED, None)
+    if not entries:
+        return response
+    if response is None or not hasattr(response, "close"):
+        for entry in entries:
+            _insert(entry)
+        return response
+    close = response.close
+
+    def insert_then_close() -> None:
+        try:
+            for entry in entries:
+                _insert(entry)
+        finally:
+            close()  # Django's own close: request_finished, then old connections closed
+
+    response.close = insert_then_close
+    return response
 
 
 def _insert(entry: SearchLog) -> bool:

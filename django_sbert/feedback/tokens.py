@@ -69,3 +69,12 @@ def read_token(token: str) -> ClickTarget:
         return ClickTarget(uuid.UUID(hex=search), str(pk), int(position))
     except (TypeError, ValueError):  # signed by this site, but not a click token's shape
         raise InvalidToken("This is not a click token.") from None
+
+
+def issued_within(token: str, seconds: float) -> bool:
+    """Whether ``token`` (a valid one) was signed less than ``seconds`` ago."""
+    try:
+        _signer().unsign(str(token), max_age=seconds)
+    except signing.BadSignature:  # SignatureExpired included
+        return False
+    return True

@@ -62,7 +62,7 @@ from django.utils.translation import gettext as _
 from django.views.generic import ListView
 
 from ..exceptions import ServiceUnavailable
-from ..feedback import log_search, logging_on
+from ..feedback import log_search, logging_on, write_after_response
 from ..fields import EmbeddingField, embedding_fields
 from ..forms import MODES, SearchForm
 from ..query import SemanticQuerySet, as_semantic
@@ -159,7 +159,8 @@ class SearchView(ListView):
         context = self.get_context_data()
         self.highlight(context["page_obj"])
         self.log_page(context)
-        return self.render_to_response(context, status=503 if self.unavailable else 200)
+        response = self.render_to_response(context, status=503 if self.unavailable else 200)
+        return write_after_response(request, response)  # the log's INSERT, once it is sent
 
     def prepare(self) -> HttpResponse | None:
         """Everything before the search (it may read the database: a filter's choices, a row
@@ -284,6 +285,7 @@ class SearchView(ListView):
             version=self.served_version,
             latency_ms=self.timing.total_ms if self.timing else None,
             using=self.search_source.db,
+            defer=True,
         )
         context["search_log"] = self.search_log
 
@@ -423,7 +425,8 @@ class AsyncSearchView(SearchView):
             except ServiceUnavailable as exc:
                 self.not_now(exc)
         context = await sync_to_async(self._context_and_highlight)()
-        return self.render_to_response(context, status=503 if self.unavailable else 200)
+        response = self.render_to_response(context, status=503 if self.unavailable else 200)
+        return write_after_response(request, response)  # the log's INSERT, once it is sent
 
     async def afetch(self, queryset: SemanticQuerySet) -> tuple[list[models.Model], SearchTiming]:
         """``fetch()`` for the event loop."""

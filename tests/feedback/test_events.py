@@ -187,3 +187,35 @@ def test_outside_a_transaction_an_event_is_one_statement_and_kept_once(client, a
     SearchLog.objects.all().delete()
     assert post(client, EVENTS, token=hits[0].sbert_click_token).status_code == 410
     assert not SearchEvent.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_click_faster_than_its_searchs_write_waits_for_it(articles, log_on, rf):
+    """The search's row is written after its response is sent; a click that arrives before it
+    is held a moment, then stored, not refused as gone."""
+    import threading
+
+    from django.db import connection
+
+    from django_sbert.feedback import log_search, record_event, write_after_response
+    from tests.testapp.models import Article
+
+    request = rf.get("/mine/")
+    hits = list(Article.objects.similar_to("guitar music")[:2])
+    log_search(request, hits, query="guitar music", defer=True)
+    token = hits[0].sbert_click_token
+
+    def send_later() -> None:
+        time.sleep(0.06)
+        try:
+            write_after_response(request, None)
+        finally:
+            connection.close()
+
+    writer = threading.Thread(target=send_later)
+    writer.start()
+    try:
+        assert record_event(rf.post("/sbert/click/"), token) is True
+    finally:
+        writer.join()
+    assert SearchEvent.objects.get().object_pk == str(hits[0].pk)

@@ -203,3 +203,52 @@ def test_outside_a_transaction_the_log_commits_without_waiting_for_the_disk_alon
         cursor.execute("SHOW synchronous_commit")
         assert cursor.fetchone()[0] == "on"
     assert SearchLog.objects.get().pk == entry.pk
+
+
+@pytest.mark.parametrize("path", ["/api/sbert/search/", "/shallow/"])
+def test_the_search_is_written_once_its_response_is_sent_not_before(
+    articles, registered, log_on, path
+):
+    """The REST API and SearchView write their log row in the response's close(), which the
+    server calls after sending the body; the answer already carries the search's id."""
+    from django.core.handlers.wsgi import WSGIHandler
+    from django.core.signals import request_finished, request_started
+    from django.db import close_old_connections
+    from django.test.client import RequestFactory as Factory
+
+    registered()
+    plant(articles[2], "tax and the government")
+    params = {"model": "testapp.article", "q": "tax and the government", "mode": "vector"}
+    environ = Factory().get(path, params).environ
+    sent: dict = {}
+    # As Django's test client does: the test's transaction keeps its connection open.
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    try:
+        response = WSGIHandler()(environ, lambda status, headers: sent.update(status=status))
+        body = b"".join(response)  # what the server sends, before it calls close()
+        assert sent["status"].startswith("200") and body
+        assert not SearchLog.objects.exists()
+        response.close()
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
+    entry = SearchLog.objects.get()
+    if path.startswith("/api/"):
+        import json
+
+        assert json.loads(body)["search_id"] == str(entry.pk)
+    assert entry.results[0][0] == str(articles[2].pk)
+
+
+def test_log_search_deferred_without_a_response_to_close_writes_at_once(
+    articles, log_on, rf: RequestFactory
+):
+    from django_sbert.feedback import write_after_response
+
+    request = rf.get("/mine/")
+    hits = list(Article.objects.similar_to("court and law")[:3])
+    entry = log_search(request, hits, query="court and law", defer=True)
+    assert entry is not None and not SearchLog.objects.exists()
+    write_after_response(request, None)
+    assert SearchLog.objects.get().pk == entry.pk
