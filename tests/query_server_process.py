@@ -7,18 +7,19 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from tests.worker_process import ROOT, test_database_url
+from tests.worker_process import ROOT, LoggedProcess, test_database_url
 
 READY = "Query server ready on"
 
 
-class QueryServerProcess:
+class QueryServerProcess(LoggedProcess):
     """The server listening on ``socket``; ready when constructed. ``config`` is merged into
     its ``SBERT["QUERY_SERVER"]`` (``tests/query_server_settings.py`` reads it)."""
+
+    name = "query server"
 
     def __init__(self, directory: Path, **config: Any) -> None:
         self.socket = str(directory / "query.sock")
@@ -38,30 +39,9 @@ class QueryServerProcess:
         self.process = subprocess.Popen(
             command, cwd=ROOT, env=environment, stdout=self.log, stderr=subprocess.STDOUT
         )
-        deadline = time.monotonic() + 180  # generous: another test process may share the CPU
-        while READY not in self.output():
-            if self.process.poll() is not None:
-                raise RuntimeError(f"query server exited:\n{self.output()[-3000:]}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"query server never got ready:\n{self.output()[-3000:]}")
-            time.sleep(0.1)
-
-    def output(self) -> str:
-        with self.log_path.open("rb") as log:
-            log.seek(self.start)
-            return log.read().decode(errors="replace")
+        self.wait_for(READY, timeout=180)  # generous: another test process may share the CPU
 
     def stats(self) -> dict[str, Any]:
         from django_sbert.serving.query_server import server_stats
 
         return server_stats(self.socket)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=30)
-        self.log.close()

@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psutil
@@ -34,7 +35,45 @@ def test_database_url() -> str:
 test_database_url.__test__ = False  # a helper, not a test
 
 
-class Worker:
+class LoggedProcess:
+    """A subprocess whose output goes to ``log_path``, read from byte ``start`` on (a process
+    started before in the same file wrote above it)."""
+
+    name = "process"
+    process: subprocess.Popen
+    log_path: Path
+    log: Any
+    start = 0
+
+    def output(self) -> str:
+        with self.log_path.open("rb") as log:
+            log.seek(self.start)
+            return log.read().decode(errors="replace")
+
+    def wait_for(self, text: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.output():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited:\n{self.output()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name} never logged {text!r}:\n{self.output()[-3000:]}")
+            time.sleep(0.1)
+
+    def kill_all(self) -> None:
+        self.process.kill()
+        self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill_all()
+        self.log.close()
+
+
+class Worker(LoggedProcess):
     """One worker subprocess on ``queue``, logging to ``log_path``; ready when constructed.
 
     ``settings_module`` and ``env`` reach the worker's environment (a settings module made
@@ -69,17 +108,7 @@ class Worker:
         )
         self.wait_for("ready.", timeout=180)  # generous: another test process may share the CPU
 
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_for(self, text: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in self.output():
-            if self.process.poll() is not None:
-                raise RuntimeError(f"worker exited:\n{self.output()[-3000:]}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"worker never logged {text!r}:\n{self.output()[-3000:]}")
-            time.sleep(0.1)
+    name = "worker"
 
     def child_pids(self) -> list[int]:
         return [p.pid for p in psutil.Process(self.process.pid).children(recursive=True)]
@@ -90,12 +119,3 @@ class Worker:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill_all()
-        self.log.close()

@@ -34,7 +34,7 @@ from django_sbert.finetuning import promotion
 from django_sbert.models import EncoderVersion, VersionStatus
 from django_sbert.serving.warmup import forget_warm_state, warm
 from tests.testapp.models import Article
-from tests.worker_process import test_database_url
+from tests.worker_process import LoggedProcess, test_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 TITLES = ["central bank raises rates", "football team wins", "storm closes schools"]
@@ -100,8 +100,10 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-class Gunicorn:
+class Gunicorn(LoggedProcess):
     """``gunicorn -c tests/web_app/gunicorn.conf.py`` on a free port: one web host."""
+
+    name = "gunicorn"
 
     def __init__(self, log: Path, env: dict[str, str]) -> None:
         self.port = free_port()
@@ -117,9 +119,6 @@ class Gunicorn:
         self.process = subprocess.Popen(
             command, cwd=ROOT, env=environment, stdout=self.log, stderr=subprocess.STDOUT
         )
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
 
     def wait_for_log(self, text: str, count: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -139,16 +138,6 @@ class Gunicorn:
                 return response.status, json.loads(response.read())
         except HTTPError as error:
             return error.code, json.loads(error.read())
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.log.close()
 
 
 @pytest.fixture
