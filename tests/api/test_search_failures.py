@@ -145,7 +145,7 @@ def test_a_search_refused_by_a_full_query_server_answers_503_with_its_retry_afte
     from django_sbert.serving import query_client, query_vector
     from tests.query_server_process import QueryServerProcess
 
-    config = {"MAX_QUEUE": 1, "WINDOW_MS": 3000, "RETRY_AFTER": 2}
+    config = {"MAX_QUEUE": 1, "WINDOW_MS": 3000, "RETRY_AFTER": 2, "TIMEOUT": 30}
     server = QueryServerProcess(tmp_path, **config)
     settings.SBERT = {**settings.SBERT, "QUERY_SERVER": {"SOCKET": server.socket, **config}}
     registered()
