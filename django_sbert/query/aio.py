@@ -38,6 +38,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
+from typing import Any
 
 import numpy as np
 from asgiref.sync import sync_to_async
@@ -132,28 +133,48 @@ def encodes_in_flight() -> int:
     return _in_flight
 
 
-def start_text_vector(
-    text: str, encoder: str, using: str | None = None
-) -> tuple[str, Callable[[], np.ndarray]]:
-    """``(version, wait)``: the version serving ``encoder`` on database ``using``, and a call
-    that returns ``text``'s vector of that version. The encoding starts now, in the pool,
-    so that the caller can query the database meanwhile (``hybrid_search()`` ranks its
-    keyword side); a cached text, an ``EncodedText``, or a pool already busy encode nothing
-    ahead (``wait()`` then encodes here, as ``text_vector()`` does)."""
+class PendingVector:
+    """A query text's vector of one serving version, to be encoded in the pool once
+    ``start()`` is called, so that the caller can query the database meanwhile
+    (``hybrid_search()`` ranks its keyword side). ``result()`` returns it: the pool's
+    answer, or, when never started or no pool thread was free, encoded here."""
+
+    def __init__(self, text: str, current: Any, ready: np.ndarray | None = None) -> None:
+        self.version: str = current.version if current is not None else ""
+        self._text, self._current, self._ready = text, current, ready
+        self._future: Future[np.ndarray] | None = None
+
+    def start(self) -> None:
+        """Start encoding in the pool (once; nothing when ready or no thread is free)."""
+        if self._ready is not None or self._future is not None:
+            return
+        with _pool_lock:
+            if _in_flight >= ENCODE_THREADS:
+                return  # no thread free: encoding in result() is as quick
+        self._future = _submit(partial(encode_query_for, self._text, self._current))
+
+    def result(self) -> np.ndarray:
+        if self._ready is None:
+            if self._future is not None:
+                self._ready = self._future.result()
+            else:
+                self._ready = encode_query_for(self._text, self._current)
+        return self._ready
+
+
+def pending_text_vector(text: str, encoder: str, using: str | None = None) -> PendingVector:
+    """``text``'s vector of the version serving ``encoder`` on database ``using``, not yet
+    encoded: ``start()`` it just before the caller's database work, so that the encoding
+    thread does not wait on the caller's Python for the GIL (and the other way round). A
+    cached text or an ``EncodedText`` are ready at once."""
     if isinstance(text, EncodedText) and text.encoder == encoder:
-        return text.version, lambda: text.vector
+        pending = PendingVector(str(text), None, text.vector)
+        pending.version = text.version
+        return pending
     _refuse_in_event_loop()
     text = str(text)
     current = serving_record(encoder, using=using)
-    cached = peek_query_cache(text, current)
-    if cached is not None:
-        return current.version, lambda: cached
-    with _pool_lock:
-        busy = _in_flight >= ENCODE_THREADS  # no thread free: encoding here is as quick
-    if busy:
-        return current.version, partial(encode_query_for, text, current)
-    future = _submit(partial(encode_query_for, text, current))
-    return current.version, future.result
+    return PendingVector(text, current, peek_query_cache(text, current))
 
 
 def _refuse_in_event_loop() -> None:

@@ -61,6 +61,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.exceptions import EmptyResultSet, FullResultSet
 from django.db.models import (
     BooleanField,
     Expression,
@@ -68,8 +69,9 @@ from django.db.models import (
     FloatField,
     IntegerField,
     QuerySet,
-    Value,
+    TextField,
 )
+from django.db.models.expressions import RawSQL
 from django.db.models.sql.constants import INNER
 from django.db.models.sql.query import Query
 from django.db.models.sql.where import AND, WhereNode
@@ -151,18 +153,19 @@ class Fusion:
 
 @dataclass(frozen=True, eq=False)  # compared by identity: it stands for one statement's result
 class KeywordRows:
-    """The keyword side's ``(pk, score)`` list, ranked by ``sql`` with ``params`` on database
-    ``using`` before the fused statement ran (``SemanticQuerySet.hybrid_search``)."""
+    """The keyword side's ``(pk, score)`` list, ranked on database ``using`` before the fused
+    statement ran (``SemanticQuerySet.hybrid_search``), for candidates filtered by ``where``
+    (``where_key()`` of the queryset then)."""
 
     using: str
-    sql: str
-    params: tuple[Any, ...]
+    where: tuple[Any, ...]
     pks: tuple[Any, ...]
     scores: tuple[float, ...]
 
-    def answers(self, using: str, sql: str, params: tuple[Any, ...]) -> bool:
-        """Whether this list is what ``sql`` with ``params`` returns on ``using``."""
-        return self.using == using and self.sql == sql and tuple(self.params) == tuple(params)
+    def answers(self, using: str, where: tuple[Any, ...]) -> bool:
+        """Whether this list is the keyword side of candidates filtered by ``where`` on
+        ``using``: the fusion's words and settings are this list's own."""
+        return self.using == using and self.where == where
 
     def as_sql(self, pk_type: str) -> tuple[str, tuple[Any, ...]]:
         """The list as a derived table of (pk, score), in rank order."""
@@ -276,15 +279,16 @@ class FusedJoin(DerivedTableJoin):
     def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
         base = self._candidates(compiler.query)
         vector_sql, vector_params = self._vector_side(base, connection)
-        keyword_sql, keyword_params = self._keyword_side(base, connection)
         ahead = self.fusion.keyword_rows
         if (
             ahead is not None
             and not getattr(compiler.query, KEYWORDS_INSIDE, False)
-            and ahead.answers(connection.alias, keyword_sql, keyword_params)
+            and ahead.answers(connection.alias, where_key(base, connection))
         ):
             pk_type = base.model._meta.pk.rel_db_type(connection)
             keyword_sql, keyword_params = ahead.as_sql(pk_type)
+        else:  # filters chained since: rank the keyword side here
+            keyword_sql, keyword_params = self._keyword_side(base, connection)
         qn = alias_quoter(compiler)
         f = self.fusion
         if f.fusion == "linear":
@@ -319,17 +323,22 @@ class FusedJoin(DerivedTableJoin):
         base.query.alias_refcount[alias] = 0
         return base
 
-    def keyword_rows_ahead(self, query: Query, connection: Any) -> KeywordRows:
+    def keyword_rows_ahead(
+        self, query: Query, connection: Any, before: Callable[[], None] | None = None
+    ) -> KeywordRows:
         """Run the keyword side of ``query`` (the queryset this join is added to) now, on
-        ``connection``, for the fused statement to read later (``KeywordRows``)."""
-        sql, params = self._keyword_side(self._candidates(query), connection)
+        ``connection``, for the fused statement to read later (``KeywordRows``); ``before``
+        is called between compiling the statement and running it."""
+        base = self._candidates(query)
+        sql, params = self._keyword_side(base, connection)
+        if before is not None:
+            before()
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
         return KeywordRows(
             connection.alias,
-            sql,
-            tuple(params),
+            where_key(base, connection),
             tuple(pk for pk, _ in rows),
             tuple(float(score) for _, score in rows),
         )
@@ -377,6 +386,19 @@ class FusedJoin(DerivedTableJoin):
         return candidates.query.get_compiler(connection=connection).as_sql()
 
 
+def where_key(queryset: QuerySet, connection: Any) -> tuple[Any, ...]:
+    """``queryset``'s WHERE clause compiled, ``(sql, params)``: what tells two candidate lists
+    apart (the rest of the keyword side comes from the fusion)."""
+    query = queryset.query
+    try:
+        sql, params = query.get_compiler(connection=connection).compile(query.where)
+    except FullResultSet:
+        return ("", ())
+    except EmptyResultSet:
+        return (None, ())
+    return (sql, tuple(params))
+
+
 def candidate_queryset(outer: Query, leave_out: Callable[[Any], bool]) -> QuerySet:
     """The rows ``outer`` filters, without the conditions for which ``leave_out`` is true.
 
@@ -421,7 +443,7 @@ def _without(where: WhereNode, leave_out: Callable[[Any], bool]) -> WhereNode:
     return WhereNode([child for child in where.children if not _refers_to(child, leave_out)], AND)
 
 
-_WORD = "'sbert:word'"  # the placeholder lexeme CappedMatch compiles a word's scan with
+_WORDS = "sbert_word"  # CappedMatch's list of (lexeme, idf), which each word's scan reads
 
 
 class CappedMatch(Expression):
@@ -439,10 +461,13 @@ class CappedMatch(Expression):
     only the ``keep`` best by the sum of the idf of the words they hold are kept: the exact
     score, which reads a row's whole tsvector, is computed for those alone::
 
-        pk = ANY(ARRAY(SELECT pk FROM (
-                 SELECT pk, :idf_1 FROM <table> WHERE <filters> AND tsv @@ 'word_1' LIMIT n
-                 UNION ALL ...) AS s (pk, idf)
-             GROUP BY pk ORDER BY sum(idf) DESC, pk LIMIT :keep))
+        pk = ANY(ARRAY(SELECT c.pk FROM unnest(:lexemes, :idfs) AS w (lexeme, idf)
+             CROSS JOIN LATERAL (SELECT pk FROM <table>
+                                 WHERE <filters> AND tsv @@ w.lexeme::tsquery LIMIT n) AS c
+             GROUP BY c.pk ORDER BY sum(w.idf) DESC, c.pk LIMIT :keep))
+
+    (One scan planned once and run per word: a UNION ALL of a scan per word cost PostgreSQL
+    more to plan than to run.)
 
     ``condition`` then applies too only with ``require_condition`` (``match="all"``).
     """
@@ -485,25 +510,20 @@ class CappedMatch(Expression):
             return f"{pk_sql} = ANY(ARRAY({sql}))", (*pk_params, *params)
         if self.require_condition:
             base = base.filter(self.condition)
-        # One word's rows, compiled once (compiling is most of the cost of a short search);
-        # each word then puts its own lexeme where the placeholder's is.
-        word = fulltext.TsQuery(Value(_WORD))
+        # One word's rows: the scan reads its lexeme from the list it is joined to.
+        word = fulltext.TsQuery(RawSQL(f"{_WORDS}.lexeme", (), output_field=TextField()))
         rows = base.filter(fulltext.Matches(F(self.tsvector_column), word))
         rows = rows.values_list("pk")[: self.limit]
-        sql, word_params = rows.query.get_compiler(connection=connection).as_sql()
-        at = [i for i, value in enumerate(word_params) if value == _WORD]
-        parts, params = [], []
-        for lexeme, idf in self.prescore:
-            these = list(word_params)
-            for i in at:
-                these[i] = bm25.quote_lexeme(lexeme)
-            parts.append(f"SELECT c.pk, %s::float8 FROM ({sql}) AS c (pk)")
-            params += [float(idf), *these]
+        rows_sql, rows_params = rows.query.get_compiler(connection=connection).as_sql()
+        lexemes = [bm25.quote_lexeme(lexeme) for lexeme, _ in self.prescore]
+        idfs = [float(idf) for _, idf in self.prescore]
         sql = (
-            f"SELECT s.pk FROM ({' UNION ALL '.join(parts)}) AS s (pk, idf) "
-            "GROUP BY s.pk ORDER BY sum(s.idf) DESC, s.pk LIMIT %s"
+            f"SELECT c.pk FROM unnest(%s::text[], %s::float8[]) AS {_WORDS} (lexeme, idf) "
+            f"CROSS JOIN LATERAL ({rows_sql}) AS c (pk) "
+            f"GROUP BY c.pk ORDER BY sum({_WORDS}.idf) DESC, c.pk LIMIT %s"
         )
-        return f"{pk_sql} = ANY(ARRAY({sql}))", (*pk_params, *params, int(self.keep))
+        params = (*pk_params, lexemes, idfs, *rows_params, int(self.keep))
+        return f"{pk_sql} = ANY(ARRAY({sql}))", params
 
 
 def prescore_terms(terms: Any, match: str, share: float) -> tuple[tuple[str, float], ...]:

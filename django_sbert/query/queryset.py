@@ -50,7 +50,7 @@ from .. import bm25 as okapi
 from .. import fulltext
 from ..columns import vector_literal
 from ..fields import EmbeddingField, embedding_fields
-from .aio import encode_text, start_text_vector, text_vector
+from .aio import PendingVector, encode_text, pending_text_vector, text_vector
 from .binary import reranked
 from .fusion import (
     KEYWORDS_INSIDE,
@@ -323,8 +323,10 @@ class SemanticQuerySet(models.QuerySet):
         }
         settings = hybrid_settings(candidates=candidates, match=match, **given)
         qs = self._pinned()  # rows and version from one database (query/replicas.py)
-        # The text is encoded in another thread while the keyword side is ranked here.
-        source, wait = qs._text_vector_started(text, embedding) if text.strip() else (None, None)
+        # The text is encoded in another thread while PostgreSQL ranks the keyword side.
+        source, pending, wait = (None, None, None)
+        if text.strip():
+            source, pending, wait = qs._text_vector_pending(text, embedding)
         tuned = tuned_fusion(source)
         # The fusion chosen for the serving version, unless the caller chose another kind;
         # arguments given still win, each on its own.
@@ -349,7 +351,8 @@ class SemanticQuerySet(models.QuerySet):
         if wait is None:
             qs = qs.none()
         else:
-            plan = qs._keyword_plan(embedding, text, match, max_df, rank, fusion)
+            plan = qs._keyword_plan(embedding, text, match, max_df, rank, fusion, pending.start)
+            pending.start()  # when the keyword side had nothing to rank
             fusion = replace(
                 fusion,
                 terms=plan.terms,
@@ -493,20 +496,20 @@ class SemanticQuerySet(models.QuerySet):
                 f"{embedding.encoder!r}."
             ) from None
 
-    def _text_vector_started(
+    def _text_vector_pending(
         self, text: str, embedding: EmbeddingField
-    ) -> tuple[QuerySource, Callable[[], np.ndarray]]:
-        """A text query's source now, and a call returning its fitted vector: the encoding
-        runs meanwhile in another thread (``aio.start_text_vector``)."""
-        version, wait = start_text_vector(text, embedding.encoder, self.db)
+    ) -> tuple[QuerySource, PendingVector, Callable[[], np.ndarray]]:
+        """A text query's source now, its vector to ``start()`` encoding in another thread
+        (``aio.pending_text_vector``), and a call returning the vector fitted to the field."""
+        pending = pending_text_vector(text, embedding.encoder, self.db)
         source = QuerySource(
             encoder=embedding.encoder,
-            version=version,
+            version=pending.version,
             text=str(text),
             database=self.db,
             dimensions=embedding.get_dimensions(),
         )
-        return source, lambda: self._fitted(wait(), embedding)
+        return source, pending, lambda: self._fitted(pending.result(), embedding)
 
     def _binary_vector_side(
         self,
@@ -530,6 +533,7 @@ class SemanticQuerySet(models.QuerySet):
         max_df: float | None,
         rank: str | None = None,
         fusion: Fusion | None = None,
+        before_ranking: Callable[[], None] | None = None,
     ) -> KeywordPlan:
         """The words of ``text`` to search for and how to rank them (one query, under the
         statement timeout like the search). BM25: ``(lexeme, idf, df)`` from the column's
@@ -538,7 +542,8 @@ class SemanticQuerySet(models.QuerySet):
         for match="any", () for match="all".
 
         With ``fusion`` (hybrid_search(): the fused table's settings, its terms still to come)
-        the plan also carries the keyword side's rows, ranked in the same transaction.
+        the plan also carries the keyword side's rows, ranked in the same transaction;
+        ``before_ranking`` is called once their statement is compiled, just before it runs.
         """
         rank = keyword_rank(rank)
         if not text.strip():
@@ -550,7 +555,8 @@ class SemanticQuerySet(models.QuerySet):
                 return plan
             fused = replace(fusion, terms=plan.terms, bm25=plan.bm25, match_share=plan.match_share)
             join = FusedJoin(fused, self.model._meta.pk.column, self.query.get_initial_alias())
-            return replace(plan, rows=join.keyword_rows_ahead(self.query, connection))
+            rows = join.keyword_rows_ahead(self.query, connection, before_ranking)
+            return replace(plan, rows=rows)
 
     def _keyword_terms(
         self,

@@ -330,6 +330,38 @@ def test_the_keyword_side_ranked_ahead_is_read_by_the_fused_statement(articles):
     )
 
 
+def test_the_text_is_encoded_while_postgresql_ranks_the_keyword_side(articles, monkeypatch):
+    """The encoding starts once the keyword statement is compiled, just before it runs: the
+    encoding thread then shares no Python time with this one (the GIL), only cores."""
+    from django_sbert.query import aio
+    from django_sbert.serving import clear_query_cache
+
+    events = []
+    encode = aio.encode_query_for
+
+    def recorded_encode(*args, **kwargs):
+        events.append("encode")
+        return encode(*args, **kwargs)
+
+    def recorded_statement(execute, sql, params, many, context):
+        if "sbert_hybrid" in sql:
+            events.append("fused")
+        elif "django_sbert_keyword_lexeme" in sql:
+            events.append("statistics")
+        elif "@@" in sql:
+            events.append("keywords")
+        return execute(sql, params, many, context)
+
+    monkeypatch.setattr(aio, "encode_query_for", recorded_encode)
+    clear_query_cache()
+    with connection.execute_wrapper(recorded_statement):
+        found = list(Article.objects.hybrid_search("XJ-9000"))
+    assert found[0].pk == articles[0].pk
+    assert sorted(events) == ["encode", "fused", "keywords", "statistics"]
+    # (the pool's thread and this one record "encode" and "keywords" in either order)
+    assert events[0] == "statistics" and events[-1] == "fused"
+
+
 def test_a_row_deleted_after_the_keyword_side_ran_ahead_is_not_returned(articles):
     search = Article.objects.hybrid_search("XJ-9000")  # the keyword side has run
     Article.objects.filter(pk=articles[0].pk).delete()
