@@ -139,8 +139,10 @@ class PendingVector:
     (``hybrid_search()`` ranks its keyword side). ``result()`` returns it: the pool's
     answer, or, when never started or no pool thread was free, encoded here."""
 
-    def __init__(self, text: str, current: Any, ready: np.ndarray | None = None) -> None:
-        self.version: str = current.version if current is not None else ""
+    def __init__(
+        self, text: str, version: str, current: Any = None, ready: np.ndarray | None = None
+    ) -> None:
+        self.version = version
         self._text, self._current, self._ready = text, current, ready
         self._future: Future[np.ndarray] | None = None
 
@@ -168,13 +170,11 @@ def pending_text_vector(text: str, encoder: str, using: str | None = None) -> Pe
     thread does not wait on the caller's Python for the GIL (and the other way round). A
     cached text or an ``EncodedText`` are ready at once."""
     if isinstance(text, EncodedText) and text.encoder == encoder:
-        pending = PendingVector(str(text), None, text.vector)
-        pending.version = text.version
-        return pending
+        return PendingVector(str(text), text.version, ready=text.vector)
     _refuse_in_event_loop()
     text = str(text)
     current = serving_record(encoder, using=using)
-    return PendingVector(text, current, peek_query_cache(text, current))
+    return PendingVector(text, current.version, current, peek_query_cache(text, current))
 
 
 def _refuse_in_event_loop() -> None:

@@ -352,7 +352,6 @@ class SemanticQuerySet(models.QuerySet):
             qs = qs.none()
         else:
             plan = qs._keyword_plan(embedding, text, match, max_df, rank, fusion, pending.start)
-            pending.start()  # when the keyword side had nothing to rank
             fusion = replace(
                 fusion,
                 terms=plan.terms,
