@@ -409,12 +409,37 @@ def cprofile_text(texts: list[str], pks: list[int], top: int) -> str:
     return out.getvalue()
 
 
+def loop_text_searches(texts: list[str], pks: list[int], seconds: float) -> None:
+    """Text searches through the WSGI handler, round and round ``texts`` (their vectors
+    cached after the first round), for ``seconds``: the web process's own CPU per request."""
+    from django.core.handlers.wsgi import WSGIHandler
+
+    handler = WSGIHandler()
+    for text in texts:
+        wsgi_get(handler, search_path("text", text, pks[0]))
+    print(f"looping, pid {os.getpid()}", flush=True)
+    started, cpu, requests = time.perf_counter(), time.process_time(), 0
+    while time.perf_counter() - started < seconds:
+        status, _ = wsgi_get(handler, search_path("text", texts[requests % len(texts)], pks[0]))
+        assert status == 200, status
+        requests += 1
+    spent = (time.process_time() - cpu) * 1000 / requests
+    print(f"{requests} requests, {spent:.2f} ms of this process's CPU each", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1500, help="SciFact abstracts loaded")
     parser.add_argument("--queries", type=int, default=200, help="requests per kind")
     parser.add_argument("--cprofile", type=int, default=0, help="also cProfile N text searches")
     parser.add_argument("--plan", action="store_true", help="print the hybrid plan")
+    parser.add_argument(
+        "--loop",
+        type=float,
+        default=0,
+        help="instead: repeat 50 text searches (vectors cached) for this many seconds, for a "
+        "sampling profiler (py-spy record --pid ...), and print the CPU per request",
+    )
     parser.add_argument(
         "--vector-storage",
         choices=["main", "plain", "external"],
@@ -441,6 +466,9 @@ def main() -> None:
     texts = queries()
     rng = random.Random(0)
     rng.shuffle(texts)
+    if args.loop:
+        loop_text_searches(texts[:50], pks, args.loop)
+        return
     warmup, texts = texts[:20], texts[20 : 20 + args.queries * len(KINDS)]
     for kind in KINDS:  # connections, plans and the handler's middleware, warm
         profile_requests(kind, warmup, pks)

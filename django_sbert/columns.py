@@ -7,6 +7,7 @@ byte, or every row would look stale.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Any
 
@@ -25,4 +26,10 @@ def vector_literal(vector: Any) -> str:
     vectors this way.
     """
     values = np.asarray(vector, dtype=np.float32).tolist()
-    return "[" + ",".join(format(x, ".9g") for x in values) + "]"
+    # One %-format of the whole vector: about twice as fast as formatting each value.
+    return "[" + _literal_format(len(values)) % tuple(values) + "]"
+
+
+@functools.lru_cache(maxsize=16)
+def _literal_format(dimensions: int) -> str:
+    return ",".join(["%.9g"] * dimensions)

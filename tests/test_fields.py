@@ -278,3 +278,18 @@ def test_fresh_database_migrates_although_no_migration_orders_the_extension_firs
     finally:
         with psycopg.connect(url, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.parametrize("dimensions", [1, 8, 384])
+def test_a_vector_literal_reads_back_as_the_same_float32_vector(db, dimensions):
+    from django_sbert.columns import vector_literal
+
+    rng = np.random.default_rng(dimensions)
+    vector = rng.standard_normal(dimensions).astype(np.float32) * np.float32(1e-3)
+    vector[0] = np.float32(-0.0) if dimensions > 1 else np.float32(3.4e38)
+    literal = vector_literal(vector)
+    assert literal.startswith("[") and literal.endswith("]") and literal.count(",") == dimensions - 1
+    with connection.cursor() as cursor:  # pgvector parses what every query and write sends
+        cursor.execute("SELECT %s::vector::text", [literal])
+        (stored,) = cursor.fetchone()
+    assert np.array_equal(np.array(json.loads(stored), dtype=np.float32), vector)
