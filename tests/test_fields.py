@@ -288,7 +288,7 @@ def test_a_vector_literal_reads_back_as_the_same_float32_vector(db, dimensions):
     vector = rng.standard_normal(dimensions).astype(np.float32) * np.float32(1e-3)
     vector[0] = np.float32(-0.0) if dimensions > 1 else np.float32(3.4e38)
     literal = vector_literal(vector)
-    assert literal.startswith("[") and literal.endswith("]") and literal.count(",") == dimensions - 1
+    assert literal[0] + literal[-1] == "[]" and literal.count(",") == dimensions - 1
     with connection.cursor() as cursor:  # pgvector parses what every query and write sends
         cursor.execute("SELECT %s::vector::text", [literal])
         (stored,) = cursor.fetchone()
