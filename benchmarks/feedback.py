@@ -114,9 +114,11 @@ def simulate(data: dict, pk_of: dict[str, int], args: argparse.Namespace) -> dic
     most = int(sbert_settings.FEEDBACK["MAX_QUERY_LENGTH"])
     logs, events = [], []
     clicks = 0
+    asked = data.setdefault("asked", {})  # normalised query typed -> the claim it came from
     for session in range(args.sessions):
         qid = rng.choice(data["visitors"])
         query = typed(data["queries"][qid], rng)[:most]
+        asked[" ".join(query.lower().split())] = qid
         when = start + timedelta(seconds=args.days * 86400 * session / args.sessions)
         began = time.perf_counter()
         ranked = list(search(query, k=10))
@@ -173,6 +175,19 @@ def held_metrics(encoder: object, data: dict) -> dict:
     return {"ndcg@10": 100 * result["ndcg@10"], "recall@10": 100 * result["recall@10"]}
 
 
+def pair_precision(data: dict, pairs: object) -> dict[str, float]:
+    """Share of the pairs, per split, whose row is relevant (qrels) to the claim the visitors
+    typed: how much of what behaviour teaches is right."""
+    corpus = data["corpus"].items()
+    by_text = {f"{title[:300]}\n{text}".strip(): did for did, (title, text) in corpus}
+    right, total = {"train": 0, "eval": 0}, {"train": 0, "eval": 0}
+    for query, text, split in pairs.values_list("text_a", "text_b", "split"):
+        qid = data["asked"].get(query)
+        total[split] += 1
+        right[split] += bool(qid) and by_text.get(text.strip()) in data["relevant"].get(qid, ())
+    return {split: right[split] / total[split] if total[split] else 0.0 for split in total}
+
+
 def train_and_measure(data: dict, negatives: str, args: argparse.Namespace) -> dict:
     """Pairs from the log with ``negatives``, a default run, the gate's verdict, and the
     candidate measured on the held-back claims."""
@@ -184,10 +199,17 @@ def train_and_measure(data: dict, negatives: str, args: argparse.Namespace) -> d
 
     TrainingPair.objects.filter(source__startswith=SOURCE_PREFIX).delete()
     started = time.perf_counter()
-    report = behaviour_pairs(min_clients=args.min_clients, negatives=negatives)
+    report = behaviour_pairs(
+        min_clients=args.min_clients, min_lift=args.min_lift, negatives=negatives
+    )
     pair_seconds = time.perf_counter() - started
-    print(f"[{negatives}] {report.describe()} ({pair_seconds:.1f} s)")
     behaviour = TrainingPair.objects.filter(source__startswith=SOURCE_PREFIX)
+    precision = pair_precision(data, behaviour)
+    print(
+        f"[{negatives}] {report.describe()} ({pair_seconds:.1f} s); the clicked row is relevant "
+        f"to the claim in {precision['train']:.1%} of the train pairs, {precision['eval']:.1%} "
+        "of the eval pairs"
+    )
     train = list(behaviour.filter(split="train").order_by("pk").values_list("pk", flat=True))
     if args.max_pairs:
         train = random.Random(args.seed).sample(train, min(args.max_pairs, len(train)))
@@ -215,6 +237,8 @@ def train_and_measure(data: dict, negatives: str, args: argparse.Namespace) -> d
     )
     return {
         "pairs": {"train": report.train, "eval": report.eval, "used_train": len(train)},
+        "low_lift": report.low_lift,
+        "precision": precision,
         "steps": run.step,
         "kept_step": (run.evaluations or {}).get("best_step"),
         "gate": verdict.describe() if verdict else "",
@@ -237,6 +261,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--min-clients", type=int, default=2)
+    parser.add_argument(
+        "--min-lift", type=float, help="clicks over expected clicks; default: the setting's"
+    )
+    parser.add_argument(
+        "--pairs-only",
+        action="store_true",
+        help="make the pairs and report their precision for each --min-lifts, then stop",
+    )
+    parser.add_argument("--min-lifts", default="0,0.5,1,1.5", help="with --pairs-only")
     parser.add_argument(
         "--negatives",
         default="mined",
@@ -301,6 +334,22 @@ def main() -> None:
         f"first click {summary['mrr']:.3f}"
     )
 
+    if args.pairs_only:
+        from django_sbert.feedback.pairs import SOURCE_PREFIX, behaviour_pairs
+        from django_sbert.models import TrainingPair
+
+        for lift in [float(v) for v in args.min_lifts.split(",")]:
+            TrainingPair.objects.filter(source__startswith=SOURCE_PREFIX).delete()
+            report = behaviour_pairs(min_clients=args.min_clients, min_lift=lift)
+            precision = pair_precision(
+                data, TrainingPair.objects.filter(source__startswith=SOURCE_PREFIX)
+            )
+            print(
+                f"min lift {lift}: {report.train} train / {report.eval} eval pairs, "
+                f"{report.low_lift} left out by lift; relevant: train {precision['train']:.1%}, "
+                f"eval {precision['eval']:.1%}"
+            )
+        return
     started = time.perf_counter()
     before = held_metrics(get_encoder("default"), data)
     timings["measure base"] = time.perf_counter() - started

@@ -678,6 +678,13 @@ FEEDBACK = Group(
             "becomes a training pair.",
             integer(1),
         ),
+        "MIN_LIFT": Setting(
+            1.0,
+            "Clicks over expected clicks a (query, row) pair needs: how many times as often the "
+            "row was clicked as an average result in the places it was shown. Keeps out rows "
+            "clicked only because they came first; `0` turns the test off.",
+            number(0),
+        ),
         "NEGATIVES": Setting(
             "mined",
             'Hard negatives of pairs from behaviour: `"mined"` (by the base model at training '

@@ -6,7 +6,12 @@
 
 A click is evidence, not proof: a (query, row) pair is made only when at least
 ``FEEDBACK["MIN_CLIENTS"]`` distinct visitors clicked that row for that query (queries are
-compared normalised: lower-cased, whitespace collapsed; their clicks are merged). The text of
+compared normalised: lower-cased, whitespace collapsed; their clicks are merged), and when the
+row was clicked at least ``FEEDBACK["MIN_LIFT"]`` times as often as a result shown where it was
+shown ("clicks over expected clicks"). Visitors click what they see first whether it is right
+or not: a wrong first result for a query searched often gathers clicks from many visitors, but
+fewer than a first result usually gets, while a right one placed fifth is clicked far more than
+fifth places usually are. The text of
 the row is what its EmbeddingField encodes (``EmbeddingField.get_source_text``), so the pair
 teaches exactly what search compares.
 
@@ -60,6 +65,7 @@ class PairsReport:
     train: int = 0  # created, by split
     eval: int = 0
     too_few_clients: int = 0  # (query, row) pairs below MIN_CLIENTS
+    low_lift: int = 0  # (query, row) pairs clicked less than MIN_LIFT times as often as expected
     without_negative: int = 0  # train pairs left out: no negative from behaviour
     missing_rows: int = 0  # clicked rows deleted (or unreadable) since
     days: list[date] = field(default_factory=list)
@@ -71,7 +77,8 @@ class PairsReport:
         return (
             f"{self.created} pairs created ({self.train} train, {self.eval} eval) from clicks "
             f"of {len(self.days)} days ({span}); {self.existing} already made, "
-            f"{self.too_few_clients} clicked by too few visitors, {self.without_negative} "
+            f"{self.too_few_clients} clicked by too few visitors, {self.low_lift} clicked less "
+            f"than their places draw, {self.without_negative} "
             f"without a negative, {self.missing_rows} rows gone"
         )
 
@@ -136,6 +143,58 @@ def _evidence(events: Any, eval_from: date | None) -> list[dict[str, Any]]:
     )
 
 
+def _lifts(
+    since: datetime | None, until: datetime | None, model_label: str | None
+) -> dict[tuple[str, str, str, str], float]:
+    """Clicks over expected clicks of each clicked (query, model, field, row) among the searches
+    logged in [since, until): the searches that clicked the row, over the sum, across the
+    searches that showed it, of the click rate of the position it had there (the share of all
+    the window's searches of that model that clicked their result at that position). 1.0: clicked
+    as often as an average result in its places. One SQL statement over the jsonb results."""
+    searches = SearchLog.objects.all()
+    if since is not None:
+        searches = searches.filter(created_at__gte=since)
+    if until is not None:
+        searches = searches.filter(created_at__lt=until)
+    if model_label:
+        searches = searches.filter(model_label=model_label)
+    sql, params = searches.values("id").query.sql_with_params()
+    log = connection.ops.quote_name(SearchLog._meta.db_table)
+    event = connection.ops.quote_name(SearchEvent._meta.db_table)
+    query = f"""
+        WITH shown AS (
+            SELECT s.id AS search_id, s.normalized, s.model_label, s.field,
+                   r.value->>0 AS object_pk, (r.value->>1)::int AS position
+            FROM {log} s CROSS JOIN LATERAL jsonb_array_elements(s.results) r
+            WHERE s.id IN ({sql})
+        ),
+        clicked AS (
+            SELECT DISTINCT search_id, object_pk FROM {event}
+            WHERE kind = %s AND search_id IN ({sql})
+        ),
+        marked AS (
+            SELECT shown.*, (c.search_id IS NOT NULL)::int AS clicked
+            FROM shown LEFT JOIN clicked c
+              ON c.search_id = shown.search_id AND c.object_pk = shown.object_pk
+        ),
+        rate AS (
+            SELECT model_label, position, avg(clicked) AS ctr FROM marked
+            GROUP BY model_label, position
+        )
+        SELECT m.normalized, m.model_label, m.field, m.object_pk,
+               sum(m.clicked)::float8 / nullif(sum(rate.ctr), 0)
+        FROM marked m JOIN rate USING (model_label, position)
+        GROUP BY m.normalized, m.model_label, m.field, m.object_pk
+        HAVING sum(m.clicked) > 0
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(query, [*params, CLICK, *params])
+        return {
+            (normalized, label, field_name, pk): float("inf") if lift is None else lift
+            for normalized, label, field_name, pk, lift in cursor.fetchall()
+        }
+
+
 def _negatives(events: Any, eval_from: date | None) -> dict[tuple, dict[str, str]]:
     """For each (split, query, model, field, clicked row): the pk of the result most often
     shown above the click and not clicked ("skipped"), and the one most often shown below the
@@ -189,6 +248,15 @@ def _negatives(events: Any, eval_from: date | None) -> dict[tuple, dict[str, str
     return chosen
 
 
+def _evidence_key(row: dict[str, Any]) -> tuple[str, str, str, str]:
+    return (
+        row["search__normalized"],
+        row["search__model_label"],
+        row["search__field"],
+        row["object_pk"],
+    )
+
+
 def _field_name(model_label: str, field_name: str) -> str:
     """The EmbeddingField a search ranked by: the logged one, else the model's only one."""
     if field_name:
@@ -233,6 +301,7 @@ def behaviour_pairs(
     *,
     model_label: str | None = None,
     min_clients: int | None = None,
+    min_lift: float | None = None,
     negatives: str | None = None,
     eval_share: float | None = None,
 ) -> PairsReport:
@@ -240,12 +309,15 @@ def behaviour_pairs(
     ones; see the module's docstring. Options left None take ``SBERT["FEEDBACK"]``'s."""
     feedback = sbert_settings.FEEDBACK
     min_clients = int(feedback["MIN_CLIENTS"] if min_clients is None else min_clients)
+    min_lift = float(feedback["MIN_LIFT"] if min_lift is None else min_lift)
     negatives = negatives or feedback["NEGATIVES"]
     share = float(feedback["EVAL_SHARE"] if eval_share is None else eval_share)
     if negatives not in NEGATIVE_CHOICES:
         raise ValueError(f"negatives must be one of {', '.join(NEGATIVE_CHOICES)}: {negatives!r}")
     if min_clients < 1:
         raise ValueError(f"min_clients must be at least 1, got {min_clients}.")
+    if min_lift < 0:
+        raise ValueError(f"min_lift must be 0 or more, got {min_lift}.")
     report = PairsReport()
     events = _clicks(since, until, model_label)
     report.days = click_days(events)
@@ -255,6 +327,16 @@ def behaviour_pairs(
     evidence = _evidence(events, report.eval_from)
     kept = [row for row in evidence if row["clients"] >= min_clients]
     report.too_few_clients = len(evidence) - len(kept)
+    if min_lift > 0:
+        lifts = _lifts(since, until, model_label)
+        clicked_enough = [
+            row
+            for row in kept
+            # a row clicked outside the logged results (a later page) has no places: kept
+            if lifts.get(_evidence_key(row), float("inf")) >= min_lift - 1e-9
+        ]
+        report.low_lift = len(kept) - len(clicked_enough)
+        kept = clicked_enough
     chosen = _negatives(events, report.eval_from) if negatives != "mined" else {}
     fallback = {"unexamined": "skipped", "skipped": "unexamined"}.get(negatives, "")
 

@@ -7,7 +7,7 @@ import io
 from datetime import date
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from django_sbert.feedback.pairs import behaviour_pairs, eval_window
 from django_sbert.models import TrainingPair
@@ -158,3 +158,46 @@ def test_the_management_command_makes_pairs_from_events(rows):
     assert "events:testapp.Article.embedding:2026-01-01..2026-01-01" in out.getvalue()
     call_command("sbert_make_pairs", "--from-events", "--min-clients", "3", stdout=out)
     assert TrainingPair.objects.count() == 1
+
+
+def test_a_row_clicked_only_because_it_came_first_makes_no_pair(rows):
+    r0, r1, r2, r3 = rows[:4]
+    # Four other queries: their first result is clicked every time, their second never, so a
+    # first place draws clicks from 10 of 14 searches and a second place from 3 of 14.
+    for n in range(4):
+        for client in ("c1", "c2"):
+            search(f"q{n}", [r0.pk, r3.pk], clicks=[r0.pk], client=client, when=at("2026-01-01"))
+    # "rates", six visitors: r1 shown first and clicked by two of them (4.3 expected, lift
+    # 0.47); r2 shown second and clicked by three (1.3 expected, lift 2.3)
+    for n in range(6):
+        clicks = [r1.pk] if n < 2 else [r2.pk] if n < 5 else []
+        search("rates", [r1.pk, r2.pk], clicks=clicks, client=f"v{n}", when=at("2026-01-01"))
+    report = behaviour_pairs(min_clients=2, min_lift=1.0, negatives="mined")
+    assert (report.created, report.low_lift) == (5, 1)
+    made = set(TrainingPair.objects.values_list("text_a", "text_b"))
+    assert ("rates", text(r2)) in made and ("rates", text(r1)) not in made
+    assert "1 clicked less than their places draw" in report.describe()
+    TrainingPair.objects.all().delete()
+    report = behaviour_pairs(min_clients=2, min_lift=0, negatives="mined")
+    assert (report.created, report.low_lift) == (6, 0)
+    with pytest.raises(ValueError, match="min_lift"):
+        behaviour_pairs(min_lift=-1)
+
+
+def test_the_command_takes_the_lift_a_pair_needs(rows):
+    r0, r1 = rows[:2]
+    for n in range(4):  # r0 first, clicked by two of four visitors: a lift of 0.75
+        search(
+            "rates",
+            [r0.pk, r1.pk],
+            clicks=[r0.pk] if n < 2 else [],
+            client=f"v{n}",
+            when=at("2026-01-01"),
+        )
+    search("other", [r1.pk], clicks=[r1.pk], client="v9", when=at("2026-01-01"))
+    search("other", [r1.pk], clicks=[r1.pk], client="v8", when=at("2026-01-01"))
+    out = io.StringIO()
+    call_command("sbert_make_pairs", "--from-events", "--min-lift", "1.2", stdout=out)
+    assert "1 pairs created" in out.getvalue() and "1 clicked less" in out.getvalue()
+    with pytest.raises(CommandError, match="--min-lift"):
+        call_command("sbert_make_pairs", "--from-events", "--min-lift", "-0.5")

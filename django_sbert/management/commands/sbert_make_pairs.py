@@ -7,9 +7,10 @@
 
 From content, each row whose two fields are non-empty gives a (FIELD_A, FIELD_B) pair; a seeded
 share goes to the eval split. ``--from-events`` makes (query, clicked row) pairs from the search
-log (``django_sbert.feedback.pairs``: clicks from at least ``--min-clients`` visitors, the most
-recent days' clicks as the eval split, negatives from behaviour or mined); running it again
-makes only the pairs not made before.
+log (``django_sbert.feedback.pairs``: clicks from at least ``--min-clients`` visitors, at least
+``--min-lift`` times as many as the places shown draw, the most recent days' clicks as the eval
+split, negatives from behaviour or mined); running it again makes only the pairs not made
+before.
 """
 
 from __future__ import annotations
@@ -69,6 +70,13 @@ class Command(BaseCommand):
             help='Distinct visitors a pair needs; default: SBERT["FEEDBACK"]["MIN_CLIENTS"].',
         )
         events.add_argument(
+            "--min-lift",
+            type=float,
+            default=None,
+            help="Clicks over expected clicks a pair needs (0: off); default: "
+            'SBERT["FEEDBACK"]["MIN_LIFT"].',
+        )
+        events.add_argument(
             "--negatives",
             choices=NEGATIVE_CHOICES,
             default=None,
@@ -117,6 +125,8 @@ class Command(BaseCommand):
             raise CommandError("--eval-share must be in (0, 0.5] with --from-events.")
         if options["min_clients"] is not None and options["min_clients"] < 1:
             raise CommandError("--min-clients must be at least 1.")
+        if options["min_lift"] is not None and options["min_lift"] < 0:
+            raise CommandError("--min-lift must be 0 or more.")
         since, until = options["since"], options["until"]
         if since and until and since > until:
             raise CommandError("--since comes after --until.")
@@ -126,6 +136,7 @@ class Command(BaseCommand):
             window.until if until else None,
             model_label=label or None,
             min_clients=options["min_clients"],
+            min_lift=options["min_lift"],
             negatives=options["negatives"],
             eval_share=share,
         )
