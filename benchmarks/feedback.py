@@ -12,9 +12,10 @@ top 10 through a position-based click model: the result at rank r is examined wi
 1 / r^0.7; an examined result is clicked with probability 0.9 when it is relevant to the claim
 (qrels), 0.1 otherwise. Sessions are spread over ``--days`` days. Each search and its clicks are
 written as the search log writes them (``SearchLog``: the first page as ``[[pk, position,
-score], ...]``, a hashed visitor id; ``SearchEvent`` per click). The searches run in this
-process, not over HTTP behind gunicorn: the figures measured are the learning's, and in-process
-search is many times faster than a request per session.
+score], ...]``, a hashed visitor id; ``SearchEvent`` per click), by this process. With
+``--http`` the site writes them instead: gunicorn serves the REST API, each visitor searches
+with ``GET search/`` and reports each click to ``sbert/click/`` with the result's signed token
+(``simulate_http``).
 
 Then the code the loop runs: ``feedback.pairs.behaviour_pairs`` (clicks from at least
 ``--min-clients`` visitors, the last tenth of the days as the eval split, negatives
@@ -38,6 +39,7 @@ import random
 import tempfile
 import time
 from datetime import timedelta
+from pathlib import Path
 
 from benchmarks.common import DATA, add_json_option, cpu_line, load_average, write_json
 from benchmarks.django_setup import article_model
@@ -164,6 +166,97 @@ def simulate(data: dict, pk_of: dict[str, int], args: argparse.Namespace) -> dic
     return {"searches": len(logs), "clicks": clicks}
 
 
+def simulate_http(data: dict, pk_of: dict[str, int], args: argparse.Namespace) -> dict:
+    """The same visitors over HTTP: gunicorn (2 sync processes, the documented hooks,
+    ``benchmarks._feedback_settings``) serves the REST API on this database; each session GETs
+    ``search/`` and POSTs each click to ``sbert/click/`` with the result's click token, as
+    ``clicks.js`` does, so the site's own code logs the search (after the response) and stores
+    the click. The searches come in minutes here, not over days: their rows are then spread
+    over ``--days`` in the order they came, each click a few seconds after its search."""
+    import json as json_module
+    from concurrent.futures import ThreadPoolExecutor
+    from http.client import HTTPConnection
+    from urllib.parse import urlencode
+
+    from django.db import connection
+    from django.utils import timezone
+
+    from benchmarks.feedback_overhead import start_gunicorn
+    from django_sbert.conf import sbert_settings
+    from django_sbert.models import SearchEvent, SearchLog
+
+    doc_of = {pk: did for did, pk in pk_of.items()}
+    picks = random.Random(args.seed)
+    sessions = [picks.choice(data["visitors"]) for _ in range(args.sessions)]
+    log_path = Path(tempfile.mkdtemp(prefix="sbert-feedback-")) / "gunicorn.log"
+    server, port = start_gunicorn(2, log_path)
+    asked = data.setdefault("asked", {})
+    most = int(sbert_settings.FEEDBACK["MAX_QUERY_LENGTH"])
+
+    def call(method: str, path: str, body: str | None = None) -> tuple[int, bytes]:
+        http = HTTPConnection("127.0.0.1", port, timeout=60)  # sync workers close it
+        headers = {"Content-Type": "application/x-www-form-urlencoded"} if body else {}
+        http.request(method, path, body=body, headers=headers)
+        response = http.getresponse()
+        payload = response.read()
+        http.close()
+        return response.status, payload
+
+    def session(number: int) -> tuple[int, int]:
+        rng = random.Random(f"{args.seed}-{number}")  # the same clicks whatever thread runs it
+        qid = sessions[number]
+        query = typed(data["queries"][qid], rng)
+        params = {"model": "testapp.article", "q": query, "k": 10, "mode": args.mode}
+        status, body = call("GET", f"/api/sbert/search/?{urlencode(params)}")
+        if status != 200:
+            raise RuntimeError(f"search answered {status}: {body[:300]!r}")
+        results = json_module.loads(body)["results"]
+        gold, clicked = data["relevant"][qid], 0
+        for position, result in enumerate(results, start=1):
+            if rng.random() >= 1 / position**EXAMINE_POWER:
+                continue
+            chance = CLICK_RELEVANT if doc_of.get(int(result["id"])) in gold else CLICK_OTHER
+            if rng.random() < chance:
+                status, body = call(
+                    "POST", "/sbert/click/", urlencode({"token": result["click_token"]})
+                )
+                if status != 202:
+                    raise RuntimeError(f"click answered {status}: {body[:300]!r}")
+                clicked += 1
+        asked[" ".join(query[:most].lower().split())] = qid  # as the log cuts it
+        return 1, clicked
+
+    try:
+        with ThreadPoolExecutor(4) as pool:  # two processes, each kept busy
+            counts = list(pool.map(session, range(args.sessions)))
+    finally:
+        server.terminate()
+        server.wait(30)
+    logged = SearchLog.objects.count()
+    clicks = sum(c for _, c in counts)
+    if logged != args.sessions or SearchEvent.objects.count() != clicks:
+        raise RuntimeError(
+            f"{logged} searches and {SearchEvent.objects.count()} clicks stored for "
+            f"{args.sessions} sessions and {clicks} clicks answered 202"
+        )
+    log = connection.ops.quote_name(SearchLog._meta.db_table)
+    event = connection.ops.quote_name(SearchEvent._meta.db_table)
+    start = timezone.now() - timedelta(days=args.days)
+    step = args.days * 86400 / args.sessions
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH o AS (SELECT id, row_number() OVER (ORDER BY created_at, id) - 1 AS n "
+            f"FROM {log}) UPDATE {log} s SET created_at = %s + o.n * %s * interval '1 second' "
+            "FROM o WHERE s.id = o.id",
+            [start, step],
+        )
+        cursor.execute(
+            f"UPDATE {event} e SET created_at = s.created_at + (3 + e.position) * "
+            f"interval '1 second' FROM {log} s WHERE s.id = e.search_id"
+        )
+    return {"searches": logged, "clicks": clicks}
+
+
 def held_metrics(encoder: object, data: dict) -> dict:
     """nDCG@10 / Recall@10 (in %) of ``encoder`` on the held-back claims, over every row."""
     from django_sbert.encoder.evaluation import retrieval_metrics
@@ -259,6 +352,11 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=30, help="days the sessions span")
     parser.add_argument("--mode", choices=("vector", "hybrid"), default="vector")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--http",
+        action="store_true",
+        help="visitors search and click over HTTP (gunicorn, the REST API and sbert/click/)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--min-clients", type=int, default=2)
     parser.add_argument(
@@ -325,7 +423,7 @@ def main() -> None:
     timings["embed corpus"] = time.perf_counter() - started
 
     started = time.perf_counter()
-    simulated = simulate(data, pk_of, args)
+    simulated = (simulate_http if args.http else simulate)(data, pk_of, args)
     timings["sessions"] = time.perf_counter() - started
     summary = analytics.summary(analytics.Window.days(args.days + 1))
     print(

@@ -681,8 +681,9 @@ FEEDBACK = Group(
         "MIN_LIFT": Setting(
             1.0,
             "Clicks over expected clicks a (query, row) pair needs: how many times as often the "
-            "row was clicked as an average result in the places it was shown. Keeps out rows "
-            "clicked only because they came first; `0` turns the test off.",
+            "row was clicked as an average result in the places it was shown, its clicks "
+            "counted one standard deviation low. Keeps out rows clicked only because they came "
+            "first, or by chance; `0` turns the test off.",
             number(0),
         ),
         "NEGATIVES": Setting(

@@ -8,10 +8,11 @@ A click is evidence, not proof: a (query, row) pair is made only when at least
 ``FEEDBACK["MIN_CLIENTS"]`` distinct visitors clicked that row for that query (queries are
 compared normalised: lower-cased, whitespace collapsed; their clicks are merged), and when the
 row was clicked at least ``FEEDBACK["MIN_LIFT"]`` times as often as a result shown where it was
-shown ("clicks over expected clicks"). Visitors click what they see first whether it is right
-or not: a wrong first result for a query searched often gathers clicks from many visitors, but
-fewer than a first result usually gets, while a right one placed fifth is clicked far more than
-fifth places usually are. The text of
+shown ("clicks over expected clicks"), counted one standard deviation low so that chance clicks
+do not pass. Visitors click what they see first whether it is right or not: a wrong first
+result for a query searched often gathers clicks from many visitors, but fewer than a first
+result usually gets, while a right one placed fifth is clicked far more than fifth places
+usually are. The text of
 the row is what its EmbeddingField encodes (``EmbeddingField.get_source_text``), so the pair
 teaches exactly what search compares.
 
@@ -147,10 +148,14 @@ def _lifts(
     since: datetime | None, until: datetime | None, model_label: str | None
 ) -> dict[tuple[str, str, str, str], float]:
     """Clicks over expected clicks of each clicked (query, model, field, row) among the searches
-    logged in [since, until): the searches that clicked the row, over the sum, across the
-    searches that showed it, of the click rate of the position it had there (the share of all
-    the window's searches of that model that clicked their result at that position). 1.0: clicked
-    as often as an average result in its places. One SQL statement over the jsonb results."""
+    logged in [since, until), counted low: the searches that clicked the row, less one standard
+    deviation of that count, over the count expected of an average result in its places (the
+    sum, across the searches that showed it, of the click rate of the position it had there:
+    the share of all the window's searches of that model that clicked their result at that
+    position). 1.0: clicked as often as an average result in its places, beyond chance. A row
+    that only ever came where rows like it come (a wrong fifth result is clicked about as often
+    as fifth results are) stays below 1 however often it is shown. One SQL statement over the
+    jsonb results."""
     searches = SearchLog.objects.all()
     if since is not None:
         searches = searches.filter(created_at__gte=since)
@@ -182,7 +187,8 @@ def _lifts(
             GROUP BY model_label, position
         )
         SELECT m.normalized, m.model_label, m.field, m.object_pk,
-               sum(m.clicked)::float8 / nullif(sum(rate.ctr), 0)
+               (sum(m.clicked) - sqrt(sum(rate.ctr * (1 - rate.ctr))))::float8
+               / nullif(sum(rate.ctr), 0)
         FROM marked m JOIN rate USING (model_label, position)
         GROUP BY m.normalized, m.model_label, m.field, m.object_pk
         HAVING sum(m.clicked) > 0
