@@ -88,15 +88,20 @@ def _tz_name() -> str:
     return timezone.get_current_timezone_name() if settings.USE_TZ else "UTC"
 
 
+def _within(
+    rows: Any, since: datetime | None, until: datetime | None, label: str | None, label_path: str
+) -> Any:
+    """``rows`` created in [since, until), of the model ``label`` (at ``label_path``) if given."""
+    if since is not None:
+        rows = rows.filter(created_at__gte=since)
+    if until is not None:
+        rows = rows.filter(created_at__lt=until)
+    return rows.filter(**{label_path: label}) if label else rows
+
+
 def _clicks(since: datetime | None, until: datetime | None, model_label: str | None) -> Any:
     events = SearchEvent.objects.filter(kind=CLICK)
-    if since is not None:
-        events = events.filter(created_at__gte=since)
-    if until is not None:
-        events = events.filter(created_at__lt=until)
-    if model_label:
-        events = events.filter(search__model_label=model_label)
-    return events
+    return _within(events, since, until, model_label, "search__model_label")
 
 
 def click_days(events: Any) -> list[date]:
@@ -156,13 +161,7 @@ def _lifts(
     that only ever came where rows like it come (a wrong fifth result is clicked about as often
     as fifth results are) stays below 1 however often it is shown. One SQL statement over the
     jsonb results."""
-    searches = SearchLog.objects.all()
-    if since is not None:
-        searches = searches.filter(created_at__gte=since)
-    if until is not None:
-        searches = searches.filter(created_at__lt=until)
-    if model_label:
-        searches = searches.filter(model_label=model_label)
+    searches = _within(SearchLog.objects.all(), since, until, model_label, "model_label")
     sql, params = searches.values("id").query.sql_with_params()
     log = connection.ops.quote_name(SearchLog._meta.db_table)
     event = connection.ops.quote_name(SearchEvent._meta.db_table)
