@@ -48,6 +48,7 @@ SCIFACT = DATA / "scifact"
 MODEL = "all-MiniLM-L6-v2"
 EXAMINE_POWER = 0.7  # P(examined at rank r) = 1 / r^0.7
 CLICK_RELEVANT, CLICK_OTHER = 0.9, 0.1
+GOLD = "gold"  # --negatives gold: the qrels' pairs of the visitors' claims, for comparison
 SHORTENED, TYPO = 0.15, 0.10  # shares of sessions typing the claim shortened / with a typo
 
 
@@ -275,10 +276,33 @@ def pair_precision(data: dict, pairs: object) -> dict[str, float]:
     by_text = {f"{title[:300]}\n{text}".strip(): did for did, (title, text) in corpus}
     right, total = {"train": 0, "eval": 0}, {"train": 0, "eval": 0}
     for query, text, split in pairs.values_list("text_a", "text_b", "split"):
-        qid = data["asked"].get(query)
+        qid = data["asked"].get(" ".join(query.lower().split()))
         total[split] += 1
         right[split] += bool(qid) and by_text.get(text.strip()) in data["relevant"].get(qid, ())
     return {split: right[split] / total[split] if total[split] else 0.0 for split in total}
+
+
+def gold_pairs(data: dict, seed: int) -> object:
+    """The labelled pairs of the visitors' claims instead of their clicks: (claim, each abstract
+    the qrels call relevant), a seeded tenth of the claims as the eval split. What the
+    behaviour pairs are measured against."""
+    from django_sbert.feedback.pairs import PairsReport
+    from django_sbert.models import TrainingPair
+
+    claims = sorted(data["visitors"])
+    held = set(random.Random(seed).sample(claims, max(1, len(claims) // 10)))
+    pairs = []
+    for qid in claims:
+        claim = data["queries"][qid]
+        data["asked"].setdefault(" ".join(claim.lower().split()), qid)
+        for did in sorted(data["relevant"][qid] & set(data["corpus"])):
+            title, text = data["corpus"][did]
+            split = "eval" if qid in held else "train"
+            row_text = f"{title[:300]}\n{text}"
+            pairs.append(TrainingPair(text_a=claim, text_b=row_text, split=split, source=GOLD))
+    TrainingPair.objects.bulk_create(pairs)
+    train = sum(p.split == "train" for p in pairs)
+    return PairsReport(created=len(pairs), train=train, eval=len(pairs) - train)
 
 
 def train_and_measure(data: dict, negatives: str, args: argparse.Namespace) -> dict:
@@ -290,19 +314,25 @@ def train_and_measure(data: dict, negatives: str, args: argparse.Namespace) -> d
     from django_sbert.models import EncoderVersion, TrainingPair, TrainingRun
     from django_sbert.serving import get_encoder
 
-    TrainingPair.objects.filter(source__startswith=SOURCE_PREFIX).delete()
+    TrainingPair.objects.all().delete()
     started = time.perf_counter()
-    report = behaviour_pairs(
-        min_clients=args.min_clients, min_lift=args.min_lift, negatives=negatives
-    )
+    if negatives == GOLD:
+        report = gold_pairs(data, args.seed)
+        behaviour = TrainingPair.objects.filter(source=GOLD)
+    else:
+        report = behaviour_pairs(
+            min_clients=args.min_clients, min_relevance=args.min_relevance, negatives=negatives
+        )
+        behaviour = TrainingPair.objects.filter(source__startswith=SOURCE_PREFIX)
     pair_seconds = time.perf_counter() - started
-    behaviour = TrainingPair.objects.filter(source__startswith=SOURCE_PREFIX)
     precision = pair_precision(data, behaviour)
     print(
         f"[{negatives}] {report.describe()} ({pair_seconds:.1f} s); the clicked row is relevant "
         f"to the claim in {precision['train']:.1%} of the train pairs, {precision['eval']:.1%} "
         "of the eval pairs"
     )
+    for label, model in report.click_models.items():
+        print(f"[{negatives}] click model of {label}: {model.describe()}")
     train = list(behaviour.filter(split="train").order_by("pk").values_list("pk", flat=True))
     if args.max_pairs:
         train = random.Random(args.seed).sample(train, min(args.max_pairs, len(train)))
@@ -330,7 +360,8 @@ def train_and_measure(data: dict, negatives: str, args: argparse.Namespace) -> d
     )
     return {
         "pairs": {"train": report.train, "eval": report.eval, "used_train": len(train)},
-        "low_lift": report.low_lift,
+        "unlikely": report.unlikely,
+        "click_model": {label: m.describe() for label, m in report.click_models.items()},
         "precision": precision,
         "steps": run.step,
         "kept_step": (run.evaluations or {}).get("best_step"),
@@ -360,18 +391,21 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--min-clients", type=int, default=2)
     parser.add_argument(
-        "--min-lift", type=float, help="clicks over expected clicks; default: the setting's"
+        "--min-relevance",
+        type=float,
+        help="how likely the click model must find a pair wanted; default: the setting's",
     )
     parser.add_argument(
         "--pairs-only",
         action="store_true",
-        help="make the pairs and report their precision for each --min-lifts, then stop",
+        help="make the pairs and report their precision for each --min-relevances, then stop",
     )
-    parser.add_argument("--min-lifts", default="0,0.5,1,1.5", help="with --pairs-only")
+    parser.add_argument("--min-relevances", default="0,0.5,0.9", help="with --pairs-only")
     parser.add_argument(
         "--negatives",
         default="mined",
-        help="comma-separated: mined, unexamined, skipped (each trained and measured)",
+        help="comma-separated: mined, unexamined, skipped (each trained and measured); gold: "
+        "the visitors' claims' labelled pairs instead of their clicks",
     )
     parser.add_argument("--epochs", type=int, help="default: the recipe's")
     parser.add_argument("--batch-size", type=int, help="default: the recipe's")
@@ -436,17 +470,21 @@ def main() -> None:
         from django_sbert.feedback.pairs import SOURCE_PREFIX, behaviour_pairs
         from django_sbert.models import TrainingPair
 
-        for lift in [float(v) for v in args.min_lifts.split(",")]:
+        for bar in [float(v) for v in args.min_relevances.split(",")]:
             TrainingPair.objects.filter(source__startswith=SOURCE_PREFIX).delete()
-            report = behaviour_pairs(min_clients=args.min_clients, min_lift=lift)
+            started = time.perf_counter()
+            report = behaviour_pairs(min_clients=args.min_clients, min_relevance=bar)
+            seconds = time.perf_counter() - started
             precision = pair_precision(
                 data, TrainingPair.objects.filter(source__startswith=SOURCE_PREFIX)
             )
             print(
-                f"min lift {lift}: {report.train} train / {report.eval} eval pairs, "
-                f"{report.low_lift} left out by lift; relevant: train {precision['train']:.1%}, "
-                f"eval {precision['eval']:.1%}"
+                f"min relevance {bar}: {report.train} train / {report.eval} eval pairs, "
+                f"{report.unlikely} left out as chance clicks ({seconds:.1f} s); relevant: train "
+                f"{precision['train']:.1%}, eval {precision['eval']:.1%}"
             )
+            for label, model in report.click_models.items():
+                print(f"  click model of {label}: {model.describe()}")
         return
     started = time.perf_counter()
     before = held_metrics(get_encoder("default"), data)

@@ -678,13 +678,13 @@ FEEDBACK = Group(
             "becomes a training pair.",
             integer(1),
         ),
-        "MIN_LIFT": Setting(
-            1.0,
-            "Clicks over expected clicks a (query, row) pair needs: how many times as often the "
-            "row was clicked as an average result in the places it was shown, its clicks "
-            "counted one standard deviation low. Keeps out rows clicked only because they came "
-            "first, or by chance; `0` turns the test off.",
-            number(0),
+        "MIN_RELEVANCE": Setting(
+            0.5,
+            "How likely it must be that visitors wanted the row they clicked before (query, "
+            "row) becomes a training pair, by a click model fitted to the search log (how often "
+            "each position is looked at, how often wanted and unwanted rows are clicked). Keeps "
+            "out rows clicked only because they came first, or by chance; `0` turns it off.",
+            number(0, 1),
         ),
         "NEGATIVES": Setting(
             "mined",

@@ -68,7 +68,7 @@ class PairsForm(forms.Form):
     """Options of "Make training pairs from these clicks" (defaults: ``SBERT["FEEDBACK"]``)."""
 
     min_clients = forms.IntegerField(min_value=1, required=False)
-    min_lift = forms.FloatField(min_value=0, required=False)
+    min_relevance = forms.FloatField(min_value=0, max_value=1, required=False)
     negatives = forms.ChoiceField(choices=[(n, n) for n in NEGATIVE_CHOICES], required=False)
 
 
@@ -126,7 +126,7 @@ class SearchLogAdmin(SearchLogListAdmin):
             "pairs_form": PairsForm(
                 initial={
                     "min_clients": sbert_settings.FEEDBACK["MIN_CLIENTS"],
-                    "min_lift": sbert_settings.FEEDBACK["MIN_LIFT"],
+                    "min_relevance": sbert_settings.FEEDBACK["MIN_RELEVANCE"],
                     "negatives": sbert_settings.FEEDBACK["NEGATIVES"],
                 }
             ),
@@ -157,7 +157,7 @@ class SearchLogAdmin(SearchLogListAdmin):
             window.until,
             model_label=window.model_label or None,
             min_clients=options.cleaned_data["min_clients"],
-            min_lift=options.cleaned_data["min_lift"],
+            min_relevance=options.cleaned_data["min_relevance"],
             negatives=options.cleaned_data["negatives"] or None,
         )
         level = messages.SUCCESS if report.created else messages.WARNING

@@ -13,8 +13,9 @@ crawlers, per-client rates), ``tokens`` (signed click tokens), ``events`` (``rec
 ``writes`` (the one write, in a savepoint inside a transaction); and what is learned from
 them: ``analytics`` (top queries, no results, no click, click-through by position, mean
 reciprocal rank of the first click per day and version, counted by PostgreSQL), ``pairs``
-((query, clicked row) training pairs with negatives from behaviour), ``loop`` (make pairs,
-start a fine-tune when enough are new, promote a candidate the gate passes when
+((query, clicked row) training pairs with negatives from behaviour), ``clickmodel`` (which
+clicked rows visitors wanted: a position-based click model fitted to the log), ``loop`` (make
+pairs, start a fine-tune when enough are new, promote a candidate the gate passes when
 ``SBERT["FEEDBACK"]["AUTO_PROMOTE"]``) and ``learning_tasks`` (the loop's Celery task).
 """
 

@@ -6,15 +6,14 @@
 
 A click is evidence, not proof: a (query, row) pair is made only when at least
 ``FEEDBACK["MIN_CLIENTS"]`` distinct visitors clicked that row for that query (queries are
-compared normalised: lower-cased, whitespace collapsed; their clicks are merged), and when the
-row was clicked at least ``FEEDBACK["MIN_LIFT"]`` times as often as a result shown where it was
-shown ("clicks over expected clicks"), counted one standard deviation low so that chance clicks
-do not pass. Visitors click what they see first whether it is right or not: a wrong first
-result for a query searched often gathers clicks from many visitors, but fewer than a first
-result usually gets, while a right one placed fifth is clicked far more than fifth places
-usually are. The text of
-the row is what its EmbeddingField encodes (``EmbeddingField.get_source_text``), so the pair
-teaches exactly what search compares.
+compared normalised: lower-cased, whitespace collapsed; their clicks are merged), and when a
+click model fitted to the searches read finds it at least ``FEEDBACK["MIN_RELEVANCE"]`` likely
+that visitors wanted the row (``feedback.clickmodel``). Visitors click what they see first
+whether it is right or not, and a wrong row shown deep down gathers a few chance clicks once a
+query is searched often; the model learns from the log how often each position is looked at
+and how often wanted and unwanted rows are clicked when they are, and weighs each pair's
+clicks against every time it was shown. The text of the row is what its EmbeddingField encodes
+(``EmbeddingField.get_source_text``), so the pair teaches exactly what search compares.
 
 Split by time: the clicks of the most recent ``FEEDBACK["EVAL_SHARE"]`` of the days make the
 ``eval`` pairs, the earlier ones the ``train`` pairs, so the gate measures a run on behaviour
@@ -51,6 +50,7 @@ from django.utils import timezone
 from ..conf import sbert_settings
 from ..indexing import field_refs, get_ref, light_rows
 from ..models import SearchEvent, SearchLog, TrainingPair
+from .clickmodel import PositionModel, Shown, fit, relevances
 
 SOURCE_PREFIX = "events:"
 NEGATIVE_CHOICES = ("mined", "unexamined", "skipped")
@@ -66,21 +66,22 @@ class PairsReport:
     train: int = 0  # created, by split
     eval: int = 0
     too_few_clients: int = 0  # (query, row) pairs below MIN_CLIENTS
-    low_lift: int = 0  # (query, row) pairs clicked less than MIN_LIFT times as often as expected
+    unlikely: int = 0  # (query, row) pairs the click model finds below MIN_RELEVANCE
     without_negative: int = 0  # train pairs left out: no negative from behaviour
     missing_rows: int = 0  # clicked rows deleted (or unreadable) since
     days: list[date] = field(default_factory=list)
     eval_from: date | None = None  # first day of the eval window (None: no eval pairs)
     sources: list[str] = field(default_factory=list)
+    click_models: dict[str, PositionModel] = field(default_factory=dict)  # fitted, by model
 
     def describe(self) -> str:
         span = f"{self.days[0]}..{self.days[-1]}" if self.days else "no clicks"
         return (
             f"{self.created} pairs created ({self.train} train, {self.eval} eval) from clicks "
             f"of {len(self.days)} days ({span}); {self.existing} already made, "
-            f"{self.too_few_clients} clicked by too few visitors, {self.low_lift} clicked less "
-            f"than their places draw, {self.without_negative} "
-            f"without a negative, {self.missing_rows} rows gone"
+            f"{self.too_few_clients} clicked by too few visitors, {self.unlikely} more likely "
+            f"chance clicks than wanted rows, {self.without_negative} without a negative, "
+            f"{self.missing_rows} rows gone"
         )
 
 
@@ -149,18 +150,13 @@ def _evidence(events: Any, eval_from: date | None) -> list[dict[str, Any]]:
     )
 
 
-def _lifts(
+def _shown_pairs(
     since: datetime | None, until: datetime | None, model_label: str | None
-) -> dict[tuple[str, str, str, str], float]:
-    """Clicks over expected clicks of each clicked (query, model, field, row) among the searches
-    logged in [since, until), counted low: the searches that clicked the row, less one standard
-    deviation of that count, over the count expected of an average result in its places (the
-    sum, across the searches that showed it, of the click rate of the position it had there:
-    the share of all the window's searches of that model that clicked their result at that
-    position). 1.0: clicked as often as an average result in its places, beyond chance. A row
-    that only ever came where rows like it come (a wrong fifth result is clicked about as often
-    as fifth results are) stays below 1 however often it is shown. One SQL statement over the
-    jsonb results."""
+) -> list[tuple[str, tuple[str, str, str] | None, Shown, int]]:
+    """Every (query, row) pair the searches logged in [since, until) showed, as (model,
+    (query, field, row) or None, where it was shown and clicked, how many such pairs). Pairs
+    never clicked come grouped by their shape, with no identity: the click model needs how
+    many there are, not which. One SQL statement over the jsonb results."""
     searches = _within(SearchLog.objects.all(), since, until, model_label, "model_label")
     sql, params = searches.values("id").query.sql_with_params()
     log = connection.ops.quote_name(SearchLog._meta.db_table)
@@ -176,28 +172,62 @@ def _lifts(
             SELECT DISTINCT search_id, object_pk FROM {event}
             WHERE kind = %s AND search_id IN ({sql})
         ),
-        marked AS (
-            SELECT shown.*, (c.search_id IS NOT NULL)::int AS clicked
+        places AS (
+            SELECT shown.normalized, shown.model_label, shown.field, shown.object_pk,
+                   shown.position, count(*) AS shown,
+                   count(c.search_id) AS clicked
             FROM shown LEFT JOIN clicked c
               ON c.search_id = shown.search_id AND c.object_pk = shown.object_pk
+            WHERE shown.position >= 1
+            GROUP BY 1, 2, 3, 4, 5
         ),
-        rate AS (
-            SELECT model_label, position, avg(clicked) AS ctr FROM marked
-            GROUP BY model_label, position
+        pairs AS (
+            SELECT normalized, model_label, field, object_pk,
+                   array_agg(position ORDER BY position) AS positions,
+                   array_agg(shown ORDER BY position) AS shown,
+                   array_agg(clicked ORDER BY position) AS clicked,
+                   sum(clicked) > 0 AS any_click
+            FROM places GROUP BY 1, 2, 3, 4
         )
-        SELECT m.normalized, m.model_label, m.field, m.object_pk,
-               (sum(m.clicked) - sqrt(sum(rate.ctr * (1 - rate.ctr))))::float8
-               / nullif(sum(rate.ctr), 0)
-        FROM marked m JOIN rate USING (model_label, position)
-        GROUP BY m.normalized, m.model_label, m.field, m.object_pk
-        HAVING sum(m.clicked) > 0
+        SELECT model_label, normalized, field, object_pk, positions, shown, clicked, 1
+        FROM pairs WHERE any_click
+        UNION ALL
+        SELECT model_label, NULL, NULL, NULL, positions, shown, clicked, count(*)
+        FROM pairs WHERE NOT any_click GROUP BY model_label, positions, shown, clicked
     """
     with connection.cursor() as cursor:
         cursor.execute(query, [*params, CLICK, *params])
-        return {
-            (normalized, label, field_name, pk): float("inf") if lift is None else lift
-            for normalized, label, field_name, pk, lift in cursor.fetchall()
-        }
+        return [
+            (
+                label,
+                None if normalized is None else (normalized, field_name, pk),
+                Shown(tuple(positions), tuple(shown), tuple(clicked)),
+                int(count),
+            )
+            for label, normalized, field_name, pk, positions, shown, clicked, count in cursor
+        ]
+
+
+def _relevance(
+    since: datetime | None, until: datetime | None, model_label: str | None
+) -> tuple[dict[tuple[str, str, str, str], float], dict[str, PositionModel]]:
+    """The probability that visitors wanted each clicked (query, model, field, row) pair, by a
+    position-based click model (``feedback.clickmodel``) fitted, for each model, to every
+    result the window's searches showed; and the fitted models."""
+    by_label: dict[str, list[tuple[tuple[str, str, str] | None, Shown, int]]] = defaultdict(list)
+    for label, identity, shown, count in _shown_pairs(since, until, model_label):
+        by_label[label].append((identity, shown, count))
+    wanted: dict[tuple[str, str, str, str], float] = {}
+    models: dict[str, PositionModel] = {}
+    for label, rows in by_label.items():
+        model = models[label] = fit([s for _, s, _ in rows], [c for _, _, c in rows])
+        clicked = [(identity, shown) for identity, shown, _ in rows if identity is not None]
+        for (identity, _), chance in zip(
+            clicked, relevances(model, [s for _, s in clicked]), strict=True
+        ):
+            normalized, field_name, pk = identity
+            wanted[(normalized, label, field_name, pk)] = chance
+    return wanted, models
 
 
 def _negatives(events: Any, eval_from: date | None) -> dict[tuple, dict[str, str]]:
@@ -306,7 +336,7 @@ def behaviour_pairs(
     *,
     model_label: str | None = None,
     min_clients: int | None = None,
-    min_lift: float | None = None,
+    min_relevance: float | None = None,
     negatives: str | None = None,
     eval_share: float | None = None,
 ) -> PairsReport:
@@ -314,15 +344,15 @@ def behaviour_pairs(
     ones; see the module's docstring. Options left None take ``SBERT["FEEDBACK"]``'s."""
     feedback = sbert_settings.FEEDBACK
     min_clients = int(feedback["MIN_CLIENTS"] if min_clients is None else min_clients)
-    min_lift = float(feedback["MIN_LIFT"] if min_lift is None else min_lift)
+    min_relevance = float(feedback["MIN_RELEVANCE"] if min_relevance is None else min_relevance)
     negatives = negatives or feedback["NEGATIVES"]
     share = float(feedback["EVAL_SHARE"] if eval_share is None else eval_share)
     if negatives not in NEGATIVE_CHOICES:
         raise ValueError(f"negatives must be one of {', '.join(NEGATIVE_CHOICES)}: {negatives!r}")
     if min_clients < 1:
         raise ValueError(f"min_clients must be at least 1, got {min_clients}.")
-    if min_lift < 0:
-        raise ValueError(f"min_lift must be 0 or more, got {min_lift}.")
+    if not 0 <= min_relevance <= 1:
+        raise ValueError(f"min_relevance must be between 0 and 1, got {min_relevance}.")
     report = PairsReport()
     events = _clicks(since, until, model_label)
     report.days = click_days(events)
@@ -332,16 +362,16 @@ def behaviour_pairs(
     evidence = _evidence(events, report.eval_from)
     kept = [row for row in evidence if row["clients"] >= min_clients]
     report.too_few_clients = len(evidence) - len(kept)
-    if min_lift > 0:
-        lifts = _lifts(since, until, model_label)
-        clicked_enough = [
+    if min_relevance > 0 and kept:
+        wanted, report.click_models = _relevance(since, until, model_label)
+        likely = [
             row
             for row in kept
             # a row clicked outside the logged results (a later page) has no places: kept
-            if lifts.get(_evidence_key(row), float("inf")) >= min_lift - 1e-9
+            if wanted.get(_evidence_key(row), 1.0) >= min_relevance
         ]
-        report.low_lift = len(kept) - len(clicked_enough)
-        kept = clicked_enough
+        report.unlikely = len(kept) - len(likely)
+        kept = likely
     chosen = _negatives(events, report.eval_from) if negatives != "mined" else {}
     fallback = {"unexamined": "skipped", "skipped": "unexamined"}.get(negatives, "")
 

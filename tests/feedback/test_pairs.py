@@ -4,6 +4,7 @@ time, negatives from what visitors skipped or never reached, the source, and re-
 from __future__ import annotations
 
 import io
+import random
 from datetime import date
 
 import pytest
@@ -31,25 +32,25 @@ def text(article: Article) -> str:
 
 
 def test_a_pair_needs_clicks_from_enough_distinct_visitors(rows):
-    # min_lift=0: the clicks' places are not the point here (the lift has its own tests)
+    # min_relevance=0: where the clicks were is not the point here (it has its own tests)
     a, b = rows[0], rows[1]
     # b: two clicks by one visitor on two days; a: one click each by two visitors
     search("rates", [a.pk, b.pk], clicks=[b.pk], client="same", when=at("2026-01-01"))
     search("rates", [a.pk, b.pk], clicks=[b.pk], client="same", when=at("2026-01-02"))
     search("rates", [a.pk, b.pk], clicks=[a.pk], client="c1", when=at("2026-01-01"))
     search("rates", [a.pk, b.pk], clicks=[a.pk], client="c2", when=at("2026-01-02"))
-    report = behaviour_pairs(min_clients=2, min_lift=0, eval_share=0.1, negatives="mined")
+    report = behaviour_pairs(min_clients=2, min_relevance=0, eval_share=0.1, negatives="mined")
     assert report.days == [date(2026, 1, 1), date(2026, 1, 2)]
     # two days: the second is the eval window, so no pair has two visitors in one window
     assert report.created == 0 and report.too_few_clients == 4
-    report = behaviour_pairs(min_clients=1, min_lift=0, negatives="mined")
+    report = behaviour_pairs(min_clients=1, min_relevance=0, negatives="mined")
     assert report.created == 4  # a and b, in each window
     TrainingPair.objects.all().delete()
     # one window (one day of clicks): only a has two visitors
     search("rates", [a.pk, b.pk], clicks=[a.pk], client="c3", when=at("2026-01-05"))
     search("rates", [a.pk, b.pk], clicks=[a.pk], client="c4", when=at("2026-01-05"))
     search("rates", [a.pk, b.pk], clicks=[b.pk], client="c3", when=at("2026-01-05", 14))
-    report = behaviour_pairs(at("2026-01-05", 0), min_clients=2, min_lift=0, negatives="mined")
+    report = behaviour_pairs(at("2026-01-05", 0), min_clients=2, min_relevance=0, negatives="mined")
     assert report.created == 1 and report.too_few_clients == 1
     pair = TrainingPair.objects.get()
     assert (pair.text_a, pair.text_b, pair.split) == ("rates", text(a), "train")
@@ -106,15 +107,15 @@ def test_negatives_from_behaviour_unexamined_or_skipped_never_a_clicked_row(rows
     search("rates", shown, clicks=[r1.pk], client="c1", when=at("2026-01-01"))
     search("rates", shown, clicks=[r1.pk], client="c2", when=at("2026-01-01", 13))
     search("rates", shown, clicks=[r3.pk], client="c3", when=at("2026-01-01", 14))
-    behaviour_pairs(min_clients=2, min_lift=0, negatives="unexamined")
+    behaviour_pairs(min_clients=2, min_relevance=0, negatives="unexamined")
     pair = TrainingPair.objects.get()
     # below the last click (position 2): r2 is the best-placed, and nobody clicked it
     assert (pair.text_b, pair.text_negative) == (text(r1), text(r2))
     TrainingPair.objects.all().delete()
-    behaviour_pairs(min_clients=2, min_lift=0, negatives="skipped")
+    behaviour_pairs(min_clients=2, min_relevance=0, negatives="skipped")
     assert TrainingPair.objects.get().text_negative == text(r0)
     TrainingPair.objects.all().delete()
-    behaviour_pairs(min_clients=2, min_lift=0, negatives="mined")
+    behaviour_pairs(min_clients=2, min_relevance=0, negatives="mined")
     assert TrainingPair.objects.get().text_negative == ""
 
 
@@ -161,50 +162,89 @@ def test_the_management_command_makes_pairs_from_events(rows):
     assert TrainingPair.objects.count() == 1
 
 
-def test_a_row_clicked_only_because_it_came_first_makes_no_pair(rows):
-    r0, r1, r2, r3 = rows[:4]
-    # Four other queries, three visitors each: their first result is clicked every time, their
-    # second never.
-    for n in range(4):
-        for client in ("c1", "c2", "c3"):
-            search(f"q{n}", [r0.pk, r3.pk], clicks=[r0.pk], client=client, when=at("2026-01-01"))
-    # "rates", ten visitors: r1 shown first and clicked by two of them, r2 shown second and
-    # clicked by six. A first place draws clicks from 14 of 22 searches, a second from 6 of 22:
-    # r1's lift, counted one standard deviation low, is (2 - 1.52) / 6.36 = 0.08; r2's is
-    # (6 - 1.41) / 2.73 = 1.68; each r0's (3 - 0.83) / 1.91 = 1.14.
+def visitors_of_other_queries(articles: list[Article], queries: int = 40) -> None:
+    """A log for the click model to learn from: ``queries`` queries of ten visitors each, every
+    query showing five of ``articles`` of which one (at a seeded place) is wanted; visitors look
+    at position r with probability 1 / r^0.7 and click a wanted row they look at nine times in
+    ten, any other one time in ten."""
+    rng = random.Random(0)
+    logs = []
+    for n in range(queries):
+        shown = rng.sample(articles, 5)
+        wanted = shown[min(4, int(rng.expovariate(1.0)))]
+        for visitor in range(10):
+            clicks = [
+                row.pk
+                for position, row in enumerate(shown, start=1)
+                if rng.random() < position**-0.7 and rng.random() < (0.9 if row is wanted else 0.1)
+            ]
+            logs.append((f"q{n}", [row.pk for row in shown], clicks, f"q{n}-v{visitor}"))
+    for query, shown, clicks, client in logs:
+        search(query, shown, clicks=clicks, client=client, when=at("2026-01-01"))
+
+
+@pytest.fixture
+def many_rows(rows):
+    return rows + [
+        Article.objects.create(title=f"title {n}", body=f"body of article {n}")
+        for n in range(5, 12)
+    ]
+
+
+def test_where_a_row_was_clicked_decides_whether_it_was_wanted(many_rows):
+    r0, r1 = many_rows[:2]
+    visitors_of_other_queries(many_rows[2:])
+    # The same three clicks of ten visitors: "first" showed r0 first, where nearly everyone
+    # looks, and seven passed it by; "fifth" showed r1 fifth, where few look, and three clicked.
+    others = many_rows[2:6]
     for n in range(10):
-        clicks = [r1.pk] if n < 2 else [r2.pk] if n < 8 else []
-        search("rates", [r1.pk, r2.pk], clicks=clicks, client=f"v{n}", when=at("2026-01-01"))
-    report = behaviour_pairs(min_clients=2, min_lift=1.0, negatives="mined")
-    assert (report.created, report.low_lift) == (5, 1)
-    made = set(TrainingPair.objects.values_list("text_a", "text_b"))
-    assert ("rates", text(r2)) in made and ("rates", text(r1)) not in made
-    assert "1 clicked less than their places draw" in report.describe()
-    TrainingPair.objects.all().delete()
-    report = behaviour_pairs(min_clients=2, min_lift=0, negatives="mined")
-    assert (report.created, report.low_lift) == (6, 0)
-    TrainingPair.objects.all().delete()
-    report = behaviour_pairs(min_clients=2, min_lift=1.2, negatives="mined")  # r0's go too
-    assert (report.created, report.low_lift) == (1, 5)
-    with pytest.raises(ValueError, match="min_lift"):
-        behaviour_pairs(min_lift=-1)
-
-
-def test_the_command_takes_the_lift_a_pair_needs(rows):
-    r0, r1 = rows[:2]
-    for n in range(4):  # r0 first, clicked by two of four visitors: a lift of 0.40
         search(
-            "rates",
-            [r0.pk, r1.pk],
-            clicks=[r0.pk] if n < 2 else [],
-            client=f"v{n}",
+            "first",
+            [r0.pk, *(a.pk for a in others)],
+            clicks=[r0.pk] if n < 3 else [],
+            client=f"f{n}",
             when=at("2026-01-01"),
         )
-    search("other", [r1.pk], clicks=[r1.pk], client="v9", when=at("2026-01-01"))
-    search("other", [r1.pk], clicks=[r1.pk], client="v8", when=at("2026-01-01"))
+        search(
+            "fifth",
+            [*(a.pk for a in others), r1.pk],
+            clicks=[r1.pk] if n < 3 else [],
+            client=f"g{n}",
+            when=at("2026-01-01"),
+        )
+    report = behaviour_pairs(min_clients=2, negatives="mined")  # MIN_RELEVANCE's default: 0.5
+    made = set(TrainingPair.objects.values_list("text_a", "text_b"))
+    assert ("fifth", text(r1)) in made and ("first", text(r0)) not in made
+    assert report.unlikely >= 1
+    assert f"{report.unlikely} more likely chance clicks than wanted rows" in report.describe()
+    model = report.click_models["testapp.Article"]
+    assert model.examination[0] == 1 and model.examination[4] < 0.6
+    assert model.click_wanted > 3 * model.click_unwanted
+
+    TrainingPair.objects.all().delete()
+    everything = behaviour_pairs(min_clients=2, min_relevance=0, negatives="mined")
+    assert everything.unlikely == 0 and everything.created == report.created + report.unlikely
+    with pytest.raises(ValueError, match="min_relevance"):
+        behaviour_pairs(min_relevance=1.5)
+
+
+def test_the_command_takes_how_likely_a_pair_must_be(many_rows):
+    r0, r1 = many_rows[:2]
+    visitors_of_other_queries(many_rows[2:])
+    for n in range(10):
+        search(
+            "first",
+            [r0.pk, r1.pk],
+            clicks=[r0.pk] if n < 3 else [],
+            client=f"f{n}",
+            when=at("2026-01-01"),
+        )
     out = io.StringIO()
-    # "other": r1 first and clicked by both its visitors, a lift of 1.0
-    call_command("sbert_make_pairs", "--from-events", "--min-lift", "0.8", stdout=out)
-    assert "1 pairs created" in out.getvalue() and "1 clicked less" in out.getvalue()
-    with pytest.raises(CommandError, match="--min-lift"):
-        call_command("sbert_make_pairs", "--from-events", "--min-lift", "-0.5")
+    call_command("sbert_make_pairs", "--from-events", "--min-relevance", "0.9", stdout=out)
+    strict = TrainingPair.objects.values_list("text_a", flat=True)
+    assert "first" not in strict and "more likely chance clicks" in out.getvalue()
+    TrainingPair.objects.all().delete()
+    call_command("sbert_make_pairs", "--from-events", "--min-relevance", "0", stdout=out)
+    assert "first" in TrainingPair.objects.values_list("text_a", flat=True)
+    with pytest.raises(CommandError, match="--min-relevance"):
+        call_command("sbert_make_pairs", "--from-events", "--min-relevance", "1.5")

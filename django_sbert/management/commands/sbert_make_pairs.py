@@ -7,10 +7,10 @@
 
 From content, each row whose two fields are non-empty gives a (FIELD_A, FIELD_B) pair; a seeded
 share goes to the eval split. ``--from-events`` makes (query, clicked row) pairs from the search
-log (``django_sbert.feedback.pairs``: clicks from at least ``--min-clients`` visitors, at least
-``--min-lift`` times as many as the places shown draw, the most recent days' clicks as the eval
-split, negatives from behaviour or mined); running it again makes only the pairs not made
-before.
+log (``django_sbert.feedback.pairs``: clicks from at least ``--min-clients`` visitors, on rows
+a click model fitted to the log finds at least ``--min-relevance`` likely to be wanted, the most
+recent days' clicks as the eval split, negatives from behaviour or mined); running it again
+makes only the pairs not made before.
 """
 
 from __future__ import annotations
@@ -70,11 +70,11 @@ class Command(BaseCommand):
             help='Distinct visitors a pair needs; default: SBERT["FEEDBACK"]["MIN_CLIENTS"].',
         )
         events.add_argument(
-            "--min-lift",
+            "--min-relevance",
             type=float,
             default=None,
-            help="Clicks over expected clicks a pair needs (0: off); default: "
-            'SBERT["FEEDBACK"]["MIN_LIFT"].',
+            help="How likely the click model must find it that visitors wanted the row (0 to 1; "
+            '0: off); default: SBERT["FEEDBACK"]["MIN_RELEVANCE"].',
         )
         events.add_argument(
             "--negatives",
@@ -125,8 +125,8 @@ class Command(BaseCommand):
             raise CommandError("--eval-share must be in (0, 0.5] with --from-events.")
         if options["min_clients"] is not None and options["min_clients"] < 1:
             raise CommandError("--min-clients must be at least 1.")
-        if options["min_lift"] is not None and options["min_lift"] < 0:
-            raise CommandError("--min-lift must be 0 or more.")
+        if options["min_relevance"] is not None and not 0 <= options["min_relevance"] <= 1:
+            raise CommandError("--min-relevance must be between 0 and 1.")
         since, until = options["since"], options["until"]
         if since and until and since > until:
             raise CommandError("--since comes after --until.")
@@ -136,7 +136,7 @@ class Command(BaseCommand):
             window.until if until else None,
             model_label=label or None,
             min_clients=options["min_clients"],
-            min_lift=options["min_lift"],
+            min_relevance=options["min_relevance"],
             negatives=options["negatives"],
             eval_share=share,
         )
