@@ -18,12 +18,15 @@ with ``GET search/`` and reports each click to ``sbert/click/`` with the result'
 (``simulate_http``).
 
 Then the code the loop runs: ``feedback.pairs.behaviour_pairs`` (clicks from at least
-``--min-clients`` visitors, the last tenth of the days as the eval split, negatives
-``--negatives``: one or several of mined, unexamined, skipped, each trained and measured in
-turn), a run with the default recipe (``runs.create_run`` + ``runs.execute_run``, what the
-worker does; ``--epochs`` and ``--max-pairs`` shorten it), and the gate's verdict on the
-candidate. Both the base model and each candidate are measured the same way on the held-back
-claims: ``encoder.evaluation.retrieval_metrics`` over every row's text (an exact ranking).
+``--min-clients`` visitors on rows the click model finds at least ``--min-relevance`` likely
+wanted, the last tenth of the days as the eval split, negatives ``--negatives``: one or
+several of mined, unexamined, skipped, each trained and measured in turn; ``gold`` trains on
+the visitors' claims' labelled pairs instead, for comparison), a run with the default recipe
+(``runs.create_run`` + ``runs.execute_run``, what the worker does; ``--epochs`` and
+``--max-pairs`` shorten it; ``--train-seeds`` trains the same pairs once per seed), and the
+gate's verdict on the candidate. Both the base model and each candidate are measured the same
+way on the held-back claims: ``encoder.evaluation.retrieval_metrics`` over every row's text (an
+exact ranking).
 
     HF_HUB_OFFLINE=1 .venv/bin/python -m benchmarks.feedback --sessions 5000
     HF_HUB_OFFLINE=1 .venv/bin/python -m benchmarks.feedback --sessions 200 --rows 800 \\
@@ -305,7 +308,9 @@ def gold_pairs(data: dict, seed: int) -> object:
     return PairsReport(created=len(pairs), train=train, eval=len(pairs) - train)
 
 
-def train_and_measure(data: dict, negatives: str, args: argparse.Namespace) -> dict:
+def train_and_measure(
+    data: dict, negatives: str, args: argparse.Namespace, train_seed: int | None = None
+) -> dict:
     """Pairs from the log with ``negatives``, a default run, the gate's verdict, and the
     candidate measured on the held-back claims."""
     from django_sbert.feedback.pairs import SOURCE_PREFIX, behaviour_pairs
@@ -337,7 +342,8 @@ def train_and_measure(data: dict, negatives: str, args: argparse.Namespace) -> d
     if args.max_pairs:
         train = random.Random(args.seed).sample(train, min(args.max_pairs, len(train)))
     ids = train + list(behaviour.filter(split="eval").values_list("pk", flat=True))
-    options = {"epochs": args.epochs, "seed": args.seed, "batch_size": args.batch_size}
+    seed = args.seed if train_seed is None else train_seed
+    options = {"epochs": args.epochs, "seed": seed, "batch_size": args.batch_size}
     if args.no_early_stopping:
         options["early_stopping"] = False
     hyper = runs.Hyperparameters.from_options("mnrl", options)
@@ -387,6 +393,10 @@ def main() -> None:
         "--http",
         action="store_true",
         help="visitors search and click over HTTP (gunicorn, the REST API and sbert/click/)",
+    )
+    parser.add_argument(
+        "--train-seeds",
+        help="comma-separated: train each run once per seed on the same pairs (default: --seed)",
     )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--min-clients", type=int, default=2)
@@ -491,8 +501,11 @@ def main() -> None:
     timings["measure base"] = time.perf_counter() - started
     print(f"base model on the held-back claims: {before}")
     results = {}
+    train_seeds = [int(v) for v in args.train_seeds.split(",")] if args.train_seeds else [None]
     for negatives in [n.strip() for n in args.negatives.split(",") if n.strip()]:
-        results[negatives] = train_and_measure(data, negatives, args)
+        for train_seed in train_seeds:
+            name = negatives if train_seed is None else f"{negatives}, training seed {train_seed}"
+            results[name] = train_and_measure(data, negatives, args, train_seed)
 
     print(f"\non the {len(data['held'])} held-back claims      nDCG@10   Recall@10")
     print(
