@@ -14,15 +14,15 @@ for Web Search*, 2015) separates the two causes of a click:
 
 Expectation-maximisation fits all of these to every result the log shows, clicked or not, so
 no number is set by hand; then each clicked pair gets the posterior probability that it was
-wanted (``PositionModel.relevance``), from every time it was shown and where. Two clicks on an
-eighth result out of ten showings are then strong evidence (eighth places are rarely looked
+wanted (``PositionModel.relevance``), from every time it was shown and where. Three clicks on
+an eighth result out of ten showings are then strong evidence (eighth places are rarely looked
 at, and looked-at wrong rows are rarely clicked); two clicks on a first result out of thirty
 showings are not.
 
 No Django here: ``feedback.pairs`` reads the counts from the log and calls ``fit``::
 
     model = fit([Shown((1, 2), (30, 4), (2, 0)), ...], weights=[1, ...])
-    model.relevance(Shown((8,), (10,), (2,)))  # 0.0 .. 1.0
+    model.relevance(Shown((8,), (10,), (3,)))  # 0.0 .. 1.0
 """
 
 from __future__ import annotations
@@ -58,8 +58,7 @@ class PositionModel:
     def relevance(self, pair: Shown) -> float:
         """The probability that visitors wanted this (query, row) pair, given where it was
         shown and clicked."""
-        entries = _Entries.of([pair], [1.0])
-        return float(self._posterior(entries)[0])
+        return relevances(self, [pair])[0]
 
     def _posterior(self, entries: _Entries) -> np.ndarray:
         last = len(self.examination) - 1
