@@ -106,6 +106,8 @@ def setup_django(
     ef_search: int | None,
     quantize: str | None,
     compile: str | None,
+    precision: str | None = None,
+    query_runtime: str | None = None,
 ) -> None:
     from benchmarks.django_setup import setup_django as configure
 
@@ -114,6 +116,10 @@ def setup_django(
         encoder["QUANTIZE"] = quantize
     if compile is not None:  # else the default, "auto"
         encoder["COMPILE"] = {"auto": "auto", "on": True, "off": False}[compile]
+    if precision is not None:  # else "auto"
+        encoder["PRECISION"] = precision
+    if query_runtime is not None:  # else "auto"
+        encoder["QUERY_RUNTIME"] = query_runtime
     sbert = {"ENCODERS": {"default": encoder}, "AUTO_EMBED": False}
     if ef_search is not None:  # else the library's default (SBERT["SEARCH"]["EF_SEARCH"])
         sbert["SEARCH"] = {"EF_SEARCH": ef_search}
@@ -254,6 +260,14 @@ def main() -> None:
         choices=["auto", "on", "off"],
         help="the query encoder's COMPILE (default: not set, so 'auto', the default path)",
     )
+    parser.add_argument(
+        "--precision", choices=["auto", "float32", "bfloat16"], help="PRECISION (default auto)"
+    )
+    parser.add_argument(
+        "--query-runtime",
+        choices=["auto", "torch", "onnxruntime"],
+        help="QUERY_RUNTIME (default: not set, so 'auto')",
+    )
     parser.add_argument("--prepare-only", action="store_true", help="encode the corpus and stop")
     add_json_option(parser)
     args = parser.parse_args()
@@ -275,7 +289,15 @@ def main() -> None:
             "are the fresh vectors the search alone is timed on)."
         )
     queries, others = claims[: args.queries], claims[args.queries :]
-    setup_django(args.threads, args.query_threads, args.ef_search, args.quantize, args.compile)
+    setup_django(
+        args.threads,
+        args.query_threads,
+        args.ef_search,
+        args.quantize,
+        args.compile,
+        args.precision,
+        args.query_runtime,
+    )
     from django_sbert.conf import sbert_settings  # after Django's set-up
     from django_sbert.serving import encoder_path
 
@@ -283,7 +305,7 @@ def main() -> None:
     print(
         f"queries: {len(queries)} SciFact claims, each searched once (no query-cache hits); "
         f"HNSW m=16, ef_construction=64, ef_search={ef_search}; query encoder "
-        f"{MODEL} ({encoder_path('default').label}: {encoder_path('default').reason}; "
+        f"{MODEL} ({encoder_path('default').query_label}: {encoder_path('default').reason}; "
         f"{args.query_threads} torch thread(s)); "
         f"{os.cpu_count()} CPUs, load average {load_average()} at start"
     )

@@ -127,6 +127,14 @@ ENCODER = Group(
             "and for a model measured to keep its quality ([encoder.md](encoder.md)).",
             one_of("auto", "float32", "bfloat16"),
         ),
+        "QUERY_RUNTIME": Setting(
+            "auto",
+            'What encodes one search query: `"onnxruntime"` (float32, faster for one short '
+            'text), `"torch"` (the `COMPILE` / `PRECISION` path), or `"auto"`: ONNX Runtime '
+            "where that path is float32 on a CPU, torch where it is bfloat16, int8 or a GPU "
+            "([encoder.md](encoder.md#which-path-each-process-takes)).",
+            one_of("auto", "torch", "onnxruntime"),
+        ),
         "LONG_TEXT": Setting(
             "truncate",
             'Texts over the model\'s `max_seq_length`: `"truncate"` keeps the start, '
@@ -1054,13 +1062,22 @@ def _checked_encoder_config(name: str) -> dict[str, Any]:
 
 
 def encoder_conflict(path: str, merged: dict[str, Any]) -> str | None:
-    """The one rule across an encoder's keys: int8 quantization excludes the other paths."""
+    """The rules across an encoder's keys: int8 quantization excludes the other paths, and
+    ONNX Runtime queries run float32 on the CPU."""
     if merged["QUANTIZE"] and (merged["COMPILE"] is True or merged["PRECISION"] == "bfloat16"):
         return (
             f"{path} sets QUANTIZE with COMPILE=True or PRECISION='bfloat16'; choose one "
             "(COMPILE keeps float32 vectors, QUANTIZE trades a little accuracy for speed), or "
             "leave COMPILE and PRECISION at 'auto'."
         )
+    if merged["QUERY_RUNTIME"] == "onnxruntime":
+        device = str(merged["DEVICE"] or "cpu").split(":")[0]
+        if merged["QUANTIZE"] or device != "cpu":
+            return (
+                f"{path} sets QUERY_RUNTIME='onnxruntime' with "
+                f"{'QUANTIZE' if merged['QUANTIZE'] else f'DEVICE={device!r}'}: ONNX Runtime "
+                "encodes queries in float32 on the CPU. Leave QUERY_RUNTIME at 'auto'."
+            )
     return None
 
 

@@ -181,14 +181,16 @@ DATABASES = {"default": database_from_url(os.environ["DATABASE_URL"])}
 
 SBERT = {
     "ENCODERS": {
-        # COMPILE=False: compiling the tiny model in every test process would slow the suite
-        # down; the default ("auto") is tested in tests/serving/test_paths.py.
+        # COMPILE=False and QUERY_RUNTIME="torch": compiling or exporting the tiny model in
+        # every test process would slow the suite down; the defaults ("auto") are tested in
+        # tests/serving/test_paths.py and tests/encoder/test_onnx_query.py.
         "default": {
             "MODEL": str(TINY_MODEL_DIR),
             "DEVICE": "cpu",
             "BATCH_SIZE": 16,
             "THREADS": 1,
             "COMPILE": False,
+            "QUERY_RUNTIME": "torch",
             # Sizes EmbeddingField(dimensions=...) may cut the vectors to (tests/scaleapp's
             # Matryoshka models). The random model is not trained for them; quality is not the
             # point of those tests, the cutting is.

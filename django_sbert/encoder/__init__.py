@@ -10,7 +10,8 @@ Modules. The model: ``model`` (``SentenceEncoder``: Transformer -> Pooling -> [D
 ``fingerprint`` (a stable id of a model directory's files), ``filemodes`` (cache files made
 as the umask says). Inference: ``paths`` (compiled or
 eager, float32 or bfloat16 on this CPU), ``compiled`` (``torch.compile``), ``aot`` (the
-single-query graph compiled ahead of time), ``matryoshka`` (vectors cut to their first
+single-query graph compiled ahead of time), ``onnx_query`` (a single query through ONNX
+Runtime), ``matryoshka`` (vectors cut to their first
 dimensions), ``passages`` (long texts split into passages), ``sentences`` (a text's sentence
 spans, which passages and pseudo-queries are cut from). Training: ``training``
 (``fit()``), ``losses``, ``data`` (examples checked against a loss, and batched), ``mining``

@@ -40,3 +40,7 @@ class TrainingCancelled(SbertError):
 
 class PackageError(SbertError, RuntimeError):
     """A cached package that cannot be used: damaged, built elsewhere, or wrong output."""
+
+
+class OnnxUnavailable(SbertError, RuntimeError):
+    """ONNX Runtime cannot serve a transformer's queries here (the message says why)."""

@@ -1,4 +1,5 @@
-"""Which inference path an encoder takes on this CPU: compiled or eager, float32 or bfloat16.
+"""Which inference path an encoder takes on this CPU: compiled or eager, float32 or bfloat16,
+and which runtime encodes a single text (a search query): torch or ONNX Runtime.
 
 A pure function decides (``choose_path``), from the settings and from what the CPU and the
 torch build say about themselves, so the decision can be tested with capability strings and
@@ -17,7 +18,12 @@ The rules, in order:
 * ``PRECISION="auto"`` runs bfloat16 only where the CPU has native bf16 instructions (AVX-512
   BF16 or AMX, and a torch build that uses AVX-512) *and* bf16 was measured to keep the
   model's quality (``BF16_MEASURED_MODELS``); everywhere else float32, because emulated bf16
-  is several times slower than float32.
+  is several times slower than float32;
+* ``QUERY_RUNTIME="auto"`` encodes single texts through ONNX Runtime wherever the path above
+  is float32 on a CPU (``onnxruntime`` is a dependency): 1.5x torch's compiled float32 for
+  one short text, with the same vectors (docs/benchmarks.md, "One query's encode"). Where it
+  is bfloat16, torch's compiled bf16 query was as fast as ONNX Runtime's float32 one, so
+  torch keeps it; so does an int8 or a GPU encoder. Batches always take the torch path above.
 
 The role decides the shapes warmed before traffic: a web process (``"query"``) warms the
 single-text graph, an encoding worker (``"document"``) the batch graph (and the single-text
@@ -79,12 +85,18 @@ class EncoderPath:
     dtype: Literal["float32", "bfloat16"]
     quantize: str | None
     reason: str
+    query_runtime: Literal["torch", "onnxruntime"] = "torch"  # who encodes a single text
 
     @property
     def label(self) -> str:
         """Short name: ``compiled float32``, ``eager bfloat16``, ``eager int8``..."""
         kind = self.quantize or self.dtype
         return f"{'compiled' if self.compile else 'eager'} {kind}"
+
+    @property
+    def query_label(self) -> str:
+        """What encodes one search query: ``onnxruntime float32``, or ``label``."""
+        return "onnxruntime float32" if self.query_runtime == "onnxruntime" else self.label
 
 
 def choose_path(
@@ -97,13 +109,22 @@ def choose_path(
     cpu: CpuFeatures,
     compiler: bool,
     bf16_measured: bool = False,
+    query_runtime: str = "torch",
+    onnxruntime_missing: str | None = None,
 ) -> EncoderPath:
     """The path an encoder with these settings takes on ``cpu``, with the reason in words.
 
     ``compile``: ``"auto"``, True or False (``COMPILE``); ``precision``: ``"auto"``,
     ``"float32"`` or ``"bfloat16"`` (``PRECISION``); ``compiler``: whether a C++ compiler is
-    on the host. ``role`` only enters the reason: it decides the shapes warmed, not the path.
+    on the host; ``query_runtime``: ``"auto"``, ``"torch"`` or ``"onnxruntime"``
+    (``QUERY_RUNTIME``), with ``onnxruntime_missing`` saying why ONNX Runtime cannot be
+    imported here (None when it can). ``role`` only enters the reason: it decides the shapes
+    warmed, not the path.
     """
+    if query_runtime not in ("auto", "torch", "onnxruntime"):
+        raise ValueError(
+            f"QUERY_RUNTIME must be 'auto', 'torch' or 'onnxruntime', got {query_runtime!r}."
+        )
     if compile not in ("auto", True, False, None):
         raise ValueError(f"COMPILE must be 'auto', True or False, got {compile!r}.")
     if precision not in ("auto", "float32", "bfloat16"):
@@ -112,6 +133,8 @@ def choose_path(
     on_cpu = str(device).split(":")[0] == "cpu"
     if quantize:
         reason = f"QUANTIZE={quantize!r}: int8 kernels, eager (int8 is never chosen for you)"
+        if query_runtime == "onnxruntime":
+            raise ValueError("QUERY_RUNTIME='onnxruntime' runs float models; unset QUANTIZE.")
         return EncoderPath(False, "float32", quantize, reason)
 
     reasons: list[str] = []
@@ -149,14 +172,34 @@ def choose_path(
     else:
         compiled = True
         reasons.append(f"the compiled {shapes[role]} path (COMPILE='auto', C++ compiler found)")
-    return EncoderPath(compiled, dtype, None, "; ".join(reasons))
+
+    runtime: Literal["torch", "onnxruntime"] = "torch"
+    if query_runtime == "onnxruntime":
+        if not on_cpu:
+            raise ValueError(f"QUERY_RUNTIME='onnxruntime' runs on the CPU, not on {device}.")
+        runtime = "onnxruntime"
+        reasons.append("single queries through ONNX Runtime in float32 (QUERY_RUNTIME)")
+    elif query_runtime == "auto" and on_cpu:
+        if onnxruntime_missing:
+            reasons.append(f"single queries through torch: {onnxruntime_missing}")
+        elif dtype == "bfloat16":
+            reasons.append("single queries through torch in bfloat16, as fast as ONNX Runtime")
+        else:
+            runtime = "onnxruntime"
+            reasons.append("single queries through ONNX Runtime, faster than torch in float32")
+    return EncoderPath(compiled, dtype, None, "; ".join(reasons), runtime)
 
 
 def default_path(role: Role, model: str) -> EncoderPath:
     """The path ``model`` takes on this host with no settings (``"auto"`` everywhere): what
     the serving layer would choose, for scripts that load an encoder without Django."""
     return choose_path(
-        role, cpu=cpu_features(), compiler=compiler_available(), bf16_measured=bf16_measured(model)
+        role,
+        cpu=cpu_features(),
+        compiler=compiler_available(),
+        bf16_measured=bf16_measured(model),
+        query_runtime="auto",
+        onnxruntime_missing=onnxruntime_missing(),
     )
 
 
@@ -178,6 +221,17 @@ def cpu_features() -> CpuFeatures:
             if model and flags:
                 break
     return CpuFeatures(capability, flags, model)
+
+
+def onnxruntime_missing() -> str | None:
+    """Why ONNX Runtime cannot encode queries in this environment, or None when it can (its
+    package and the exporter's, ``onnxscript``; found without importing them)."""
+    import importlib.util
+
+    for module in ("onnxruntime", "onnxscript", "onnx"):
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed (pip install {module})"
+    return None
 
 
 def compiler_available() -> bool:

@@ -219,6 +219,9 @@ def _load(name: str, directory: str | None = None) -> SentenceEncoder:
         compile=path.compile,
         compile_cache=compile_cache() if path.compile else None,
         threads=int(config["THREADS"]) if config["THREADS"] else None,
+        query_runtime=path.query_runtime,
+        # ONNX Runtime's threads are fixed per session: the ones a web process's query gets.
+        query_threads=int(config["QUERY_THREADS"] or config["THREADS"] or 1),
     )
 
 

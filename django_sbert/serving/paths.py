@@ -23,6 +23,7 @@ from ..encoder.paths import (
     choose_path,
     compiler_available,
     cpu_features,
+    onnxruntime_missing,
 )
 
 
@@ -30,6 +31,12 @@ from ..encoder.paths import (
 def host_features() -> tuple[CpuFeatures, bool]:
     """This host's CPU features and whether a C++ compiler is found (read once per process)."""
     return cpu_features(), compiler_available()
+
+
+@functools.cache
+def onnxruntime_problem() -> str | None:
+    """Why ONNX Runtime cannot be used in this process, or None (looked up once)."""
+    return onnxruntime_missing()
 
 
 def encoder_path(name: str = "default", role: Role = "both") -> EncoderPath:
@@ -45,6 +52,8 @@ def encoder_path(name: str = "default", role: Role = "both") -> EncoderPath:
         cpu=cpu,
         compiler=compiler,
         bf16_measured=bf16_measured(config["MODEL"]),
+        query_runtime=config["QUERY_RUNTIME"],
+        onnxruntime_missing=onnxruntime_problem(),
     )
 
 
@@ -55,6 +64,7 @@ def path_report(name: str = "default", role: Role = "both") -> dict[str, Any]:
     return {
         "encoder": name,
         "path": path.label,
+        "queries": path.query_label,
         "compile": path.compile,
         "dtype": path.dtype,
         "quantize": path.quantize,

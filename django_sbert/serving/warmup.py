@@ -107,6 +107,11 @@ def _path_taken(name: str, role: WarmRole, model: SentenceEncoder) -> tuple[str,
     failure = model.compile_failure
     if chosen.compile and failure:
         return f"eager {chosen.dtype}", f"torch.compile failed, so eager: {failure}"
+    if model.query_runtime_failure:
+        return (
+            chosen.label,
+            f"{chosen.reason}; but ONNX Runtime failed: {model.query_runtime_failure}",
+        )
     return chosen.label, chosen.reason
 
 

@@ -105,3 +105,47 @@ def test_this_machine():
         "document", cpu=cpu, compiler=True, bf16_measured=bf16_measured("/some/other/model")
     )
     assert unmeasured.dtype == "float32"
+
+
+@pytest.mark.parametrize("cpu", [AVX2_ONLY, AVX512_NO_BF16, AVX512_BF16, AMX, NO_SIMD])
+@pytest.mark.parametrize("role", ["query", "document", "both"])
+def test_auto_sends_float32_single_queries_through_onnxruntime(cpu, role):
+    # bf16 not measured for the model, or not native: the torch path would be float32.
+    path = choose_path(role, cpu=cpu, compiler=True, bf16_measured=False, query_runtime="auto")
+    assert path.query_runtime == "onnxruntime" and path.query_label == "onnxruntime float32"
+    assert "single queries through ONNX Runtime" in path.reason
+    # Batches keep the torch path chosen as before.
+    assert path.compile and path.label == "compiled float32"
+
+
+def test_auto_keeps_torch_for_queries_where_it_is_faster_or_onnxruntime_cannot_run():
+    for cpu in (AVX512_BF16, AMX):
+        bf16 = choose_path(
+            "query", cpu=cpu, compiler=True, bf16_measured=True, query_runtime="auto"
+        )
+        assert bf16.query_runtime == "torch" and bf16.query_label == "compiled bfloat16"
+        assert "single queries through torch in bfloat16" in bf16.reason
+    missing = choose_path(
+        "query",
+        cpu=AVX2_ONLY,
+        compiler=True,
+        query_runtime="auto",
+        onnxruntime_missing="onnxruntime is not installed (pip install onnxruntime)",
+    )
+    assert missing.query_runtime == "torch" and "pip install onnxruntime" in missing.reason
+    for kwargs in ({"quantize": "int8"}, {"device": "cuda"}):
+        path = choose_path("query", cpu=AVX2_ONLY, compiler=True, query_runtime="auto", **kwargs)
+        assert path.query_runtime == "torch"
+    # The library's default (a script without settings) is torch.
+    assert choose_path("query", cpu=AVX2_ONLY, compiler=True).query_runtime == "torch"
+
+
+def test_onnxruntime_asked_for_is_obeyed_or_refused_with_the_reason():
+    forced = choose_path("query", cpu=AMX, compiler=True, query_runtime="onnxruntime")
+    assert forced.query_runtime == "onnxruntime" and "QUERY_RUNTIME" in forced.reason
+    with pytest.raises(ValueError, match="unset QUANTIZE"):
+        choose_path("query", cpu=AMX, compiler=True, quantize="int8", query_runtime="onnxruntime")
+    with pytest.raises(ValueError, match="on the CPU, not on cuda"):
+        choose_path("query", cpu=AMX, compiler=True, device="cuda", query_runtime="onnxruntime")
+    with pytest.raises(ValueError, match="'auto', 'torch' or 'onnxruntime'"):
+        choose_path("query", cpu=AMX, compiler=True, query_runtime="onnx")

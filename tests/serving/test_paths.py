@@ -1,7 +1,9 @@
 """The default path: compiled where the host can, warm before traffic, warm across promotions.
 
-The test settings set ``COMPILE: False`` to keep the suite fast; these tests take it out, so
-the encoder runs with the defaults a project gets (``COMPILE="auto"``, ``PRECISION="auto"``).
+The test settings set ``COMPILE: False`` and ``QUERY_RUNTIME: "torch"`` to keep the suite
+fast; these tests take them out, so the encoder runs with the defaults a project gets
+(``COMPILE="auto"``, ``PRECISION="auto"``, ``QUERY_RUNTIME="auto"``). ``torch_queries`` puts
+``QUERY_RUNTIME: "torch"`` back for the tests of torch's single-query graph.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from torch._dynamo.utils import counters
 from django_sbert import indexing, serving
 from django_sbert.conf import ENCODER_DEFAULTS, encoder_config
 from django_sbert.encoder import SentenceEncoder, aot
+from django_sbert.encoder.onnx_query import OnnxQueryGraph
 from django_sbert.encoder.paths import compiler_available
 from django_sbert.finetuning import promotion
 from django_sbert.models import EncoderVersion, VersionStatus
@@ -36,8 +39,13 @@ def graphs() -> int:
 
 @pytest.fixture
 def defaults(settings, tmp_path) -> Iterator[Path]:
-    """The test encoder with the default COMPILE and PRECISION; MODEL_DIR for promotions."""
-    encoder = {k: v for k, v in settings.SBERT["ENCODERS"]["default"].items() if k != "COMPILE"}
+    """The test encoder with the default COMPILE, PRECISION and QUERY_RUNTIME; MODEL_DIR for
+    promotions."""
+    encoder = {
+        k: v
+        for k, v in settings.SBERT["ENCODERS"]["default"].items()
+        if k not in ("COMPILE", "QUERY_RUNTIME")
+    }
     directory = tmp_path / "models"
     settings.SBERT = {
         **settings.SBERT,
@@ -54,8 +62,18 @@ def defaults(settings, tmp_path) -> Iterator[Path]:
     warmup.forget_warm_state()
 
 
+@pytest.fixture
+def torch_queries(defaults, settings) -> Path:
+    """The defaults, with single queries through torch (its compiled single-query graph)."""
+    encoder = {**settings.SBERT["ENCODERS"]["default"], "QUERY_RUNTIME": "torch"}
+    settings.SBERT = {**settings.SBERT, "ENCODERS": {"default": encoder}}
+    serving.reset_encoders()
+    return defaults
+
+
 def test_the_defaults_are_visible_values():
     assert ENCODER_DEFAULTS["COMPILE"] == "auto" and ENCODER_DEFAULTS["PRECISION"] == "auto"
+    assert ENCODER_DEFAULTS["QUERY_RUNTIME"] == "auto"
 
 
 def test_bad_values_are_refused_with_the_choices(settings):
@@ -63,6 +81,7 @@ def test_bad_values_are_refused_with_the_choices(settings):
     for key, value, choices in [
         ("COMPILE", "yes", "'auto', True or False"),
         ("PRECISION", "fp16", "'auto', 'float32' or 'bfloat16'"),
+        ("QUERY_RUNTIME", "onnx", "'auto', 'torch' or 'onnxruntime'"),
     ]:
         settings.SBERT = {**settings.SBERT, "ENCODERS": {"default": {**default, key: value}}}
         with pytest.raises(ImproperlyConfigured, match=choices):
@@ -76,7 +95,7 @@ def test_bad_values_are_refused_with_the_choices(settings):
 @pytest.mark.heavy
 @needs_compiler
 @pytest.mark.django_db
-def test_a_web_process_with_default_settings_is_compiled_before_its_first_query(defaults):
+def test_torch_queries_are_compiled_before_the_first_query(torch_queries):
     torch._dynamo.reset()  # as a fresh process: no graph built yet
     before, built = graphs(), aot.stats["built"]
     state = warmup.warm(["default"], role="query")["default"]
@@ -87,7 +106,7 @@ def test_a_web_process_with_default_settings_is_compiled_before_its_first_query(
     assert aot.stats["built"] == built + 1 and graphs() == before
     model = serving.get_encoder("default")
     assert model.compiled and model._compiled.active
-    assert model._compiled.query_package.parent == defaults / ".cache" / ".compiled"
+    assert model._compiled.query_package.parent == torch_queries / ".cache" / ".compiled"
     vector, _ = serving.query_vector("central banks raise interest rates")
     assert graphs() == before and aot.stats["built"] == built + 1  # the query compiled nothing
     eager = SentenceEncoder.load(encoder_config("default")["MODEL"])
@@ -96,9 +115,61 @@ def test_a_web_process_with_default_settings_is_compiled_before_its_first_query(
 
 
 @pytest.mark.heavy
+@pytest.mark.django_db
+def test_a_web_process_with_default_settings_serves_queries_from_its_first_one(defaults):
+    path = serving.encoder_path("default")
+    state = warmup.warm(["default"], role="query")["default"]
+    assert state.error is None
+    model = serving.get_encoder("default")
+    query = "central banks raise interest rates"
+    eager = SentenceEncoder.load(encoder_config("default")["MODEL"])
+    if path.query_runtime == "onnxruntime":
+        assert "ONNX Runtime" in state.reason
+        graph = model._onnx  # exported and probed by the warm-up, not by the first query
+        assert isinstance(graph, OnnxQueryGraph) and graph.transformer is model.transformer
+        vector, _ = serving.query_vector(query)
+        assert model._onnx is graph  # the query exported nothing
+        np.testing.assert_allclose(vector, eager.encode(query), atol=1e-6)
+    else:  # an AMX CPU: torch's graph serves the queries
+        assert "single queries through torch" in state.reason and model._onnx is None
+
+
+@pytest.mark.heavy
+@pytest.mark.django_db
+def test_a_promoted_version_gets_its_own_onnx_graph(defaults, settings):
+    settings.SBERT = {
+        **settings.SBERT,
+        "ENCODERS": {
+            "default": {**settings.SBERT["ENCODERS"]["default"], "QUERY_RUNTIME": "onnxruntime"}
+        },
+    }
+    serving.reset_encoders()
+    Article.objects.bulk_create(Article(title=f"story {i}", body="rates") for i in range(3))
+    indexing.embed_stale(indexing.get_ref("testapp.Article", "embedding"))
+    query = "central banks raise interest rates"
+    base, _ = serving.query_vector(query)
+    tuned = SentenceEncoder.load(encoder_config("default")["MODEL"])
+    with torch.no_grad():
+        for parameter in tuned.transformer.parameters():
+            parameter.mul_(1.2)
+    directory, version = serving.save_encoder(tuned, "default", "tuned")
+    target = EncoderVersion.objects.create(
+        encoder_name="default", version=version, directory=directory
+    )
+    promotion.start_promotion(target, gate=False, run_now=True)
+    serving.forget_serving()
+    vector, served = serving.query_vector(query)
+    assert served == version
+    model = serving.get_encoder("default")
+    assert isinstance(model._onnx, OnnxQueryGraph)  # exported from the new weights
+    np.testing.assert_allclose(vector, tuned.encode(query), atol=1e-6)
+    assert not np.allclose(vector, base, atol=1e-3)
+
+
+@pytest.mark.heavy
 @needs_compiler
 @pytest.mark.django_db
-def test_a_promotion_is_served_without_a_recompile(defaults, tmp_path):
+def test_a_promotion_is_served_without_a_recompile(torch_queries, tmp_path):
     Article.objects.bulk_create(Article(title=f"story {i}", body="rates") for i in range(5))
     indexing.embed_stale(indexing.get_ref("testapp.Article", "embedding"))
     state = warmup.warm(["default"], role="both")["default"]

@@ -1,0 +1,126 @@
+"""Single queries through ONNX Runtime: float32 vectors equal to eager ones, each set of weights
+exported once, and torch again (with one warning) whenever ONNX Runtime cannot serve."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from django_sbert.encoder import SentenceEncoder
+from django_sbert.encoder.onnx_query import OnnxQueryGraph
+from tests.encoder.tiny_families import FAMILIES, build_family
+
+pytestmark = pytest.mark.heavy  # every test exports a model
+
+TEXTS = [
+    "A plane is taking off.",
+    "",  # [CLS] [SEP]: the shortest input
+    "x",
+    "Central banks raised interest rates again. " * 40,  # past max_seq_length: truncated
+    "Three dogs run across a snowy field near the river.",
+]
+
+
+@pytest.fixture
+def onnx_tiny(tiny_model_dir):
+    return SentenceEncoder.load(tiny_model_dir, query_runtime="onnxruntime")
+
+
+def one_at_a_time(encoder: SentenceEncoder, texts: list[str]) -> np.ndarray:
+    return np.stack([encoder.encode(text) for text in texts])
+
+
+def test_single_texts_equal_eager_float32_and_batches_stay_on_torch(onnx_tiny, tiny_encoder):
+    expected = tiny_encoder.encode(TEXTS)
+    np.testing.assert_allclose(one_at_a_time(onnx_tiny, TEXTS), expected, atol=1e-6)
+    graph = onnx_tiny._onnx
+    assert isinstance(graph, OnnxQueryGraph) and onnx_tiny.query_runtime_failure is None
+    np.testing.assert_allclose(onnx_tiny.encode(TEXTS), expected, atol=1e-6)  # a batch
+    one_at_a_time(onnx_tiny, TEXTS[:2])
+    assert onnx_tiny._onnx is graph  # exported once, not per text
+
+
+def test_a_bfloat16_encoder_still_answers_queries_in_float32(tiny_model_dir, tiny_encoder):
+    encoder = SentenceEncoder.load(tiny_model_dir, dtype="bfloat16", query_runtime="onnxruntime")
+    assert next(encoder.transformer.parameters()).dtype == torch.bfloat16
+    expected = tiny_encoder.encode(TEXTS)
+    # Exported from the float32 weights kept until then, not from their bf16 rounding.
+    np.testing.assert_allclose(one_at_a_time(encoder, TEXTS), expected, atol=1e-6)
+    assert encoder._onnx_source == []  # released once exported
+    batch = encoder.encode(TEXTS)  # bf16 arithmetic: close, not equal
+    assert 1e-5 < np.abs(batch - expected).max() < 5e-2
+
+
+def test_new_weights_are_exported_again(onnx_tiny, tiny_model_dir):
+    before = onnx_tiny.encode(TEXTS[0])
+    other = SentenceEncoder.load(tiny_model_dir)
+    with torch.no_grad():
+        for parameter in other.transformer.parameters():
+            parameter.mul_(1.3)
+    onnx_tiny.load_state_dict(other.state_dict())
+    after = onnx_tiny.encode(TEXTS[0])
+    np.testing.assert_allclose(after, other.encode(TEXTS[0]), atol=1e-6)
+    assert not np.allclose(after, before, atol=1e-3)
+    # Weights replaced rather than loaded (a cast, a swap): seen on the next query too.
+    onnx_tiny.transformer.embeddings.word_embeddings.weight = torch.nn.Parameter(
+        other.transformer.embeddings.word_embeddings.weight.detach() * 0.5
+    )
+    graph = onnx_tiny._onnx
+    onnx_tiny.encode(TEXTS[0])
+    assert onnx_tiny._onnx is not graph
+
+
+def test_training_in_place_is_seen_by_the_next_query(onnx_tiny):
+    onnx_tiny.encode(TEXTS[0])
+    onnx_tiny.train()
+    with torch.no_grad():
+        onnx_tiny.transformer.encoder.layer[0].output.dense.bias.add_(0.5)
+    onnx_tiny.eval()
+    eager = pickle.loads(pickle.dumps(onnx_tiny)).set_query_runtime("torch")
+    np.testing.assert_allclose(onnx_tiny.encode(TEXTS[0]), eager.encode(TEXTS[0]), atol=1e-6)
+
+
+def test_copies_export_their_own(onnx_tiny, tiny_encoder):
+    onnx_tiny.encode(TEXTS[0])
+    copy = pickle.loads(pickle.dumps(onnx_tiny))
+    assert copy._onnx is None and copy.query_runtime == "onnxruntime"
+    np.testing.assert_allclose(copy.encode(TEXTS[2]), tiny_encoder.encode(TEXTS[2]), atol=1e-6)
+    assert isinstance(copy._onnx, OnnxQueryGraph) and copy._onnx is not onnx_tiny._onnx
+
+
+def test_an_export_that_fails_leaves_torch_serving_with_one_warning(
+    onnx_tiny, tiny_encoder, monkeypatch
+):
+    def refuse(*args, **kwargs):
+        raise RuntimeError("this architecture cannot be exported")
+
+    monkeypatch.setattr(torch.onnx, "export", refuse)
+    with pytest.warns(RuntimeWarning, match="ONNX Runtime cannot encode this model's queries"):
+        first = onnx_tiny.encode(TEXTS[0])
+    assert "cannot be exported" in onnx_tiny.query_runtime_failure
+    np.testing.assert_allclose(first, tiny_encoder.encode(TEXTS[0]), atol=1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # tried once: later queries neither retry nor warn
+        onnx_tiny.encode(TEXTS[1])
+
+
+def test_only_float_cpu_encoders_and_known_runtimes_are_accepted(tiny_model_dir):
+    with pytest.raises(ValueError, match="'torch' or 'onnxruntime'"):
+        SentenceEncoder.load(tiny_model_dir, query_runtime="onnx")
+    with pytest.raises(ValueError, match="int8-quantized"):
+        SentenceEncoder.load(tiny_model_dir, quantize="int8", query_runtime="onnxruntime")
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_family_is_served_by_onnxruntime(tmp_path, family):
+    directory = build_family(family, tmp_path / family)
+    eager = SentenceEncoder.load(directory)
+    encoder = SentenceEncoder.load(directory, query_runtime="onnxruntime")
+    texts = [t for t in TEXTS if t]  # prompts and pooling modes of every family, long texts too
+    got = one_at_a_time(encoder, texts)
+    assert encoder.query_runtime_failure is None, encoder.query_runtime_failure
+    np.testing.assert_allclose(got, eager.encode(texts), atol=1e-5)
