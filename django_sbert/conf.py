@@ -851,8 +851,9 @@ TOP = {
     ),
     "COMPILE_CACHE": Setting(
         None,
-        "This host's compiled single-query graphs, loaded by a new process instead of "
-        "compiling; `None`: `<MODEL_CACHE>/.compiled`; `False`: none kept "
+        "This host's compiled single-query graphs and exported ONNX query graphs, loaded by "
+        "a new process instead of compiling or exporting; `None`: `<MODEL_CACHE>/.compiled`; "
+        "`False`: none kept "
         "([encoder.md](encoder.md)).",
         Rule(
             lambda v: v is None or v is False or isinstance(v, str) or hasattr(v, "__fspath__"),

@@ -233,11 +233,22 @@ def prune(cache_dir: str | os.PathLike[str], keep: Path | None = None) -> list[P
     Returns what was deleted. A package another process loads at this moment is safe: a
     loaded library stays mapped after its file is deleted, and a package in use is recent.
     """
-    now = time.time()
     limits = {
         "query-*.pt2": UNUSED_DAYS * 86400,
         ".building-*.pt2": ABANDONED_BUILD_HOURS * 3600,
     }
+    deleted = prune_files(cache_dir, limits, keep)
+    if deleted:
+        logger.info("Deleted %d unused compiled query graph(s) from %s", len(deleted), cache_dir)
+    return deleted
+
+
+def prune_files(
+    cache_dir: str | os.PathLike[str], limits: dict[str, float], keep: Path | None = None
+) -> list[Path]:
+    """Delete the files of ``cache_dir`` matching each pattern of ``limits`` whose last
+    modification is older than its seconds (and their ``.lock``), except ``keep``."""
+    now = time.time()
     deleted = []
     for pattern, seconds in limits.items():
         for path in Path(cache_dir).glob(pattern):
@@ -249,8 +260,6 @@ def prune(cache_dir: str | os.PathLike[str], keep: Path | None = None) -> list[P
             except FileNotFoundError:  # another process pruned it first
                 continue
             deleted.append(path)
-    if deleted:
-        logger.info("Deleted %d unused compiled query graph(s) from %s", len(deleted), cache_dir)
     return deleted
 
 

@@ -115,6 +115,7 @@ class SentenceEncoder(nn.Module):
         # Set by set_query_runtime(): single texts through ONNX Runtime (onnx_query.py).
         self.query_runtime: QueryRuntime = "torch"
         self.query_threads = 1
+        self.query_cache: Path | None = None  # where exported query graphs are kept
         self.query_runtime_failure: str | None = None  # why ONNX Runtime fell back to torch
         self._onnx: Any = None  # the OnnxQueryGraph once built; False once it failed
         # Float32 weights kept for its export, in a list so that nn.Module does not adopt them.
@@ -186,10 +187,12 @@ class SentenceEncoder(nn.Module):
         if compile:
             encoder.compile_for_inference(cache=compile_cache)
         if query_runtime != "torch":
-            encoder.set_query_runtime(query_runtime, threads=query_threads)
+            encoder.set_query_runtime(query_runtime, threads=query_threads, cache=compile_cache)
         return encoder
 
-    def set_query_runtime(self, runtime: QueryRuntime, threads: int = 1) -> SentenceEncoder:
+    def set_query_runtime(
+        self, runtime: QueryRuntime, threads: int = 1, cache: str | Path | None = None
+    ) -> SentenceEncoder:
         """Encode single texts (search queries) through ``runtime`` from now on; returns self.
 
         ``"onnxruntime"``: the transformer is exported to ONNX and run by ONNX Runtime on
@@ -198,6 +201,10 @@ class SentenceEncoder(nn.Module):
         at the first single text of each set of weights; batches keep the torch path. If it
         cannot be built, a warning says why and torch serves the queries
         (``query_runtime_failure``). ``"torch"``: the torch path for everything.
+
+        ``cache``: a directory where exported graphs are kept (``encoder/onnx_query.py``), so
+        that other processes of the host, and later starts, load the graph instead of
+        exporting it again.
         """
         if runtime not in ("torch", "onnxruntime"):
             raise ValueError(f"runtime must be 'torch' or 'onnxruntime', got {runtime!r}.")
@@ -207,6 +214,7 @@ class SentenceEncoder(nn.Module):
                 f"{'int8-quantized' if self.quantized else f'on {self.device}'}."
             )
         self.query_runtime, self.query_threads = runtime, max(1, int(threads))
+        self.query_cache = Path(cache) if cache is not None else None
         self._onnx, self.query_runtime_failure = None, None
         return self
 
@@ -309,7 +317,7 @@ class SentenceEncoder(nn.Module):
                     # Built before: the weights changed since, and the kept ones are not theirs.
                     source = kept[0] if kept and graph is None else None
                     graph = self._onnx = OnnxQueryGraph(
-                        self.transformer, self.query_threads, source=source
+                        self.transformer, self.query_threads, source, self.query_cache
                     )
                 except OnnxUnavailable as exc:
                     self._onnx, self.query_runtime_failure = False, str(exc)
@@ -333,6 +341,7 @@ class SentenceEncoder(nn.Module):
         defaults = {"compile_requested": False, "_compiled": None, "_onnx": None}
         defaults["_onnx_source"] = []
         defaults.update(query_runtime="torch", query_threads=1, query_runtime_failure=None)
+        defaults["query_cache"] = None
         state = {**defaults, **state}
         super().__setstate__(state)
         self._compile_lock = threading.Lock()

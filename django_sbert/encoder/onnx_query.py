@@ -15,6 +15,14 @@ which the serving layer's warm-up and its version watcher do before traffic reac
 encoder loaded in bfloat16 for its batches keeps its float32 weights until that export, so
 its queries are float32 too.
 
+**Kept on disk per host.** Given a cache directory (``SBERT["COMPILE_CACHE"]``, as for
+``aot.py``), the exported graph is stored there under a key of the weights' bytes and the
+exporter's versions (``graph_path``), so the other processes of the host, and later starts,
+build a session from the file (well under a second) instead of exporting again. Entries are
+written whole (a temporary file renamed into place, one builder per entry), checked on load
+against the torch transformer like a fresh export, and deleted once unused for
+``UNUSED_DAYS`` days (each version has its own, of the model's float32 size).
+
 **Never a new way to fail.** ``onnxruntime`` and the exporter's packages are imported on first
 use; an architecture that does not export, or a graph whose output differs from the torch
 transformer's on a probe input, raises ``OnnxUnavailable``, and the encoder serves its queries
@@ -24,20 +32,36 @@ through torch again with one warning (``SentenceEncoder.query_runtime_failure``)
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import logging
+import os
+import tempfile
+import time
 import warnings
+from contextlib import suppress
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from .aot import PROBE_LENGTH, QueryModule, _named_tensors, _slot
+from .aot import PROBE_LENGTH, QueryModule, _entry_lock, _named_tensors, _slot, prune_files
 from .exceptions import OnnxUnavailable
+from .filemodes import shared_mode
 from .paths import onnxruntime_missing
+
+logger = logging.getLogger("django_sbert.encoder")
 
 # Largest difference from the float32 torch transformer accepted on the probe input.
 PROBE_TOLERANCE = 1e-4
+# Bump when the export changes: older entries are then never loaded, and pruned.
+GRAPH_FORMAT = 1
+# A stored graph no process has loaded for this long is deleted when another one is stored:
+# each version has its own file, of the model's float32 size.
+UNUSED_DAYS = 7
+ABANDONED_BUILD_HOURS = 6
 
 
 class OnnxQueryGraph:
@@ -48,19 +72,79 @@ class OnnxQueryGraph:
     """
 
     def __init__(
-        self, transformer: nn.Module, threads: int = 1, source: nn.Module | None = None
+        self,
+        transformer: nn.Module,
+        threads: int = 1,
+        source: nn.Module | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         missing = onnxruntime_missing()
         if missing:
             raise OnnxUnavailable(missing)
-        import onnxruntime
 
         self.transformer = transformer
         self.threads = max(1, int(threads))
         # ``source``: the same weights before a cast to bfloat16 (load() keeps them until the
         # first export), so the queries are float32 computations on float32 weights.
         exported = source if source is not None else transformer
-        model = _export(exported)
+        self.path: Path | None = None  # the stored graph it was built from, if any
+        # Which tensors the graph was exported from: a version swapped in place (new tensors,
+        # e.g. load_state_dict with assign or .to(dtype)) is detected on the next call.
+        self._slots = [_slot(transformer, name) for name in _named_tensors(transformer)]
+        self._exported_from = self._pointers()
+        if cache_dir is None:
+            self._session = self._start(_export(exported))
+            self._probe(exported)
+        else:
+            self._load_or_store(exported, Path(cache_dir))
+
+    def _load_or_store(self, exported: nn.Module, cache_dir: Path) -> None:
+        """Build the session from the stored graph, storing it first if absent or bad."""
+        started = time.perf_counter()
+        path = graph_path(cache_dir, exported)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if self._load_checked(path, exported):
+            return
+        with _entry_lock(path):
+            if self._load_checked(path, exported):  # another process stored it meanwhile
+                return
+            model = _export(exported)
+            self._session = self._start(model)
+            self._probe(exported)
+            _store(path, model)
+        prune(path.parent, keep=path)
+        self.path = path
+        logger.info(
+            "Exported the query graph %s in %.1f s (stored for this host's later processes).",
+            path.name,
+            time.perf_counter() - started,
+        )
+
+    def _load_checked(self, path: Path, exported: nn.Module) -> bool:
+        """Whether the stored graph at ``path`` loaded and passed the probe; a bad one is
+        deleted with a warning."""
+        try:
+            model = path.read_bytes()
+        except FileNotFoundError:
+            return False
+        try:
+            self._session = self._start(model)
+            self._probe(exported)
+        except OnnxUnavailable as exc:
+            message = f"The stored query graph {path} cannot be used ({exc}); it is exported again."
+            logger.warning(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
+            path.unlink(missing_ok=True)
+            return False
+        with suppress(OSError):  # a read-only cache still serves; it is just never pruned
+            os.utime(path)
+        self.path = path
+        return True
+
+    def _start(self, model: bytes) -> Any:
+        """An ONNX Runtime session of ``model`` on ``threads`` threads."""
+        import onnxruntime
+
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
@@ -71,16 +155,9 @@ class OnnxQueryGraph:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3  # errors only: its optimizer's notes are not the user's
         try:
-            self._session = onnxruntime.InferenceSession(
-                model, options, providers=["CPUExecutionProvider"]
-            )
+            return onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         except Exception as exc:
             raise OnnxUnavailable(f"the session could not be built: {_first_line(exc)}") from exc
-        # Which tensors the graph was exported from: a version swapped in place (new tensors,
-        # e.g. load_state_dict with assign or .to(dtype)) is detected on the next call.
-        self._slots = [_slot(transformer, name) for name in _named_tensors(transformer)]
-        self._exported_from = self._pointers()
-        self._probe(exported)
 
     def _pointers(self) -> list[int]:
         return [getattr(module, name).data_ptr() for module, name in self._slots]
@@ -154,6 +231,60 @@ def _export(transformer: nn.Module) -> bytes:
         raise OnnxUnavailable(f"the export failed: {_first_line(exc)}") from exc
     finally:
         registration.setLevel(level)
+
+
+def graph_path(cache_dir: str | os.PathLike[str], exported: nn.Module) -> Path:
+    """Where the graph exported from ``exported`` (float32 weights) is stored in ``cache_dir``:
+    keyed by every tensor's name, shape and bytes, the configuration and the exporter."""
+    from importlib.metadata import version
+
+    import transformers
+
+    digest = hashlib.sha256()
+    config = exported.config.to_dict()
+    described = {
+        "format": GRAPH_FORMAT,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        # Their versions without importing them (the exporter imports them when it runs).
+        "exporter": [version("onnx"), version("onnxscript"), version("onnxruntime")],
+        "class": f"{type(exported).__module__}.{type(exported).__qualname__}",
+        "attention": getattr(exported.config, "_attn_implementation", None),
+        "config": {k: v for k, v in config.items() if not k.startswith("_")},
+    }
+    digest.update(json.dumps(described, sort_keys=True, default=str).encode())
+    for name, tensor in _named_tensors(exported).items():
+        values = tensor.detach().float().contiguous().numpy()
+        digest.update(f"{name}:{list(values.shape)}".encode())
+        digest.update(memoryview(values).cast("B"))
+    return Path(cache_dir) / f"onnx-query-{digest.hexdigest()[:32]}.onnx"
+
+
+def _store(path: Path, model: bytes) -> None:
+    """Write ``model`` to ``path`` whole: a temporary file in the same folder, renamed."""
+    handle, temporary = tempfile.mkstemp(prefix=".building-", suffix=".onnx", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(model)
+        shared_mode(temporary)
+        os.replace(temporary, path)
+    except OSError as exc:  # a full or read-only cache: this process still has its session
+        logger.warning("Could not store the query graph %s: %s", path, exc)
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+
+
+def prune(cache_dir: str | os.PathLike[str], keep: Path | None = None) -> list[Path]:
+    """Delete the stored graphs unused for ``UNUSED_DAYS`` days (loading one touches it) and
+    abandoned builds, except ``keep``; returns what was deleted."""
+    limits = {
+        "onnx-query-*.onnx": UNUSED_DAYS * 86400,
+        ".building-*.onnx": ABANDONED_BUILD_HOURS * 3600,
+    }
+    deleted = prune_files(cache_dir, limits, keep)
+    if deleted:
+        logger.info("Deleted %d unused query graph(s) from %s", len(deleted), cache_dir)
+    return deleted
 
 
 def _first_line(exc: BaseException) -> str:

@@ -217,7 +217,7 @@ def _load(name: str, directory: str | None = None) -> SentenceEncoder:
         quantize=path.quantize,
         dtype=None if path.dtype == "float32" else path.dtype,
         compile=path.compile,
-        compile_cache=compile_cache() if path.compile else None,
+        compile_cache=compile_cache() if path.compile or path.query_runtime != "torch" else None,
         threads=int(config["THREADS"]) if config["THREADS"] else None,
         query_runtime=path.query_runtime,
         # ONNX Runtime's threads are fixed per session: the ones a web process's query gets.

@@ -124,3 +124,54 @@ def test_every_family_is_served_by_onnxruntime(tmp_path, family):
     got = one_at_a_time(encoder, texts)
     assert encoder.query_runtime_failure is None, encoder.query_runtime_failure
     np.testing.assert_allclose(got, eager.encode(texts), atol=1e-5)
+
+
+def test_the_graph_is_stored_once_per_set_of_weights_and_loaded_after(
+    tiny_model_dir, tiny_encoder, tmp_path, monkeypatch
+):
+    first = SentenceEncoder.load(
+        tiny_model_dir, query_runtime="onnxruntime", compile_cache=tmp_path
+    )
+    first.encode(TEXTS[0])
+    stored = first._onnx.path
+    assert stored is not None and stored.parent == tmp_path and stored.name.startswith("onnx-")
+    assert list(tmp_path.glob(".building-*")) == []  # written whole, renamed into place
+
+    # Another process of the host: loads the file, exports nothing.
+    def refuse(*args, **kwargs):
+        raise AssertionError("exported again")
+
+    monkeypatch.setattr(torch.onnx, "export", refuse)
+    second = SentenceEncoder.load(
+        tiny_model_dir, query_runtime="onnxruntime", compile_cache=tmp_path
+    )
+    np.testing.assert_allclose(one_at_a_time(second, TEXTS), tiny_encoder.encode(TEXTS), atol=1e-6)
+    assert second._onnx.path == stored and second.query_runtime_failure is None
+    monkeypatch.undo()
+
+    # Other weights (a fine-tuned version): their own entry.
+    tuned = SentenceEncoder.load(
+        tiny_model_dir, query_runtime="onnxruntime", compile_cache=tmp_path
+    )
+    with torch.no_grad():
+        tuned.transformer.encoder.layer[0].output.dense.bias.add_(0.5)
+    tuned.encode(TEXTS[0])
+    assert tuned._onnx.path != stored and len(list(tmp_path.glob("onnx-query-*.onnx"))) == 2
+
+
+def test_a_damaged_stored_graph_is_exported_again_with_a_warning(
+    tiny_model_dir, tiny_encoder, tmp_path
+):
+    first = SentenceEncoder.load(
+        tiny_model_dir, query_runtime="onnxruntime", compile_cache=tmp_path
+    )
+    first.encode(TEXTS[0])
+    stored = first._onnx.path
+    stored.write_bytes(stored.read_bytes()[:1000])  # a truncated file
+    again = SentenceEncoder.load(
+        tiny_model_dir, query_runtime="onnxruntime", compile_cache=tmp_path
+    )
+    with pytest.warns(RuntimeWarning, match="cannot be used"):
+        vector = again.encode(TEXTS[0])
+    np.testing.assert_allclose(vector, tiny_encoder.encode(TEXTS[0]), atol=1e-6)
+    assert again.query_runtime_failure is None and stored.stat().st_size > 1000
