@@ -10,10 +10,13 @@ process's ``QUERY_THREADS``). Paths, each loaded as the serving layer loads it:
 * ``compiled bfloat16`` (where the CPU has native bf16), ``compiled float32``: torch's
   single-query graph (``QUERY_RUNTIME="torch"``), compiled ahead of time;
 * ``eager float32``: ``COMPILE=False``;
-* the peers: sentence-transformers' ``encode`` of one text (float32, torch), and OpenVINO
-  (when ``openvino`` is importable: the runtime of sentence-transformers'
-  ``backend="openvino"``) running the same exported ONNX graph, in float32 and, where the CPU
-  has native bf16, with its bf16 inference hint.
+* the peers: sentence-transformers' ``encode`` of one text (float32, torch); with
+  ``--st-onnx``, its ``backend="onnx"`` (ONNX Runtime through optimum, exported by
+  optimum; its dependency needs an older transformers, so install it beside the venv as
+  docs/benchmarks.md says and put it first on ``PYTHONPATH``); and OpenVINO (when
+  ``openvino`` is importable: the runtime of sentence-transformers' ``backend="openvino"``)
+  running the graph ``onnx_query`` exports, in float32 and, where the CPU has native bf16,
+  with its bf16 inference hint.
 
 Each round takes its own slice of the claims and times every path on it, the paths in turn
 (so a noisy moment falls on all of them; no path caches vectors); per path the medians over
@@ -111,6 +114,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-openvino", action="store_true")
+    parser.add_argument(
+        "--st-onnx", action="store_true", help="also sentence-transformers' backend='onnx'"
+    )
     add_json_option(parser)
     args = parser.parse_args()
     import torch
@@ -125,6 +131,14 @@ def main() -> None:
     paths: dict[str, Encode] = {
         "sentence-transformers float32": lambda text: peer.encode(text, show_progress_bar=False)
     }
+    if args.st_onnx:
+        from benchmarks.encode import onnx_peers
+        from django_sbert.encoder.paths import cpu_features
+
+        onnx_peer = onnx_peers(resolve_model_path("all-MiniLM-L6-v2"), cpu_features())["st onnx"]
+        paths["sentence-transformers onnx"] = lambda text: onnx_peer.encode(
+            text, show_progress_bar=False
+        )
     paths.update(our_paths(args.threads))
     if not args.no_openvino:
         paths.update(openvino_paths(args.threads))

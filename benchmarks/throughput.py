@@ -141,6 +141,10 @@ def wait_ready(port: int, proc: Proc, timeout: float = 600) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--precision", default="auto", choices=["auto", "float32", "bfloat16"])
+    parser.add_argument(
+        "--query-runtime", default="auto", choices=["auto", "torch", "onnxruntime"]
+    )
     parser.add_argument("--seconds", type=float, default=15.0, help="length of each window")
     parser.add_argument("--clients", type=int, nargs="+", default=[4, 16])
     parser.add_argument("--orders", nargs="+", default=["unique", "zipf"])
@@ -172,6 +176,8 @@ def main() -> None:
         "SBERT_MODEL_CACHE": str(work / "cache"),  # one host: one cache, one compiled graph
         "SBERT_THREADS": "1",
         "OMP_NUM_THREADS": "1",
+        "SBERT_PRECISION": args.precision,
+        "SBERT_QUERY_RUNTIME": args.query_runtime,
     }
     os.environ.update({**base_env, "SBERT_THREADS": "2", "OMP_NUM_THREADS": "2"})
     import django

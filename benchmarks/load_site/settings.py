@@ -10,6 +10,8 @@ environment that ``benchmarks.load`` gives each one.
     only); this process's own cache of verified copies (one per simulated host).
 ``SBERT_QUERY_SOCKET``
     The host's query server (``benchmarks.throughput``); unset: each process encodes its own.
+``SBERT_PRECISION``, ``SBERT_QUERY_RUNTIME``
+    The encoder's ``PRECISION`` and ``QUERY_RUNTIME``; unset: ``"auto"``.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ SBERT = {
             "MODEL": os.environ.get("SBERT_MODEL", "all-MiniLM-L6-v2"),
             "THREADS": int(os.environ.get("SBERT_THREADS", "1")),
             "QUERY_THREADS": 1,
+            "PRECISION": os.environ.get("SBERT_PRECISION") or "auto",
+            "QUERY_RUNTIME": os.environ.get("SBERT_QUERY_RUNTIME") or "auto",
         }
     },
     "MODEL_DIR": os.environ["SBERT_MODEL_DIR"],

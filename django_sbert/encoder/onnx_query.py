@@ -92,11 +92,16 @@ class OnnxQueryGraph:
         # e.g. load_state_dict with assign or .to(dtype)) is detected on the next call.
         self._slots = [_slot(transformer, name) for name in _named_tensors(transformer)]
         self._exported_from = self._pointers()
-        if cache_dir is None:
-            self._session = self._start(_export(exported))
-            self._probe(exported)
-        else:
-            self._load_or_store(exported, Path(cache_dir))
+        if cache_dir is not None:
+            try:
+                self._load_or_store(exported, Path(cache_dir))
+                return
+            except OSError as exc:  # a cache directory this process cannot write or lock
+                logger.warning(
+                    "Query graph cache %s unusable (%s): exporting here.", cache_dir, exc
+                )
+        self._session = self._start(_export(exported))
+        self._probe(exported)
 
     def _load_or_store(self, exported: nn.Module, cache_dir: Path) -> None:
         """Build the session from the stored graph, storing it first if absent or bad."""
@@ -109,9 +114,15 @@ class OnnxQueryGraph:
             if self._load_checked(path, exported):  # another process stored it meanwhile
                 return
             model = _export(exported)
-            self._session = self._start(model)
-            self._probe(exported)
-            _store(path, model)
+            # From the stored file when it could be written: a session built from bytes in
+            # memory holds about twice the memory of one that reads a file (measured).
+            self._session = self._start(str(path) if _store(path, model) else model)
+            del model
+            try:
+                self._probe(exported)
+            except OnnxUnavailable:
+                path.unlink(missing_ok=True)  # never left for the next process to load
+                raise
         prune(path.parent, keep=path)
         self.path = path
         logger.info(
@@ -123,12 +134,10 @@ class OnnxQueryGraph:
     def _load_checked(self, path: Path, exported: nn.Module) -> bool:
         """Whether the stored graph at ``path`` loaded and passed the probe; a bad one is
         deleted with a warning."""
-        try:
-            model = path.read_bytes()
-        except FileNotFoundError:
+        if not path.exists():
             return False
         try:
-            self._session = self._start(model)
+            self._session = self._start(str(path))
             self._probe(exported)
         except OnnxUnavailable as exc:
             message = f"The stored query graph {path} cannot be used ({exc}); it is exported again."
@@ -141,7 +150,7 @@ class OnnxQueryGraph:
         self.path = path
         return True
 
-    def _start(self, model: bytes) -> Any:
+    def _start(self, model: bytes | str) -> Any:
         """An ONNX Runtime session of ``model`` on ``threads`` threads."""
         import onnxruntime
 
@@ -260,16 +269,19 @@ def graph_path(cache_dir: str | os.PathLike[str], exported: nn.Module) -> Path:
     return Path(cache_dir) / f"onnx-query-{digest.hexdigest()[:32]}.onnx"
 
 
-def _store(path: Path, model: bytes) -> None:
-    """Write ``model`` to ``path`` whole: a temporary file in the same folder, renamed."""
+def _store(path: Path, model: bytes) -> bool:
+    """Write ``model`` to ``path`` whole (a temporary file in the same folder, renamed);
+    whether it could."""
     handle, temporary = tempfile.mkstemp(prefix=".building-", suffix=".onnx", dir=path.parent)
     try:
         with os.fdopen(handle, "wb") as file:
             file.write(model)
         shared_mode(temporary)
         os.replace(temporary, path)
+        return True
     except OSError as exc:  # a full or read-only cache: this process still has its session
         logger.warning("Could not store the query graph %s: %s", path, exc)
+        return False
     finally:
         Path(temporary).unlink(missing_ok=True)
 

@@ -175,3 +175,13 @@ def test_a_damaged_stored_graph_is_exported_again_with_a_warning(
         vector = again.encode(TEXTS[0])
     np.testing.assert_allclose(vector, tiny_encoder.encode(TEXTS[0]), atol=1e-6)
     assert again.query_runtime_failure is None and stored.stat().st_size > 1000
+
+
+def test_a_cache_it_cannot_write_only_costs_the_export(tiny_model_dir, tiny_encoder, tmp_path):
+    blocked = tmp_path / "a-file-not-a-folder"
+    blocked.write_text("")
+    encoder = SentenceEncoder.load(
+        tiny_model_dir, query_runtime="onnxruntime", compile_cache=blocked / "cache"
+    )
+    np.testing.assert_allclose(encoder.encode(TEXTS[0]), tiny_encoder.encode(TEXTS[0]), atol=1e-6)
+    assert isinstance(encoder._onnx, OnnxQueryGraph) and encoder._onnx.path is None
