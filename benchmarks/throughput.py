@@ -142,9 +142,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--precision", default="auto", choices=["auto", "float32", "bfloat16"])
-    parser.add_argument(
-        "--query-runtime", default="auto", choices=["auto", "torch", "onnxruntime"]
-    )
+    parser.add_argument("--query-runtime", default="auto", choices=["auto", "torch", "onnxruntime"])
     parser.add_argument("--seconds", type=float, default=15.0, help="length of each window")
     parser.add_argument("--clients", type=int, nargs="+", default=[4, 16])
     parser.add_argument("--orders", nargs="+", default=["unique", "zipf"])
