@@ -331,10 +331,12 @@ class SentenceEncoder(nn.Module):
         return graph or None
 
     def __getstate__(self) -> dict[str, Any]:
-        # Copies (fit() trains one) and pickles carry the weights, never a compiled graph.
+        # Copies (fit() trains one) and pickles carry the weights, never a compiled graph nor
+        # an exported one: they run torch until asked again (compile_for_inference(),
+        # set_query_runtime()), so a training copy never exports its changing weights.
         state = dict(super().__getstate__())
         state.update(compile_requested=False, _compiled=None, _compile_lock=None)
-        state.update(_onnx=None, _onnx_source=[])
+        state.update(query_runtime="torch", _onnx=None, _onnx_source=[])
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -456,11 +458,17 @@ class SentenceEncoder(nn.Module):
             features["prompt_length"] = torch.tensor(self.tokenizer.prompt_length(prompt))
         return features
 
-    def forward(self, features: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Sentence embeddings ``(batch, dimensions)`` for a batch from ``tokenize``."""
+    def forward(self, features: dict[str, torch.Tensor], query: bool = False) -> torch.Tensor:
+        """Sentence embeddings ``(batch, dimensions)`` for a batch from ``tokenize``.
+
+        ``query=True``: the batch is one text encoded on its own (``encode`` of one text, as a
+        search query is), which ``set_query_runtime`` may send through ONNX Runtime. The last
+        text of a longer list stays on the path of its batches.
+        """
         mask = features["attention_mask"]  # (batch, seq)
         ids = features["input_ids"]
-        graph = self._onnx_graph() if ids.shape[0] == 1 and ids.shape[1] >= 2 else None
+        single = query and ids.shape[0] == 1 and ids.shape[1] >= 2
+        graph = self._onnx_graph() if single else None
         if graph is not None:
             states = graph(ids, mask)  # (1, seq, hidden), float32
         else:
@@ -563,7 +571,8 @@ class SentenceEncoder(nn.Module):
                     }
                     if prompt_length:
                         features["prompt_length"] = torch.tensor(prompt_length)
-                    output[index] = self.forward(features).float().cpu().numpy()
+                    query = len(rows) == 1
+                    output[index] = self.forward(features, query).float().cpu().numpy()
         finally:
             if was_training:
                 self.train()

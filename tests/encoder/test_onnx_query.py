@@ -80,16 +80,29 @@ def test_training_in_place_is_seen_by_the_next_query(onnx_tiny):
     with torch.no_grad():
         onnx_tiny.transformer.encoder.layer[0].output.dense.bias.add_(0.5)
     onnx_tiny.eval()
-    eager = pickle.loads(pickle.dumps(onnx_tiny)).set_query_runtime("torch")
+    eager = pickle.loads(pickle.dumps(onnx_tiny))  # copies run torch
     np.testing.assert_allclose(onnx_tiny.encode(TEXTS[0]), eager.encode(TEXTS[0]), atol=1e-6)
 
 
-def test_copies_export_their_own(onnx_tiny, tiny_encoder):
+def test_copies_run_torch_until_asked(onnx_tiny, tiny_encoder):
     onnx_tiny.encode(TEXTS[0])
+    # fit() trains a copy: its changing weights must never be exported at each evaluation.
     copy = pickle.loads(pickle.dumps(onnx_tiny))
-    assert copy._onnx is None and copy.query_runtime == "onnxruntime"
+    assert copy._onnx is None and copy.query_runtime == "torch"
     np.testing.assert_allclose(copy.encode(TEXTS[2]), tiny_encoder.encode(TEXTS[2]), atol=1e-6)
+    assert copy._onnx is None
+    copy.set_query_runtime("onnxruntime")
+    copy.encode(TEXTS[2])
     assert isinstance(copy._onnx, OnnxQueryGraph) and copy._onnx is not onnx_tiny._onnx
+
+
+def test_only_a_text_encoded_on_its_own_takes_onnxruntime(tiny_model_dir, monkeypatch):
+    encoder = SentenceEncoder.load(tiny_model_dir, query_runtime="onnxruntime")
+    # 33 texts in batches of 32: the last batch holds one text, and stays on torch.
+    encoder.encode([f"text number {i}" for i in range(33)], batch_size=32)
+    assert encoder._onnx is None
+    encoder.encode(["one text in a list"])
+    assert isinstance(encoder._onnx, OnnxQueryGraph)
 
 
 def test_an_export_that_fails_leaves_torch_serving_with_one_warning(
