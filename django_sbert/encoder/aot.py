@@ -45,7 +45,7 @@ import threading
 import time
 import warnings
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -237,17 +237,18 @@ def prune(cache_dir: str | os.PathLike[str], keep: Path | None = None) -> list[P
         "query-*.pt2": UNUSED_DAYS * 86400,
         ".building-*.pt2": ABANDONED_BUILD_HOURS * 3600,
     }
-    deleted = prune_files(cache_dir, limits, keep)
-    if deleted:
-        logger.info("Deleted %d unused compiled query graph(s) from %s", len(deleted), cache_dir)
-    return deleted
+    return prune_files(cache_dir, limits, keep, "compiled query graph")
 
 
 def prune_files(
-    cache_dir: str | os.PathLike[str], limits: dict[str, float], keep: Path | None = None
+    cache_dir: str | os.PathLike[str],
+    limits: dict[str, float],
+    keep: Path | None = None,
+    what: str = "file",
 ) -> list[Path]:
     """Delete the files of ``cache_dir`` matching each pattern of ``limits`` whose last
-    modification is older than its seconds (and their ``.lock``), except ``keep``."""
+    modification is older than its seconds (and their ``.lock``), except ``keep``; logs how
+    many ``what`` went."""
     now = time.time()
     deleted = []
     for pattern, seconds in limits.items():
@@ -260,6 +261,8 @@ def prune_files(
             except FileNotFoundError:  # another process pruned it first
                 continue
             deleted.append(path)
+    if deleted:
+        logger.info("Deleted %d unused %s(s) from %s", len(deleted), what, cache_dir)
     return deleted
 
 
@@ -288,6 +291,20 @@ def _load_checked(path: Path, transformer: nn.Module) -> QueryGraph | None:
 def _probe(graph: QueryGraph) -> None:
     """Compare the package's output with the eager transformer's on a fixed input."""
     transformer = graph.transformer
+    difference = probe(graph, transformer, PackageError)
+    tolerance = PROBE_TOLERANCE.get(next(transformer.parameters()).dtype, 5e-2)
+    if difference > tolerance:
+        raise PackageError(f"its output differs from the model's by {difference:.2g}")
+
+
+def probe(
+    run: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    transformer: nn.Module,
+    error: type[Exception],
+) -> float:
+    """Run ``run`` (a graph built from ``transformer``) and the eager transformer on one fixed
+    input; the largest difference of their outputs. Raises ``error`` when ``run`` fails, or
+    its output has the wrong shape or is not finite."""
     vocabulary = int(getattr(transformer.config, "vocab_size", 100))
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocabulary, (1, PROBE_LENGTH), generator=generator)
@@ -295,15 +312,12 @@ def _probe(graph: QueryGraph) -> None:
     with torch.inference_mode():
         expected = QueryModule(transformer)(ids, mask)
         try:
-            got = graph(ids, mask)
+            got = run(ids, mask)
         except Exception as exc:
-            raise PackageError(f"running it failed: {type(exc).__name__}: {exc}") from exc
+            raise error(f"running it failed: {type(exc).__name__}: {exc}") from exc
     if got.shape != expected.shape or not torch.isfinite(got).all():
-        raise PackageError("its output has the wrong shape or is not finite")
-    difference = float((got.float() - expected.float()).abs().max())
-    tolerance = PROBE_TOLERANCE.get(expected.dtype, 5e-2)
-    if difference > tolerance:
-        raise PackageError(f"its output differs from the model's by {difference:.2g}")
+        raise error("its output has the wrong shape or is not finite")
+    return float((got.float() - expected.float()).abs().max())
 
 
 def _build(path: Path, transformer: nn.Module) -> None:

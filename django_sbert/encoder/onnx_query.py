@@ -47,7 +47,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .aot import PROBE_LENGTH, QueryModule, _entry_lock, _named_tensors, _slot, prune_files
+from .aot import PROBE_LENGTH, QueryModule, _entry_lock, _named_tensors, _slot, probe, prune_files
 from .exceptions import OnnxUnavailable
 from .filemodes import shared_mode
 from .paths import onnxruntime_missing
@@ -187,19 +187,7 @@ class OnnxQueryGraph:
     def _probe(self, exported: nn.Module) -> None:
         """Compare the session's output with the exported transformer's (float32) on a fixed
         input."""
-        vocabulary = int(getattr(exported.config, "vocab_size", 100))
-        generator = torch.Generator().manual_seed(0)
-        ids = torch.randint(0, vocabulary, (1, PROBE_LENGTH), generator=generator)
-        mask = torch.ones_like(ids)
-        with torch.inference_mode():
-            expected = QueryModule(_float32(exported))(ids, mask).float()
-            try:
-                got = self(ids, mask)
-            except Exception as exc:
-                raise OnnxUnavailable(f"running it failed: {_first_line(exc)}") from exc
-        if got.shape != expected.shape or not torch.isfinite(got).all():
-            raise OnnxUnavailable("its output has the wrong shape or is not finite")
-        difference = float((got - expected).abs().max())
+        difference = probe(self, _float32(exported), OnnxUnavailable)
         if difference > PROBE_TOLERANCE:
             raise OnnxUnavailable(f"its output differs from the model's by {difference:.2g}")
 
@@ -293,10 +281,7 @@ def prune(cache_dir: str | os.PathLike[str], keep: Path | None = None) -> list[P
         "onnx-query-*.onnx": UNUSED_DAYS * 86400,
         ".building-*.onnx": ABANDONED_BUILD_HOURS * 3600,
     }
-    deleted = prune_files(cache_dir, limits, keep)
-    if deleted:
-        logger.info("Deleted %d unused query graph(s) from %s", len(deleted), cache_dir)
-    return deleted
+    return prune_files(cache_dir, limits, keep, "exported query graph")
 
 
 def _first_line(exc: BaseException) -> str:

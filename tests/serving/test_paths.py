@@ -62,6 +62,20 @@ def defaults(settings, tmp_path) -> Iterator[Path]:
     warmup.forget_warm_state()
 
 
+def stored_tuned_version() -> tuple[SentenceEncoder, str, EncoderVersion]:
+    """A fine-tuned version of the default encoder (the same architecture, other weights),
+    stored and recorded: the model, its version and its EncoderVersion row."""
+    tuned = SentenceEncoder.load(encoder_config("default")["MODEL"])
+    with torch.no_grad():
+        for parameter in tuned.transformer.parameters():
+            parameter.mul_(1.2)
+    directory, version = serving.save_encoder(tuned, "default", "tuned")
+    target = EncoderVersion.objects.create(
+        encoder_name="default", version=version, directory=directory
+    )
+    return tuned, version, target
+
+
 @pytest.fixture
 def torch_queries(defaults, settings) -> Path:
     """The defaults, with single queries through torch (its compiled single-query graph)."""
@@ -148,14 +162,7 @@ def test_a_promoted_version_gets_its_own_onnx_graph(defaults, settings):
     indexing.embed_stale(indexing.get_ref("testapp.Article", "embedding"))
     query = "central banks raise interest rates"
     base, _ = serving.query_vector(query)
-    tuned = SentenceEncoder.load(encoder_config("default")["MODEL"])
-    with torch.no_grad():
-        for parameter in tuned.transformer.parameters():
-            parameter.mul_(1.2)
-    directory, version = serving.save_encoder(tuned, "default", "tuned")
-    target = EncoderVersion.objects.create(
-        encoder_name="default", version=version, directory=directory
-    )
+    tuned, version, target = stored_tuned_version()
     promotion.start_promotion(target, gate=False, run_now=True)
     serving.forget_serving()
     vector, served = serving.query_vector(query)
@@ -177,15 +184,8 @@ def test_a_promotion_is_served_without_a_recompile(torch_queries, tmp_path):
     base_version = state.version
     serving.query_vector("warm the query path")
 
-    # A fine-tuned version: the same architecture, other weights.
-    tuned = SentenceEncoder.load(encoder_config("default")["MODEL"])
-    with torch.no_grad():
-        for parameter in tuned.transformer.parameters():
-            parameter.mul_(1.2)
-    directory, version = serving.save_encoder(tuned, "default", "tuned")
-    target = EncoderVersion.objects.create(
-        encoder_name="default", version=version, directory=directory
-    )
+    _, version, target = stored_tuned_version()
+    directory = target.directory
     before, built = graphs(), aot.stats["built"]
     promotion.start_promotion(target, gate=False, run_now=True)  # re-encodes every row
     target.refresh_from_db()
