@@ -197,8 +197,9 @@ class SentenceEncoder(nn.Module):
 
         ``"onnxruntime"``: the transformer is exported to ONNX and run by ONNX Runtime on
         ``threads`` threads, in float32 (vectors equal eager float32 ones within 1e-6), faster
-        than torch for one short text on the CPUs measured. The export (a few seconds) happens
-        at the first single text of each set of weights; batches keep the torch path. If it
+        than torch for one short text on the CPUs measured. It takes ``encode`` calls of one
+        text (a search query); the export (a few seconds) happens at the first of each set of
+        weights; batches keep the torch path, and copies run torch until asked. If it
         cannot be built, a warning says why and torch serves the queries
         (``query_runtime_failure``). ``"torch"``: the torch path for everything.
 
