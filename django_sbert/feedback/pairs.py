@@ -12,7 +12,8 @@ that visitors wanted the row (``feedback.clickmodel``). Visitors click what they
 whether it is right or not, and a wrong row shown deep down gathers a few chance clicks once a
 query is searched often; the model learns from the log how often each position is looked at
 and how often wanted and unwanted rows are clicked when they are, and weighs each pair's
-clicks against every time it was shown. The text of the row is what its EmbeddingField encodes
+clicks against every time it was shown (each visitor counted once, so no visitor's repeated
+searches outweigh the others'). The text of the row is what its EmbeddingField encodes
 (``EmbeddingField.get_source_text``), so the pair teaches exactly what search compares.
 
 Split by time: the clicks of the most recent ``FEEDBACK["EVAL_SHARE"]`` of the days make the
@@ -156,14 +157,17 @@ def _shown_pairs(
     """Every (query, row) pair the searches logged in [since, until) showed, as (model,
     (query, field, row) or None, where it was shown and clicked, how many such pairs). Pairs
     never clicked come grouped by their shape, with no identity: the click model needs how
-    many there are, not which. One SQL statement over the jsonb results."""
+    many there are, not which. A place counts visitors, not searches: one visitor who
+    searched the same query twenty times and clicked the row each time (or never) is one
+    showing and one click (or none), as ``MIN_CLIENTS`` counts them. One SQL statement over
+    the jsonb results."""
     searches = _within(SearchLog.objects.all(), since, until, model_label, "model_label")
     sql, params = searches.values("id").query.sql_with_params()
     log = connection.ops.quote_name(SearchLog._meta.db_table)
     event = connection.ops.quote_name(SearchEvent._meta.db_table)
     query = f"""
         WITH shown AS (
-            SELECT s.id AS search_id, s.normalized, s.model_label, s.field,
+            SELECT s.id AS search_id, s.client, s.normalized, s.model_label, s.field,
                    r.value->>0 AS object_pk, (r.value->>1)::int AS position
             FROM {log} s CROSS JOIN LATERAL jsonb_array_elements(s.results) r
             WHERE s.id IN ({sql})
@@ -174,8 +178,9 @@ def _shown_pairs(
         ),
         places AS (
             SELECT shown.normalized, shown.model_label, shown.field, shown.object_pk,
-                   shown.position, count(*) AS shown,
-                   count(c.search_id) AS clicked
+                   shown.position, count(DISTINCT shown.client) AS shown,
+                   count(DISTINCT shown.client) FILTER (WHERE c.search_id IS NOT NULL)
+                       AS clicked
             FROM shown LEFT JOIN clicked c
               ON c.search_id = shown.search_id AND c.object_pk = shown.object_pk
             WHERE shown.position >= 1

@@ -248,3 +248,26 @@ def test_the_command_takes_how_likely_a_pair_must_be(many_rows):
     assert "first" in TrainingPair.objects.values_list("text_a", flat=True)
     with pytest.raises(CommandError, match="--min-relevance"):
         call_command("sbert_make_pairs", "--from-events", "--min-relevance", "1.5")
+
+
+def test_the_click_model_counts_a_visitor_once_however_often_they_search(many_rows):
+    r0 = many_rows[0]
+    visitors_of_other_queries(many_rows[2:])
+    others = [a.pk for a in many_rows[2:6]]
+    # Three visitors opened r0, shown first; a fourth searched the same query thirty times and
+    # never opened it. Counted by search, r0 was passed by in 30 of 33 showings at the place
+    # everyone looks (a chance click at best); counted by visitor, three of four wanted it.
+    for n in range(3):
+        search("regular", [r0.pk, *others], clicks=[r0.pk], client=f"v{n}", when=at("2026-01-01"))
+    for hour in range(30):
+        search("regular", [r0.pk, *others], client="habit", when=at("2026-01-01", hour % 24))
+    report = behaviour_pairs(min_clients=2, negatives="mined")
+    assert ("regular", text(r0)) in set(TrainingPair.objects.values_list("text_a", "text_b"))
+    unlikely = report.unlikely  # of the other queries
+    # Thirty visitors who passed it by are thirty showings: then it was a chance click.
+    TrainingPair.objects.all().delete()
+    for n in range(30):
+        search("regular", [r0.pk, *others], client=f"passer{n}", when=at("2026-01-01"))
+    report = behaviour_pairs(min_clients=2, negatives="mined")
+    assert ("regular", text(r0)) not in set(TrainingPair.objects.values_list("text_a", "text_b"))
+    assert report.unlikely == unlikely + 1
