@@ -423,8 +423,8 @@ def main() -> None:
     parser.add_argument(
         "--no-early-stopping",
         action="store_true",
-        help="train every step of the recipe and keep the last (the eval split's clicks were "
-        "collected on the serving model's rankings, so they favour it)",
+        help="train every step of the recipe and keep the last (default: the recipe's early "
+        "stopping on the eval split, which keeps its best step)",
     )
     parser.add_argument(
         "--eval-distractors", type=int, help="SBERT['TRAINING']['EVAL_DISTRACTORS'] (the gate)"
