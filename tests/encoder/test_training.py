@@ -220,6 +220,38 @@ def test_early_stopping_keeps_the_best_checkpoint_and_stops_after_patience(word_
     assert not result.encoder.training and same_weights(before, weights(word_encoder))
 
 
+def test_early_stopping_only_measures_a_run_that_keeps_improving_trains_the_same_model(
+    word_encoder,
+):
+    # Each evaluation encodes with the model being trained, as a run's evaluator does, and
+    # reports a higher metric than the one before: the last step is kept. The steps between
+    # must be the ones a run without early stopping trains (dropout on, the same random
+    # draws), so the two runs end with the same weights.
+    measured: list[float] = []
+
+    def improving(encoder) -> float:
+        encoder.encode(["bank rate", "cat dog", "guitar music"])
+        measured.append(len(measured) + 1.0)
+        return measured[-1]
+
+    pairs = [(a, b) for a, b, score in toy_pairs(64, seed=9) if score == 1.0]
+    plain = fit(word_encoder, pairs, loss="mnrl", batch_size=4, learning_rate=1e-3, seed=5)
+    stopped = fit(
+        word_encoder,
+        pairs,
+        loss="mnrl",
+        batch_size=4,
+        learning_rate=1e-3,
+        seed=5,
+        evaluator=improving,
+        eval_every=2,
+        min_steps=0,
+    )
+    assert stopped.steps == plain.steps == stopped.best_step and len(measured) > 3
+    assert stopped.loss_history == plain.loss_history
+    assert same_weights(weights(stopped.encoder), weights(plain.encoder))
+
+
 def test_early_stopping_without_patience_runs_to_the_end_and_keeps_the_best(word_encoder):
     metrics = [0.1, 0.3, 0.7, 0.2, 0.1, 0.1, 0.1]
     evaluator = PeakingEvaluator(metrics)
