@@ -21,7 +21,8 @@ Then the code the loop runs: ``feedback.pairs.behaviour_pairs`` (clicks from at 
 ``--min-clients`` visitors on rows the click model finds at least ``--min-relevance`` likely
 wanted, the last tenth of the days as the eval split, negatives ``--negatives``: one or
 several of mined, unexamined, skipped, each trained and measured in turn; ``gold`` trains on
-the visitors' claims' labelled pairs instead, for comparison), a run with the default recipe
+the visitors' claims' labelled pairs instead, for comparison, ``gold-shown`` on those a first
+page showed, ``right`` on the mined pairs less the wrong ones), a run with the default recipe
 (``runs.create_run`` + ``runs.execute_run``, what the worker does; ``--epochs`` and
 ``--max-pairs`` shorten it; ``--train-seeds`` trains the same pairs once per seed), and the
 gate's verdict on the candidate. Both the base model and each candidate are measured the same
@@ -52,6 +53,8 @@ MODEL = "all-MiniLM-L6-v2"
 EXAMINE_POWER = 0.7  # P(examined at rank r) = 1 / r^0.7
 CLICK_RELEVANT, CLICK_OTHER = 0.9, 0.1
 GOLD = "gold"  # --negatives gold: the qrels' pairs of the visitors' claims, for comparison
+GOLD_SHOWN = "gold-shown"  # only those whose abstract a visitor's first page showed
+RIGHT = "right"  # the behaviour pairs (mined negatives) less those the qrels call wrong
 SHORTENED, TYPO = 0.15, 0.10  # shares of sessions typing the claim shortened / with a typo
 
 
@@ -272,33 +275,87 @@ def held_metrics(encoder: object, data: dict) -> dict:
     return {"ndcg@10": 100 * result["ndcg@10"], "recall@10": 100 * result["recall@10"]}
 
 
+def pair_rightness(data: dict, pairs: object) -> list[tuple[int, bool]]:
+    """(pk, whether the pair's row is relevant (qrels) to the claim the visitors typed)."""
+    corpus = data["corpus"].items()
+    by_text = {f"{title[:300]}\n{text}".strip(): did for did, (title, text) in corpus}
+    rightness = []
+    for pk, query, text in pairs.values_list("pk", "text_a", "text_b"):
+        qid = data["asked"].get(" ".join(query.lower().split()))
+        right = bool(qid) and by_text.get(text.strip()) in data["relevant"].get(qid, ())
+        rightness.append((pk, right))
+    return rightness
+
+
+def coverage(data: dict, pairs: object) -> str:
+    """The train pairs against the labelled ones: how many labelled (claim, abstract) pairs of
+    the visitors' claims a first page showed and how many the pairs hold, and how many pairs
+    are right for a claim typed in full or otherwise (shortened, misspelt), or wrong."""
+    corpus = data["corpus"].items()
+    by_text = {f"{title[:300]}\n{text}".strip(): did for did, (title, text) in corpus}
+    full = {" ".join(data["queries"][q].lower().split()) for q in data["visitors"]}
+    held, variants, wrong = set(), 0, 0
+    for query, text in pairs.filter(split="train").values_list("text_a", "text_b"):
+        normalized = " ".join(query.lower().split())
+        qid, did = data["asked"].get(normalized), by_text.get(text.strip())
+        if not qid or did not in data["relevant"].get(qid, ()):
+            wrong += 1
+        else:
+            held.add((qid, did))
+            variants += normalized not in full
+    shown = shown_abstracts(data)
+    labelled = [(q, d) for q in data["visitors"] for d in data["relevant"][q] & set(data["corpus"])]
+    seen = sum(d in shown.get(q, ()) for q, d in labelled)
+    return (
+        f"of {len(labelled)} labelled pairs of the visitors' claims, a first page showed {seen} "
+        f"and the train pairs hold {len(held)}; {variants} right pairs of shortened or "
+        f"misspelt claims, {wrong} wrong pairs"
+    )
+
+
 def pair_precision(data: dict, pairs: object) -> dict[str, float]:
     """Share of the pairs, per split, whose row is relevant (qrels) to the claim the visitors
     typed: how much of what behaviour teaches is right."""
-    corpus = data["corpus"].items()
-    by_text = {f"{title[:300]}\n{text}".strip(): did for did, (title, text) in corpus}
     right, total = {"train": 0, "eval": 0}, {"train": 0, "eval": 0}
-    for query, text, split in pairs.values_list("text_a", "text_b", "split"):
-        qid = data["asked"].get(" ".join(query.lower().split()))
-        total[split] += 1
-        right[split] += bool(qid) and by_text.get(text.strip()) in data["relevant"].get(qid, ())
+    split_of = dict(pairs.values_list("pk", "split"))
+    for pk, is_right in pair_rightness(data, pairs):
+        total[split_of[pk]] += 1
+        right[split_of[pk]] += is_right
     return {split: right[split] / total[split] if total[split] else 0.0 for split in total}
 
 
-def gold_pairs(data: dict, seed: int) -> object:
+def shown_abstracts(data: dict) -> dict[str, set[str]]:
+    """For each visitors' claim, the abstracts its searches (as typed, any variant) showed on
+    the first page: all that clicks can ever make pairs of."""
+    from django_sbert.models import SearchLog
+
+    doc_of = {str(pk): did for did, pk in data["pk_of"].items()}
+    shown: dict[str, set[str]] = {}
+    for normalized, results in SearchLog.objects.values_list("normalized", "results"):
+        qid = data["asked"].get(normalized)
+        if qid:
+            shown.setdefault(qid, set()).update(doc_of.get(str(r[0]), "") for r in results)
+    return shown
+
+
+def gold_pairs(data: dict, seed: int, shown_only: bool = False) -> object:
     """The labelled pairs of the visitors' claims instead of their clicks: (claim, each abstract
     the qrels call relevant), a seeded tenth of the claims as the eval split. What the
-    behaviour pairs are measured against."""
+    behaviour pairs are measured against. ``shown_only``: only the abstracts the visitors'
+    searches showed (``shown_abstracts``), what perfect judges of the first page would give."""
     from django_sbert.feedback.pairs import PairsReport
     from django_sbert.models import TrainingPair
 
     claims = sorted(data["visitors"])
     held = set(random.Random(seed).sample(claims, max(1, len(claims) // 10)))
+    shown = shown_abstracts(data) if shown_only else {}
     pairs = []
     for qid in claims:
         claim = data["queries"][qid]
         data["asked"].setdefault(" ".join(claim.lower().split()), qid)
         for did in sorted(data["relevant"][qid] & set(data["corpus"])):
+            if shown_only and did not in shown.get(qid, ()):
+                continue
             title, text = data["corpus"][did]
             split = "eval" if qid in held else "train"
             row_text = f"{title[:300]}\n{text}"
@@ -309,7 +366,11 @@ def gold_pairs(data: dict, seed: int) -> object:
 
 
 def train_and_measure(
-    data: dict, negatives: str, args: argparse.Namespace, train_seed: int | None = None
+    data: dict,
+    negatives: str,
+    args: argparse.Namespace,
+    train_seed: int | None = None,
+    min_relevance: float | None = None,
 ) -> dict:
     """Pairs from the log with ``negatives``, a default run, the gate's verdict, and the
     candidate measured on the held-back claims."""
@@ -321,14 +382,19 @@ def train_and_measure(
 
     TrainingPair.objects.all().delete()
     started = time.perf_counter()
-    if negatives == GOLD:
-        report = gold_pairs(data, args.seed)
+    if negatives in (GOLD, GOLD_SHOWN):
+        report = gold_pairs(data, args.seed, shown_only=negatives == GOLD_SHOWN)
         behaviour = TrainingPair.objects.filter(source=GOLD)
     else:
         report = behaviour_pairs(
-            min_clients=args.min_clients, min_relevance=args.min_relevance, negatives=negatives
+            min_clients=args.min_clients,
+            min_relevance=min_relevance,
+            negatives="mined" if negatives == RIGHT else negatives,
         )
         behaviour = TrainingPair.objects.filter(source__startswith=SOURCE_PREFIX)
+        if negatives == RIGHT:
+            wrong = [pk for pk, right in pair_rightness(data, behaviour) if not right]
+            TrainingPair.objects.filter(pk__in=wrong, split="train").delete()
     pair_seconds = time.perf_counter() - started
     precision = pair_precision(data, behaviour)
     print(
@@ -402,8 +468,8 @@ def main() -> None:
     parser.add_argument("--min-clients", type=int, default=2)
     parser.add_argument(
         "--min-relevance",
-        type=float,
-        help="how likely the click model must find a pair wanted; default: the setting's",
+        help="how likely the click model must find a pair wanted; default: the setting's; "
+        "comma-separated: each trained and measured",
     )
     parser.add_argument(
         "--pairs-only",
@@ -415,7 +481,8 @@ def main() -> None:
         "--negatives",
         default="mined",
         help="comma-separated: mined, unexamined, skipped (each trained and measured); gold: "
-        "the visitors' claims' labelled pairs instead of their clicks",
+        "the visitors' claims' labelled pairs instead of their clicks; gold-shown: only those "
+        "whose abstract a first page showed; right: the mined pairs less the wrong ones",
     )
     parser.add_argument("--epochs", type=int, help="default: the recipe's")
     parser.add_argument("--batch-size", type=int, help="default: the recipe's")
@@ -462,7 +529,7 @@ def main() -> None:
     objs = Article.objects.bulk_create(
         Article(title=title[:300], body=text) for title, text in data["corpus"].values()
     )
-    pk_of = {did: obj.pk for did, obj in zip(data["corpus"], objs, strict=True)}
+    pk_of = data["pk_of"] = {did: obj.pk for did, obj in zip(data["corpus"], objs, strict=True)}
     indexing.embed_stale(indexing.get_ref("testapp.Article", "embedding"))
     timings["embed corpus"] = time.perf_counter() - started
 
@@ -493,6 +560,9 @@ def main() -> None:
                 f"{report.unlikely} left out as chance clicks ({seconds:.1f} s); relevant: train "
                 f"{precision['train']:.1%}, eval {precision['eval']:.1%}"
             )
+            print(
+                f"  {coverage(data, TrainingPair.objects.filter(source__startswith=SOURCE_PREFIX))}"
+            )
             for label, model in report.click_models.items():
                 print(f"  click model of {label}: {model.describe()}")
         return
@@ -502,10 +572,13 @@ def main() -> None:
     print(f"base model on the held-back claims: {before}")
     results = {}
     train_seeds = [int(v) for v in args.train_seeds.split(",")] if args.train_seeds else [None]
+    bars = [float(v) for v in args.min_relevance.split(",")] if args.min_relevance else [None]
     for negatives in [n.strip() for n in args.negatives.split(",") if n.strip()]:
-        for train_seed in train_seeds:
-            name = negatives if train_seed is None else f"{negatives}, training seed {train_seed}"
-            results[name] = train_and_measure(data, negatives, args, train_seed)
+        for bar in bars:
+            for train_seed in train_seeds:
+                name = negatives if bar is None else f"{negatives}, min relevance {bar}"
+                name += "" if train_seed is None else f", training seed {train_seed}"
+                results[name] = train_and_measure(data, negatives, args, train_seed, bar)
 
     print(f"\non the {len(data['held'])} held-back claims      nDCG@10   Recall@10")
     print(
