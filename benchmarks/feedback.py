@@ -275,15 +275,20 @@ def held_metrics(encoder: object, data: dict) -> dict:
     return {"ndcg@10": 100 * result["ndcg@10"], "recall@10": 100 * result["recall@10"]}
 
 
+def claim_and_abstract(data: dict, query: str, text: str) -> tuple[str | None, str | None]:
+    """The claim a pair's query was typed for, and the abstract its row text is."""
+    if "by_text" not in data:
+        corpus = data["corpus"].items()
+        data["by_text"] = {f"{title[:300]}\n{text}".strip(): did for did, (title, text) in corpus}
+    return data["asked"].get(" ".join(query.lower().split())), data["by_text"].get(text.strip())
+
+
 def pair_rightness(data: dict, pairs: object) -> list[tuple[int, bool]]:
     """(pk, whether the pair's row is relevant (qrels) to the claim the visitors typed)."""
-    corpus = data["corpus"].items()
-    by_text = {f"{title[:300]}\n{text}".strip(): did for did, (title, text) in corpus}
     rightness = []
     for pk, query, text in pairs.values_list("pk", "text_a", "text_b"):
-        qid = data["asked"].get(" ".join(query.lower().split()))
-        right = bool(qid) and by_text.get(text.strip()) in data["relevant"].get(qid, ())
-        rightness.append((pk, right))
+        qid, did = claim_and_abstract(data, query, text)
+        rightness.append((pk, bool(qid) and did in data["relevant"].get(qid, ())))
     return rightness
 
 
@@ -291,13 +296,11 @@ def coverage(data: dict, pairs: object) -> str:
     """The train pairs against the labelled ones: how many labelled (claim, abstract) pairs of
     the visitors' claims a first page showed and how many the pairs hold, and how many pairs
     are right for a claim typed in full or otherwise (shortened, misspelt), or wrong."""
-    corpus = data["corpus"].items()
-    by_text = {f"{title[:300]}\n{text}".strip(): did for did, (title, text) in corpus}
     full = {" ".join(data["queries"][q].lower().split()) for q in data["visitors"]}
     held, variants, wrong = set(), 0, 0
     for query, text in pairs.filter(split="train").values_list("text_a", "text_b"):
         normalized = " ".join(query.lower().split())
-        qid, did = data["asked"].get(normalized), by_text.get(text.strip())
+        qid, did = claim_and_abstract(data, query, text)
         if not qid or did not in data["relevant"].get(qid, ()):
             wrong += 1
         else:
