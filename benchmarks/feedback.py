@@ -283,12 +283,13 @@ def claim_and_abstract(data: dict, query: str, text: str) -> tuple[str | None, s
     return data["asked"].get(" ".join(query.lower().split())), data["by_text"].get(text.strip())
 
 
-def pair_rightness(data: dict, pairs: object) -> list[tuple[int, bool]]:
-    """(pk, whether the pair's row is relevant (qrels) to the claim the visitors typed)."""
+def pair_rightness(data: dict, pairs: object) -> list[tuple[int, str, bool]]:
+    """(pk, split, whether the pair's row is relevant (qrels) to the claim the visitors
+    typed)."""
     rightness = []
-    for pk, query, text in pairs.values_list("pk", "text_a", "text_b"):
+    for pk, split, query, text in pairs.values_list("pk", "split", "text_a", "text_b"):
         qid, did = claim_and_abstract(data, query, text)
-        rightness.append((pk, bool(qid) and did in data["relevant"].get(qid, ())))
+        rightness.append((pk, split, bool(qid) and did in data["relevant"].get(qid, ())))
     return rightness
 
 
@@ -320,10 +321,9 @@ def pair_precision(data: dict, pairs: object) -> dict[str, float]:
     """Share of the pairs, per split, whose row is relevant (qrels) to the claim the visitors
     typed: how much of what behaviour teaches is right."""
     right, total = {"train": 0, "eval": 0}, {"train": 0, "eval": 0}
-    split_of = dict(pairs.values_list("pk", "split"))
-    for pk, is_right in pair_rightness(data, pairs):
-        total[split_of[pk]] += 1
-        right[split_of[pk]] += is_right
+    for _, split, is_right in pair_rightness(data, pairs):
+        total[split] += 1
+        right[split] += is_right
     return {split: right[split] / total[split] if total[split] else 0.0 for split in total}
 
 
@@ -396,7 +396,7 @@ def train_and_measure(
         )
         behaviour = TrainingPair.objects.filter(source__startswith=SOURCE_PREFIX)
         if negatives == RIGHT:
-            wrong = [pk for pk, right in pair_rightness(data, behaviour) if not right]
+            wrong = [pk for pk, _, right in pair_rightness(data, behaviour) if not right]
             TrainingPair.objects.filter(pk__in=wrong, split="train").delete()
     pair_seconds = time.perf_counter() - started
     precision = pair_precision(data, behaviour)
