@@ -22,7 +22,8 @@ Then the code the loop runs: ``feedback.pairs.behaviour_pairs`` (clicks from at 
 wanted, the last tenth of the days as the eval split, negatives ``--negatives``: one or
 several of mined, unexamined, skipped, each trained and measured in turn; ``gold`` trains on
 the visitors' claims' labelled pairs instead, for comparison, ``gold-shown`` on those a first
-page showed, ``right`` on the mined pairs less the wrong ones), a run with the default recipe
+page showed, ``right`` on the mined pairs less the wrong ones, ``full`` on those less the
+pairs of claims typed shortened or misspelt), a run with the default recipe
 (``runs.create_run`` + ``runs.execute_run``, what the worker does; ``--epochs`` and
 ``--max-pairs`` shorten it; ``--train-seeds`` trains the same pairs once per seed), and the
 gate's verdict on the candidate. Both the base model and each candidate are measured the same
@@ -55,6 +56,7 @@ CLICK_RELEVANT, CLICK_OTHER = 0.9, 0.1
 GOLD = "gold"  # --negatives gold: the qrels' pairs of the visitors' claims, for comparison
 GOLD_SHOWN = "gold-shown"  # only those whose abstract a visitor's first page showed
 RIGHT = "right"  # the behaviour pairs (mined negatives) less those the qrels call wrong
+FULL = "full"  # the behaviour pairs (mined negatives) less those of claims typed otherwise
 SHORTENED, TYPO = 0.15, 0.10  # shares of sessions typing the claim shortened / with a typo
 
 
@@ -341,6 +343,55 @@ def shown_abstracts(data: dict) -> dict[str, set[str]]:
     return shown
 
 
+def wanted_rows(queries: set[str], bar: float) -> dict[str, set[str]]:
+    """For each of ``queries``: the texts of the rows clicked for it that the click model
+    finds at least ``bar`` likely wanted, however few visitors clicked them."""
+    from django_sbert.feedback.pairs import _relevance, row_texts
+
+    chances, _ = _relevance(None, None, None)
+    found: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for (query, label, field, pk), chance in chances.items():
+        if query in queries and chance >= bar:
+            found.setdefault((label, field), []).append((query, pk))
+    wanted: dict[str, set[str]] = {}
+    for (label, field), rows in found.items():
+        texts = row_texts(label, field, [pk for _, pk in rows])
+        for query, pk in rows:
+            if pk in texts:
+                wanted.setdefault(query, set()).add(texts[pk])
+    return wanted
+
+
+def negatives_wanted(data: dict, pairs: object, bars: list[float]) -> list[str]:
+    """How many of the hard negatives a run mines for the train ``pairs`` the qrels call
+    relevant to the claim (false negatives), and, for each bar of the click model's relevance,
+    how many of those a miner told the rows visitors clicked and the model finds that likely
+    wanted could leave out, and how many right negatives it would lose with them."""
+    from django_sbert.finetuning.examples import examples_for
+    from django_sbert.finetuning.negatives import with_hard_negatives
+    from django_sbert.serving import get_encoder, serving_version
+
+    examples, _ = examples_for("mnrl", list(pairs.filter(split="train")))
+    version = serving_version("default")
+    triples = with_hard_negatives(
+        get_encoder("default", version), examples, encoder_name="default", version=version
+    )
+    relevant = []
+    for query, _, negative in triples:
+        qid, did = claim_and_abstract(data, query, negative)
+        relevant.append(bool(qid) and did in data["relevant"].get(qid, ()))
+    lines = [f"{sum(relevant)} of {len(triples)} mined negatives are relevant to the claim"]
+    for bar in bars:
+        wanted = wanted_rows({q for q, *_ in triples}, bar)
+        caught = [n in wanted.get(q, ()) for q, _, n in triples]
+        right = sum(c and r for c, r in zip(caught, relevant, strict=True))
+        lines.append(
+            f"clicked rows the click model finds at least {bar} likely wanted: {right} of "
+            f"them, and {sum(caught) - right} negatives the qrels call not relevant"
+        )
+    return lines
+
+
 def gold_pairs(data: dict, seed: int, shown_only: bool = False) -> object:
     """The labelled pairs of the visitors' claims instead of their clicks: (claim, each abstract
     the qrels call relevant), a seeded tenth of the claims as the eval split. What the
@@ -392,12 +443,15 @@ def train_and_measure(
         report = behaviour_pairs(
             min_clients=args.min_clients,
             min_relevance=min_relevance,
-            negatives="mined" if negatives == RIGHT else negatives,
+            negatives="mined" if negatives in (RIGHT, FULL) else negatives,
         )
         behaviour = TrainingPair.objects.filter(source__startswith=SOURCE_PREFIX)
         if negatives == RIGHT:
             wrong = [pk for pk, _, right in pair_rightness(data, behaviour) if not right]
             TrainingPair.objects.filter(pk__in=wrong, split="train").delete()
+        if negatives == FULL:
+            full = {" ".join(data["queries"][q].lower().split()) for q in data["visitors"]}
+            behaviour.filter(split="train").exclude(text_a__in=full).delete()
     pair_seconds = time.perf_counter() - started
     precision = pair_precision(data, behaviour)
     print(
@@ -428,7 +482,7 @@ def train_and_measure(
     started = time.perf_counter()
     after = held_metrics(get_encoder("default", candidate.version), data)
     print(
-        f"[{negatives}] run {run.pk}: {run.step} steps, kept step "
+        f"[{negatives}] run {run.pk} on {len(train)} train pairs: {run.step} steps, kept step "
         f"{(run.evaluations or {}).get('best_step')}; gate: "
         f"{'passed' if verdict and verdict.passed else 'refused'} "
         f"({verdict.describe() if verdict else '-'}); held-back claims: {after}"
@@ -479,13 +533,18 @@ def main() -> None:
         action="store_true",
         help="make the pairs and report their precision for each --min-relevances, then stop",
     )
-    parser.add_argument("--min-relevances", default="0,0.5,0.9", help="with --pairs-only")
+    parser.add_argument(
+        "--min-relevances",
+        default="0,0.5,0.9",
+        help="with --pairs-only: comma-separated bars, each BAR or VISITORS:BAR",
+    )
     parser.add_argument(
         "--negatives",
         default="mined",
         help="comma-separated: mined, unexamined, skipped (each trained and measured); gold: "
         "the visitors' claims' labelled pairs instead of their clicks; gold-shown: only those "
-        "whose abstract a first page showed; right: the mined pairs less the wrong ones",
+        "whose abstract a first page showed; right: the mined pairs less the wrong ones; full: the "
+        "mined pairs less those of claims typed shortened or misspelt",
     )
     parser.add_argument("--epochs", type=int, help="default: the recipe's")
     parser.add_argument("--batch-size", type=int, help="default: the recipe's")
@@ -550,22 +609,26 @@ def main() -> None:
         from django_sbert.feedback.pairs import SOURCE_PREFIX, behaviour_pairs
         from django_sbert.models import TrainingPair
 
-        for bar in [float(v) for v in args.min_relevances.split(",")]:
+        for item in args.min_relevances.split(","):
+            visitors, _, bar_text = item.rpartition(":")
+            bar, clients = float(bar_text), int(visitors or args.min_clients)
             TrainingPair.objects.filter(source__startswith=SOURCE_PREFIX).delete()
             started = time.perf_counter()
-            report = behaviour_pairs(min_clients=args.min_clients, min_relevance=bar)
+            report = behaviour_pairs(min_clients=clients, min_relevance=bar)
             seconds = time.perf_counter() - started
             precision = pair_precision(
                 data, TrainingPair.objects.filter(source__startswith=SOURCE_PREFIX)
             )
             print(
-                f"min relevance {bar}: {report.train} train / {report.eval} eval pairs, "
+                f"{clients} visitors, min relevance {bar}: {report.train} train / "
+                f"{report.eval} eval pairs, "
                 f"{report.unlikely} left out as chance clicks ({seconds:.1f} s); relevant: train "
                 f"{precision['train']:.1%}, eval {precision['eval']:.1%}"
             )
-            print(
-                f"  {coverage(data, TrainingPair.objects.filter(source__startswith=SOURCE_PREFIX))}"
-            )
+            made = TrainingPair.objects.filter(source__startswith=SOURCE_PREFIX)
+            print(f"  {coverage(data, made)}")
+            for line in negatives_wanted(data, made, [0.0, 0.05, 0.1, 0.2, 0.3, 0.5]):
+                print(f"  {line}")
             for label, model in report.click_models.items():
                 print(f"  click model of {label}: {model.describe()}")
         return
