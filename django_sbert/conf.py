@@ -681,13 +681,14 @@ FEEDBACK = Group(
             BOOLEAN,
         ),
         "MIN_CLIENTS": Setting(
-            2,
+            1,
             "Distinct visitors who must have clicked a row for a query before (query, row) "
-            "becomes a training pair.",
+            "becomes a training pair. `2`: no visitor makes a pair alone, however sure the "
+            "click model (`MIN_RELEVANCE`) is.",
             integer(1),
         ),
         "MIN_RELEVANCE": Setting(
-            0.5,
+            0.9,
             "How likely it must be that visitors wanted the row they clicked before (query, "
             "row) becomes a training pair, by a click model fitted to the search log (how often "
             "each position is looked at, how often wanted and unwanted rows are clicked). Keeps "

@@ -40,7 +40,9 @@ QUEUE = f"sbert-loop-test-{uuid.uuid4().hex[:8]}"
 @pytest.fixture
 def start_worker(settings, tmp_path) -> Iterator[Callable[[bool], Worker]]:
     model_dir = tmp_path / "models"
-    feedback = {"MIN_CLIENTS": 1, "LOOP_MIN_PAIRS": 2, "LOOP_DAYS": None}
+    # The click model off (MIN_RELEVANCE 0): it would keep random clicks out of the pairs, and
+    # the gate is what this test shows refusing them.
+    feedback = {"MIN_CLIENTS": 1, "MIN_RELEVANCE": 0, "LOOP_MIN_PAIRS": 2, "LOOP_DAYS": None}
     workers: list[Worker] = []
 
     def start(auto_promote: bool) -> Worker:

@@ -60,7 +60,7 @@ def test_queries_are_merged_by_their_normalised_text(rows):
     a = rows[0]
     search("Bank Rates", [a.pk], clicks=[a.pk], client="c1", when=at("2026-01-01"))
     search("  bank   RATES ", [a.pk], clicks=[a.pk], client="c2", when=at("2026-01-01", 15))
-    report = behaviour_pairs(min_clients=2, negatives="mined")
+    report = behaviour_pairs(min_clients=2, min_relevance=0, negatives="mined")
     assert report.created == 1
     assert TrainingPair.objects.get().text_a == "bank rates"
 
@@ -72,7 +72,7 @@ def test_the_most_recent_tenth_of_the_days_is_the_eval_split(rows):
         for client in ("c1", "c2"):
             search(f"query {n}", [a.pk], clicks=[a.pk], client=client, when=at(day))
     assert eval_window([date(2026, 1, d) for d in range(1, 21)], 0.1) == date(2026, 1, 19)
-    report = behaviour_pairs(min_clients=2, negatives="mined", eval_share=0.1)
+    report = behaviour_pairs(min_clients=2, min_relevance=0, negatives="mined", eval_share=0.1)
     assert (report.train, report.eval) == (18, 2)
     eval_queries = set(TrainingPair.objects.filter(split="eval").values_list("text_a", flat=True))
     assert eval_queries == {"query 18", "query 19"}
@@ -135,7 +135,7 @@ def test_deleted_rows_are_left_out_and_counted(rows):
     for client in ("c1", "c2"):
         search("gone", [a.pk], clicks=[a.pk], client=client, when=at("2026-01-01"))
     a.delete()
-    report = behaviour_pairs(min_clients=2, negatives="mined")
+    report = behaviour_pairs(min_clients=2, min_relevance=0, negatives="mined")
     assert report.created == 0 and report.missing_rows == 1
 
 
@@ -152,13 +152,16 @@ def test_the_management_command_makes_pairs_from_events(rows):
         "2026-01-31",
         "--min-clients",
         "3",
+        "--min-relevance",
+        "0",
         "--negatives",
         "mined",
         stdout=out,
     )
     assert "1 pairs created (1 train, 0 eval)" in out.getvalue()
     assert "events:testapp.Article.embedding:2026-01-01..2026-01-01" in out.getvalue()
-    call_command("sbert_make_pairs", "--from-events", "--min-clients", "3", stdout=out)
+    again = ["--min-clients", "3", "--min-relevance", "0"]
+    call_command("sbert_make_pairs", "--from-events", *again, stdout=out)
     assert TrainingPair.objects.count() == 1
 
 
@@ -212,7 +215,7 @@ def test_where_a_row_was_clicked_decides_whether_it_was_wanted(many_rows):
             client=f"g{n}",
             when=at("2026-01-01"),
         )
-    report = behaviour_pairs(min_clients=2, negatives="mined")  # MIN_RELEVANCE's default: 0.5
+    report = behaviour_pairs(min_clients=2, negatives="mined")  # MIN_RELEVANCE's default: 0.9
     made = set(TrainingPair.objects.values_list("text_a", "text_b"))
     assert ("fifth", text(r1)) in made and ("first", text(r0)) not in made
     assert report.unlikely >= 1
@@ -271,3 +274,29 @@ def test_the_click_model_counts_a_visitor_once_however_often_they_search(many_ro
     report = behaviour_pairs(min_clients=2, negatives="mined")
     assert ("regular", text(r0)) not in set(TrainingPair.objects.values_list("text_a", "text_b"))
     assert report.unlikely == unlikely + 1
+
+
+def test_by_default_one_visitor_makes_a_pair_the_click_model_is_sure_of(many_rows):
+    """The defaults (MIN_CLIENTS 1, MIN_RELEVANCE 0.9): r1, shown fifth where few look and
+    opened by the one visitor of four who looked that far, is a pair; r2, shown first to thirty
+    visitors and opened by one, is a chance click. MIN_CLIENTS 2 keeps every pair to two."""
+    r0, r1, r2 = many_rows[:3]
+    visitors_of_other_queries(many_rows[3:])
+    others = [a.pk for a in many_rows[3:6]]
+    for n in range(4):
+        clicks = [r0.pk, r1.pk] if n == 0 else [r0.pk]
+        search(
+            "deep", [r0.pk, *others, r1.pk], clicks=clicks, client=f"d{n}", when=at("2026-01-01")
+        )
+    for n in range(30):
+        clicks = [r2.pk] if n == 0 else []
+        search("habit", [r2.pk, *others], clicks=clicks, client=f"h{n}", when=at("2026-01-01"))
+    behaviour_pairs(negatives="mined")
+    made = set(TrainingPair.objects.values_list("text_a", "text_b"))
+    assert {("deep", text(r0)), ("deep", text(r1))} <= made
+    assert not any(query == "habit" for query, _ in made)
+    TrainingPair.objects.all().delete()
+    report = behaviour_pairs(min_clients=2, negatives="mined")
+    made = set(TrainingPair.objects.values_list("text_a", "text_b"))
+    assert ("deep", text(r0)) in made and ("deep", text(r1)) not in made
+    assert report.too_few_clients >= 2

@@ -11,6 +11,7 @@ SBERT = {
     "FEEDBACK": {
         "AUTO_PROMOTE": os.environ.get("SBERT_TEST_AUTO_PROMOTE") == "1",
         "MIN_CLIENTS": 1,
+        "MIN_RELEVANCE": 0,
         "LOOP_MIN_PAIRS": 2,
     },
 }
