@@ -522,7 +522,9 @@ def main() -> None:
         help="comma-separated: train each run once per seed on the same pairs (default: --seed)",
     )
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--min-clients", type=int, default=2)
+    parser.add_argument(
+        "--min-clients", type=int, help="distinct visitors a pair needs; default: the setting's"
+    )
     parser.add_argument(
         "--min-relevance",
         help="how likely the click model must find a pair wanted; default: the setting's; "
@@ -571,6 +573,10 @@ def main() -> None:
     if args.eval_distractors is not None:
         sbert["TRAINING"] = {"EVAL_DISTRACTORS": args.eval_distractors}
     setup_django(sbert)
+    from django_sbert.conf import sbert_settings
+
+    if args.min_clients is None:
+        args.min_clients = int(sbert_settings.FEEDBACK["MIN_CLIENTS"])
     from django_sbert import indexing
     from django_sbert.feedback import analytics
     from django_sbert.models import SearchLog
