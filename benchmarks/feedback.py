@@ -295,11 +295,16 @@ def pair_rightness(data: dict, pairs: object) -> list[tuple[int, str, bool]]:
     return rightness
 
 
+def full_claims(data: dict) -> set[str]:
+    """The visitors' claims as typed in full, normalised as the search log stores queries."""
+    return {" ".join(data["queries"][q].lower().split()) for q in data["visitors"]}
+
+
 def coverage(data: dict, pairs: object) -> str:
     """The train pairs against the labelled ones: how many labelled (claim, abstract) pairs of
     the visitors' claims a first page showed and how many the pairs hold, and how many pairs
     are right for a claim typed in full or otherwise (shortened, misspelt), or wrong."""
-    full = {" ".join(data["queries"][q].lower().split()) for q in data["visitors"]}
+    full = full_claims(data)
     held, variants, wrong = set(), 0, 0
     for query, text in pairs.filter(split="train").values_list("text_a", "text_b"):
         normalized = " ".join(query.lower().split())
@@ -450,7 +455,7 @@ def train_and_measure(
             wrong = [pk for pk, _, right in pair_rightness(data, behaviour) if not right]
             TrainingPair.objects.filter(pk__in=wrong, split="train").delete()
         if negatives == FULL:
-            full = {" ".join(data["queries"][q].lower().split()) for q in data["visitors"]}
+            full = full_claims(data)
             behaviour.filter(split="train").exclude(text_a__in=full).delete()
     pair_seconds = time.perf_counter() - started
     precision = pair_precision(data, behaviour)
