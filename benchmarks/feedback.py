@@ -60,6 +60,18 @@ FULL = "full"  # the behaviour pairs (mined negatives) less those of claims type
 SHORTENED, TYPO = 0.15, 0.10  # shares of sessions typing the claim shortened / with a typo
 
 
+def normalized(query: str) -> str:
+    """``query`` as the search log groups it (``feedback.log.normalize_query``)."""
+    from django_sbert.feedback.log import normalize_query
+
+    return normalize_query(query)
+
+
+def relevant_to(data: dict, qid: str | None, did: str | None) -> bool:
+    """Whether the qrels call abstract ``did`` relevant to claim ``qid``."""
+    return bool(qid) and did in data["relevant"].get(qid, ())
+
+
 def load(rows: int, seed: int) -> dict:
     """SciFact's corpus and train claims; the claims halved (visitors / held back)."""
     corpus = {}
@@ -129,7 +141,7 @@ def simulate(data: dict, pk_of: dict[str, int], args: argparse.Namespace) -> dic
     for session in range(args.sessions):
         qid = rng.choice(data["visitors"])
         query = typed(data["queries"][qid], rng)[:most]
-        asked[" ".join(query.lower().split())] = qid
+        asked[normalized(query)] = qid
         when = start + timedelta(seconds=args.days * 86400 * session / args.sessions)
         began = time.perf_counter()
         ranked = list(search(query, k=10))
@@ -137,7 +149,7 @@ def simulate(data: dict, pk_of: dict[str, int], args: argparse.Namespace) -> dic
         client = hashlib.sha256(f"visitor-{args.seed}-{session}".encode()).hexdigest()
         log = SearchLog(
             query=query,
-            normalized=" ".join(query.lower().split()),
+            normalized=normalized(query),
             mode=args.mode,
             model_label="testapp.Article",
             field="embedding",
@@ -232,7 +244,7 @@ def simulate_http(data: dict, pk_of: dict[str, int], args: argparse.Namespace) -
                 if status != 202:
                     raise RuntimeError(f"click answered {status}: {body[:300]!r}")
                 clicked += 1
-        asked[" ".join(query[:most].lower().split())] = qid  # as the log cuts it
+        asked[normalized(query[:most])] = qid  # as the log cuts it
         return clicked
 
     try:
@@ -282,7 +294,7 @@ def claim_and_abstract(data: dict, query: str, text: str) -> tuple[str | None, s
     if "by_text" not in data:
         corpus = data["corpus"].items()
         data["by_text"] = {f"{title[:300]}\n{text}".strip(): did for did, (title, text) in corpus}
-    return data["asked"].get(" ".join(query.lower().split())), data["by_text"].get(text.strip())
+    return data["asked"].get(normalized(query)), data["by_text"].get(text.strip())
 
 
 def pair_rightness(data: dict, pairs: object) -> list[tuple[int, str, bool]]:
@@ -291,13 +303,13 @@ def pair_rightness(data: dict, pairs: object) -> list[tuple[int, str, bool]]:
     rightness = []
     for pk, split, query, text in pairs.values_list("pk", "split", "text_a", "text_b"):
         qid, did = claim_and_abstract(data, query, text)
-        rightness.append((pk, split, bool(qid) and did in data["relevant"].get(qid, ())))
+        rightness.append((pk, split, relevant_to(data, qid, did)))
     return rightness
 
 
 def full_claims(data: dict) -> set[str]:
     """The visitors' claims as typed in full, normalised as the search log stores queries."""
-    return {" ".join(data["queries"][q].lower().split()) for q in data["visitors"]}
+    return {normalized(data["queries"][q]) for q in data["visitors"]}
 
 
 def coverage(data: dict, pairs: object) -> str:
@@ -307,13 +319,12 @@ def coverage(data: dict, pairs: object) -> str:
     full = full_claims(data)
     held, variants, wrong = set(), 0, 0
     for query, text in pairs.filter(split="train").values_list("text_a", "text_b"):
-        normalized = " ".join(query.lower().split())
         qid, did = claim_and_abstract(data, query, text)
-        if not qid or did not in data["relevant"].get(qid, ()):
+        if not relevant_to(data, qid, did):
             wrong += 1
         else:
             held.add((qid, did))
-            variants += normalized not in full
+            variants += normalized(query) not in full
     shown = shown_abstracts(data)
     labelled = [(q, d) for q in data["visitors"] for d in data["relevant"][q] & set(data["corpus"])]
     seen = sum(d in shown.get(q, ()) for q, d in labelled)
@@ -384,7 +395,7 @@ def negatives_wanted(data: dict, pairs: object, bars: list[float]) -> list[str]:
     relevant = []
     for query, _, negative in triples:
         qid, did = claim_and_abstract(data, query, negative)
-        relevant.append(bool(qid) and did in data["relevant"].get(qid, ()))
+        relevant.append(relevant_to(data, qid, did))
     lines = [f"{sum(relevant)} of {len(triples)} mined negatives are relevant to the claim"]
     for bar in bars:
         wanted = wanted_rows({q for q, *_ in triples}, bar)
@@ -411,7 +422,7 @@ def gold_pairs(data: dict, seed: int, shown_only: bool = False) -> object:
     pairs = []
     for qid in claims:
         claim = data["queries"][qid]
-        data["asked"].setdefault(" ".join(claim.lower().split()), qid)
+        data["asked"].setdefault(normalized(claim), qid)
         for did in sorted(data["relevant"][qid] & set(data["corpus"])):
             if shown_only and did not in shown.get(qid, ()):
                 continue
