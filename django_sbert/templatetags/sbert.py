@@ -7,19 +7,21 @@
       <h3>{{ hit.title }}</h3> {% sbert_similarity hit %}
       <p>{% sbert_passage hit chars=300 %}</p>
     {% endfor %}
-    {% sbert_similar article 5 %}                  {# a list, django_sbert/tags/similar.html #}
-    {% sbert_similar article 5 as similar %}       {# or the rows, to lay out yourself #}
+    {% sbert_similar article 5 queryset=visible %}  {# a list, django_sbert/tags/similar.html #}
+    {% sbert_similar article 5 queryset=visible as similar %}  {# or the rows, to lay out #}
     <a href="{{ hit.get_absolute_url }}" {% sbert_click_attrs hit %}>   {# a logged result #}
     {% sbert_click_script %}                       {# reports clicks on such links #}
 
 ``sbert_passage`` renders ``hit.snippet`` (``query.highlight.highlight_hits``) with the
 matching sentence in ``<mark>``, every part escaped. ``sbert_similarity`` and the list of
-``sbert_similar`` render templates under ``django_sbert/tags/``. ``sbert_similar`` runs
-``similar_to(obj)`` once per serving version and row, then serves it from Django's cache for
-``SBERT["SEARCH"]["SIMILAR_CACHE_SECONDS"]``. ``sbert_click_attrs`` writes
-``data-sbert-click="<token>"`` for a result ``log_search`` gave a click token (nothing
-otherwise), and ``sbert_click_script`` loads ``django_sbert/clicks.js`` pointed at
-``sbert/click/`` (nothing with ``SBERT["FEEDBACK"]["LOG"]`` off): docs/learning.md.
+``sbert_similar`` render templates under ``django_sbert/tags/``. ``sbert_similar`` ranks
+within ``queryset=`` (pass the rows this page's visitor may see, as a ``SearchView``'s
+``queryset``; left out: every row of the model's default manager, drafts and private rows
+included) and runs ``similar_to(obj)`` once per serving version, row and queryset, then
+serves it from Django's cache for ``SBERT["SEARCH"]["SIMILAR_CACHE_SECONDS"]``.
+``sbert_click_attrs`` writes ``data-sbert-click="<token>"`` for a result ``log_search`` gave
+a click token (nothing otherwise), and ``sbert_click_script`` loads ``django_sbert/clicks.js``
+pointed at ``sbert/click/`` (nothing with ``SBERT["FEEDBACK"]["LOG"]`` off): docs/learning.md.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from typing import Any
 
 from django import template
 from django.core.cache import cache
-from django.db.models import Model
+from django.core.exceptions import EmptyResultSet
+from django.db.models import Manager, Model, QuerySet
 from django.template.base import Parser, Token
 from django.template.context import Context
 from django.template.library import InclusionNode, parse_bits
@@ -176,10 +179,24 @@ def _has_vector(obj: Model, field: EmbeddingField) -> bool:
     return type(obj)._base_manager.filter(pk=obj.pk, **{f"{field.attname}__isnull": False}).exists()
 
 
-def similar_cache_key(obj: Model, k: int, field: EmbeddingField) -> str:
-    """The cache key of ``obj``'s ``k`` most similar rows: the model, the field, the pk, ``k``,
-    the field's serving encoder version and, when loaded, the hash of the text ``obj``'s
-    vector was computed from (so a re-embedded row gets a fresh list)."""
+def queryset_digest(queryset: QuerySet | None) -> str:
+    """What ``queryset`` selects, as a sha256 of its SQL, parameters and database ("-" for
+    None: the default manager's rows). Querysets that select different rows (another user's,
+    drafts left out or not) get different digests, so their lists are cached apart."""
+    if queryset is None:
+        return "-"
+    sql, params = queryset.query.sql_with_params()
+    text = "\0".join((queryset.db, sql, repr(params)))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def similar_cache_key(
+    obj: Model, k: int, field: EmbeddingField, queryset: QuerySet | None = None
+) -> str:
+    """The cache key of ``obj``'s ``k`` most similar rows within ``queryset``: the model, the
+    field, the pk, ``k``, the field's serving encoder version, what the queryset selects
+    (``queryset_digest``) and, when loaded, the hash of the text ``obj``'s vector was
+    computed from (so a re-embedded row gets a fresh list)."""
     loaded, text_hash = _loaded(obj, field.hash_field_name)
     parts = (
         obj._meta.label,
@@ -188,26 +205,53 @@ def similar_cache_key(obj: Model, k: int, field: EmbeddingField) -> str:
         str(k),
         encoder_version(field.encoder),
         text_hash if loaded and text_hash else "-",
+        queryset_digest(queryset),
     )
     digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
     return f"sbert:similar:{obj._meta.label_lower}:{digest}"  # short and memcached-safe
 
 
-def similar_rows(obj: Model | None, k: int = 5, field: str | None = None) -> list[Model]:
-    """The ``k`` rows nearest to ``obj`` by its stored vector, nearest first, without ``obj``.
+def _within(model: type[Model], queryset: QuerySet | Manager | None) -> QuerySet | None:
+    """``queryset`` as a fresh QuerySet of ``model`` (None stays None)."""
+    if queryset is None:
+        return None
+    if isinstance(queryset, Manager):
+        queryset = queryset.all()
+    if not isinstance(queryset, QuerySet) or queryset.model is not model:
+        raise template.TemplateSyntaxError(
+            f"sbert_similar: queryset= must be a QuerySet of {model._meta.label} (the rows "
+            f"this page's visitor may see), got {queryset!r}."
+        )
+    return queryset.all()  # a clone: never a result cached on the page's queryset
 
-    Through the model's default manager (``as_semantic``, so any manager will do), each row
-    annotated with ``similarity``. An ``obj`` without a vector yet (or unsaved, or None) gives
-    ``[]``. The list is kept in Django's default cache for ``SIMILAR_CACHE_SECONDS`` under
-    ``similar_cache_key``; a search that times out gives ``[]`` (logged, not cached), so a
-    sidebar never breaks its page.
+
+def similar_rows(
+    obj: Model | None,
+    k: int = 5,
+    field: str | None = None,
+    queryset: QuerySet | Manager | None = None,
+) -> list[Model]:
+    """The ``k`` rows of ``queryset`` nearest to ``obj`` by its stored vector, nearest first,
+    without ``obj``.
+
+    Pass as ``queryset`` the rows the visitor may see (what a ``SearchView`` or a ModelAdmin's
+    ``get_queryset()`` would list): left out, the model's default manager ranks every row,
+    drafts and private rows included. Each row is annotated with ``similarity``. An ``obj``
+    without a vector yet (or unsaved, or None) gives ``[]``. The list is kept in Django's
+    default cache for ``SIMILAR_CACHE_SECONDS`` under ``similar_cache_key`` (which holds
+    what ``queryset`` selects, so each queryset has its own list); a search that times out
+    gives ``[]`` (logged, not cached), so a sidebar never breaks its page.
     """
     if obj is None or obj.pk is None:
         return []
     model = obj._meta.model
     embedding = _embedding_field(model, field)
+    within = _within(model, queryset)
     seconds = float(sbert_settings.SEARCH["SIMILAR_CACHE_SECONDS"] or 0)
-    key = similar_cache_key(obj, k, embedding) if seconds > 0 else None
+    try:
+        key = similar_cache_key(obj, k, embedding, within) if seconds > 0 else None
+    except EmptyResultSet:  # queryset.none(), or a filter nothing can match
+        return []
     if key is not None:
         rows = cache.get(key)
         if rows is not None:
@@ -215,8 +259,8 @@ def similar_rows(obj: Model | None, k: int = 5, field: str | None = None) -> lis
     if not _has_vector(obj, embedding):
         return []
     try:
-        queryset = as_semantic(model._default_manager.all())
-        rows = list(queryset.similar_to(obj, field=embedding.name)[:k])
+        source = as_semantic(within if within is not None else model._default_manager.all())
+        rows = list(source.similar_to(obj, field=embedding.name)[:k])
     except (ServiceUnavailable, UnversionedVector) as exc:
         logger.warning("sbert_similar: no similar rows for %s pk=%s: %s", model, obj.pk, exc)
         return []
@@ -225,8 +269,13 @@ def similar_rows(obj: Model | None, k: int = 5, field: str | None = None) -> lis
     return rows
 
 
-def _similar_context(obj: Model | None, k: int = 5, field: str | None = None) -> dict[str, Any]:
-    return {"object": obj, "rows": similar_rows(obj, k, field)}
+def _similar_context(
+    obj: Model | None,
+    k: int = 5,
+    field: str | None = None,
+    queryset: QuerySet | Manager | None = None,
+) -> dict[str, Any]:
+    return {"object": obj, "rows": similar_rows(obj, k, field, queryset)}
 
 
 class SimilarNode(InclusionNode):
@@ -254,7 +303,8 @@ _NO_CONTEXT = (
 
 @register.tag("sbert_similar")
 def sbert_similar(parser: Parser, token: Token) -> SimilarNode:
-    """``{% sbert_similar obj [k] [field="embedding"] [as name] %}``; ``k`` defaults to 5."""
+    """``{% sbert_similar obj [k] [field="embedding"] [queryset=rows] [as name] %}``; ``k``
+    defaults to 5; ``queryset``: the rows the visitor may see (``similar_rows``)."""
     bits = token.split_contents()
     name, bits = bits[0], bits[1:]
     target = None
@@ -267,8 +317,8 @@ def sbert_similar(parser: Parser, token: Token) -> SimilarNode:
         varargs=None,
         varkw=None,
         defaults=(5,),
-        kwonly=["field"],
-        kwonly_defaults={"field": None},
+        kwonly=["field", "queryset"],
+        kwonly_defaults={"field": None, "queryset": None},
         name=name,
         **_NO_CONTEXT,
     )
