@@ -130,7 +130,8 @@ def resolve_version(encoder_name: str, version: str | None) -> str:
         return base_version(encoder_name)
     versions = EncoderVersion.objects.filter(encoder_name=encoder_name)
     found = versions.filter(version=version).values_list("version", flat=True).first()
-    if found is None and str(version).isdigit():
+    digits = str(version)
+    if found is None and digits.isascii() and digits.isdigit() and len(digits) <= 18:
         found = versions.filter(pk=int(version)).values_list("version", flat=True).first()
     if found is None and version == base_version(encoder_name):
         found = version

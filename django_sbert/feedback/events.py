@@ -43,9 +43,28 @@ def allowed_kinds() -> list[str]:
     return [CLICK, *(k for k in sbert_settings.FEEDBACK["CONVERSIONS"] if k != CLICK)]
 
 
-def record_event(request: Any, token: str, kind: str = CLICK, dwell_ms: int | None = None) -> bool:
+def parse_dwell(value: Any) -> int | None:
+    """``dwell_ms`` as an int from 0 to ``MAX_DWELL_MS`` (None for none): an int, or a string
+    of ASCII digits (``"²"`` and other Unicode digits are refused, as ``int()`` would take
+    some and not others); ``EventRefused`` otherwise."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 9:
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_DWELL_MS:
+        return value
+    raise EventRefused(
+        f"dwell_ms must be a whole number of milliseconds from 0 to {MAX_DWELL_MS}, in ASCII "
+        "digits."
+    )
+
+
+def record_event(
+    request: Any, token: str, kind: str = CLICK, dwell_ms: int | str | None = None
+) -> bool:
     """Store ``kind`` for the result ``token`` names; True when stored or already there,
-    False when ignored (a crawler's). ``EventRefused`` says why nothing was stored."""
+    False when ignored (a crawler's). ``EventRefused`` says why nothing was stored. The token
+    is checked before ``dwell_ms`` is read (``parse_dwell``)."""
     if not sbert_settings.FEEDBACK["LOG"]:
         raise EventRefused(
             "Search logging is off on this site (SBERT['FEEDBACK']['LOG']); events are not "
@@ -57,18 +76,11 @@ def record_event(request: Any, token: str, kind: str = CLICK, dwell_ms: int | No
     kinds = allowed_kinds()
     if kind not in kinds:
         raise EventRefused(f"Unknown event kind {kind!r}; this site accepts: {', '.join(kinds)}.")
-    if dwell_ms is not None and not (
-        isinstance(dwell_ms, int)
-        and not isinstance(dwell_ms, bool)
-        and 0 <= dwell_ms <= MAX_DWELL_MS
-    ):
-        raise EventRefused(
-            f"dwell_ms must be a whole number of milliseconds from 0 to {MAX_DWELL_MS}."
-        )
     try:
         target = read_token(token)
     except InvalidToken as exc:
         raise EventRefused(str(exc)) from None
+    dwell_ms = parse_dwell(dwell_ms)  # after the token: nothing of the body is read before it
     if is_bot(request):
         return False
     database = router.db_for_write(SearchEvent)

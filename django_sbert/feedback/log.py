@@ -16,7 +16,6 @@ briefly by the event endpoint until the search is in the log (``events.record_ev
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import random
@@ -25,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import DatabaseError, models, router
+from django.utils.crypto import salted_hmac
 
 from ..conf import sbert_settings
 from ..models import SearchLog
@@ -56,16 +56,22 @@ def logging_on() -> bool:
     return bool(sbert_settings.FEEDBACK["LOG"])
 
 
+FILTERS_DIGEST_SALT = "django_sbert.feedback.filters_digest"
+
+
 def filters_digest(filters: Mapping[str, Any] | str | None) -> str:
-    """A sha256 of the filters a search ran with (``""`` for none): searches with the same
-    filters share it, without the log holding their values."""
+    """An HMAC-SHA256 of the filters a search ran with (``""`` for none), keyed by
+    ``SECRET_KEY`` (``salted_hmac``): searches with the same filters share it, and a reader of
+    the log without the key cannot test a guess of the values (an unkeyed hash of
+    ``{"category": ["c3"]}`` falls to one guess)."""
     if not filters:
         return ""
     if not isinstance(filters, str):
         filters = json.dumps(
             {str(k): filters[k] for k in sorted(filters, key=str)}, sort_keys=True, default=str
         )
-    return hashlib.sha256(filters.encode("utf-8", "surrogatepass")).hexdigest()
+    value = filters.encode("utf-8", "surrogatepass")
+    return salted_hmac(FILTERS_DIGEST_SALT, value, algorithm="sha256").hexdigest()
 
 
 def _value(hit: Any, name: str) -> Any:

@@ -74,7 +74,10 @@ class SuggestView(View):
         k = self.k or int(sbert_settings.SEARCH["SUGGEST_K"])
         given = request.GET.get("k", "")
         if given:
-            if not given.isdigit() or not 1 <= int(given) <= self.max_k:
+            # ASCII digits only: "²".isdigit() is True, and int("²") raises.
+            if not (given.isascii() and given.isdigit() and len(given) <= 4) or not (
+                1 <= int(given) <= self.max_k
+            ):
                 return _error(f"k must be a whole number from 1 to {self.max_k}.")
             k = int(given)
         queryset = as_semantic(self.get_queryset())

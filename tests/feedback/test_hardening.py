@@ -1,0 +1,63 @@
+"""Issue 67's items on the search log and its events, each against real PostgreSQL through the
+Django test client: the filters digest keyed by SECRET_KEY (item 3), Unicode digits refused
+with 400 and the token checked before the dwell time (item 4)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from django_sbert.evaluation.run import EvaluationError, resolve_version
+from django_sbert.feedback import make_token
+from django_sbert.feedback.log import filters_digest
+from django_sbert.models import SearchEvent, SearchLog
+
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.feedback.urls")]
+
+CLICK = "/sbert/click/"
+
+
+def test_the_filters_digest_is_an_hmac_keyed_by_the_secret_key(client, articles, log_on, settings):
+    response = client.get("/search/", {"q": "interest rates", "category": "c3"})
+    assert response.status_code == 200
+    entry = SearchLog.objects.get()
+    filters = {"category": ["c3"]}
+    guess = json.dumps(filters, sort_keys=True)
+    # One guess of the values no longer matches the stored digest...
+    assert entry.filters_digest != hashlib.sha256(guess.encode()).hexdigest()
+    assert len(entry.filters_digest) == 64
+    # ...which is the same for the same filters, and another with another SECRET_KEY.
+    assert entry.filters_digest == filters_digest(filters)
+    settings.SECRET_KEY = "another secret key, long enough for the check framework" * 2
+    assert filters_digest(filters) != entry.filters_digest
+
+
+def test_unicode_digits_answer_400_and_the_token_is_checked_before_the_dwell_time(
+    client, articles, log_on, settings
+):
+    # sbert/click/ without a token, with a dwell time int() cannot read: the token's message.
+    response = client.post(CLICK, {"dwell_ms": "²"})
+    assert response.status_code == 400 and "token" in response.json()["detail"]
+    response = client.post(CLICK, {"token": "forged", "dwell_ms": "²"})
+    assert response.status_code == 400 and "dwell_ms" not in response.json()["detail"]
+    # With a good token: 400 naming dwell_ms for Unicode digits, 202 for ASCII ones.
+    client.get("/search/", {"q": "interest rates"})
+    entry = SearchLog.objects.get()
+    token = make_token(entry.pk, entry.results[0][0], 1)
+    for bad in ("²", "١٢", "9" * 5000):
+        response = client.post(CLICK, {"token": token, "dwell_ms": bad})
+        assert response.status_code == 400 and "dwell_ms" in response.json()["detail"], bad
+    assert client.post(CLICK, {"token": token, "dwell_ms": "1200"}).status_code == 202
+    assert SearchEvent.objects.get().dwell_ms == 1200
+    # SuggestView's ?k=: 400 with a message, not a 500.
+    settings.ROOT_URLCONF = "tests.views.suggest_urls"
+    for bad in ("²", "٣", "9" * 5000):
+        response = client.get("/suggest/", {"q": "interest", "k": bad})
+        assert response.status_code == 400 and "k must be" in response.json()["error"], bad
+    assert client.get("/suggest/", {"q": "interest", "k": "2"}).status_code == 200
+    # An evaluation's version given as Unicode digits: the message, not a ValueError.
+    for bad in ("²", "9" * 5000):
+        with pytest.raises(EvaluationError, match="has no version"):
+            resolve_version("default", bad)
