@@ -1,4 +1,8 @@
-"""evaluations/: search quality measured on judgment lists, for staff (``IsAdminUser``).
+"""evaluations/: search quality measured on judgment lists, for staff with the admin's permissions.
+
+Who may do what is what the admin's "Evaluate now" asks (``EvaluationPermissions``): reading
+the stored evaluations needs ``view_evaluation``; measuring a list needs ``change_judgmentlist``,
+and storing the result ``add_evaluation`` too; always a staff user.
 
 ``GET evaluations/?list=<name>`` lists the stored evaluations (of one list, or of all), newest
 first, paginated. ``POST evaluations/ {"list": name, "version": "serving", "modes": [...],
@@ -16,7 +20,7 @@ from typing import Any
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.generics import GenericAPIView
-from rest_framework.permissions import IsAdminUser
+from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -55,10 +59,33 @@ class EvaluateRequestSerializer(serializers.Serializer):
     store = serializers.BooleanField(default=True, help_text="Store the evaluations.")
 
 
+VIEW_PERMISSION = "django_sbert.view_evaluation"
+RUN_PERMISSION = "django_sbert.change_judgmentlist"  # as the admin's "Evaluate now"
+STORE_PERMISSION = "django_sbert.add_evaluation"
+
+
+class EvaluationPermissions(BasePermission):
+    """Active staff users with ``view_evaluation`` to read, ``change_judgmentlist`` to measure
+    (the view asks ``add_evaluation`` too when the result is stored): the admin's rules."""
+
+    message = (
+        "Reading evaluations needs the view_evaluation permission; measuring a judgment list "
+        "needs change_judgmentlist, and storing the result add_evaluation (staff users only)."
+    )
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        user = request.user
+        if not (user and user.is_active and user.is_staff):
+            return False
+        if request.method in SAFE_METHODS:
+            return user.has_perm(VIEW_PERMISSION)
+        return user.has_perm(RUN_PERMISSION)
+
+
 class EvaluationView(GenericAPIView):
     """GET: stored evaluations, newest first; POST: measure a judgment list now."""
 
-    permission_classes = [IsAdminUser]
+    permission_classes = [EvaluationPermissions]
     parser_classes = [BoundedJSONParser]
     serializer_class = EvaluationSerializer
     pagination_class = SearchPagination
@@ -95,6 +122,12 @@ class EvaluationView(GenericAPIView):
         given = EvaluateRequestSerializer(data=request.data)
         given.is_valid(raise_exception=True)
         data = given.validated_data
+        if data["store"] and not request.user.has_perm(STORE_PERMISSION):
+            self.permission_denied(
+                request,
+                message="Storing an evaluation needs the add_evaluation permission; send "
+                '"store": false to measure without storing.',
+            )
         judgment_list = JudgmentList.objects.filter(name=data["list"]).first()
         if judgment_list is None:
             raise ValidationError({"list": [f"No judgment list named {data['list']!r}."]})

@@ -1,9 +1,10 @@
-"""evaluations/: staff only (IsAdminUser); POST measures a judgment list with the real code and
-the tiny model, GET lists the stored evaluations newest first, filtered by list."""
+"""evaluations/: staff with the admin's permissions; POST measures a judgment list with the
+real code and the tiny model, GET lists the stored evaluations newest first, filtered by list."""
 
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.contrib.contenttypes.models import ContentType
 
 from django_sbert import indexing
@@ -41,7 +42,9 @@ def test_refused_to_anyone_but_staff(client_as, news, role):
     assert not Evaluation.objects.exists()
 
 
-def test_staff_measure_a_list_and_read_it_back(client_as, news):
+def test_staff_measure_a_list_and_read_it_back(client_as, news, users):
+    codenames = ("view_evaluation", "change_judgmentlist", "add_evaluation")
+    users["staff"].user_permissions.add(*Permission.objects.filter(codename__in=codenames))
     client = client_as("staff")
     answer = client.post(URL, {"list": "news", "modes": ["vector", "keyword"]}, format="json")
     assert answer.status_code == 201, answer.content
