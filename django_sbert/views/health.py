@@ -68,17 +68,27 @@ def may_see_details(request: HttpRequest) -> bool:
 
 def _throttled(request: HttpRequest) -> int | None:
     """Seconds to wait when this client asked ``THROTTLE_RATE`` times within the last period,
-    else None (and the request counted). Counted as DRF's ``SimpleRateThrottle`` counts (the
-    API's throttles): a list of request times per client in Django's default cache, per user
-    id, else per ``REMOTE_ADDR`` (``NUM_PROXIES`` as in the API)."""
-    rate = sbert_settings.HEALTH["THROTTLE_RATE"]
+    else None (and the request counted): ``throttle_wait``."""
+    return throttle_wait(
+        request,
+        sbert_settings.HEALTH["THROTTLE_RATE"],
+        "sbert-health",
+        'SBERT["HEALTH"]["THROTTLE_RATE"]',
+    )
+
+
+def throttle_wait(request: HttpRequest, rate: str | None, prefix: str, setting: str) -> int | None:
+    """Seconds to wait when this client asked ``rate`` times (``"120/minute"``; None: no
+    limit) within the last period, else None (and the request counted). Counted as DRF's
+    ``SimpleRateThrottle`` counts (the API's throttles): a list of request times per client in
+    Django's default cache under ``<prefix>:<sha256 of the client>``, per user id, else per
+    ``REMOTE_ADDR`` (``NUM_PROXIES`` as in the API). The health view and the search pages
+    (``SearchView``) use it; ``setting`` names the rate in the error for a malformed one."""
     if not rate:
         return None
     number, _, period = str(rate).partition("/")
-    if not number.isdigit() or period[:1] not in PERIODS:
-        raise ImproperlyConfigured(
-            f'SBERT["HEALTH"]["THROTTLE_RATE"] must be a rate such as "120/minute", got {rate!r}.'
-        )
+    if not (number.isascii() and number.isdigit()) or period[:1] not in PERIODS:
+        raise ImproperlyConfigured(f'{setting} must be a rate such as "120/minute", got {rate!r}.')
     seconds = PERIODS[period[0]]
     user = getattr(request, "user", None)
     if user is not None and user.is_authenticated:
@@ -87,7 +97,7 @@ def _throttled(request: HttpRequest) -> int | None:
         ident = f"ip-{client_address(request)}"
     # Hashed, as the API's throttles do: any header's worth of characters makes a valid key.
     digest = hashlib.sha256(ident.encode("utf-8", "surrogatepass")).hexdigest()
-    key = f"sbert-health:{digest}"
+    key = f"{prefix}:{digest}"
     now = time.time()
     history = [moment for moment in cache.get(key, []) if moment > now - seconds]
     if len(history) >= int(number):

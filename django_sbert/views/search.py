@@ -41,6 +41,13 @@ thread for database work, so one override serves both views; the rows are fetche
 
 A search the database or the encoder cannot answer now (``ServiceUnavailable``: a statement
 timeout, a model's files away) renders the page with a notice and status 503.
+
+Each search costs an encode and an index scan, so a client (user, else address) may run
+``SBERT["API"]["THROTTLE_RATES"]["search"]`` searches a period (120 a minute), counted together
+with the REST API's ``search/`` and ``similar/``: past it the page answers 429 with the notice
+and ``Retry-After``, before anything is encoded. Staff users are not counted; a view's
+``throttle_scope = None`` turns it off. Highlighting encodes at most
+``MAX_HIGHLIGHT_SENTENCES`` sentences a page: rows past them show their passage unmarked.
 """
 
 from __future__ import annotations
@@ -61,6 +68,8 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.generic import ListView
 
+from ..conf import API_DEFAULTS, sbert_settings
+from ..encoder.sentences import sentence_spans
 from ..exceptions import ServiceUnavailable
 from ..feedback import log_search, logging_on, write_after_response
 from ..fields import EmbeddingField, embedding_fields
@@ -70,10 +79,14 @@ from ..query.aio import EncodedText, encode_text
 from ..query.highlight import highlight_hits
 from ..query.replicas import search_database
 from ..serving import encode_query_for, peek_query_cache, serving_record
+from .health import throttle_wait
 
 logger = logging.getLogger(__name__)
 
 VECTOR, KEYWORD, HYBRID = "vector", "keyword", "hybrid"
+# Sentences highlighting encodes for one page at most (ten passages of ~200 tokens are ~80):
+# the rows past them show their passage without a mark, so a page costs a bounded encode.
+MAX_HIGHLIGHT_SENTENCES = 200
 TEXT_MODES = (HYBRID, KEYWORD)  # the modes that need the field's full-text column
 
 
@@ -133,6 +146,9 @@ class SearchView(ListView):
     suggest_url: str | None = None
     # Characters of a result's passage shown by the default template.
     snippet_chars = 300
+    # The scope of SBERT["API"]["THROTTLE_RATES"] searches are counted in (with the REST API's
+    # search/ and similar/); None: this page is not throttled. Staff users never are.
+    throttle_scope: str | None = "search"
 
     form: SearchForm
     query: str = ""
@@ -178,10 +194,36 @@ class SearchView(ListView):
         self.mode = self.form.cleaned_data["mode"]
         self.search_for = self.get_search_query()
         if self.search_for is not None:
+            wait = self.throttled()
+            if wait is not None:
+                return self.too_many(wait)
             self.check_page()
             # Rows and serving version from one database (a read replica, query/replicas.py).
             self.search_source = self.search_source.using(search_database(self.search_source))
         return None
+
+    def throttled(self) -> int | None:
+        """Seconds this client must wait before searching again, or None (and the search
+        counted): ``throttle_scope``'s rate per client, staff users left out."""
+        user = getattr(self.request, "user", None)
+        if self.throttle_scope is None or (user is not None and user.is_active and user.is_staff):
+            return None
+        rates = sbert_settings.API.get("THROTTLE_RATES") or {}
+        scope = self.throttle_scope
+        rate = rates[scope] if scope in rates else API_DEFAULTS["THROTTLE_RATES"].get(scope)
+        # The cache key of the API's throttle of that scope (api/throttling.py): one count.
+        prefix = f"sbert-throttle:{scope}"
+        return throttle_wait(
+            self.request, rate, prefix, f'SBERT["API"]["THROTTLE_RATES"][{scope!r}]'
+        )
+
+    def too_many(self, wait: int) -> HttpResponse:
+        """429 with the page's notice and ``Retry-After``: nothing encoded or searched."""
+        logger.info("%s: a client is over its search rate", type(self).__name__)
+        self.search_for, self.unavailable = None, True
+        response = self.render_to_response(self.get_context_data(), status=429)
+        response["Retry-After"] = str(wait)
+        return response
 
     def fetch(self, queryset: SemanticQuerySet) -> tuple[list[models.Model], SearchTiming]:
         """The top ``paginate_by * max_pages`` rows for ``search_for``, and how long it took."""
@@ -254,10 +296,21 @@ class SearchView(ListView):
 
     def highlight(self, page: Page | None) -> None:
         """Give the page's rows found by a passage a ``snippet`` (only the rows shown: it
-        encodes their passages' sentences)."""
+        encodes their passages' sentences), in order until ``MAX_HIGHLIGHT_SENTENCES``
+        sentences; the rows past them keep their passage without a mark."""
         if page is None or not isinstance(self.search_for, str) or self.mode == KEYWORD:
             return
-        highlight_hits(page.object_list, str(self.search_for), encoder=self.encoder)
+        rows, sentences = [], 0
+        for row in page.object_list:
+            passage = getattr(row, "passage", None)
+            text = passage.get("text") if isinstance(passage, dict) else None
+            if not text:
+                continue
+            sentences += len(sentence_spans(text))
+            if sentences > MAX_HIGHLIGHT_SENTENCES:
+                break
+            rows.append(row)
+        highlight_hits(rows, str(self.search_for), encoder=self.encoder)
 
     def log_page(self, context: dict[str, Any]) -> None:
         """With ``SBERT["FEEDBACK"]["LOG"]`` on, log the first page of a text search: its rows
