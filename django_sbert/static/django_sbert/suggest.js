@@ -2,7 +2,9 @@
    suggestions under it (class "sbert-suggestions"), from SuggestView or the API's suggest/:
    {"results": [{"id", "label", "url"}]}. Typing is debounced (150 ms) and a newer request
    aborts the one before. Arrow keys move, Enter follows the chosen suggestion, Escape closes.
-   Optional: data-sbert-suggest-k (how many). No framework. */
+   Optional: data-sbert-suggest-k (how many). A suggestion's url is followed only when it is
+   http(s) or relative (a "javascript:" or "data:" URL from a row is shown as plain text). No
+   framework. */
 (function () {
   "use strict";
   var DELAY = 150, MIN_CHARS = 2, lists = 0;
@@ -12,6 +14,17 @@
     "box-shadow:0 4px 12px rgba(0,0,0,.15)}:where(.sbert-suggestions a){display:block;" +
     "padding:.4em .75em;color:inherit;text-decoration:none;cursor:pointer}" +
     ":where(.sbert-suggestions [aria-selected=true]){background:#e8eefc}";
+
+  // The absolute http(s) URL of a suggestion's url (relative ones resolved), else null.
+  function safeUrl(value) {
+    if (typeof value !== "string" || !value) return null;
+    try {
+      var url = new URL(value, window.location.href);
+      return url.protocol === "http:" || url.protocol === "https:" ? url.href : null;
+    } catch (error) {
+      return null;
+    }
+  }
 
   function attach(input) {
     if (input.getAttribute("aria-controls")) return; // loaded twice: attached already
@@ -39,7 +52,8 @@
         li.id = list.id + "-" + i;
         li.setAttribute("role", "option");
         link.textContent = result.label || String(result.id);
-        if (result.url) link.href = result.url;
+        var href = safeUrl(result.url);
+        if (href) link.href = href;
         link.tabIndex = -1;
         li.appendChild(link);
         li.addEventListener("mousedown", function (event) { event.preventDefault(); choose(i); });
@@ -59,7 +73,8 @@
     }
     function choose(i) {
       var link = items[i].firstChild;
-      if (link.href) window.location.assign(link.href);
+      var href = safeUrl(link.getAttribute("href"));
+      if (href) window.location.assign(href);
       else { input.value = link.textContent; close(); }
     }
     function load() {
