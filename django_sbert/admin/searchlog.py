@@ -3,27 +3,70 @@
 Staff see them with the ``view_searchlog`` / ``view_searchevent`` permissions; nobody adds or
 edits an entry here (the log records what happened), and deleting one needs the delete
 permission. "Download as UBI JSON lines" gives the selected entries in OpenSearch's User
-Behavior Insights format (``feedback.export``), for the same view permission.
+Behavior Insights format (``feedback.export``), for the same view permission: streamed as it
+is read, ``EXPORT_CHUNK`` rows a query, and at most ``MAX_EXPORT_ROWS`` rows a download (the
+oldest first; past them a warning says to narrow the selection or run ``manage.py
+sbert_feedback export``, which has no cap).
 """
 
 from __future__ import annotations
 
 import io
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, StreamingHttpResponse
 from django.utils import timezone
 
-from ..feedback.export import event_documents, query_documents, write_lines
+from ..feedback.export import EVENT_FIELDS, event_documents, query_documents, write_lines
 from ..models import SearchEvent, SearchLog
 
+MAX_EXPORT_ROWS = 100_000  # rows one download holds at most: a request is not a batch job
+EXPORT_CHUNK = 2000  # rows read per query while the download streams
+FLUSH_CHARS = 64 * 1024  # characters of JSON lines sent at a time
 
-def _download(documents: Any, name: str) -> HttpResponse:
+
+def _rows(queryset: QuerySet) -> Iterator[Any]:
+    """The first ``MAX_EXPORT_ROWS`` rows of ``queryset``, ``EXPORT_CHUNK`` per query (plain
+    queries, no server-side cursor: the response is read after the view's transaction)."""
+    for start in range(0, MAX_EXPORT_ROWS, EXPORT_CHUNK):
+        chunk = list(queryset[start : min(start + EXPORT_CHUNK, MAX_EXPORT_ROWS)])
+        yield from chunk
+        if len(chunk) < EXPORT_CHUNK:
+            return
+
+
+def _lines(documents: Iterable[dict[str, Any]]) -> Iterator[str]:
+    """``documents`` as JSON lines (``write_lines``), sent about ``FLUSH_CHARS`` at a time."""
     out = io.StringIO()
-    write_lines(documents, out)
-    response = HttpResponse(out.getvalue(), content_type="application/x-ndjson; charset=utf-8")
+    for document in documents:
+        write_lines([document], out)
+        if out.tell() >= FLUSH_CHARS:
+            yield out.getvalue()
+            out = io.StringIO()
+    yield out.getvalue()
+
+
+def _download(
+    model_admin: admin.ModelAdmin,
+    request: HttpRequest,
+    queryset: QuerySet,
+    documents: Callable[[Iterable[Any]], Iterable[dict[str, Any]]],
+    name: str,
+) -> StreamingHttpResponse:
+    ordered = queryset.order_by("created_at", "pk")
+    if ordered[MAX_EXPORT_ROWS : MAX_EXPORT_ROWS + 1].exists():
+        model_admin.message_user(
+            request,
+            f"The download holds the oldest {MAX_EXPORT_ROWS:,} of the selected entries: select "
+            "fewer (a date range), or run manage.py sbert_feedback export, which has no cap.",
+            messages.WARNING,
+        )
+    response = StreamingHttpResponse(
+        _lines(documents(_rows(ordered))), content_type="application/x-ndjson; charset=utf-8"
+    )
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
     response["Content-Disposition"] = f'attachment; filename="{name}-{stamp}.jsonl"'
     return response
@@ -54,8 +97,10 @@ class SearchLogListAdmin(ReadOnlyLogAdmin):
     readonly_fields = [f.name for f in SearchLog._meta.fields]
 
     @admin.action(description="Download as UBI JSON lines", permissions=["view"])
-    def download_ubi(self, request: HttpRequest, queryset: QuerySet[SearchLog]) -> HttpResponse:
-        return _download(query_documents(queryset.order_by("created_at")), "ubi_queries")
+    def download_ubi(
+        self, request: HttpRequest, queryset: QuerySet[SearchLog]
+    ) -> StreamingHttpResponse:
+        return _download(self, request, queryset, query_documents, "ubi_queries")
 
 
 @admin.register(SearchEvent)
@@ -68,5 +113,8 @@ class SearchEventAdmin(ReadOnlyLogAdmin):
     readonly_fields = [f.name for f in SearchEvent._meta.fields]
 
     @admin.action(description="Download as UBI JSON lines", permissions=["view"])
-    def download_ubi(self, request: HttpRequest, queryset: QuerySet[SearchEvent]) -> HttpResponse:
-        return _download(event_documents(queryset.order_by("created_at")), "ubi_events")
+    def download_ubi(
+        self, request: HttpRequest, queryset: QuerySet[SearchEvent]
+    ) -> StreamingHttpResponse:
+        rows = queryset.select_related("search").only(*EVENT_FIELDS)
+        return _download(self, request, rows, event_documents, "ubi_events")

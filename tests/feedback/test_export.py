@@ -111,7 +111,7 @@ def test_staff_with_the_view_permission_download_ubi_from_the_admin(
     response = client.post(url, action)
     assert response.status_code == 200
     assert response["Content-Disposition"].startswith('attachment; filename="ubi_queries-')
-    exported = lines(response.content.decode())
+    exported = lines(b"".join(response.streaming_content).decode())
     assert sorted(q["query_id"] for q in exported) == sorted(b["search_id"] for b in history)
     events = client.post(
         "/admin/django_sbert/searchevent/",
@@ -120,7 +120,8 @@ def test_staff_with_the_view_permission_download_ubi_from_the_admin(
             "_selected_action": SearchEvent.objects.values_list("pk", flat=True),
         },
     )
-    assert [e["action_name"] for e in lines(events.content.decode())] == ["click", "add_to_cart"]
+    kinds = [e["action_name"] for e in lines(b"".join(events.streaming_content).decode())]
+    assert kinds == ["click", "add_to_cart"]
     # read-only: no add or change pages
     entry = SearchLog.objects.first()
     assert client.get("/admin/django_sbert/searchlog/add/").status_code == 403

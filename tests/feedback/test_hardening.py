@@ -1,6 +1,7 @@
 """Issue 67's items on the search log and its events, each against real PostgreSQL through the
 Django test client: the filters digest keyed by SECRET_KEY (item 3), Unicode digits refused
-with 400 and the token checked before the dwell time (item 4)."""
+with 400 and the token checked before the dwell time (item 4), the admin's UBI download
+streamed with a row cap (item 7)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ import hashlib
 import json
 
 import pytest
+from django.contrib.auth.models import Permission
+from django.http import StreamingHttpResponse
 
+from django_sbert.admin import searchlog
 from django_sbert.evaluation.run import EvaluationError, resolve_version
 from django_sbert.feedback import make_token
 from django_sbert.feedback.log import filters_digest
 from django_sbert.models import SearchEvent, SearchLog
+from tests.feedback.test_export import history  # noqa: F401
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.feedback.urls")]
 
@@ -61,3 +66,29 @@ def test_unicode_digits_answer_400_and_the_token_is_checked_before_the_dwell_tim
     for bad in ("²", "9" * 5000):
         with pytest.raises(EvaluationError, match="has no version"):
             resolve_version("default", bad)
+
+
+def test_the_admin_streams_the_ubi_download_with_a_row_cap(
+    client,
+    history,  # noqa: F811
+    django_user_model,
+    monkeypatch,
+):
+    staff = django_user_model.objects.create_user("analyst", is_staff=True)
+    staff.user_permissions.add(*Permission.objects.filter(codename__in=["view_searchlog"]))
+    client.force_login(staff)
+    url = "/admin/django_sbert/searchlog/"
+    selected = [b["search_id"] for b in history]
+    monkeypatch.setattr(searchlog, "EXPORT_CHUNK", 1)  # one row a query: the chunks are joined
+    response = client.post(url, {"action": "download_ubi", "_selected_action": selected})
+    assert isinstance(response, StreamingHttpResponse)
+    exported = [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
+    oldest_first = list(SearchLog.objects.order_by("created_at", "pk").values_list("pk", flat=True))
+    assert [q["query_id"] for q in exported] == [str(pk) for pk in oldest_first]
+    assert "oldest" not in client.get(url).content.decode()  # under the cap: no warning
+    # Past the cap: the oldest MAX_EXPORT_ROWS rows, and a warning on the next page.
+    monkeypatch.setattr(searchlog, "MAX_EXPORT_ROWS", 1)
+    response = client.post(url, {"action": "download_ubi", "_selected_action": selected})
+    exported = [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
+    assert [q["query_id"] for q in exported] == [str(oldest_first[0])]
+    assert "holds the oldest 1 of the selected entries" in client.get(url).content.decode()
