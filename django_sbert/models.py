@@ -19,6 +19,9 @@
 ``SearchLog`` and ``SearchEvent``
     What visitors searched for and what they did with the results (clicks, conversions), when
     ``SBERT["FEEDBACK"]["LOG"]`` is on: the analytics and the pairs learned from behaviour.
+``PairEvidence``
+    Who made a pair from behaviour (keyed client and network hashes, where and when they
+    clicked): what the loop's safeguards count, and what forgetting a person follows.
 ``SkippedRow``
     A row indexing skipped because of an error of its own (its source raised, or the database
     refused its vector), so that one bad row never blocks the others (docs/indexing.md).
@@ -44,6 +47,7 @@ from django.utils import timezone
 from pgvector.django import VectorField
 
 SPLITS = [("train", "train"), ("eval", "eval")]
+BEHAVIOUR_SOURCE = "events:"  # TrainingPair.source of the pairs made from visitors' clicks
 
 
 class TrainingPair(models.Model):
@@ -489,6 +493,9 @@ class SearchLog(models.Model):
     results = models.JSONField(default=list, blank=True)
     result_count = models.PositiveIntegerField(default=0)
     client = models.CharField(max_length=64, db_index=True)
+    # A keyed hash of the searcher's network (IPv4 /24, IPv6 /48), never the address: what
+    # the loop counts as one visitor (feedback.clients.network_key).
+    network = models.CharField(max_length=32, blank=True, default="", db_index=True)
     latency_ms = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
@@ -522,3 +529,25 @@ class SearchEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} on {self.object_pk} at {self.position}"
+
+
+class PairEvidence(models.Model):
+    """One visitor's clicks behind a pair from behaviour (``TrainingPair.source`` "events:...").
+
+    A visitor is a client key (``SearchLog.client``) on a network (``SearchLog.network``), both
+    keyed hashes. Forgetting a client deletes the pairs it made; the purge deletes the pairs
+    whose every click is past retention.
+    """
+
+    pair = models.ForeignKey(TrainingPair, related_name="evidence", on_delete=models.CASCADE)
+    object_pk = models.CharField(max_length=255, help_text="The clicked row's pk, as text.")
+    client = models.CharField(max_length=64, db_index=True)
+    network = models.CharField(max_length=32, blank=True, default="", db_index=True)
+    position = models.PositiveIntegerField(help_text="The best position it was clicked at.")
+    clicked_at = models.DateTimeField(db_index=True, help_text="Its latest click.")
+
+    class Meta:
+        ordering = ["pair", "clicked_at"]
+
+    def __str__(self) -> str:
+        return f"pair {self.pair_id}: clicked at {self.position}"

@@ -205,5 +205,6 @@ def _loop_row(row: loop.LoopRun) -> dict[str, Any]:
         "progress": progress_bar(run.progress, run.status),
         "candidate": candidate,
         "decision": row.decision,
+        "flags": row.flags,
         **links,
     }

@@ -7,27 +7,30 @@ here; nothing here imports them::
     record_event(request, token, "click")              # one event on a logged result
     forget_user(user); purge_expired()                 # privacy and retention
 
-Modules: ``log`` (``log_search``, ``normalize_query``), ``clients`` (pseudonymous client keys,
-crawlers, per-client rates), ``tokens`` (signed click tokens), ``events`` (``record_event``),
-``export`` (UBI JSON lines), ``retention`` (purge and forget), ``tasks`` (the purge task),
-``writes`` (the one write, in a savepoint inside a transaction); and what is learned from
-them: ``analytics`` (top queries, no results, no click, click-through by position, mean
-reciprocal rank of the first click per day and version, counted by PostgreSQL), ``pairs``
-((query, clicked row) training pairs with negatives from behaviour), ``clickmodel`` (which
-clicked rows visitors wanted: a position-based click model fitted to the log), ``loop`` (make
-pairs, start a fine-tune when enough are new, promote a candidate the gate passes when
+Modules: ``log`` (``log_search``, ``normalize_query``), ``clients`` (pseudonymous client and
+network keys, crawlers, per-client and per-network rates), ``tokens`` (signed click tokens),
+``events`` (``record_event``), ``export`` (UBI JSON lines), ``retention`` (purge and forget),
+``tasks`` (the purge task), ``writes`` (the one write, in a savepoint inside a transaction);
+and what is learned from them: ``analytics`` (top queries, no results, no click, click-through
+by position, mean reciprocal rank of the first click per day and version, counted by
+PostgreSQL), ``pairs`` ((query, clicked row) training pairs with negatives from behaviour, and
+who made them), ``evidence`` (what the pairs rest on: eval pairs independent of the train
+pairs' visitors, signals of a scripted run, the pairs forgetting deletes), ``clickmodel``
+(which clicked rows visitors wanted: a position-based click model fitted to the log), ``loop``
+(make pairs, start a fine-tune when enough are new, promote a candidate the gate passes when
 ``SBERT["FEEDBACK"]["AUTO_PROMOTE"]``) and ``learning_tasks`` (the loop's Celery task).
 """
 
 from __future__ import annotations
 
-from .clients import client_key, client_key_for_session, client_key_for_user
+from .clients import client_key, client_key_for_session, client_key_for_user, network_key
 from .events import EventRefused, allowed_kinds, record_event
 from .log import log_search, logging_on, normalize_query, write_after_response
-from .retention import forget_client, forget_session, forget_user, purge_expired
+from .retention import Deleted, forget_client, forget_session, forget_user, purge_expired
 from .tokens import InvalidToken, make_token, read_token
 
 __all__ = [
+    "Deleted",
     "EventRefused",
     "InvalidToken",
     "allowed_kinds",
@@ -40,6 +43,7 @@ __all__ = [
     "log_search",
     "logging_on",
     "make_token",
+    "network_key",
     "normalize_query",
     "purge_expired",
     "read_token",

@@ -99,6 +99,7 @@ def _first_clicks(window: Window) -> tuple[str, list[Any]]:
     sql = f"""
         WITH searches AS (
             SELECT s.id, s.normalized, s.result_count, s.encoder_name, s.version, s.client,
+                   COALESCE(NULLIF(s.network, ''), 'client:' || s.client) AS network,
                    s.created_at,
                    (SELECT min(e.position) FROM {event} e
                     WHERE e.search_id = s.id AND e.kind = %s) AS first_click
@@ -109,14 +110,16 @@ def _first_clicks(window: Window) -> tuple[str, list[Any]]:
 
 
 def summary(window: Window) -> dict[str, Any]:
-    """Searches, distinct visitors, searches with no result, with results but no click, the
-    share clicked, and the mean reciprocal rank of the first click."""
+    """Searches, distinct visitors (client keys) and their networks, searches with no result,
+    with results but no click, the share clicked, and the mean reciprocal rank of the first
+    click."""
     cte, params = _first_clicks(window)
     (row,) = _rows(
         cte
         + """
         SELECT count(*) AS searches,
                count(DISTINCT client) AS visitors,
+               count(DISTINCT network) AS networks,
                count(DISTINCT normalized) AS queries,
                count(*) FILTER (WHERE result_count = 0) AS zero_results,
                count(*) FILTER (WHERE result_count > 0 AND first_click IS NULL) AS abandoned,
@@ -133,8 +136,8 @@ def summary(window: Window) -> dict[str, Any]:
 
 
 def top_queries(window: Window, limit: int = 20) -> list[dict[str, Any]]:
-    """The most searched normalised queries: searches, visitors, share with a click, and the
-    mean reciprocal rank of the first click."""
+    """The most searched normalised queries: searches, visitors, networks, share with a click,
+    and the mean reciprocal rank of the first click."""
     cte, params = _first_clicks(window)
     return _floats(
         _rows(
@@ -142,6 +145,7 @@ def top_queries(window: Window, limit: int = 20) -> list[dict[str, Any]]:
             + """
             SELECT normalized AS query, count(*) AS searches,
                    count(DISTINCT client) AS visitors,
+                   count(DISTINCT network) AS networks,
                    avg(result_count) AS mean_results,
                    count(*) FILTER (WHERE first_click IS NOT NULL)::float
                        / NULLIF(count(*) FILTER (WHERE result_count > 0), 0) AS click_rate,

@@ -1,17 +1,22 @@
-"""Who searched, without knowing who: pseudonymous client keys, crawlers, per-client rates.
+"""Who searched, without knowing who: pseudonymous client and network keys, crawlers, rates.
 
 A client key is an HMAC (``SBERT["FEEDBACK"]["HASH_KEY"]``, else a key derived from
 ``SECRET_KEY``) of the user id for a logged-in visitor, else of the session key; a visitor with
 neither gets a key of that one search. It is stable for a person, so their searches can be
-found and deleted on request (``client_key_for_user``), yet names nobody in the log. IP
-addresses are never stored: the rate filters count a hashed address in Django's cache, for one
-period, only for visitors without a session or an account.
+found and deleted on request (``client_key_for_user``), yet names nobody in the log.
+
+Client keys cost nothing to make (a script without cookies gets a new one per search), so what
+learning counts as one visitor is also the *network*: ``network_key`` is an HMAC of the
+address's IPv4 /24 or IPv6 /48 (the address as ``clients.client_address`` reads it, trusting
+``SBERT["API"]["NUM_PROXIES"]`` proxies), never the address itself. IP addresses are never
+stored: the rate filters count hashed identities in Django's cache, for one period.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import time
 from typing import Any
 
@@ -23,8 +28,12 @@ from django.utils.crypto import salted_hmac
 from ..clients import client_address
 from ..conf import sbert_settings
 
-KEY_CHARS = 32  # hex characters of a client key: 128 bits
+KEY_CHARS = 32  # hex characters of a client or network key: 128 bits
 PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}  # DRF's rate periods
+IPV4_PREFIX, IPV6_PREFIX = 24, 48  # what one network is: a household's or an office's block
+# A network's budget, in clients' budgets: a NAT or an office holds several visitors, but one
+# network past this many clients' worth of searches or clicks is one script, not a crowd.
+NETWORK_RATE_FACTOR = 10
 
 
 def _hash_key() -> bytes:
@@ -54,6 +63,30 @@ def client_key_for_user(user: Any) -> str:
 def client_key_for_session(session_key: str) -> str:
     """The client key of an anonymous visitor's session."""
     return _keyed(f"session:{session_key}")
+
+
+def network_of(address: str) -> str:
+    """The network ``address`` belongs to: its IPv4 /24 or IPv6 /48 (an IPv4 address mapped
+    into IPv6 counts as IPv4); ``""`` when it is no address."""
+    try:
+        ip = ipaddress.ip_address(str(address).strip())
+    except ValueError:
+        return ""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    prefix = IPV4_PREFIX if ip.version == 4 else IPV6_PREFIX
+    return str(ipaddress.ip_network(f"{ip}/{prefix}", strict=False))
+
+
+def network_key_of(address: str) -> str:
+    """The network key of ``address``: a keyed hash of its network (``network_of``), or of
+    "unknown" when it is no address (all such requests are one network)."""
+    return _keyed(f"network:{network_of(address) or 'unknown'}")
+
+
+def network_key(request: Any) -> str:
+    """The request's network key (``network_key_of`` its ``client_address``)."""
+    return network_key_of(client_address(request))
 
 
 def _user(request: Any) -> Any:
@@ -105,9 +138,10 @@ def parse_rate(rate: str, setting: str) -> tuple[int, int]:
 
 def over_rate(request: Any, setting: str) -> bool:
     """Count this request against ``SBERT["FEEDBACK"][setting]`` (a rate or None) for its
-    client; True once the client is past it in the current period.
+    client, and against ``NETWORK_RATE_FACTOR`` times it for its network; True once either is
+    past its budget in the current period.
 
-    A fixed window in Django's default cache: one ``incr`` per request, where DRF's throttles
+    A fixed window in Django's default cache: one ``incr`` per count, where DRF's throttles
     read and write a list of times (this runs on every logged search).
     """
     rate = sbert_settings.FEEDBACK[setting]
@@ -115,12 +149,20 @@ def over_rate(request: Any, setting: str) -> bool:
         return False
     allowed, seconds = parse_rate(rate, setting)
     window = int(time.time() // seconds)
-    ident = hashlib.sha256(_rate_ident(request).encode("utf-8", "surrogatepass")).hexdigest()
-    key = f"sbert-feedback:{setting}:{ident}:{window}"
+    network = f"net:{network_of(client_address(request)) or 'unknown'}"
+    budgets = ((_rate_ident(request), allowed), (network, allowed * NETWORK_RATE_FACTOR))
+    over = False
+    for ident, budget in budgets:
+        digest = hashlib.sha256(ident.encode("utf-8", "surrogatepass")).hexdigest()
+        over = _count(f"sbert-feedback:{setting}:{digest}:{window}", seconds) > budget or over
+    return over
+
+
+def _count(key: str, seconds: int) -> int:
+    """Add one to the cache counter ``key`` (kept one period); its new value."""
     try:
-        count = cache.incr(key)
+        return cache.incr(key)
     except ValueError:  # the window's first request (or the entry expired)
         if cache.add(key, 1, seconds + 1):
-            return allowed < 1
-        count = cache.incr(key)
-    return count > allowed
+            return 1
+        return cache.incr(key)

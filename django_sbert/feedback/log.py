@@ -29,7 +29,7 @@ from django.utils.crypto import salted_hmac
 from ..conf import sbert_settings
 from ..models import SearchLog
 from ..serving import serving_record
-from .clients import client_key, is_bot, over_rate
+from .clients import client_key, is_bot, network_key, over_rate
 from .tokens import make_token
 from .writes import insert_params, insert_sql, write
 
@@ -163,6 +163,7 @@ def log_search(
         results=shown,
         result_count=len(shown),
         client=client_key(request, search_id),
+        network=network_key(request),
         latency_ms=None if latency_ms is None else round(float(latency_ms), 3),
     )
     if defer:

@@ -6,14 +6,19 @@
 1. make pairs from the clicks of the last ``FEEDBACK["LOOP_DAYS"]`` days (``pairs``: only
    pairs not made before are added);
 2. for each encoder whose fields have pairs from behaviour, start a run with the default recipe
-   (``runs.create_run``, as the admin's "Fine-tune" with its defaults) on all of them, once at
-   least ``FEEDBACK["LOOP_MIN_PAIRS"]`` train pairs are new since the loop's last run of that
-   encoder and the eval window has pairs (the gate measures on them: later behaviour);
+   (``runs.create_run``, as the admin's "Fine-tune" with its defaults) on them (the newest
+   ``pairs.MAX_PAIRS`` train pairs), once at least ``FEEDBACK["LOOP_MIN_PAIRS"]`` train pairs
+   are new since the loop's last run of that encoder and there are eval pairs that no visitor
+   (client or network) of a train pair helped make (``evidence.independent_eval``: the gate
+   measures on them, later behaviour of other visitors). The run records the signals its pairs
+   show of a script (``evidence.attack_signals``) as ``data["loop"]["flags"]``;
 3. decide what becomes of each finished run's candidate (``decide``): with
    ``FEEDBACK["AUTO_PROMOTE"]`` it is promoted through the normal path
-   (``promotion.start_promotion``, which asks the gate again) when the gate passes it *and* it
-   is better than the serving version on the eval pairs (a run whose best step was its first
-   is the serving model again: not worth re-encoding every row); otherwise it waits for staff.
+   (``promotion.start_promotion``, which asks the gate again) when no signal flagged its run,
+   the gate passes it (on the eval pairs *and* on the guard set no visitor writes,
+   ``finetuning.guard``) *and* it is better than the serving version on the eval pairs (a run
+   whose best step was its first is the serving model again: not worth re-encoding every
+   row); otherwise it waits for staff.
 
 A run from the loop is an ordinary run (its ``data["loop"]`` marks it and records the
 decision), so staff follow it, compare it and promote or delete it like any other; the
@@ -39,12 +44,15 @@ from ..finetuning import promotion, runs
 from ..finetuning.gate import stored_verdict
 from ..indexing import field_refs
 from ..models import EncoderVersion, RunStatus, TrainingPair, TrainingRun, VersionStatus
-from .pairs import SOURCE_PREFIX, PairsReport, behaviour_pairs
+from .evidence import attack_signals, independent_eval
+from .pairs import MAX_PAIRS, SOURCE_PREFIX, PairsReport, behaviour_pairs
 
 logger = logging.getLogger(__name__)
 
 MARK = "loop"  # the key of TrainingRun.data that marks a run of the loop
-PROMOTE_REASON = "feedback loop: the gate passed it on the most recent days (AUTO_PROMOTE)"
+PROMOTE_REASON = (
+    "feedback loop: the gate passed it on the most recent days and on the guard set (AUTO_PROMOTE)"
+)
 
 
 @dataclass
@@ -72,6 +80,7 @@ class LoopRun:
     run: TrainingRun
     candidate: EncoderVersion | None
     decision: str
+    flags: list[str] = field(default_factory=list)  # signals of a script its pairs showed
 
 
 def behaviour_pair_filter(encoder_name: str) -> Q:
@@ -104,28 +113,71 @@ def new_pairs(encoder_name: str) -> QuerySet[TrainingPair]:
     return pairs
 
 
-def maybe_start(encoder_name: str, *, user: Any = None) -> tuple[TrainingRun | None, str]:
-    """Start a run of the loop for ``encoder_name`` if enough new pairs wait; returns the run
-    (or None) and why."""
+@dataclass
+class Plan:
+    """What a run of the loop would train on now, or why none would start."""
+
+    train: list[int] = field(default_factory=list)  # the newest MAX_PAIRS train pairs
+    evaluation: list[int] = field(default_factory=list)  # eval pairs independent of them
+    flags: list[str] = field(default_factory=list)  # signals of a script (evidence)
+    new: int = 0  # train pairs new since the loop's last run
+    why: str = ""  # why no run starts; "" when one does
+
+    @property
+    def ready(self) -> bool:
+        return not self.why
+
+
+def plan(encoder_name: str) -> Plan:
+    """The pairs a run of the loop for ``encoder_name`` would train and be judged on, the
+    signals they show, or why no run starts (too few new pairs, no independent eval pairs)."""
     needed = int(sbert_settings.FEEDBACK["LOOP_MIN_PAIRS"])
-    new = new_pairs(encoder_name).count()
-    if new < needed:
-        return None, f"{new} new train pairs from behaviour, {needed} start a run"
+    found = Plan(new=new_pairs(encoder_name).count())
+    if found.new < needed:
+        found.why = f"{found.new} new train pairs from behaviour, {needed} start a run"
+        return found
     pairs = TrainingPair.objects.filter(behaviour_pair_filter(encoder_name))
     if not pairs.filter(split="eval").exists():
-        return None, "no eval pairs from behaviour yet (the most recent days' clicks)"
-    ids = list(pairs.order_by("pk").values_list("pk", flat=True))
+        found.why = "no eval pairs from behaviour yet (the most recent days' clicks)"
+        return found
+    newest = pairs.filter(split="train").order_by("-pk").values_list("pk", flat=True)
+    found.train = sorted(newest[:MAX_PAIRS])
+    evaluation = pairs.filter(split="eval").values_list("pk", flat=True)
+    found.evaluation = independent_eval(found.train, evaluation)
+    if not found.evaluation:
+        found.why = (
+            "no eval pairs from visitors who made no train pair (the gate measures a run on "
+            "other visitors' later clicks)"
+        )
+        return found
+    previous = loop_runs_of(encoder_name).first()
+    found.flags = attack_signals(found.train, since=previous.created_at if previous else None)
+    return found
+
+
+def maybe_start(encoder_name: str, *, user: Any = None) -> tuple[TrainingRun | None, str]:
+    """Start a run of the loop for ``encoder_name`` if enough new pairs wait (``plan``);
+    returns the run (or None) and why."""
+    found = plan(encoder_name)
+    if not found.ready:
+        return None, found.why
+    pairs = TrainingPair.objects.filter(pk__in=found.train)
     hyperparameters = runs.Hyperparameters(loss=runs.default_loss(pairs))
+    mark = {"new_pairs": found.new, "started": timezone.now().isoformat(), "flags": found.flags}
+    ids = found.train + found.evaluation
     try:
         # One transaction: the worker is sent the run once its mark is committed with it.
         with transaction.atomic():
             run = runs.create_run(encoder_name, ids, hyperparameters=hyperparameters, user=user)
-            run.data = {**run.data, MARK: {"new_pairs": new, "started": timezone.now().isoformat()}}
+            run.data = {**run.data, MARK: mark}
             TrainingRun.objects.filter(pk=run.pk).update(data=run.data)
     except (ValidationError, RunConflict, BrokerUnavailable) as exc:
         text = "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
         return None, f"not started: {text}"
+    new = found.new
     logger.info("Feedback loop: run %s of %r started on %d new pairs", run.pk, encoder_name, new)
+    if found.flags:
+        logger.warning("Feedback loop: run %s is flagged: %s", run.pk, "; ".join(found.flags))
     return run, f"run {run.pk} started on {new} new train pairs"
 
 
@@ -133,9 +185,10 @@ def decide(run: TrainingRun) -> str:
     """What becomes of a finished loop run's candidate; recorded in ``run.data["loop"]``.
 
     Without ``AUTO_PROMOTE`` it waits for staff. With it, the candidate is promoted through
-    ``promotion.start_promotion`` (the gate asked again there) when the gate's stored verdict
-    passes it and its primary metric beats the serving version's; a candidate the gate cannot
-    judge without measuring again (the serving version changed since the run) waits for staff.
+    ``promotion.start_promotion`` (the gate asked again there) when no signal flagged its run,
+    the gate's stored verdict passes it (eval pairs and guard set) and its primary metric beats
+    the serving version's; a candidate the gate cannot judge without measuring again (the
+    serving version changed since the run) waits for staff.
     """
     candidate = EncoderVersion.objects.filter(run=run).first()
     if candidate is None:
@@ -151,7 +204,16 @@ def decide(run: TrainingRun) -> str:
     return decision
 
 
-def _auto_promote(candidate: EncoderVersion) -> str:
+def refusal(candidate: EncoderVersion) -> str | None:
+    """Why ``AUTO_PROMOTE`` would not promote a loop run's ``candidate`` (see ``decide``);
+    None when it would."""
+    assert candidate.run is not None
+    flags = flags_of(candidate.run)
+    if flags:
+        return (
+            f"not promoted: its pairs look scripted ({'; '.join(flags)}); staff may compare "
+            "it and promote it, or delete it"
+        )
     verdict = stored_verdict(candidate)
     if verdict is None:
         return "waiting for staff: the serving version changed since the run"
@@ -161,11 +223,25 @@ def _auto_promote(candidate: EncoderVersion) -> str:
     assert metric is not None  # a verdict that passed compared a metric
     if not verdict.candidate[metric] > verdict.active[metric]:
         return f"not promoted: no better than the serving version ({verdict.describe()})"
+    return None
+
+
+def _auto_promote(candidate: EncoderVersion) -> str:
+    refused = refusal(candidate)
+    if refused is not None:
+        return refused
+    verdict = stored_verdict(candidate)
+    assert verdict is not None
     try:
         promotion.start_promotion(candidate, reason=PROMOTE_REASON)
     except (PromotionRefused, BrokerUnavailable) as exc:
         return f"not promoted: {exc}"
     return f"promoting ({verdict.describe()})"
+
+
+def flags_of(run: TrainingRun) -> list[str]:
+    """The signals of a script the loop found in ``run``'s pairs (``evidence.attack_signals``)."""
+    return list((run.data.get(MARK) or {}).get("flags") or [])
 
 
 def _record(run: TrainingRun, **values: Any) -> None:
@@ -217,5 +293,5 @@ def loop_runs(limit: int = 10) -> list[LoopRun]:
         decision = (run.data.get(MARK) or {}).get("decision") or (
             "training" if run.is_active else "deciding"
         )
-        found.append(LoopRun(run, candidate, decision))
+        found.append(LoopRun(run, candidate, decision, flags_of(run)))
     return found

@@ -8,13 +8,20 @@ A click is evidence, not proof: a (query, row) pair is made only when at least
 ``FEEDBACK["MIN_CLIENTS"]`` distinct visitors clicked that row for that query (queries are
 compared normalised: lower-cased, whitespace collapsed; their clicks are merged), and when a
 click model fitted to the searches read finds it at least ``FEEDBACK["MIN_RELEVANCE"]`` likely
-that visitors wanted the row (``feedback.clickmodel``). Visitors click what they see first
-whether it is right or not, and a wrong row shown deep down gathers a few chance clicks once a
-query is searched often; the model learns from the log how often each position is looked at
-and how often wanted and unwanted rows are clicked when they are, and weighs each pair's
-clicks against every time it was shown (each visitor counted once, so no visitor's repeated
-searches outweigh the others'). The text of the row is what its EmbeddingField encodes
-(``EmbeddingField.get_source_text``), so the pair teaches exactly what search compares.
+that visitors wanted the row (``feedback.clickmodel``). A visitor is a client key *on a
+network* (``SearchLog.network``: an IPv4 /24 or IPv6 /48, hashed): visitors are counted as the
+fewer of distinct clients and distinct networks, since a script without cookies is a new
+client at every search but stays on its few networks. A network whose clicks would make more
+than ``NETWORK_SHARE`` of the build's clicked pairs (at least ``NETWORK_FLOOR``) is set aside
+whole: its clicks count for nothing in that build (``PairsReport.heavy_networks``).
+
+Visitors click what they see first whether it is right or not, and a wrong row shown deep down
+gathers a few chance clicks once a query is searched often; the model learns from the log how
+often each position is looked at and how often wanted and unwanted rows are clicked when they
+are, and weighs each pair's clicks against every time it was shown (each visitor counted once,
+so no visitor's repeated searches outweigh the others'). The text of the row is what its
+EmbeddingField encodes (``EmbeddingField.get_source_text``), so the pair teaches exactly what
+search compares.
 
 Split by time: the clicks of the most recent ``FEEDBACK["EVAL_SHARE"]`` of the days make the
 ``eval`` pairs, the earlier ones the ``train`` pairs, so the gate measures a run on behaviour
@@ -30,14 +37,19 @@ triples only when every pair has a negative). A row clicked for the query by any
 its negative.
 
 Every pair records where it came from in ``source``: ``"events:app.Model.field:FIRST..LAST"``
-(the days of the clicks read). Running again over the same or a longer range makes only the
-pairs not made before (same query, row text and split), so nothing is duplicated.
+(the days of the clicks read), and who made it in ``PairEvidence`` rows (client and network
+keys, the best position, the latest click), which forgetting a person and the purge follow
+(``feedback.retention``). Running again over the same or a longer range makes only the pairs
+not made before (same query, row text and split), so nothing is duplicated; a new visitor of
+an existing pair is added to its evidence. At most ``MAX_PAIRS`` pairs per field are kept: the
+newest.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
@@ -45,17 +57,23 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Case, CharField, Count, Value, When
+from django.db.models import Case, CharField, Max, Min, Q, Value, When
 from django.utils import timezone
 
 from ..conf import sbert_settings
 from ..indexing import field_refs, get_ref, light_rows
-from ..models import SearchEvent, SearchLog, TrainingPair
+from ..models import BEHAVIOUR_SOURCE, PairEvidence, SearchEvent, SearchLog, TrainingPair
 from .clickmodel import PositionModel, Shown, fit, relevances
 
-SOURCE_PREFIX = "events:"
+SOURCE_PREFIX = BEHAVIOUR_SOURCE
 NEGATIVE_CHOICES = ("mined", "unexamined", "skipped")
 CLICK = "click"
+# One network's share of a build's clicked (query, row) pairs past which its clicks are set
+# aside (and at least NETWORK_FLOOR pairs): honest visitors of one network click a few
+# queries' results; a script clicks the same chosen rows from every address it has.
+NETWORK_SHARE = 0.01
+NETWORK_FLOOR = 10
+MAX_PAIRS = 20_000  # pairs from behaviour kept per field: the newest
 
 
 @dataclass
@@ -67,6 +85,8 @@ class PairsReport:
     train: int = 0  # created, by split
     eval: int = 0
     too_few_clients: int = 0  # (query, row) pairs below MIN_CLIENTS
+    heavy_networks: int = 0  # networks whose clicks were set aside (NETWORK_SHARE)
+    set_aside: int = 0  # (query, row) pairs left with too few visitors without those clicks
     unlikely: int = 0  # (query, row) pairs the click model finds below MIN_RELEVANCE
     without_negative: int = 0  # train pairs left out: no negative from behaviour
     missing_rows: int = 0  # clicked rows deleted (or unreadable) since
@@ -82,7 +102,8 @@ class PairsReport:
             f"of {len(self.days)} days ({span}); {self.existing} already made, "
             f"{self.too_few_clients} clicked by too few visitors, {self.unlikely} more likely "
             f"chance clicks than wanted rows, {self.without_negative} without a negative, "
-            f"{self.missing_rows} rows gone"
+            f"{self.missing_rows} rows gone; {self.heavy_networks} networks' clicks set aside "
+            f"({self.set_aside} pairs rested on them)"
         )
 
 
@@ -127,9 +148,28 @@ def eval_window(days: list[date], share: float) -> date | None:
     return days[-count]
 
 
-def _evidence(events: Any, eval_from: date | None) -> list[dict[str, Any]]:
-    """(split, query, model, field, row) with the number of distinct visitors who clicked,
-    counted by PostgreSQL."""
+@dataclass(frozen=True)
+class Visit:
+    """One visitor's clicks on one row for one query (in one split)."""
+
+    client: str
+    network: str  # "" for searches logged before networks were
+    position: int  # the best position it was clicked at
+    last: datetime  # the latest click
+
+    @property
+    def network_or_client(self) -> str:
+        """What counts as the visitor's network (a search without one: its own client)."""
+        return self.network or f"client:{self.client}"
+
+
+# (split, query, model, field, row): a clicked pair of a build
+PairKey = tuple[str, str, str, str, str]
+
+
+def _visits(events: Any, eval_from: date | None) -> dict[PairKey, list[Visit]]:
+    """Each clicked (split, query, model, field, row) with its visitors, grouped by
+    PostgreSQL and read in chunks."""
     split: Any = Value("train", output_field=CharField())
     if eval_from is not None:  # created_at__date: the day in the current time zone
         split = Case(
@@ -137,7 +177,7 @@ def _evidence(events: Any, eval_from: date | None) -> list[dict[str, Any]]:
             default=Value("train"),
             output_field=CharField(),
         )
-    return list(
+    rows = (
         events.annotate(split=split)
         .values(
             "split",
@@ -145,32 +185,85 @@ def _evidence(events: Any, eval_from: date | None) -> list[dict[str, Any]]:
             "search__model_label",
             "search__field",
             "object_pk",
+            "client",
+            "search__network",
         )
-        .annotate(clients=Count("client", distinct=True))
+        .annotate(best=Min("position"), last=Max("created_at"))
         .order_by()
+    )
+    visits: dict[PairKey, list[Visit]] = defaultdict(list)
+    for row in rows.iterator(chunk_size=5000):
+        key = (
+            row["split"],
+            row["search__normalized"],
+            row["search__model_label"],
+            row["search__field"],
+            row["object_pk"],
+        )
+        visits[key].append(
+            Visit(row["client"], row["search__network"] or "", row["best"], row["last"])
+        )
+    return visits
+
+
+def heavy_networks(visits: dict[PairKey, list[Visit]]) -> set[str]:
+    """The networks that clicked more than ``NETWORK_SHARE`` of the clicked (query, row)
+    pairs (both splits as one), and more than ``NETWORK_FLOOR``."""
+    spans: dict[str, set[tuple[str, ...]]] = defaultdict(set)
+    for key, found in visits.items():
+        for visit in found:
+            spans[visit.network_or_client].add(key[1:])
+    total = len({key[1:] for key in visits})
+    cap = max(NETWORK_FLOOR, math.ceil(NETWORK_SHARE * total))
+    return {network for network, pairs in spans.items() if len(pairs) > cap}
+
+
+def visitors(found: Iterable[Visit]) -> int:
+    """How many visitors ``found`` are: the fewer of distinct clients and networks."""
+    found = list(found)
+    return min(len({v.client for v in found}), len({v.network_or_client for v in found}))
+
+
+def _searches(
+    events: Any, since: datetime | None, until: datetime | None, label: str | None
+) -> Any:
+    """The searches logged in [since, until) (of ``label`` if given), and those of ``events``
+    (a click just inside the window on a search just before it)."""
+    window = _within(SearchLog.objects.all(), since, until, label, "model_label")
+    return SearchLog.objects.filter(
+        Q(pk__in=window.values("pk")) | Q(pk__in=events.values("search_id"))
     )
 
 
 def _shown_pairs(
-    since: datetime | None, until: datetime | None, model_label: str | None
+    since: datetime | None,
+    until: datetime | None,
+    model_label: str | None,
+    events: Any = None,
+    set_aside: Iterable[str] = (),
 ) -> list[tuple[str, tuple[str, str, str] | None, Shown, int]]:
     """Every (query, row) pair the searches logged in [since, until) showed, as (model,
     (query, field, row) or None, where it was shown and clicked, how many such pairs). Pairs
     never clicked come grouped by their shape, with no identity: the click model needs how
     many there are, not which. A place counts visitors, not searches: one visitor who
     searched the same query twenty times and clicked the row each time (or never) is one
-    showing and one click (or none), as ``MIN_CLIENTS`` counts them. One SQL statement over
-    the jsonb results."""
-    searches = _within(SearchLog.objects.all(), since, until, model_label, "model_label")
+    showing and one click (or none), as ``MIN_CLIENTS`` counts them; a visitor is a network
+    (a search logged without one: its client), and the ``set_aside`` networks' searches are
+    left out. One SQL statement over the jsonb results."""
+    if events is None:
+        events = _clicks(since, until, model_label)
+    searches = _searches(events, since, until, model_label)
     sql, params = searches.values("id").query.sql_with_params()
     log = connection.ops.quote_name(SearchLog._meta.db_table)
     event = connection.ops.quote_name(SearchEvent._meta.db_table)
     query = f"""
         WITH shown AS (
-            SELECT s.id AS search_id, s.client, s.normalized, s.model_label, s.field,
+            SELECT s.id AS search_id, s.normalized, s.model_label, s.field,
+                   COALESCE(NULLIF(s.network, ''), 'client:' || s.client) AS client,
                    r.value->>0 AS object_pk, (r.value->>1)::int AS position
             FROM {log} s CROSS JOIN LATERAL jsonb_array_elements(s.results) r
             WHERE s.id IN ({sql})
+              AND NOT COALESCE(NULLIF(s.network, ''), 'client:' || s.client) = ANY(%s)
         ),
         clicked AS (
             SELECT DISTINCT search_id, object_pk FROM {event}
@@ -201,7 +294,7 @@ def _shown_pairs(
         FROM pairs WHERE NOT any_click GROUP BY model_label, positions, shown, clicked
     """
     with connection.cursor() as cursor:
-        cursor.execute(query, [*params, CLICK, *params])
+        cursor.execute(query, [*params, list(set_aside), CLICK, *params])
         return [
             (
                 label,
@@ -214,13 +307,19 @@ def _shown_pairs(
 
 
 def _relevance(
-    since: datetime | None, until: datetime | None, model_label: str | None
+    since: datetime | None,
+    until: datetime | None,
+    model_label: str | None,
+    events: Any = None,
+    set_aside: Iterable[str] = (),
 ) -> tuple[dict[tuple[str, str, str, str], float], dict[str, PositionModel]]:
     """The probability that visitors wanted each clicked (query, model, field, row) pair, by a
     position-based click model (``feedback.clickmodel``) fitted, for each model, to every
-    result the window's searches showed; and the fitted models."""
+    result the window's searches (and those of its clicks) showed, less the ``set_aside``
+    networks'; and the fitted models."""
     by_label: dict[str, list[tuple[tuple[str, str, str] | None, Shown, int]]] = defaultdict(list)
-    for label, identity, shown, count in _shown_pairs(since, until, model_label):
+    shown_pairs = _shown_pairs(since, until, model_label, events, set_aside)
+    for label, identity, shown, count in shown_pairs:
         by_label[label].append((identity, shown, count))
     wanted: dict[tuple[str, str, str, str], float] = {}
     models: dict[str, PositionModel] = {}
@@ -286,15 +385,6 @@ def _negatives(events: Any, eval_from: date | None) -> dict[tuple, dict[str, str
         for split, normalized, label, field_name, clicked, kind, candidate in cursor.fetchall():
             chosen[(split, normalized, label, field_name, clicked)][kind] = candidate
     return chosen
-
-
-def _evidence_key(row: dict[str, Any]) -> tuple[str, str, str, str]:
-    return (
-        row["search__normalized"],
-        row["search__model_label"],
-        row["search__field"],
-        row["object_pk"],
-    )
 
 
 def _field_name(model_label: str, field_name: str) -> str:
@@ -364,44 +454,45 @@ def behaviour_pairs(
     if not report.days:
         return report
     report.eval_from = eval_window(report.days, share)
-    evidence = _evidence(events, report.eval_from)
-    kept = [row for row in evidence if row["clients"] >= min_clients]
-    report.too_few_clients = len(evidence) - len(kept)
+    visits = _visits(events, report.eval_from)
+    heavy = heavy_networks(visits)
+    report.heavy_networks = len(heavy)
+    kept: dict[PairKey, list[Visit]] = {}
+    for key, found in visits.items():
+        counted = [v for v in found if v.network_or_client not in heavy]
+        if visitors(counted) >= min_clients:
+            kept[key] = counted
+        elif visitors(found) >= min_clients:
+            report.set_aside += 1
+        else:
+            report.too_few_clients += 1
     if min_relevance > 0 and kept:
-        wanted, report.click_models = _relevance(since, until, model_label)
-        likely = [
-            row
-            for row in kept
+        wanted, report.click_models = _relevance(since, until, model_label, events, heavy)
+        likely = {
+            key: found
+            for key, found in kept.items()
             # a row clicked outside the logged results (a later page) has no places: kept
-            if wanted.get(_evidence_key(row), 1.0) >= min_relevance
-        ]
+            if wanted.get(key[1:], 1.0) >= min_relevance
+        }
         report.unlikely = len(kept) - len(likely)
         kept = likely
     chosen = _negatives(events, report.eval_from) if negatives != "mined" else {}
     fallback = {"unexamined": "skipped", "skipped": "unexamined"}.get(negatives, "")
 
-    by_target: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for row in kept:
-        by_target[(row["search__model_label"], row["search__field"])].append(row)
-    pairs: list[TrainingPair] = []
-    for (label, field_name), rows in by_target.items():
+    by_target: dict[tuple[str, str], list[PairKey]] = defaultdict(list)
+    for key in kept:
+        by_target[(key[2], key[3])].append(key)
+    made: list[tuple[TrainingPair, list[Visit], str]] = []
+    for (label, field_name), keys in by_target.items():
         picks = {}
-        for row in rows:
-            key = (
-                row["split"],
-                row["search__normalized"],
-                label,
-                field_name,
-                row["object_pk"],
-            )
+        for key in keys:
             options = chosen.get(key, {})
             picks[key] = options.get(negatives) or options.get(fallback) or ""
         try:
-            texts = row_texts(
-                label, field_name, [r["object_pk"] for r in rows] + [p for p in picks.values() if p]
-            )
+            pks = [k[4] for k in keys] + [p for p in picks.values() if p]
+            texts = row_texts(label, field_name, pks)
         except LookupError:  # the model or field is gone: its clicks teach nothing now
-            report.missing_rows += len(rows)
+            report.missing_rows += len(keys)
             continue
         source = source_name(label, _field_name(label, field_name), report.days)
         for key, negative_pk in picks.items():
@@ -414,50 +505,125 @@ def behaviour_pairs(
             if negatives != "mined" and split == "train" and not negative:
                 report.without_negative += 1
                 continue
-            pairs.append(
-                TrainingPair(
-                    text_a=query,
-                    text_b=positive,
-                    text_negative=negative if split == "train" else "",
-                    split=split,
-                    source=source,
-                )
+            pair = TrainingPair(
+                text_a=query,
+                text_b=positive,
+                text_negative=negative if split == "train" else "",
+                split=split,
+                source=source,
             )
+            made.append((pair, kept[key], clicked))
         if source not in report.sources:
             report.sources.append(source)
-    _save_new(pairs, report)
+    _save_new(made, report)
+    for source in report.sources:
+        keep_newest(source.rpartition(":")[0] + ":")
     return report
 
 
-def _save_new(pairs: list[TrainingPair], report: PairsReport) -> None:
-    """Save the pairs no earlier build made (same query, row text and split)."""
-    made = set(
-        TrainingPair.objects.filter(source__startswith=SOURCE_PREFIX).values_list(
-            "text_a", "text_b", "split"
-        )
-    )
-    new = []
-    for pair in pairs:
+def _existing(pairs: list[TrainingPair]) -> dict[tuple[str, str, str], int]:
+    """The pairs from behaviour already made with the same (query, row text, split) as one of
+    ``pairs``, by that key: read for the builds' queries only, in chunks."""
+    found: dict[tuple[str, str, str], int] = {}
+    queries = sorted({p.text_a for p in pairs})
+    for start in range(0, len(queries), 500):
+        rows = TrainingPair.objects.filter(
+            source__startswith=SOURCE_PREFIX, text_a__in=queries[start : start + 500]
+        ).values_list("text_a", "text_b", "split", "pk")
+        for text_a, text_b, split, pk in rows.iterator(chunk_size=2000):
+            found.setdefault((text_a, text_b, split), pk)
+    return found
+
+
+def _save_new(made: list[tuple[TrainingPair, list[Visit], str]], report: PairsReport) -> None:
+    """Save the pairs no earlier build made (same query, row text and split), and the evidence
+    of each pair's visitors not recorded yet (on the new pairs and the existing ones)."""
+    existing = _existing([pair for pair, _, _ in made])
+    new: list[TrainingPair] = []
+    evidence: dict[tuple[str, str, str], list[Visit]] = {}
+    rows_of: dict[tuple[str, str, str], str] = {}
+    for pair, found, object_pk in made:
         key = (pair.text_a, pair.text_b, pair.split)
-        if key in made:
-            report.existing += 1
+        rows_of.setdefault(key, object_pk)
+        if key in evidence:  # two rows with the same text: one pair, both rows' visitors
+            evidence[key].extend(found)
             continue
-        made.add(key)
-        new.append(pair)
+        evidence[key] = list(found)
+        if key in existing:
+            report.existing += 1
+        else:
+            new.append(pair)
     with transaction.atomic():
         TrainingPair.objects.bulk_create(new, batch_size=1000)
+        existing.update({(p.text_a, p.text_b, p.split): p.pk for p in new})
+        recorded = set(
+            PairEvidence.objects.filter(pair__in=[existing[k] for k in evidence]).values_list(
+                "pair", "client"
+            )
+        )
+        rows = []
+        for key, found in evidence.items():
+            pk = existing[key]
+            for visit in _by_client(found):
+                if (pk, visit.client) not in recorded:
+                    recorded.add((pk, visit.client))
+                    rows.append(
+                        PairEvidence(
+                            pair_id=pk,
+                            object_pk=rows_of[key],
+                            client=visit.client,
+                            network=visit.network,
+                            position=visit.position,
+                            clicked_at=visit.last,
+                        )
+                    )
+        PairEvidence.objects.bulk_create(rows, batch_size=2000)
     report.created = len(new)
     report.train = sum(p.split == "train" for p in new)
     report.eval = report.created - report.train
 
 
+def _by_client(found: Iterable[Visit]) -> Iterator[Visit]:
+    """One visit per client: its best position and latest click."""
+    merged: dict[str, Visit] = {}
+    for visit in found:
+        seen = merged.get(visit.client)
+        if seen is not None:
+            visit = Visit(
+                visit.client,
+                visit.network or seen.network,
+                min(visit.position, seen.position),
+                max(visit.last, seen.last),
+            )
+        merged[visit.client] = visit
+    return iter(merged.values())
+
+
+def keep_newest(prefix: str, limit: int | None = None) -> int:
+    """Delete the pairs whose ``source`` starts with ``prefix`` but the newest ``limit``
+    (default ``MAX_PAIRS``); how many were deleted."""
+    limit = MAX_PAIRS if limit is None else limit
+    pairs = TrainingPair.objects.filter(source__startswith=prefix)
+    oldest_kept = pairs.order_by("-pk").values_list("pk", flat=True)[limit - 1 : limit].first()
+    if oldest_kept is None:
+        return 0
+    return pairs.filter(pk__lt=oldest_kept).delete()[1].get(TrainingPair._meta.label, 0)
+
+
 __all__ = [
+    "MAX_PAIRS",
     "NEGATIVE_CHOICES",
+    "NETWORK_FLOOR",
+    "NETWORK_SHARE",
     "SOURCE_PREFIX",
     "PairsReport",
+    "Visit",
     "behaviour_pairs",
     "click_days",
     "eval_window",
+    "heavy_networks",
+    "keep_newest",
     "row_texts",
     "source_name",
+    "visitors",
 ]

@@ -6,7 +6,8 @@ text), with the default recipe unless told otherwise (``options.RECIPES``: mined
 for positive pairs, and early stopping on the ``eval`` pairs, which keeps the best checkpoint),
 measures both on the ``eval`` pairs (STS Spearman for scored pairs; nDCG@10 and Recall@10 for
 positive pairs: each ``text_a`` a query, every ``text_b`` and a seeded sample of distractors
-the corpus, ``gate.eval_distractors``), saves the trained model atomically and records it as a
+the corpus, ``gate.eval_distractors``), measures a run from behaviour on the guard set too
+(``guard``: evidence no visitor writes), saves the trained model atomically and records it as a
 *candidate* ``EncoderVersion``. Nothing it does changes what serves: a failure or a
 cancellation leaves status and error text and no model.
 """
@@ -31,7 +32,7 @@ from ..serving import (
     serving_record,
     trainable_encoder,
 )
-from . import quality
+from . import guard, quality
 from .errors import describe_exception
 from .examples import (
     HARD_NEGATIVE_LOSSES,
@@ -95,6 +96,8 @@ def _train(run: TrainingRun) -> str:
         tracker = _tracker(run, hyper, before, reporter, data)
         result = _fit(run, current, hyper, data, reporter, tracker)
         after = _measure_after(run, result, tracker, data, sts)
+        if guard.from_behaviour(run):
+            guard.record(run, base, result.encoder, current.version)
         return _record(run, result.encoder, current.version, after)
     except TrainingCancelled as exc:
         TrainingRun.objects.filter(pk=run.pk).update(

@@ -13,7 +13,9 @@ too easy to tell a better model from the base). Both versions are ranked against
 corpus: the run records a digest of its distractors, and when the gate has to measure again
 and the corpus changed since (rows or pairs edited), it measures the candidate again too. The
 gate compares the first of ``PRIMARY_METRICS`` both have and refuses a candidate worse than
-the active version by more than ``SBERT["TRAINING"]["GATE_TOLERANCE"]``. A candidate it cannot
+the active version by more than ``SBERT["TRAINING"]["GATE_TOLERANCE"]``. A candidate trained on
+pairs from visitors' clicks must also hold on the guard set, which no visitor writes
+(``guard``: the site's judged queries, else queries cut from its rows). A candidate it cannot
 compare (its run deleted, no eval pairs, a SimCSE run on content) does not pass either ("no
 evaluation: ..."). Promotion asks it first (``promotion.start_promotion``); only a forced
 promotion, for superusers, skips a refusal.
@@ -37,6 +39,7 @@ from ..encoder.evaluation import retrieval_metrics, sts_spearman
 from ..indexing import field_refs, light_rows
 from ..models import EncoderVersion, TrainingPair
 from ..serving import get_encoder, serving_record
+from . import guard as guards
 
 PRIMARY_METRICS = ("ndcg@10", "sts_spearman")  # what the evaluation gate compares, in order
 DISTRACTOR_SEED = 0  # the sample of distractors depends on the data alone, never on a run
@@ -57,6 +60,7 @@ class GateResult:
     candidate: dict[str, float]
     active: dict[str, float]
     reason: str = ""
+    guard: guards.GuardCheck | None = None  # a run from behaviour's check on the guard set
 
     @property
     def evaluated(self) -> bool:
@@ -66,10 +70,13 @@ class GateResult:
     def describe(self) -> str:
         if self.metric is None:
             return f"no evaluation: {self.reason or 'no metric to compare'}"
-        return (
+        text = (
             f"{self.metric}: candidate {self.candidate[self.metric]:.4f} vs active "
             f"{self.active[self.metric]:.4f}"
         )
+        if self.guard is not None:
+            text += f"; {self.guard.describe()}"
+        return f"{text}; {self.reason}" if self.reason else text
 
 
 def eval_metrics(
@@ -316,7 +323,30 @@ def _verdict(
             f"{' or '.join(PRIMARY_METRICS)} for both versions",
         )
     tolerance = float(sbert_settings.TRAINING["GATE_TOLERANCE"] or 0.0)
-    return GateResult(metrics[name] >= active[name] - tolerance, name, metrics, active)
+    verdict = GateResult(metrics[name] >= active[name] - tolerance, name, metrics, active)
+    if not guards.from_behaviour(run):
+        return verdict
+    check = guards.stored(run, current.version)
+    if check is None:
+        if not measure:
+            return None  # measured by the promotion task
+        check = guards.measure(
+            candidate.encoder_name,
+            current.version,
+            get_encoder(candidate.encoder_name, current.version),
+            get_encoder(candidate.encoder_name, candidate.version),
+        )
+    if check is None:
+        verdict.passed = False
+        verdict.reason = "a run from behaviour needs a guard set: the encoder has no rows"
+        return verdict
+    verdict.guard = check
+    if not check.passed:
+        verdict.passed = False
+        verdict.reason = (
+            f"refused: it loses more than {guards.GUARD_TOLERANCE} nDCG@10 on the guard set"
+        )
+    return verdict
 
 
 def _unmeasured(candidate: dict[str, float], active: dict[str, float], reason: str) -> GateResult:

@@ -69,8 +69,8 @@ def test_the_most_recent_tenth_of_the_days_is_the_eval_split(rows):
     a = rows[0]
     days = [f"2026-01-{d:02d}" for d in range(1, 21)]  # 20 days: the last 2 are eval
     for n, day in enumerate(days):
-        for client in ("c1", "c2"):
-            search(f"query {n}", [a.pk], clicks=[a.pk], client=client, when=at(day))
+        for client in ("c1", "c2"):  # two visitors a day (two who click 20 pairs: a script)
+            search(f"query {n}", [a.pk], clicks=[a.pk], client=f"{client}-{day}", when=at(day))
     assert eval_window([date(2026, 1, d) for d in range(1, 21)], 0.1) == date(2026, 1, 19)
     report = behaviour_pairs(min_clients=2, min_relevance=0, negatives="mined", eval_share=0.1)
     assert (report.train, report.eval) == (18, 2)

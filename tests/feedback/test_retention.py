@@ -43,7 +43,7 @@ def test_the_purge_deletes_searches_and_events_past_retention(client, searching,
     old, recent = search_and_click(client), search_and_click(client, "a dog")
     age(old, 31)
     age(recent, 29)
-    assert feedback_purge() == {"searches": 1, "events": 1}
+    assert feedback_purge() == {"searches": 1, "events": 1, "pairs": 0, "judged_queries": 0}
     assert list(SearchLog.objects.values_list("pk", flat=True)) == [
         SearchLog.objects.get(pk=recent).pk
     ]
@@ -54,7 +54,7 @@ def test_retention_none_keeps_everything_and_the_command_can_say_days(client, se
     feedback(RETENTION_DAYS=None)
     old = search_and_click(client)
     age(old, 1000)
-    assert feedback_purge() == {"searches": 0, "events": 0}
+    assert feedback_purge() == {"searches": 0, "events": 0, "pairs": 0, "judged_queries": 0}
     out = io.StringIO()
     call_command("sbert_feedback", "purge", "--days", "365", stdout=out)
     assert "Deleted 1 searches and 1 events" in out.getvalue()
@@ -76,7 +76,7 @@ def test_forgetting_a_user_deletes_their_searches_and_events_only(
     search_and_click(client, "a dog")
     client.logout()
     kept = search_and_click(client)  # another visitor
-    assert forget_user(user) == (2, 2)
+    assert forget_user(user) == (2, 2, 0, 0)
     assert list(SearchLog.objects.values_list("pk", flat=True)) == [
         SearchLog.objects.get(pk=kept).pk
     ]

@@ -28,6 +28,7 @@ from django_sbert.feedback import (
     purge_expired,
 )
 from django_sbert.feedback.export import event_documents, query_documents, write_lines
+from django_sbert.feedback.retention import Deleted
 from django_sbert.models import SearchEvent, SearchLog
 
 
@@ -91,12 +92,12 @@ class Command(BaseCommand):
             key = client_key_for_session(options["session"])
         else:
             key = options["client"]
-        searches, events = forget_client(key)
-        self.stdout.write(f"Deleted {searches} searches and {events} events of client {key}.")
+        deleted = forget_client(key)
+        self.stdout.write(f"Deleted {_described(deleted)} of client {key}.")
 
     def handle_purge(self, options: dict[str, Any]) -> None:
-        searches, events = purge_expired(options["days"])
-        self.stdout.write(f"Deleted {searches} searches and {events} events past retention.")
+        deleted = purge_expired(options["days"])
+        self.stdout.write(f"Deleted {_described(deleted)} past retention.")
 
     @contextlib.contextmanager
     def _open(self, path: str) -> Any:
@@ -108,3 +109,10 @@ class Command(BaseCommand):
                 yield out
         except OSError as exc:
             raise CommandError(f"Cannot write {path}: {exc.strerror}.") from exc
+
+
+def _described(deleted: Deleted) -> str:
+    return (
+        f"{deleted.searches} searches and {deleted.events} events, {deleted.pairs} pairs from "
+        f"behaviour and {deleted.judged_queries} judged queries"
+    )
