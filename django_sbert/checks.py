@@ -13,6 +13,7 @@ django_sbert.E010         keyword_search=True with a source that is not text fie
 django_sbert.E011         keyword_weights do not give one of A-D per source field
 django_sbert.E012         the serving version cannot be fetched or verified here, or this host's
                           copy of the settings' model differs from the recorded one (database check)
+django_sbert.E014         a kind of FEEDBACK["CONVERSIONS"] does not fit the events' kind column
 django_sbert.W001         a large table has no HNSW index the search can use (database check)
 django_sbert.W002         pgvector is older than 0.8: filtered searches may return < k rows
 django_sbert.W003         a settings key is spelt as in an earlier release (still read)
@@ -25,6 +26,7 @@ django_sbert.W022         vector indexes larger than the memory that caches them
                           check, indexing/sizing.py)
 django_sbert.W030         a database searches read opens a connection per request (--deploy)
 django_sbert.W031         a queue holds messages that no live worker consumes (--deploy)
+django_sbert.W032         searches are logged but no beat entry runs the purge (--deploy)
 ========================  ======================================================================
 
 Checks read only configuration and JSON files: no model weights are loaded and no torch
@@ -39,17 +41,19 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from celery import current_app
+from django.apps import apps
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections, router
 from django.db.migrations.recorder import MigrationRecorder
 
+from .celery import FEEDBACK_PURGE_TASK
 from .conf import deprecated_settings, sbert_settings, settings_problems
 from .fields import EmbeddingField, all_embedding_fields
 from .finetuning import queues
 from .indexing.sizing import check_scale
-from .models import EncoderVersion, VersionStatus
+from .models import EncoderVersion, SearchEvent, VersionStatus
 from .serving.health import serving_databases
 from .serving.identity import base_unavailable_reason
 from .serving.model_cache import unavailable_reason
@@ -70,6 +74,8 @@ def register() -> None:
     checks.register(check_local_files, TAG, checks.Tags.database)
     checks.register(check_connections, TAG, deploy=True)
     checks.register(check_workers, TAG, deploy=True)
+    checks.register(check_conversions, TAG)
+    checks.register(check_retention, TAG, deploy=True)
     checks.register(check_scale, TAG, checks.Tags.database)  # W021, W022 (indexing/sizing.py)
 
 
@@ -386,4 +392,74 @@ def check_workers(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> li
             id="django_sbert.W031",
         )
         for queue, kind, count in queues.waiting_without_worker()
+    ]
+
+
+def check_conversions(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[Any]:
+    """E014: each kind of ``SBERT["FEEDBACK"]["CONVERSIONS"]`` fits the events' ``kind``
+    column (40 characters): a longer one would fail its every event with a database error."""
+    try:
+        kinds = sbert_settings.FEEDBACK["CONVERSIONS"]
+    except ImproperlyConfigured:
+        return []  # E005 says what is wrong with the settings
+    if not isinstance(kinds, list | tuple):
+        return []  # a value E005 reports
+    limit = SearchEvent._meta.get_field("kind").max_length
+    bad = [kind for kind in kinds if isinstance(kind, str) and not 1 <= len(kind) <= limit]
+    if not bad:
+        return []
+    return [
+        checks.Error(
+            f"SBERT['FEEDBACK']['CONVERSIONS'] holds {len(bad)} kind(s) that do not fit the "
+            f"events' kind column of {limit} characters: "
+            + ", ".join(repr(kind[:60] + ("…" if len(kind) > 60 else "")) for kind in bad)
+            + ". Each such event would fail with a database error.",
+            hint=f'Use kinds of 1 to {limit} characters, such as "purchase" or "add_to_cart".',
+            obj="settings.SBERT",
+            id="django_sbert.E014",
+        )
+    ]
+
+
+def purge_scheduled() -> bool | None:
+    """Whether a Celery beat entry runs ``django_sbert.feedback_purge``: in the Celery app's
+    ``beat_schedule`` (``CELERY_BEAT_SCHEDULE`` with the usual namespace), or an enabled
+    django-celery-beat task; None when that table cannot be read now."""
+    schedules = [
+        current_app.conf.beat_schedule or {},
+        getattr(settings, "CELERY_BEAT_SCHEDULE", {}),
+    ]
+    for schedule in schedules:
+        if isinstance(schedule, dict) and any(
+            isinstance(entry, dict) and entry.get("task") == FEEDBACK_PURGE_TASK
+            for entry in schedule.values()
+        ):
+            return True
+    if apps.is_installed("django_celery_beat"):
+        periodic = apps.get_model("django_celery_beat", "PeriodicTask")
+        try:
+            return periodic.objects.filter(task=FEEDBACK_PURGE_TASK, enabled=True).exists()
+        except DatabaseError:
+            return None
+    return False
+
+
+def check_retention(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[Any]:
+    """W032: searches are logged with a retention, but no beat entry runs the purge, so
+    nothing is ever deleted. A cron job calling ``sbert_feedback purge`` cannot be seen from
+    here: silence the check then."""
+    feedback = sbert_settings.FEEDBACK
+    if not feedback["LOG"] or feedback["RETENTION_DAYS"] is None or purge_scheduled() is not False:
+        return []
+    return [
+        checks.Warning(
+            f"Searches are logged (SBERT['FEEDBACK']['LOG']) and kept "
+            f"{feedback['RETENTION_DAYS']} days (RETENTION_DAYS), but no Celery beat entry runs "
+            f"the purge task {FEEDBACK_PURGE_TASK!r}: nothing is ever deleted.",
+            hint="Add app.conf.beat_schedule['sbert-feedback-purge'] = "
+            "feedback_purge_schedule() (from django_sbert.celery) to your Celery app. If a cron "
+            "job runs `manage.py sbert_feedback purge` instead, add 'django_sbert.W032' to "
+            "SILENCED_SYSTEM_CHECKS.",
+            id="django_sbert.W032",
+        )
     ]

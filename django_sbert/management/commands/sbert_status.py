@@ -28,6 +28,12 @@ second)::
 
     No worker is consuming the training queue 'sbert-train' (1 message waiting): fine-tuning
     runs and promotions wait until one starts (celery -A <project> worker -Q sbert-train).
+
+With searches logged (``SBERT["FEEDBACK"]["LOG"]``) or log rows left, the age of the oldest
+search in the log, so a purge that never runs shows::
+
+    Search log: the oldest search is 412 days old (2025-03-01 09:12 UTC), past RETENTION_DAYS
+    (180): is the purge task scheduled? (feedback_purge_schedule(), check django_sbert.W032)
 """
 
 from __future__ import annotations
@@ -35,11 +41,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
 from tqdm import tqdm
 
 from django_sbert import indexing, serving
 from django_sbert.conf import sbert_settings
 from django_sbert.finetuning import queues
+from django_sbert.models import SearchLog
 
 COLUMNS = ("field", "encoder", "rows", "embedded", "stale", "missing", "version")
 SHOW_SKIPPED = 5  # skipped rows listed per field, newest first
@@ -101,6 +109,7 @@ class Command(BaseCommand):
         consumed = queues.ask_workers()  # fresh, not the cached answer
         lengths = queues.queue_lengths([sbert_settings.QUEUE, sbert_settings.TRAINING["QUEUE"]])
         notes.extend(queues.missing_workers(consumed, lengths))
+        notes.extend(self._search_log())
         # The host's inference paths first: the table and the notes about rows end the output.
         for line in self._paths(names):
             self.stdout.write(line)
@@ -121,6 +130,24 @@ class Command(BaseCommand):
         if count > SHOW_SKIPPED:
             lines.append(f"  ... and {count - SHOW_SKIPPED} more")
         return lines
+
+    def _search_log(self) -> list[str]:
+        """The age of the oldest logged search (one indexed read), and whether it is past
+        ``RETENTION_DAYS``: nothing when searches are not logged and none are left."""
+        oldest = SearchLog.objects.order_by("created_at").values_list("created_at", flat=True)
+        first = oldest.first()
+        feedback = sbert_settings.FEEDBACK
+        if first is None:
+            return ["Search log: empty."] if feedback["LOG"] else []
+        days = (timezone.now() - first).days
+        line = f"Search log: the oldest search is {days} days old ({first:%Y-%m-%d %H:%M %Z})"
+        retention = feedback["RETENTION_DAYS"]
+        if retention is not None and days > int(retention):
+            line += (
+                f", past RETENTION_DAYS ({retention}): is the purge task scheduled? "
+                "(feedback_purge_schedule(), check django_sbert.W032)"
+            )
+        return [line + "."]
 
     def _files(self, name: str) -> list[str]:
         """A line when this host cannot fetch or verify the version the database says serves."""
