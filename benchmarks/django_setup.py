@@ -80,7 +80,7 @@ def setup_django(
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
         USE_TZ=True,
         SBERT=sbert,
-        **settings,
+        **{"SECRET_KEY": "benchmarks-only-not-secret", **settings},  # keys the logged clients
     )
     django.setup()
     if migrate:

@@ -10,12 +10,13 @@ their first words, some with a typo: two neighbouring letters swapped), searches
 (``Article.objects.similar_to``, or ``hybrid_search`` with ``--mode hybrid``) and looks at the
 top 10 through a position-based click model: the result at rank r is examined with probability
 1 / r^0.7; an examined result is clicked with probability 0.9 when it is relevant to the claim
-(qrels), 0.1 otherwise. Sessions are spread over ``--days`` days. Each search and its clicks are
-written as the search log writes them (``SearchLog``: the first page as ``[[pk, position,
-score], ...]``, a hashed visitor id; ``SearchEvent`` per click), by this process. With
-``--http`` the site writes them instead: gunicorn serves the REST API, each visitor searches
-with ``GET search/`` and reports each click to ``sbert/click/`` with the result's signed token
-(``simulate_http``).
+(qrels), 0.1 otherwise. Sessions are spread over ``--days`` days; each visitor searches from a
+network drawn from ``HONEST_NETWORKS`` /24s (so some visitors share one, as in an office). Each
+search and its clicks are written as the search log writes them (``SearchLog``: the first page
+as ``[[pk, position, score], ...]``, a hashed visitor id; ``SearchEvent`` per click), by this
+process. With ``--http`` the site writes them instead: gunicorn serves the REST API, each
+visitor searches with ``GET search/`` and reports each click to ``sbert/click/`` with the
+result's signed token (``simulate_http``).
 
 Then the code the loop runs: ``feedback.pairs.behaviour_pairs`` (clicks from at least
 ``--min-clients`` visitors on rows the click model finds at least ``--min-relevance`` likely
@@ -58,6 +59,13 @@ GOLD_SHOWN = "gold-shown"  # only those whose abstract a visitor's first page sh
 RIGHT = "right"  # the behaviour pairs (mined negatives) less those the qrels call wrong
 FULL = "full"  # the behaviour pairs (mined negatives) less those of claims typed otherwise
 SHORTENED, TYPO = 0.15, 0.10  # shares of sessions typing the claim shortened / with a typo
+HONEST_NETWORKS = 20_000  # /24 networks visitors search from (5,000 sessions: some share one)
+
+
+def visitor_address(rng: random.Random) -> str:
+    """An address on one of ``HONEST_NETWORKS`` networks (10.x.y.0/24), a random host."""
+    network = rng.randrange(HONEST_NETWORKS)
+    return f"10.{network // 256}.{network % 256}.{rng.randrange(1, 255)}"
 
 
 def normalized(query: str) -> str:
@@ -125,10 +133,12 @@ def simulate(data: dict, pk_of: dict[str, int], args: argparse.Namespace) -> dic
     from django.utils import timezone
 
     from django_sbert.conf import sbert_settings
+    from django_sbert.feedback.clients import network_key_of
     from django_sbert.models import SearchEvent, SearchLog
     from django_sbert.serving import serving_version
 
     Article = article_model()
+    addresses = random.Random(f"{args.seed}-networks")
     search = getattr(Article.objects, "hybrid_search" if args.mode == "hybrid" else "similar_to")
     doc_of = {pk: did for did, pk in pk_of.items()}
     rng = random.Random(args.seed)
@@ -161,6 +171,7 @@ def simulate(data: dict, pk_of: dict[str, int], args: argparse.Namespace) -> dic
             ],
             result_count=len(ranked),
             client=client,
+            network=network_key_of(visitor_address(addresses)),
             latency_ms=latency,
             created_at=when,
         )
@@ -214,9 +225,14 @@ def simulate_http(data: dict, pk_of: dict[str, int], args: argparse.Namespace) -
     asked = data.setdefault("asked", {})
     most = int(sbert_settings.FEEDBACK["MAX_QUERY_LENGTH"])
 
-    def call(method: str, path: str, body: str | None = None) -> tuple[int, bytes]:
+    def call(
+        method: str, path: str, address: str, body: str | None = None
+    ) -> tuple[int, bytes]:
         http = HTTPConnection("127.0.0.1", port, timeout=60)  # sync workers close it
-        headers = {"Content-Type": "application/x-www-form-urlencoded"} if body else {}
+        # The visitor's address, as the one proxy the site trusts (NUM_PROXIES 1) reports it.
+        headers = {"X-Forwarded-For": address}
+        if body:
+            headers["Content-Type"] = "application/x-www-form-urlencoded"
         http.request(method, path, body=body, headers=headers)
         response = http.getresponse()
         payload = response.read()
@@ -225,10 +241,11 @@ def simulate_http(data: dict, pk_of: dict[str, int], args: argparse.Namespace) -
 
     def session(number: int) -> int:
         rng = random.Random(f"{args.seed}-{number}")  # the same clicks whatever thread runs it
+        address = visitor_address(random.Random(f"{args.seed}-{number}-address"))
         qid = sessions[number]
         query = typed(data["queries"][qid], rng)
         params = {"model": "testapp.article", "q": query, "k": 10, "mode": args.mode}
-        status, body = call("GET", f"/api/sbert/search/?{urlencode(params)}")
+        status, body = call("GET", f"/api/sbert/search/?{urlencode(params)}", address)
         if status != 200:
             raise RuntimeError(f"search answered {status}: {body[:300]!r}")
         results = json_module.loads(body)["results"]
@@ -239,7 +256,7 @@ def simulate_http(data: dict, pk_of: dict[str, int], args: argparse.Namespace) -
             chance = CLICK_RELEVANT if doc_of.get(int(result["id"])) in gold else CLICK_OTHER
             if rng.random() < chance:
                 status, body = call(
-                    "POST", "/sbert/click/", urlencode({"token": result["click_token"]})
+                    "POST", "/sbert/click/", address, urlencode({"token": result["click_token"]})
                 )
                 if status != 202:
                     raise RuntimeError(f"click answered {status}: {body[:300]!r}")

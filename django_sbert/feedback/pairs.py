@@ -10,10 +10,13 @@ compared normalised: lower-cased, whitespace collapsed; their clicks are merged)
 click model fitted to the searches read finds it at least ``FEEDBACK["MIN_RELEVANCE"]`` likely
 that visitors wanted the row (``feedback.clickmodel``). A visitor is a client key *on a
 network* (``SearchLog.network``: an IPv4 /24 or IPv6 /48, hashed): visitors are counted as the
-fewer of distinct clients and distinct networks, since a script without cookies is a new
-client at every search but stays on its few networks. A network whose clicks would make more
-than ``NETWORK_SHARE`` of the build's clicked pairs (at least ``NETWORK_FLOOR``) is set aside
-whole: its clicks count for nothing in that build (``PairsReport.heavy_networks``).
+fewer of distinct clients and of networks, since a script without cookies is a new client at
+every search but stays on its few networks. And a network is worth at most ``NETWORK_BUDGET``
+visitors in a build, however many (query, row) pairs it clicked: a network that clicked ``n``
+pairs, more than the budget, counts as ``NETWORK_BUDGET / n`` of a visitor on each (a script
+clicks the same chosen rows from every address it has; an office's visitors click their own few
+queries' rows), and its searches are left out of the click model
+(``PairsReport.heavy_networks``).
 
 Visitors click what they see first whether it is right or not, and a wrong row shown deep down
 gathers a few chance clicks once a query is searched often; the model learns from the log how
@@ -47,7 +50,6 @@ newest.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -68,11 +70,10 @@ from .clickmodel import PositionModel, Shown, fit, relevances
 SOURCE_PREFIX = BEHAVIOUR_SOURCE
 NEGATIVE_CHOICES = ("mined", "unexamined", "skipped")
 CLICK = "click"
-# One network's share of a build's clicked (query, row) pairs past which its clicks are set
-# aside (and at least NETWORK_FLOOR pairs): honest visitors of one network click a few
-# queries' results; a script clicks the same chosen rows from every address it has.
-NETWORK_SHARE = 0.01
-NETWORK_FLOOR = 10
+# Visitors one network is worth in a build at most, spread over the (query, row) pairs it
+# clicked: the visitors of one network click their own few queries' rows, where a script
+# clicks its chosen rows from every address it has.
+NETWORK_BUDGET = 5
 MAX_PAIRS = 20_000  # pairs from behaviour kept per field: the newest
 
 
@@ -85,8 +86,8 @@ class PairsReport:
     train: int = 0  # created, by split
     eval: int = 0
     too_few_clients: int = 0  # (query, row) pairs below MIN_CLIENTS
-    heavy_networks: int = 0  # networks whose clicks were set aside (NETWORK_SHARE)
-    set_aside: int = 0  # (query, row) pairs left with too few visitors without those clicks
+    heavy_networks: int = 0  # networks that clicked more pairs than NETWORK_BUDGET
+    set_aside: int = 0  # (query, row) pairs with too few visitors once those count less
     unlikely: int = 0  # (query, row) pairs the click model finds below MIN_RELEVANCE
     without_negative: int = 0  # train pairs left out: no negative from behaviour
     missing_rows: int = 0  # clicked rows deleted (or unreadable) since
@@ -102,8 +103,8 @@ class PairsReport:
             f"of {len(self.days)} days ({span}); {self.existing} already made, "
             f"{self.too_few_clients} clicked by too few visitors, {self.unlikely} more likely "
             f"chance clicks than wanted rows, {self.without_negative} without a negative, "
-            f"{self.missing_rows} rows gone; {self.heavy_networks} networks' clicks set aside "
-            f"({self.set_aside} pairs rested on them)"
+            f"{self.missing_rows} rows gone; {self.heavy_networks} networks clicked more than "
+            f"{NETWORK_BUDGET} pairs ({self.set_aside} pairs rested on them)"
         )
 
 
@@ -206,22 +207,23 @@ def _visits(events: Any, eval_from: date | None) -> dict[PairKey, list[Visit]]:
     return visits
 
 
-def heavy_networks(visits: dict[PairKey, list[Visit]]) -> set[str]:
-    """The networks that clicked more than ``NETWORK_SHARE`` of the clicked (query, row)
-    pairs (both splits as one), and more than ``NETWORK_FLOOR``."""
+def network_spans(visits: dict[PairKey, list[Visit]]) -> dict[str, int]:
+    """How many (query, row) pairs (both splits as one) each network clicked."""
     spans: dict[str, set[tuple[str, ...]]] = defaultdict(set)
     for key, found in visits.items():
         for visit in found:
             spans[visit.network_or_client].add(key[1:])
-    total = len({key[1:] for key in visits})
-    cap = max(NETWORK_FLOOR, math.ceil(NETWORK_SHARE * total))
-    return {network for network, pairs in spans.items() if len(pairs) > cap}
+    return {network: len(pairs) for network, pairs in spans.items()}
 
 
-def visitors(found: Iterable[Visit]) -> int:
-    """How many visitors ``found`` are: the fewer of distinct clients and networks."""
+def visitors(found: Iterable[Visit], spans: dict[str, int] | None = None) -> float:
+    """How many visitors ``found`` are: the fewer of distinct clients and of networks, each
+    network worth ``NETWORK_BUDGET / n`` of a visitor when it clicked ``n`` pairs, more than
+    the budget (``spans``: ``network_spans``; without it each network is worth one)."""
     found = list(found)
-    return min(len({v.client for v in found}), len({v.network_or_client for v in found}))
+    networks = {v.network_or_client for v in found}
+    worth = sum(min(1.0, NETWORK_BUDGET / (spans or {}).get(n, 1)) for n in networks)
+    return min(len({v.client for v in found}), worth)
 
 
 def _searches(
@@ -455,13 +457,14 @@ def behaviour_pairs(
         return report
     report.eval_from = eval_window(report.days, share)
     visits = _visits(events, report.eval_from)
-    heavy = heavy_networks(visits)
+    spans = network_spans(visits)
+    heavy = {network for network, span in spans.items() if span > NETWORK_BUDGET}
     report.heavy_networks = len(heavy)
     kept: dict[PairKey, list[Visit]] = {}
     for key, found in visits.items():
-        counted = [v for v in found if v.network_or_client not in heavy]
-        if visitors(counted) >= min_clients:
-            kept[key] = counted
+        if visitors(found, spans) >= min_clients - 1e-9:
+            # The pair records the visitors it rests on: not the networks that count for less.
+            kept[key] = [v for v in found if v.network_or_client not in heavy] or found
         elif visitors(found) >= min_clients:
             report.set_aside += 1
         else:
@@ -613,15 +616,14 @@ def keep_newest(prefix: str, limit: int | None = None) -> int:
 __all__ = [
     "MAX_PAIRS",
     "NEGATIVE_CHOICES",
-    "NETWORK_FLOOR",
-    "NETWORK_SHARE",
+    "NETWORK_BUDGET",
     "SOURCE_PREFIX",
     "PairsReport",
     "Visit",
     "behaviour_pairs",
     "click_days",
     "eval_window",
-    "heavy_networks",
+    "network_spans",
     "keep_newest",
     "row_texts",
     "source_name",
