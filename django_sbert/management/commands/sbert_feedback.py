@@ -39,8 +39,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "action",
             choices=["export", "forget", "purge"],
-            help="export: UBI JSON lines; forget: one client's searches and events; purge: "
-            "what is past retention.",
+            help="export: UBI JSON lines; forget: one client's searches, events and the pairs "
+            "from behaviour (and judged queries) of its queries; purge: what is past retention, "
+            "pairs and judged queries that rested on it included.",
         )
         parser.add_argument(
             "--queries", metavar="FILE", help="export: searches to FILE ('-': stdout)."
