@@ -14,6 +14,9 @@ django_sbert.E011         keyword_weights do not give one of A-D per source fiel
 django_sbert.E012         the serving version cannot be fetched or verified here, or this host's
                           copy of the settings' model differs from the recorded one (database check)
 django_sbert.E014         a kind of FEEDBACK["CONVERSIONS"] does not fit the events' kind column
+django_sbert.E015         a routed SearchView cannot answer as configured: a mode needs a
+                          full-text column its field lacks, no model or field, a suggest_url
+                          that names no route (urls check)
 django_sbert.W001         a large table has no HNSW index the search can use (database check)
 django_sbert.W002         pgvector is older than 0.8: filtered searches may return < k rows
 django_sbert.W003         a settings key is spelt as in an earlier release (still read)
@@ -47,6 +50,7 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections, router
 from django.db.migrations.recorder import MigrationRecorder
+from django.urls import URLPattern, URLResolver, get_resolver
 
 from .celery import FEEDBACK_PURGE_TASK
 from .conf import deprecated_settings, sbert_settings, settings_problems
@@ -57,6 +61,7 @@ from .models import EncoderVersion, SearchEvent, VersionStatus
 from .serving.health import serving_databases
 from .serving.identity import base_unavailable_reason
 from .serving.model_cache import unavailable_reason
+from .views.search import SearchView
 
 TAG = "django_sbert"
 ITERATIVE_SCAN_VERSION = (0, 8, 0)
@@ -67,7 +72,8 @@ LARGE_TABLE_ROWS = 10000
 
 def register() -> None:
     """Called from ``SbertConfig.ready()``. A field's own checks (E002, E003, E006, E010,
-    E011) live on the field and run with the model checks (``EmbeddingField.check()``)."""
+    E011) live on the field and run with the model checks (``EmbeddingField.check()``); a
+    search page's (E015) live on ``SearchView`` and run here for each of its routes."""
     checks.register(check_settings, TAG)
     checks.register(check_broker, TAG)
     checks.register(check_database, TAG, checks.Tags.database)
@@ -75,6 +81,7 @@ def register() -> None:
     checks.register(check_connections, TAG, deploy=True)
     checks.register(check_workers, TAG, deploy=True)
     checks.register(check_conversions, TAG)
+    checks.register(check_search_views, TAG, checks.Tags.urls)
     checks.register(check_retention, TAG, deploy=True)
     checks.register(check_scale, TAG, checks.Tags.database)  # W021, W022 (indexing/sizing.py)
 
@@ -463,3 +470,41 @@ def check_retention(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> 
             id="django_sbert.W032",
         )
     ]
+
+
+def routed_views(
+    patterns: Iterable[URLPattern | URLResolver], prefix: str = ""
+) -> Iterable[tuple[str, Any]]:
+    """(route, view function) of every class-based view the URL patterns route, included
+    URLconfs walked."""
+    for pattern in patterns:
+        route = prefix + str(pattern.pattern)
+        if isinstance(pattern, URLResolver):
+            yield from routed_views(pattern.url_patterns, route)
+        elif getattr(pattern.callback, "view_class", None) is not None:
+            yield route, pattern.callback
+
+
+def check_search_views(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[Any]:
+    """E015: every ``SearchView`` the URLconf routes can answer in each of its modes, with the
+    ``as_view()`` arguments of its route. Found only at the first search otherwise, as a 500
+    (a hybrid or keyword mode on a field without ``keyword_search=True``: the default modes).
+    Like Django's URL checks, it reads the whole URLconf whatever apps are named."""
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return []
+    errors: list[checks.CheckMessage] = []
+    for route, view in routed_views(get_resolver().url_patterns):
+        view_class = view.view_class
+        if not issubclass(view_class, SearchView):
+            continue
+        for problem in view_class.configuration_problems(**view.view_initkwargs):
+            errors.append(
+                checks.Error(
+                    problem,
+                    hint=f"The page routed at '{route}' would answer its first search with "
+                    "a server error (500).",
+                    obj=f"{view_class.__module__}.{view_class.__qualname__}",
+                    id="django_sbert.E015",
+                )
+            )
+    return errors

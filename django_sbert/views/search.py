@@ -64,7 +64,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.paginator import Page
 from django.db import models
 from django.http import Http404, HttpRequest, HttpResponse
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 from django.utils.translation import gettext as _
 from django.views.generic import ListView
 
@@ -381,6 +381,29 @@ class SearchView(ListView):
         return self.paginate_by
 
     # -- checks and helpers --------------------------------------------------------------------
+
+    @classmethod
+    def configuration_problems(cls, **initkwargs: Any) -> list[str]:
+        """What keeps this view, as ``as_view(**initkwargs)`` builds it, from answering a search:
+        ``check_configuration()``'s messages and a ``suggest_url`` that names no route. Start-up
+        check ``django_sbert.E015`` reports them for every routed search page, so they show in
+        ``manage.py check`` rather than as a 500 on the first search."""
+        view = cls(**initkwargs)
+        problems = []
+        try:
+            view.check_configuration()
+        except ImproperlyConfigured as exc:
+            problems.append(str(exc))
+        if view.suggest_url:
+            try:
+                reverse(view.suggest_url)
+            except NoReverseMatch:
+                problems.append(
+                    f"{cls.__name__}.suggest_url = {view.suggest_url!r} names no URL: route a "
+                    f"SuggestView under that name, e.g. path('suggest/', "
+                    f"SuggestView.as_view(model=...), name={view.suggest_url!r})."
+                )
+        return problems
 
     def check_configuration(self) -> None:
         """Say what to change when the class attributes cannot work together."""
