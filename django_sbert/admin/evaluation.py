@@ -499,6 +499,15 @@ class JudgmentListAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
         if queryset.count() == 1:
             target = reverse("admin:django_sbert_judgmentlist_evaluate", args=[queryset.get().pk])
             return HttpResponseRedirect(target)
+        if not request.user.has_perm("django_sbert.add_evaluation"):
+            # It stores what it measures: the evaluate page's "store" needs the same.
+            self.message_user(
+                request,
+                "Not evaluated: storing evaluations needs the 'django_sbert.add_evaluation' "
+                "permission.",
+                messages.ERROR,
+            )
+            return None
         for judgment_list in queryset:
             try:
                 done = evaluation_run.evaluate(judgment_list)

@@ -224,6 +224,23 @@ def test_evaluate_now_shows_each_mode_and_the_threshold(staff, articles):
     assert "sbert-quality-chart" in change and 'data-series="vector ndcg@10"' in change
 
 
+def test_evaluate_now_on_several_lists_needs_the_permission_to_store_evaluations(client, articles):
+    lists = [
+        JudgmentList.objects.create(
+            name=name, content_type=ContentType.objects.get_for_model(Article), field="embedding"
+        )
+        for name in ("One", "Two")
+    ]
+    client.force_login(user_with("changer", ["view_judgmentlist", "change_judgmentlist"]))
+    page = client.post(
+        f"{ADMIN}/judgmentlist/",
+        {"action": "evaluate_now", "_selected_action": [str(made.pk) for made in lists]},
+        follow=True,
+    )
+    assert "needs the &#x27;django_sbert.add_evaluation&#x27; permission" in page.content.decode()
+    assert not Evaluation.objects.exists()
+
+
 def test_the_chart_marks_promotions_between_evaluations(staff, articles):
     made = JudgmentList.objects.create(
         name="Over time", content_type=ContentType.objects.get_for_model(Article), field="embedding"

@@ -4,7 +4,7 @@ worker decides on its candidate by the gate. From informative clicks (each visit
 article that answers the query) the candidate beats the serving version on the most recent
 days and, with AUTO_PROMOTE, the same worker promotes it through the normal promotion path;
 from random clicks it does not, and nothing is promoted; without AUTO_PROMOTE it waits for
-staff."""
+staff. Each run is measured on the guard set no visitor writes, by the same worker."""
 
 from __future__ import annotations
 
@@ -123,6 +123,8 @@ def test_a_run_of_the_loop_is_trained_by_the_worker_and_decided_by_the_gate(
     candidate = EncoderVersion.objects.get(run=run)
     verdict = stored_verdict(candidate)
     assert verdict is not None and verdict.metric == "ndcg@10"
+    # The worker measured the run from behaviour on the guard set too (queries cut from rows).
+    assert run.data["guard"]["source"] == "content" and verdict.guard is not None
     better = verdict.passed and verdict.candidate["ndcg@10"] > verdict.active["ndcg@10"]
     decision = run.data["loop"]["decision"]
     # Even the tiny model learns from informative clicks what later visitors click; random
