@@ -225,9 +225,7 @@ def simulate_http(data: dict, pk_of: dict[str, int], args: argparse.Namespace) -
     asked = data.setdefault("asked", {})
     most = int(sbert_settings.FEEDBACK["MAX_QUERY_LENGTH"])
 
-    def call(
-        method: str, path: str, address: str, body: str | None = None
-    ) -> tuple[int, bytes]:
+    def call(method: str, path: str, address: str, body: str | None = None) -> tuple[int, bytes]:
         http = HTTPConnection("127.0.0.1", port, timeout=60)  # sync workers close it
         # The visitor's address, as the one proxy the site trusts (NUM_PROXIES 1) reports it.
         headers = {"X-Forwarded-For": address}

@@ -91,7 +91,7 @@ def fake_run(guard_values: dict | None, *, eval_before: float, eval_after: float
 
 
 @pytest.mark.parametrize(
-    ("guard_candidate", "passed"), [(0.70, True), (0.695, True), (0.68, False)]
+    ("guard_candidate", "passed"), [(0.70, True), (0.685, True), (0.67, False)]
 )
 def test_the_gate_refuses_a_candidate_that_loses_on_the_guard_set(guard_candidate, passed):
     candidate = fake_run(
@@ -102,7 +102,7 @@ def test_the_gate_refuses_a_candidate_that_loses_on_the_guard_set(guard_candidat
     assert verdict.guard is not None and verdict.guard.active == 0.70
     assert "guard (6 content queries no visitor wrote)" in verdict.describe()
     if not passed:  # the eval pairs (0.9 against 0.5) cannot outvote it
-        assert "loses more than 0.01 nDCG@10 on the guard set" in verdict.describe()
+        assert "loses more than 0.02 nDCG@10 on the guard set" in verdict.describe()
 
 
 def test_without_a_guard_measured_against_the_serving_version_the_gate_measures_it(rows):
