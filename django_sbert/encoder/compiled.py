@@ -48,8 +48,7 @@ import os
 import subprocess
 import threading
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -71,30 +70,6 @@ RECOMPILE_LIMIT = 64
 
 _shared_lock = threading.Lock()
 _shared: Transformer | None = None
-
-# The thread that builds this process's graphs while the process warms up (a Celery worker,
-# serving.worker), or None. Meanwhile a call from another thread whose graph is not built yet
-# runs eager: it neither waits for the build (a worker's first task would wait 30-60 s on two
-# cores) nor starts the same build beside it (two threads compiling one graph fail inside
-# Dynamo). Once the builder is done, every call takes the graphs it built.
-_builder: int | None = None
-
-
-@contextmanager
-def building_graphs() -> Iterator[None]:
-    """Make the calling thread this process's graph builder for the block (see ``_builder``)."""
-    global _builder
-    _builder = threading.get_ident()
-    try:
-        yield
-    finally:
-        _builder = None
-
-
-def another_thread_builds() -> bool:
-    """Whether a thread other than the caller is building this process's graphs now."""
-    builder = _builder
-    return builder is not None and builder != threading.get_ident()
 
 
 def _run(transformer: nn.Module, **inputs: torch.Tensor) -> Any:
@@ -137,8 +112,6 @@ class CompiledTransformer:
         self._dynamo_config: Any = None
         self._inductor_config: Any = None
         self._torch_compile_ready = False
-        # Shape families ("single", "batch") that ran compiled once: their graphs are built.
-        self._built: set[str] = set()
 
     def _torch_compile(self) -> Transformer | None:
         """The shared ``torch.compile`` function, imported on first need (~1 s, then Dynamo)."""
@@ -168,14 +141,10 @@ class CompiledTransformer:
         if self.failure is not None:
             return self.transformer(**inputs)
         ids = inputs["input_ids"]
-        family = "single" if ids.shape[0] == 1 else "batch"
-        if family not in self._built and another_thread_builds():
-            return self.transformer(**inputs)  # eager while the builder compiles (_builder)
         if self._query is not False and ids.shape[0] == 1 and ids.shape[1] >= 2:
             query = self._query or self._load_query_graph()
             if query:
                 states = query(ids, inputs["attention_mask"])  # (1, seq, hidden)
-                self._built.add(family)
                 return QueryOutput(states)
             if self.failure is not None:
                 return self.transformer(**inputs)
@@ -195,9 +164,7 @@ class CompiledTransformer:
                 self._inductor_config.patch({"freezing": frozen, "cpp.dynamic_threads": True}),
                 self._dynamo_config.patch(recompile_limit=RECOMPILE_LIMIT),
             ):
-                output = compiled(self.transformer, **inputs)
-            self._built.add(family)
-            return output
+                return compiled(self.transformer, **inputs)
         except torch._dynamo.exc.TorchDynamoException as exc:
             outside = external_cause(exc)
             if outside is not None:

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .compiled import CompiledTransformer, another_thread_builds
+from .compiled import CompiledTransformer
 from .dense import Dense
 from .exceptions import OnnxUnavailable
 from .pooling import Pooling
@@ -291,8 +291,6 @@ class SentenceEncoder(nn.Module):
             return self.transformer
         compiled = self._compiled
         if compiled is None or compiled.transformer is not self.transformer:
-            if another_thread_builds():
-                return self.transformer  # its export may hold the lock: eager meanwhile
             with self._compile_lock:
                 if self._compiled is None or self._compiled.transformer is not self.transformer:
                     self._compiled = CompiledTransformer(self.transformer, self.compile_cache)
@@ -309,8 +307,6 @@ class SentenceEncoder(nn.Module):
             return None
         if graph is not None and graph.transformer is self.transformer and graph.current:
             return graph
-        if another_thread_builds():
-            return None  # torch serves the text while the builder exports (compiled._builder)
         with self._compile_lock:
             graph = self._onnx
             stale = graph is None or graph.transformer is not self.transformer

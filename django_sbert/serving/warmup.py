@@ -26,12 +26,11 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from ..conf import encoder_config
-from .cache import encode_texts, encoder_for, role_prompt
+from .cache import encode_texts, encoder_for
 from .paths import encoder_path
 from .versions import serving_record
 
@@ -63,15 +62,8 @@ _lock = threading.Lock()
 _state: dict[str, WarmState] = {}
 
 
-def warm(
-    names: Iterable[str], role: WarmRole = "both", locked: bool = True
-) -> dict[str, WarmState]:
+def warm(names: Iterable[str], role: WarmRole = "both") -> dict[str, WarmState]:
     """Load the serving version of each encoder and run the forward passes of ``role``.
-
-    ``locked=False`` runs the passes outside the encoder's lock (``serving.cache``), for a
-    caller that is this process's graph builder (``encoder.compiled.building_graphs``, as a
-    worker's warm-up is): encodes of other threads then run eager beside the compile instead
-    of queueing behind it.
 
     Never raises for a broken encoder: the failure is logged and kept in ``warm_state()`` (a
     readiness check reports it; a request that needs the encoder gets the error itself).
@@ -85,14 +77,10 @@ def warm(
             current = serving_record(name)
             version = current.version
             model = encoder_for(current)  # load once, before the passes below time anything
-            passes = {"query": WARM_TEXTS[:1], "document": WARM_TEXTS}
-            for kind, texts in passes.items():
-                if role not in (kind, "both"):
-                    continue
-                if locked:
-                    encode_texts(texts, name, version, role=kind)
-                else:
-                    _encode_unlocked(model, name, texts, kind)
+            if role in ("query", "both"):
+                encode_texts(WARM_TEXTS[:1], name, version, role="query")
+            if role in ("document", "both"):
+                encode_texts(WARM_TEXTS, name, version, role="document")
             path, reason = _path_taken(name, role, model)
         except Exception as exc:  # reported, not raised: see the docstring
             error = f"{type(exc).__name__}: {exc}"
@@ -111,19 +99,6 @@ def warm(
             _state[name] = state
         results[name] = state
     return results
-
-
-def _encode_unlocked(
-    model: SentenceEncoder, name: str, texts: Sequence[str], role: Literal["query", "document"]
-) -> None:
-    """``encode_texts``' pass without the encoder's lock (the tokenizers are thread-safe)."""
-    config = encoder_config(name)
-    model.encode(
-        list(texts),
-        batch_size=int(config["BATCH_SIZE"]),
-        long_text=config["LONG_TEXT"],
-        prompt=role_prompt(name, role, model),
-    )
 
 
 def _path_taken(name: str, role: WarmRole, model: SentenceEncoder) -> tuple[str, str]:

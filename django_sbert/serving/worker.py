@@ -14,13 +14,16 @@ forks:
   per process, in a background thread so the child still reports "up" to its parent in time.
   Pools that send no ``worker_process_init`` (threads, gevent, eventlet) do the same from
   ``worker_init``: they never fork.
-  A task that arrives before the encoders are loaded waits for them (``task_prerun``), a
-  few seconds; it does not wait for the compiled graphs. The warm-up thread is the process's
-  graph builder (``encoder.compiled.building_graphs``): while it compiles (30-60 s on two
-  cores for a new host's first worker), a task's encode runs eager, the same vectors within
-  1e-5, and once the graphs are built every encode takes them. So the first rows are
-  searchable seconds after the worker says "ready", and two threads never compile one graph
-  at once (which fails inside Dynamo).
+  A task that arrives before the warm-up has finished waits for it (``task_prerun``): two
+  threads compiling the same graph at once fail inside Dynamo, and running the model beside
+  the export of its query graph is not safe either (the export's tracer patches
+  ``nn.Module.__call__`` for every thread while it traces).
+  A one-process pool (solo, threads, gevent, eventlet) has no parent waiting on it, so it
+  warms up before it starts consuming: its "ready" line comes once the encoders are loaded
+  and compiled, and a task saved after it is embedded in well under a second. The solo worker
+  of the tutorial and README says "ready" about a minute after it starts on two cores the
+  first time on a host (the compiled query graph is then kept in the compile cache); the rows
+  saved meanwhile wait in the queue.
   A worker that consumes ``SBERT["TRAINING"]["QUEUE"]`` and not ``SBERT["QUEUE"]`` loads none:
   a training run and a promotion load the models they need (the base or a candidate
   version), never the serving one, so warming it would only take the cores from the
@@ -29,12 +32,10 @@ forks:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sys
 import threading
-import time
 from typing import Any
 
 from celery import concurrency as celery_pools
@@ -44,8 +45,6 @@ from django.apps import apps
 
 from ..conf import encoder_config, sbert_settings
 from ..fields import all_embedding_fields
-from .cache import encoder_for
-from .versions import serving_record
 from .warmup import warm
 
 logger = logging.getLogger(__name__)
@@ -185,10 +184,11 @@ def set_torch_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
-# Set while no encoder is being loaded in this process. A task waits for it (task_prerun):
-# loading takes seconds; the compiles after it run beside the tasks (see the docstring).
-_loaded = threading.Event()
-_loaded.set()
+# Set while no warm-up is running in this process. A task waits for it (task_prerun): two
+# threads compiling one graph at once made Dynamo fail ("RuntimeError: custom") on a task
+# that arrived while the warm-up was still compiling.
+_warm = threading.Event()
+_warm.set()
 WARM_UP_WAIT_SECONDS = 900.0
 
 
@@ -196,41 +196,23 @@ def _warm_up(names: list[str], threads: int) -> None:
     try:
         _warm_encoders(names, threads)
     finally:
-        _loaded.set()
+        _warm.set()
 
 
 def _warm_encoders(names: list[str], threads: int) -> None:
     import torch  # in the child process only, after fork
 
-    from ..encoder.compiled import building_graphs  # imports torch: after fork too
-
     torch.set_num_threads(threads)  # a process-wide value, picked up by every thread
-    started = time.perf_counter()
-    with building_graphs():
-        for name in names:
-            # A broken encoder: warm() below reports it, with its traceback.
-            with contextlib.suppress(Exception):
-                encoder_for(serving_record(name))
-        _loaded.set()
-        logger.info(
-            "django-sbert: worker process %d loaded encoders %s with %d torch threads in "
-            "%.1f s; tasks run now, eager until the compiled graphs are built.",
-            os.getpid(),
-            names,
-            threads,
-            time.perf_counter() - started,
-        )
-        # Both shapes: the sweep and promotions encode batches, a saved row is a batch of one.
-        states = warm(names, role="both", locked=False)
+    # Both shapes: the sweep and promotions encode batches, a saved row is a batch of one.
+    states = warm(names, role="both")
     failed = [state for state in states.values() if state.error]
     if failed:  # warm() logged the traceback: a broken encoder must not kill the worker
         return
     logger.info(
-        "django-sbert: worker process %d warmed encoders %s in %.1f s (%s).",
+        "django-sbert: worker process %d loaded encoders %s with %d torch threads.",
         os.getpid(),
         names,
-        time.perf_counter() - started,
-        ", ".join(f"{state.encoder}: {state.path}" for state in states.values()),
+        threads,
     )
 
 
@@ -238,10 +220,11 @@ def _warm_encoders(names: list[str], threads: int) -> None:
 def prepare_worker_process(**kwargs: Any) -> None:
     """Set torch threads and start loading the encoders in this worker process (after fork).
 
-    Loading happens in a background thread: a prefork child must report "up" to its parent
-    within ``worker_proc_alive_timeout`` (4 s), less than importing torch and loading a model
-    can take. A task that arrives first waits until the encoders are loaded (``task_prerun``),
-    not for the compiles that follow.
+    In a prefork child, loading happens in a background thread: the child must report "up"
+    to its parent within ``worker_proc_alive_timeout`` (4 s), less than importing torch and
+    loading a model can take, and a task that arrives first waits until the warm-up has
+    finished (``task_prerun``). A one-process pool warms up here, before its worker consumes
+    anything, so its "ready" line means the encoders are warm.
     """
     if not apps.ready:  # a Celery app that does not run Django: nothing of ours to load
         return
@@ -259,7 +242,12 @@ def prepare_worker_process(**kwargs: Any) -> None:
             sorted(queues or ()),
         )
         return
-    _loaded.clear()
+    _warm.clear()
+    if _worker is not None and pool_name(getattr(_worker, "pool_cls", "prefork")) in (
+        ONE_PROCESS_POOLS
+    ):
+        _warm_up(names, threads)  # before consuming: "ready" means warm (see the docstring)
+        return
     threading.Thread(
         target=_warm_up, args=(names, threads), name="django-sbert-warm-up", daemon=True
     ).start()
@@ -267,13 +255,12 @@ def prepare_worker_process(**kwargs: Any) -> None:
 
 @task_prerun.connect(dispatch_uid="django_sbert.serving.worker.task_prerun")
 def wait_for_warm_up(**kwargs: Any) -> None:
-    """Hold a task until this process's encoders are loaded (at most WARM_UP_WAIT_SECONDS);
-    the compiles after the load do not hold it."""
-    if _loaded.is_set():
+    """Hold a task until this process's warm-up has finished (at most WARM_UP_WAIT_SECONDS)."""
+    if _warm.is_set():
         return
-    logger.info("django-sbert: task waits for this worker process's encoders to load.")
-    if not _loaded.wait(WARM_UP_WAIT_SECONDS):
+    logger.info("django-sbert: task waits for this worker process's encoders to warm up.")
+    if not _warm.wait(WARM_UP_WAIT_SECONDS):
         logger.warning(
-            "django-sbert: loading the encoders took longer than %.0f s; the task runs anyway.",
+            "django-sbert: the warm-up took longer than %.0f s; the task runs anyway.",
             WARM_UP_WAIT_SECONDS,
         )
