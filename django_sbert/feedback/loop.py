@@ -41,7 +41,7 @@ from django.utils import timezone
 from ..conf import sbert_settings
 from ..exceptions import BrokerUnavailable, PromotionRefused, RunConflict
 from ..finetuning import promotion, runs
-from ..finetuning.gate import stored_verdict
+from ..finetuning.gate import GateResult, stored_verdict
 from ..indexing import field_refs
 from ..models import EncoderVersion, RunStatus, TrainingPair, TrainingRun, VersionStatus
 from .evidence import attack_signals, independent_eval
@@ -204,9 +204,9 @@ def decide(run: TrainingRun) -> str:
     return decision
 
 
-def refusal(candidate: EncoderVersion) -> str | None:
+def refusal(candidate: EncoderVersion, verdict: GateResult | None = None) -> str | None:
     """Why ``AUTO_PROMOTE`` would not promote a loop run's ``candidate`` (see ``decide``);
-    None when it would."""
+    None when it would. ``verdict``: the gate's stored verdict, when already read."""
     assert candidate.run is not None
     flags = flags_of(candidate.run)
     if flags:
@@ -214,7 +214,7 @@ def refusal(candidate: EncoderVersion) -> str | None:
             f"not promoted: its pairs look scripted ({'; '.join(flags)}); staff may compare "
             "it and promote it, or delete it"
         )
-    verdict = stored_verdict(candidate)
+    verdict = verdict or stored_verdict(candidate)
     if verdict is None:
         return "waiting for staff: the serving version changed since the run"
     if not verdict.passed:
@@ -227,11 +227,11 @@ def refusal(candidate: EncoderVersion) -> str | None:
 
 
 def _auto_promote(candidate: EncoderVersion) -> str:
-    refused = refusal(candidate)
+    verdict = stored_verdict(candidate)
+    refused = refusal(candidate, verdict)
     if refused is not None:
         return refused
-    verdict = stored_verdict(candidate)
-    assert verdict is not None
+    assert verdict is not None  # refusal() answers when there is none
     try:
         promotion.start_promotion(candidate, reason=PROMOTE_REASON)
     except (PromotionRefused, BrokerUnavailable) as exc:

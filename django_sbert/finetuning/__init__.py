@@ -11,7 +11,8 @@ Modules, in the order a fine-tune goes:
 * ``execution``: the run in the worker: train, measure, save a candidate; ``progress``: what
   it writes while it runs; ``quality``: general quality on an STS file.
 * ``gate``: compare a candidate with the serving version on the eval pairs (and, for a run
-  from visitors' clicks, on the ``guard`` set no visitor writes); ``hybrid``: the
+  from visitors' clicks, on the ``guard`` set no visitor writes; ``rows``: the encoder's rows
+  both sample); ``hybrid``: the
   keyword and hybrid figures and the fusion chosen per version; ``compare``: the
   before-and-after page's results.
 * ``promotion``: stage every row's vectors, then switch in one transaction; ``passages``: the

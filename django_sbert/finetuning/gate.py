@@ -36,10 +36,10 @@ from typing import Any
 
 from ..conf import sbert_settings
 from ..encoder.evaluation import retrieval_metrics, sts_spearman
-from ..indexing import field_refs, light_rows
 from ..models import EncoderVersion, TrainingPair
 from ..serving import get_encoder, serving_record
 from . import guard as guards
+from .rows import pool_texts, row_pool
 
 PRIMARY_METRICS = ("ndcg@10", "sts_spearman")  # what the evaluation gate compares, in order
 DISTRACTOR_SEED = 0  # the sample of distractors depends on the data alone, never on a run
@@ -148,15 +148,7 @@ def eval_distractors(
         return []
     exclude = {p.text_b for p in positives}
     holds_positive = PositiveIndex(exclude)
-    refs = [ref for ref in field_refs() if ref.encoder_name == encoder_name]
-    most_rows = int(sbert_settings.TRAINING["MINING_ROWS"])
-    pool: list[tuple[int, Any]] = []  # (index in refs, pk), or (-1, a train positive)
-    for index, ref in enumerate(refs):
-        room = most_rows - len(pool)
-        if room <= 0:
-            break
-        pks = ref.manager.order_by("pk").values_list("pk", flat=True)[:room]
-        pool.extend((index, pk) for pk in pks)
+    refs, pool = row_pool(encoder_name)  # (index in refs, pk); (-1, a train positive) below
     # Sorted: the sample must not depend on the order the pairs were read in.
     pool.extend((-1, text) for text in sorted({p.text_b for p in positive_pairs(train)}))
     random.Random(DISTRACTOR_SEED).shuffle(pool)
@@ -167,7 +159,7 @@ def eval_distractors(
         # Read what is still missing (a few more: some texts are empty, repeated or positives).
         chunk = pool[start : start + limit - len(chosen) + 16]
         start += len(chunk)
-        texts = _chunk_texts(refs, chunk)
+        texts = pool_texts(refs, chunk)
         for item in chunk:
             text = texts.get(item, "")
             if text and text not in seen and len(chosen) < limit and not holds_positive(text):
@@ -210,22 +202,6 @@ class PositiveIndex:
                 ):
                     return True
         return False
-
-
-def _chunk_texts(refs: Sequence[Any], chunk: Sequence[tuple[int, Any]]) -> dict[Any, str]:
-    """The text of each ``(ref index, pk)`` (a row's source text, stripped) or ``(-1, text)``."""
-    texts: dict[Any, str] = {}
-    by_ref: dict[int, list[Any]] = {}
-    for index, key in chunk:
-        if index < 0:
-            texts[(index, key)] = key.strip()
-        else:
-            by_ref.setdefault(index, []).append(key)
-    for index, pks in by_ref.items():
-        ref = refs[index]
-        for instance in light_rows(ref, ref.manager.filter(pk__in=pks)):
-            texts[(index, instance.pk)] = ref.field.get_source_text(instance).strip()
-    return texts
 
 
 def corpus_digest(distractors: Sequence[str]) -> str:

@@ -24,11 +24,11 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from ..conf import sbert_settings
 from ..encoder.evaluation import retrieval_metrics
 from ..encoder.pseudo_queries import pseudo_pairs
-from ..indexing import field_refs, get_ref, light_rows
+from ..indexing import get_ref, light_rows
 from ..models import BEHAVIOUR_SOURCE, JudgedQuery, TrainingPair, TrainingRun
+from .rows import pool_texts, row_pool
 
 GUARD_QUERIES = 200  # pseudo-queries (or judged queries) measured at most
 GUARD_ROWS = 600  # rows ranked per query at most, answers included
@@ -86,25 +86,12 @@ def from_behaviour(run: TrainingRun) -> bool:
 
 
 def _rows(encoder_name: str, seed: str, limit: int) -> list[tuple[str, str]]:
-    """A seeded sample of at most ``limit`` (key, text) of the encoder's rows, from the first
-    ``TRAINING["MINING_ROWS"]`` of each field in primary-key order."""
-    refs = [ref for ref in field_refs() if ref.encoder_name == encoder_name]
-    most = int(sbert_settings.TRAINING["MINING_ROWS"])
-    pool = []
-    for index, ref in enumerate(refs):
-        room = most - len(pool)
-        if room <= 0:
-            break
-        pks = ref.manager.order_by("pk").values_list("pk", flat=True)[:room]
-        pool.extend((index, pk) for pk in pks)
+    """A seeded sample of at most ``limit`` (key, text) of the encoder's rows
+    (``rows.row_pool``)."""
+    refs, pool = row_pool(encoder_name)
     random.Random(seed).shuffle(pool)
     chosen = pool[:limit]
-    texts: dict[tuple[int, Any], str] = {}
-    for index in {i for i, _ in chosen}:
-        ref = refs[index]
-        pks = [pk for i, pk in chosen if i == index]
-        for row in light_rows(ref, ref.manager.filter(pk__in=pks)):
-            texts[(index, row.pk)] = ref.field.get_source_text(row).strip()
+    texts = pool_texts(refs, chosen)
     return [
         (f"{refs[i].label}.{refs[i].name}:{pk}", texts[(i, pk)])
         for i, pk in chosen
