@@ -208,7 +208,6 @@ def _upward(imports: list[tuple[str, str, int]]) -> list[str]:
     return found
 
 
-@pytest.mark.heavy
 def test_imports_go_down_the_floors():
     modules = _modules()
     known = set(modules)
