@@ -46,9 +46,7 @@ FLOORS = {
             "django_sbert.columns",
             "django_sbert.dimensions",
             "django_sbert.passages",
-            "django_sbert.fulltext",
-            "django_sbert.bm25",
-            "django_sbert.keyword_statistics",
+            "django_sbert.keyword",  # the tsvector column, the tsquery, BM25 and its statistics
             "django_sbert.indexes",
             "django_sbert.operations",
             "django_sbert.celery",

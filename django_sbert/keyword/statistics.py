@@ -39,6 +39,7 @@ from typing import Any
 from django.db import connections, transaction
 
 from .bm25 import LEXEME_TABLE, TOTAL_TABLE, relation_key
+from .column import field_weights
 
 TRIGGER_PREFIX = "sbert_kw_"
 
@@ -189,8 +190,7 @@ def keyword_columns(models: Sequence[Any] | None = None) -> list[tuple[str, str,
     """``(table, column, weight letters)`` of every keyword column of the project's models
     (or of ``models``)."""
     # Imported here: fields imports models, which Django loads after this module may be.
-    from .fields import EmbeddingField, all_embedding_fields
-    from .fulltext import field_weights
+    from ..fields import EmbeddingField, all_embedding_fields
 
     if models is None:
         pairs = all_embedding_fields()
