@@ -43,8 +43,6 @@ FLOORS = {
             "django_sbert.clients",
             "django_sbert.models",
             "django_sbert.fields",
-            "django_sbert.columns",
-            "django_sbert.dimensions",
             "django_sbert.passages",
             "django_sbert.keyword",  # the tsvector column, the tsquery, BM25 and its statistics
             "django_sbert.indexes",
@@ -71,7 +69,6 @@ FLOORS = {
             "django_sbert.urls",
             "django_sbert.tasks",
             "django_sbert.templatetags",
-            "django_sbert.forms",
         ),
         6,
     ),

@@ -46,8 +46,8 @@ from django.db import connections, models
 from django.db.models import Value
 from pgvector import Vector
 
-from ..columns import vector_literal
 from ..fields import EmbeddingField, embedding_fields
+from ..fields.columns import vector_literal
 from ..keyword import bm25, tsquery
 from ..keyword.column import field_weights
 from .aio import PendingVector, encode_text, pending_text_vector, text_vector
