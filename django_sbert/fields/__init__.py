@@ -35,16 +35,8 @@ importable from here.
 
 from __future__ import annotations
 
-from .checks import EmbeddingFieldChecks
-from .columns import (
-    PRECISIONS,
-    TEXT_FIELD_TYPES,
-    ConcatWS,
-    Sha256Hex,
-    text_hash,
-    vector_literal,
-)
-from .dimensions import encoder_dimensions, matryoshka_dims, model_dimensions
+from .columns import PRECISIONS, TEXT_FIELD_TYPES, ConcatWS, Sha256Hex, text_hash, vector_literal
+from .dimensions import encoder_dimensions, matryoshka_dims
 from .embedding import EmbeddingField, Source, all_embedding_fields, embedding_fields
 from .forms import EmbeddingFormField
 
@@ -53,7 +45,6 @@ __all__ = [
     "TEXT_FIELD_TYPES",
     "ConcatWS",
     "EmbeddingField",
-    "EmbeddingFieldChecks",
     "EmbeddingFormField",
     "Sha256Hex",
     "Source",
@@ -61,7 +52,6 @@ __all__ = [
     "embedding_fields",
     "encoder_dimensions",
     "matryoshka_dims",
-    "model_dimensions",
     "text_hash",
     "vector_literal",
 ]

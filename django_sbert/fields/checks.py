@@ -1,9 +1,5 @@
-"""An ``EmbeddingField``'s own system checks (a field's checks belong on the field, as
-``ArrayField.check()`` emits ``postgres.E002``): E002, E003, E006, E010, E011, E013, E020,
-E023. ``EmbeddingField`` inherits them from ``EmbeddingFieldChecks``.
-
-They read settings and the model's JSON files only: no torch import, no weights.
-"""
+"""``EmbeddingField``'s own system checks (a field's checks belong on the field): E002, E003,
+E006, E010, E011, E013, E020, E023. They read settings and JSON files only: no torch."""
 
 from __future__ import annotations
 
@@ -22,10 +18,8 @@ from .dimensions import matryoshka_dims
 
 
 class EmbeddingFieldChecks:
-    """The checks of ``EmbeddingField`` (mixed in before pgvector's ``VectorField``, whose
-    own checks ``check()`` runs first). The field gives ``source``, ``encoder``,
-    ``dimensions``, ``precision``, ``passage_config``, ``keyword_*``, ``source_fields``,
-    ``_is_field_name()`` and ``_label()``."""
+    """The checks ``EmbeddingField`` inherits (before ``VectorField``, whose checks run first);
+    it gives the attributes they read, ``_is_field_name()`` and ``_label()``."""
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         """E006 (source), E010 / E011 (keyword search), E003 / E002 / E023 (encoder,

@@ -51,6 +51,11 @@ def relation_key(table: str, column: str) -> str:
     return f"{table}.{column}"
 
 
+def length_sql(tsvector: str, letter: str) -> str:
+    """SQL of the length of field ``letter`` in ``tsvector``: its distinct lexemes."""
+    return f"length(ts_filter({tsvector}, '{{{letter.lower()}}}'))"
+
+
 def idf(rows: int, df: int) -> float:
     """Lucene's BM25 idf, ``ln(1 + (N - df + 0.5) / (df + 0.5))``: positive for any df."""
     return math.log(1.0 + (rows - df + 0.5) / (df + 0.5))
@@ -81,8 +86,7 @@ class Bm25:
         norms, norm_params, tf_parts = [], [], []
         for i, (letter, weight, b, average) in enumerate(self.fields):
             norms.append(
-                f"%s::float8 / (%s::float8 + %s::float8 * "
-                f"length(ts_filter(r.tsv, '{{{letter.lower()}}}'))) AS n{i}"
+                f"%s::float8 / (%s::float8 + %s::float8 * {length_sql('r.tsv', letter)}) AS n{i}"
             )
             norm_params += [weight, 1.0 - b, b / average]
             tf_parts.append(f"cardinality(array_positions(u.weights, '{letter}')) * d.n{i}")

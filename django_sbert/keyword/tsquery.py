@@ -184,11 +184,6 @@ class IdfRank(bm25.TsvectorRank):
         return " + ".join(parts), params
 
 
-def idf_rank(column: str, terms: Sequence[Term]) -> Expression:
-    """The idf-weighted rank of the tsvector column ``column`` for the query's ``terms``."""
-    return IdfRank(F(column), terms)
-
-
 def check_text(text: str) -> str:
     """``text`` if PostgreSQL can take it as a query; else a ``ValueError`` naming the problem.
 
@@ -270,7 +265,7 @@ def keyword_filter_and_rank(
     if not terms:
         return Value(False, output_field=BooleanField()), Value(0.0, output_field=FloatField())
     query = TsQuery(Value(tsquery_literal(matching_lexemes(terms))))
-    return Matches(F(column), query), idf_rank(column, terms)
+    return Matches(F(column), query), IdfRank(F(column), terms)
 
 
 def matching_lexemes(terms: Sequence[Term], share: float = MATCH_DF) -> list[str]:
