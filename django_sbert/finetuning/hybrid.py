@@ -25,7 +25,6 @@ fusion is never worse than vector search alone, nor than the site's settings.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -208,13 +207,9 @@ def _bm25_ranking(
 ) -> list[tuple[str, float]]:
     """One query's ``depth`` best ids by BM25 (bm25.py), the statistics exact over the
     corpus; ``match`` and the candidate restriction as ``keyword_search()``."""
-    terms = _terms(cursor, config, text, df, max_df if match == "any" else 1.0)
+    terms = _terms(cursor, config, text, df, max_df if match == "any" else 1.0, parameters.rows)
     if not terms:
         return []
-    terms = [
-        (lexeme, bm25.idf(parameters.rows, round(share * parameters.rows)), share)
-        for lexeme, _, share in terms
-    ]
     score, params = parameters.score_sql(
         "sbert_eval_docs.tsv", [(lex, idf) for lex, idf, _ in terms]
     )
@@ -233,18 +228,17 @@ def _bm25_ranking(
 
 
 def _terms(
-    cursor: Any, config: str, text: str, df: Mapping[str, float], max_df: float
+    cursor: Any, config: str, text: str, df: Mapping[str, float], max_df: float, rows: int
 ) -> list[tsquery.Term]:
-    """``tsquery.query_terms`` with exact document frequencies (words of no document: gone)."""
+    """``(lexeme, idf, df)`` as ``tsquery.bm25_terms`` finds them, the document frequencies
+    exact over the corpus of ``rows`` (words of no document: gone)."""
     cursor.execute(tsquery.LEXEMES_SQL, [config, text])
-    weighted = []
-    for (lexeme,) in cursor.fetchall():
-        share = df.get(lexeme)
-        if share:
-            weighted.append((share, lexeme, math.log(1.0 + (1.0 - share) / share)))
-    weighted.sort()
+    weighted = sorted((df[lexeme], lexeme) for (lexeme,) in cursor.fetchall() if df.get(lexeme))
     kept = [item for item in weighted if item[0] <= max_df] or weighted[:1]
-    return [(lexeme, idf, share) for share, lexeme, idf in kept[: tsquery.MAX_TERMS]]
+    return [
+        (lexeme, bm25.idf(rows, round(share * rows)), share)
+        for share, lexeme in kept[: tsquery.MAX_TERMS]
+    ]
 
 
 def keyword_config(encoder_name: str) -> str:
