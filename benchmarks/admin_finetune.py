@@ -195,11 +195,11 @@ def main() -> None:
 
     print(cpu_line())
     if args.equal_keyword_weights:
-        from django_sbert import fulltext
+        from django_sbert.keyword import tsquery
 
         # Weight A's rank multiplier set to B's, as keyword_statistics --equal-weights does.
-        fulltext.RANK_WEIGHTS = (*fulltext.RANK_WEIGHTS[:3], fulltext.RANK_WEIGHTS[2])
-        print(f"keyword rank multipliers (D, C, B, A): {fulltext.RANK_WEIGHTS}")
+        tsquery.RANK_WEIGHTS = (*tsquery.RANK_WEIGHTS[:3], tsquery.RANK_WEIGHTS[2])
+        print(f"keyword rank multipliers (D, C, B, A): {tsquery.RANK_WEIGHTS}")
     timings: dict[str, float] = {}
     data = load(args.rows, args.seed, args.dev_share, args.gate_share)
     print(

@@ -16,7 +16,7 @@ every row has its vector.
     python -m benchmarks.ingest --without-keyword-statistics  # BM25's triggers dropped
 
 ``--without-keyword-statistics`` drops the triggers that keep BM25's word statistics
-(django_sbert/keyword_statistics.py) after ``migrate``: the same run without their cost, to
+(django_sbert/keyword/statistics.py) after ``migrate``: the same run without their cost, to
 compare with a run that keeps them.
 
 Needs Redis on 127.0.0.1:6379 (``CELERY_BROKER_URL`` to change; a queue of its own is used).
@@ -174,7 +174,7 @@ def ingest(rows: list[tuple[str, str]], tx_rows: int, timeout: float) -> tuple[f
 
 
 def drop_keyword_triggers() -> None:
-    """Drop the triggers keyword_statistics.install() put on testapp_article."""
+    """Drop the triggers keyword.statistics.install() put on testapp_article."""
     from django.db import connection
 
     with connection.cursor() as cursor:

@@ -368,8 +368,8 @@ def idf_lookup(texts: list[str]) -> float:
     """Median time of the keyword side's idf statement (match="any"), on its own."""
     from django.db import connection
 
-    from django_sbert import fulltext
     from django_sbert.conf import sbert_settings
+    from django_sbert.keyword import tsquery
 
     Article = article_model()
 
@@ -378,7 +378,7 @@ def idf_lookup(texts: list[str]) -> float:
     times = []
     for text in texts:
         started = time.perf_counter()
-        fulltext.query_terms(
+        tsquery.query_terms(
             connection,
             Article._meta.db_table,
             column,

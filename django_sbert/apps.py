@@ -78,12 +78,12 @@ def create_vector_extension(*, using: str = "default", **kwargs: Any) -> None:
 
 def install_keyword_triggers(*, using: str = "default", **kwargs: Any) -> list[str]:
     """After ``migrate``: the triggers that keep BM25's statistics of every keyword column
-    (keyword_statistics.py), replaced idempotently; a column without statistics yet is
+    (keyword/statistics.py), replaced idempotently; a column without statistics yet is
     counted. A role that may not create triggers gets a warning, and migrate goes on."""
-    from . import keyword_statistics  # imports fields, which Django loads after apps.py
+    from .keyword import statistics  # imports fields, which Django loads after apps.py
 
     try:
-        counted = keyword_statistics.install(using)
+        counted = statistics.install(using)
     except DatabaseError as exc:
         logger.warning(
             "django-sbert: could not install the keyword statistics triggers on database %r "

@@ -282,7 +282,7 @@ def test_fresh_database_migrates_although_no_migration_orders_the_extension_firs
 
 @pytest.mark.parametrize("dimensions", [1, 8, 384])
 def test_a_vector_literal_reads_back_as_the_same_float32_vector(db, dimensions):
-    from django_sbert.columns import vector_literal
+    from django_sbert.fields.columns import vector_literal
 
     rng = np.random.default_rng(dimensions)
     vector = rng.standard_normal(dimensions).astype(np.float32) * np.float32(1e-3)

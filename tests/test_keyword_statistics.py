@@ -1,6 +1,6 @@
 """Keyword statistics on real PostgreSQL: the statistics target of keyword columns, set after
 ``migrate`` (apps.set_keyword_statistics), and what ANALYZE keeps for ts_rank's word weights;
-BM25's exact counts kept by triggers (keyword_statistics.py), equal to a recount after every
+BM25's exact counts kept by triggers (keyword/statistics.py), equal to a recount after every
 kind of write."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import override_settings
 
-from django_sbert import keyword_statistics
 from django_sbert.apps import set_keyword_statistics
-from django_sbert.fulltext import clear_statistics_cache, column_statistics
+from django_sbert.keyword import statistics
+from django_sbert.keyword.tsquery import clear_statistics_cache, column_statistics
 from tests.finetuning.test_passage_promotion import model_dir, tuned  # noqa: F401 (fixtures)
 from tests.testapp.models import Article
 
@@ -92,15 +92,15 @@ def test_a_role_that_cannot_alter_the_table_gets_a_warning_and_migrate_goes_on(c
     assert statistics_target() == 1000  # unchanged, and the connection still works
 
 
-# -- BM25's statistics (keyword_statistics.py): kept by triggers, equal to a recount ----------
+# -- BM25's statistics (keyword/statistics.py): kept by triggers, equal to a recount ----------
 
 LETTERS = ["A", "B"]  # Article's source fields: title (A), body (B)
 
 
 def assert_counts_exact() -> dict[str, int]:
     """The statistics tables hold what a recount from the rows gives; the totals."""
-    totals, dfs = keyword_statistics.stored(connection, TABLE, COLUMN)
-    expected_totals, expected_dfs = keyword_statistics.recount(connection, TABLE, COLUMN, LETTERS)
+    totals, dfs = statistics.stored(connection, TABLE, COLUMN)
+    expected_totals, expected_dfs = statistics.recount(connection, TABLE, COLUMN, LETTERS)
     assert dfs == expected_dfs
     assert {k: v for k, v in totals.items() if k in expected_totals} == expected_totals
     return totals
@@ -183,7 +183,7 @@ def test_an_update_that_leaves_the_text_alone_queues_no_trigger():
 
 
 def update_fn() -> str:
-    return keyword_statistics._names(TABLE, COLUMN)["update"]
+    return statistics._names(TABLE, COLUMN)["update"]
 
 
 @pytest.mark.django_db
@@ -194,7 +194,7 @@ def test_rebuild_counts_from_scratch():
         cursor.execute("DELETE FROM django_sbert_keyword_total WHERE weight = 'B'")
     with pytest.raises(CommandError, match="differ from a recount"):
         call_command("sbert_keyword_stats", "--check", stdout=io.StringIO())
-    assert f"{TABLE}.{COLUMN}" in keyword_statistics.rebuild()
+    assert f"{TABLE}.{COLUMN}" in statistics.rebuild()
     assert_counts_exact()
     Article.objects.filter(title="Gone").update(body="lost")
     with connection.cursor() as cursor:

@@ -25,18 +25,17 @@ fusion is never worse than vector search alone, nor than the site's settings.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from django.db import connections, router, transaction
 
-from .. import bm25 as okapi
-from .. import fulltext
 from ..conf import sbert_settings
 from ..encoder.evaluation import Encodes, ranking_metrics
 from ..fields import all_embedding_fields
+from ..keyword import bm25, tsquery
+from ..keyword.column import DEFAULT_CONFIG
 from ..models import TrainingPair
 from ..query.options import match_share
 from ..serving import FUSION_KEYS
@@ -154,7 +153,7 @@ def keyword_rankings(
     corpus: Mapping[str, str],
     depth: int,
     *,
-    config: str = fulltext.DEFAULT_CONFIG,
+    config: str = DEFAULT_CONFIG,
     match: str = "any",
     max_df: float = 0.2,
     using: str | None = None,
@@ -162,71 +161,43 @@ def keyword_rankings(
     """Each query's ``depth`` best corpus ids by PostgreSQL full-text search, with their
     keyword score, best first.
 
-    The ranking of ``keyword_search()`` (fulltext.py): ``match="any"`` ranks rows holding one
-    of the query's rarest words by ``sum(idf * ts_rank)``, the document frequencies counted
-    exactly over ``corpus`` (a table's come from ANALYZE's sample); ``match="all"`` asks for
-    every word (``websearch_to_tsquery``) and ranks by ``ts_rank_cd``. The corpus lives in a
-    temporary table for the duration of one transaction, on the primary (``db_for_write``):
-    a read replica, or any read-only connection, refuses ``CREATE TEMPORARY TABLE``.
+    The ranking of ``keyword_search()`` (keyword/): BM25 with the document frequencies
+    counted exactly over ``corpus``; ``match="any"`` ranks rows holding one of the query's
+    rarest words, ``match="all"`` asks for every word (``websearch_to_tsquery``). The corpus
+    lives in a temporary table for the duration of one transaction, on the primary
+    (``db_for_write``): a read replica, or any read-only connection, refuses
+    ``CREATE TEMPORARY TABLE``.
     """
     alias = using or router.db_for_write(TrainingPair)
     ids = list(corpus)
-    weights = "{" + ",".join(str(w) for w in fulltext.RANK_WEIGHTS) + "}"
     rankings: dict[str, list[tuple[str, float]]] = {}
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
         cursor.execute(_CREATE)
         cursor.execute(_FILL, [config, ids, [corpus[d] for d in ids]])
         cursor.execute(_DF)
         df = {word: count / max(1, len(ids)) for word, count in cursor.fetchall()}
-        bm25 = _bm25_parameters(cursor, len(ids))
+        parameters = _bm25_parameters(cursor, len(ids))
         for qid, text in queries.items():
-            if bm25 is not None:
-                rankings[qid] = _bm25_ranking(cursor, bm25, config, text, df, match, max_df, depth)
-                continue
-            if match == "all":
-                cursor.execute(
-                    "SELECT id, ts_rank_cd(%s::float4[], tsv, q) AS score "
-                    "FROM sbert_eval_docs, websearch_to_tsquery(%s::regconfig, %s) q "
-                    "WHERE tsv @@ q ORDER BY score DESC, id LIMIT %s",
-                    [weights, config, text, depth],
-                )
-                rankings[qid] = [(row[0], float(row[1])) for row in cursor.fetchall()]
-                continue
-            terms = _terms(cursor, config, text, df, max_df)
-            if not terms:
-                rankings[qid] = []
-                continue
-            rank_sql = " + ".join("%s * ts_rank(%s::float4[], tsv, %s::tsquery)" for _ in terms)
-            params: list[Any] = []
-            for lexeme, idf, _ in terms:
-                params += [idf, weights, fulltext.tsquery_literal([lexeme])]
-            matching = fulltext.tsquery_literal(fulltext.matching_lexemes(terms))
-            cursor.execute(
-                f"SELECT id, {rank_sql} AS score FROM sbert_eval_docs WHERE tsv @@ %s::tsquery "
-                f"ORDER BY score DESC, id LIMIT %s",
-                [*params, matching, depth],
+            rankings[qid] = _bm25_ranking(
+                cursor, parameters, config, text, df, match, max_df, depth
             )
-            rankings[qid] = [(row[0], float(row[1])) for row in cursor.fetchall()]
         cursor.execute("DROP TABLE sbert_eval_docs")
     return rankings
 
 
-def _bm25_parameters(cursor: Any, rows: int) -> okapi.Bm25 | None:
-    """BM25 over the temporary table's one field (weight D), with ``SEARCH``'s k1 and b; None
-    with ``KEYWORD_RANK`` "ts_rank"."""
+def _bm25_parameters(cursor: Any, rows: int) -> bm25.Bm25:
+    """BM25 over the temporary table's one field (weight D), with ``SEARCH``'s k1 and b."""
     search = sbert_settings.SEARCH
-    if search["KEYWORD_RANK"] != "bm25":
-        return None
     cursor.execute("SELECT COALESCE(sum(length(tsv)), 0) FROM sbert_eval_docs")
     total = int(cursor.fetchone()[0])
     b = search["BM25_B"]
     b = b.get("B", 0.75) if isinstance(b, Mapping) else b  # the body's, as a site's field
-    return okapi.parameters(["D"], {"D": total}, rows, search["BM25_K1"], b, {"D": 1.0})
+    return bm25.parameters(["D"], {"D": total}, rows, search["BM25_K1"], b, {"D": 1.0})
 
 
 def _bm25_ranking(
     cursor: Any,
-    bm25: okapi.Bm25,
+    parameters: bm25.Bm25,
     config: str,
     text: str,
     df: Mapping[str, float],
@@ -236,20 +207,18 @@ def _bm25_ranking(
 ) -> list[tuple[str, float]]:
     """One query's ``depth`` best ids by BM25 (bm25.py), the statistics exact over the
     corpus; ``match`` and the candidate restriction as ``keyword_search()``."""
-    terms = _terms(cursor, config, text, df, max_df if match == "any" else 1.0)
+    terms = _terms(cursor, config, text, df, max_df if match == "any" else 1.0, parameters.rows)
     if not terms:
         return []
-    terms = [
-        (lexeme, okapi.idf(bm25.rows, round(share * bm25.rows)), share)
-        for lexeme, _, share in terms
-    ]
-    score, params = bm25.score_sql("sbert_eval_docs.tsv", [(lex, idf) for lex, idf, _ in terms])
+    score, params = parameters.score_sql(
+        "sbert_eval_docs.tsv", [(lex, idf) for lex, idf, _ in terms]
+    )
     if match == "all":
         where, where_params = "tsv @@ websearch_to_tsquery(%s::regconfig, %s)", [config, text]
     else:
-        share = match_share(bm25.rows)
+        share = match_share(parameters.rows)
         where = "tsv @@ %s::tsquery"
-        where_params = [fulltext.tsquery_literal(fulltext.matching_lexemes(terms, share))]
+        where_params = [tsquery.tsquery_literal(tsquery.matching_lexemes(terms, share))]
     cursor.execute(
         f"SELECT id, {score} AS score FROM sbert_eval_docs WHERE {where} "
         "ORDER BY score DESC, id LIMIT %s",
@@ -259,27 +228,26 @@ def _bm25_ranking(
 
 
 def _terms(
-    cursor: Any, config: str, text: str, df: Mapping[str, float], max_df: float
-) -> list[fulltext.Term]:
-    """``fulltext.query_terms`` with exact document frequencies (words of no document: gone)."""
-    cursor.execute(fulltext.LEXEMES_SQL, [config, text])
-    weighted = []
-    for (lexeme,) in cursor.fetchall():
-        share = df.get(lexeme)
-        if share:
-            weighted.append((share, lexeme, math.log(1.0 + (1.0 - share) / share)))
-    weighted.sort()
+    cursor: Any, config: str, text: str, df: Mapping[str, float], max_df: float, rows: int
+) -> list[tsquery.Term]:
+    """``(lexeme, idf, df)`` as ``tsquery.bm25_terms`` finds them, the document frequencies
+    exact over the corpus of ``rows`` (words of no document: gone)."""
+    cursor.execute(tsquery.LEXEMES_SQL, [config, text])
+    weighted = sorted((df[lexeme], lexeme) for (lexeme,) in cursor.fetchall() if df.get(lexeme))
     kept = [item for item in weighted if item[0] <= max_df] or weighted[:1]
-    return [(lexeme, idf, share) for share, lexeme, idf in kept[: fulltext.MAX_TERMS]]
+    return [
+        (lexeme, bm25.idf(rows, round(share * rows)), share)
+        for share, lexeme in kept[: tsquery.MAX_TERMS]
+    ]
 
 
 def keyword_config(encoder_name: str) -> str:
     """The text search configuration of the first keyword-searchable field of the encoder,
-    else ``fulltext.DEFAULT_CONFIG``."""
+    else ``DEFAULT_CONFIG``."""
     for _, field in all_embedding_fields():
         if field.encoder == encoder_name and field.keyword_search:
-            return fulltext.query_configs(field.keyword_config)[0]
-    return fulltext.DEFAULT_CONFIG
+            return tsquery.query_configs(field.keyword_config)[0]
+    return DEFAULT_CONFIG
 
 
 def hybrid_metrics(

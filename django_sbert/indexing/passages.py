@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 from django.db import connections
 
-from ..columns import vector_literal
 from ..encoder.passages import Passage, passages_of
+from ..fields.columns import vector_literal
 from ..models import StagedPassage
 from ..passages import passage_limit
 from ..serving import get_encoder, role_prompt

@@ -16,8 +16,8 @@ import numpy as np
 from django.db import models
 from django.db.models import Q
 
-from ..columns import text_hash
 from ..conf import encoder_config
+from ..fields.columns import text_hash
 from ..passages import passages_exist
 from ..serving import get_encoder, role_prompt
 from .failures import RowFailure, read_text, record

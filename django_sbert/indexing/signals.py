@@ -26,9 +26,9 @@ from django.apps import apps
 from django.db import models, transaction
 from django.db.models.signals import post_delete, post_save
 
-from ..columns import text_hash
 from ..conf import sbert_settings
 from ..fields import embedding_fields
+from ..fields.columns import text_hash
 from ..serving import encoder_version
 from . import tasks
 from .refs import field_refs, get_ref

@@ -22,7 +22,7 @@ from typing import Any
 from django.db import models
 from django.db.models import Q
 
-from ..columns import text_hash
+from ..fields.columns import text_hash
 from ..passages import passages_exist
 from .failures import RowFailure, read_text, skipped_rows, waiting_exists, waiting_hashes
 from .refs import FieldRef, Pk

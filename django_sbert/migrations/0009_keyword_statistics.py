@@ -1,4 +1,4 @@
-"""The collection statistics of BM25 keyword search (django_sbert/keyword_statistics.py).
+"""The collection statistics of BM25 keyword search (django_sbert/keyword/statistics.py).
 
 Plain tables rather than models: only PostgreSQL's triggers write them and only the search
 reads them, in SQL. ``"<table>.<column>"`` names the keyword column counted.

@@ -19,7 +19,7 @@ from typing import Any
 from django.utils.deconstruct import deconstructible
 
 from ..conf import encoder_config
-from ..encoder import describe
+from ..encoder import ModelSpec, describe
 
 DOCUMENT_VECTORS = ("mean", "first")
 DEFAULT_WINDOWS = 64  # MAX_CHUNKS when it is None: the text budget of one row, in windows
@@ -107,8 +107,9 @@ def passage_config(value: bool | PassageConfig | None) -> PassageConfig | None:
 
 
 @functools.lru_cache(maxsize=64)
-def _max_seq_length(model: str) -> int:
-    return describe(model).max_seq_length
+def model_spec(model: str) -> ModelSpec:
+    """``describe(model)``, read once per process: the model's JSON files, no torch."""
+    return describe(model)
 
 
 def passage_limit(config: PassageConfig, encoder: str) -> int:
@@ -122,7 +123,7 @@ def passage_limit(config: PassageConfig, encoder: str) -> int:
         return int(config.max_passages)
     settings = encoder_config(encoder)
     windows = settings["MAX_CHUNKS"] if settings["MAX_CHUNKS"] is not None else DEFAULT_WINDOWS
-    window = _max_seq_length(str(settings["MODEL"]))
+    window = model_spec(str(settings["MODEL"])).max_seq_length
     size = min(config.max_tokens or window, window)
     step = max(1, size - config.overlap)  # new tokens per passage
     return max(1, math.ceil(int(windows) * window / step))

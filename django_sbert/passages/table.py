@@ -32,7 +32,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 from pgvector.django import HnswIndex, VectorField
 
-from ..dimensions import encoder_dimensions
+from ..conf import encoder_config
+from .config import model_spec
 
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 64
@@ -56,7 +57,8 @@ class PassageVectorField(VectorField):
         if self.dimensions is not None:
             return self.dimensions
         try:
-            return encoder_dimensions(self.encoder)
+            # Not fields.dimensions: the fields package imports this one.
+            return model_spec(str(encoder_config(self.encoder)["MODEL"])).dimensions
         except (LookupError, OSError, ValueError) as exc:
             raise ImproperlyConfigured(
                 f"Cannot read the vector size of encoder {self.encoder!r} for a passage table "

@@ -16,7 +16,7 @@ search's rank or score fusion in SQL), ``suggest`` (search-as-you-type: a prefix
 fused with a vector search of the text so far), ``passages`` (rows ranked by their best passage),
 ``highlight`` (the sentence of a passage that answers the query), ``binary`` (search on
 binary codes, re-ranked by exact cosine), ``replicas`` (which database a search reads). The
-full-text pieces are in ``django_sbert.fulltext``.
+full-text pieces are in ``django_sbert.keyword``.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ applies to both candidate lists::
                     AND id = ANY(ARRAY(SELECT id FROM article WHERE <filters>
                                        AND embedding_tsv @@ :tsq LIMIT :max_rows))
                     ORDER BY 2 DESC, id LIMIT :n) c (pk, score)
-             ) t                                         -- GIN index (fulltext.py)
+             ) t                                         -- GIN index (keyword/column.py)
         ON v.pk = t.pk
     ) f ON f.pk = article.id
     WHERE <filters>
@@ -77,7 +77,7 @@ from django.db.models.sql.query import Query
 from django.db.models.sql.where import AND, WhereNode
 from pgvector.django import CosineDistance
 
-from .. import bm25, fulltext
+from ..keyword import bm25, tsquery
 from .vectors import QuerySource, QueryVector
 
 
@@ -120,7 +120,7 @@ class Fusion:
     text: str
     config: str
     match: str
-    terms: tuple[fulltext.Term, ...]  # (lexeme, idf, df) of the text's words, for match="any"
+    terms: tuple[tsquery.Term, ...]  # (lexeme, idf, df) of the text's words, for match="any"
     rrf_k: float
     vector_weight: float
     keyword_weight: float
@@ -141,10 +141,10 @@ class Fusion:
     # take the candidates by Hamming distance and rank them by exact cosine; None: the float
     # vectors, through their own index.
     binary: Any = None
-    # KEYWORD_RANK "bm25": the column's BM25 parameters (bm25.Bm25); None: ts_rank.
+    # The column's BM25 parameters (bm25.Bm25); None: it has no statistics (ts_rank).
     bm25: Any = None
-    # BM25: the share of rows a candidate's rarest words may cover (fulltext.matching_lexemes)
-    match_share: float = fulltext.MATCH_DF
+    # BM25: the share of rows a candidate's rarest words may cover (tsquery.matching_lexemes)
+    match_share: float = tsquery.MATCH_DF
     # BM25: candidates that get the exact score, the best by a quick score (CappedMatch)
     rescore: int | None = None
     # The keyword side's rows, ranked ahead while the text was encoded; None: rank them here.
@@ -364,10 +364,10 @@ class FusedJoin(DerivedTableJoin):
 
     def _keyword_side(self, base: QuerySet, connection: Any) -> tuple[str, tuple[Any, ...]]:
         f = self.fusion
-        matches, rank = fulltext.keyword_filter_and_rank(
+        matches, rank = tsquery.keyword_filter_and_rank(
             f.tsvector_column, f.text, f.config, f.match, f.terms, f.bm25, f.match_share
         )
-        if isinstance(matches, fulltext.Matches) and (f.max_rows is not None or f.bm25 is not None):
+        if isinstance(matches, tsquery.Matches) and (f.max_rows is not None or f.bm25 is not None):
             # rank at most max_rows rows; with BM25, the best `rescore` of them by a quick score
             matches = CappedMatch(
                 matches,
@@ -511,8 +511,8 @@ class CappedMatch(Expression):
         if self.require_condition:
             base = base.filter(self.condition)
         # One word's rows: the scan reads its lexeme from the list it is joined to.
-        word = fulltext.TsQuery(RawSQL(f"{_WORDS}.lexeme", (), output_field=TextField()))
-        rows = base.filter(fulltext.Matches(F(self.tsvector_column), word))
+        word = tsquery.TsQuery(RawSQL(f"{_WORDS}.lexeme", (), output_field=TextField()))
+        rows = base.filter(tsquery.Matches(F(self.tsvector_column), word))
         rows = rows.values_list("pk")[: self.limit]
         rows_sql, rows_params = rows.query.get_compiler(connection=connection).as_sql()
         lexemes = [bm25.quote_lexeme(lexeme) for lexeme, _ in self.prescore]
@@ -527,11 +527,11 @@ class CappedMatch(Expression):
 
 
 def prescore_terms(terms: Any, match: str, share: float) -> tuple[tuple[str, float], ...]:
-    """``(lexeme, idf)`` of the words whose rows are candidates, from fulltext terms
+    """``(lexeme, idf)`` of the words whose rows are candidates, from tsquery terms
     ``(lexeme, idf, df)``: with ``match="any"`` the rarest, while together they are in at
-    most ``share`` of the rows (fulltext.matching_lexemes); with "all", every word."""
+    most ``share`` of the rows (tsquery.matching_lexemes); with "all", every word."""
     if match == "any":
-        wanted = set(fulltext.matching_lexemes(terms, share))
+        wanted = set(tsquery.matching_lexemes(terms, share))
         terms = [term for term in terms if term[0] in wanted]
     return tuple((lexeme, float(idf)) for lexeme, idf, _ in terms)
 

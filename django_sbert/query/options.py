@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,9 +26,9 @@ from typing import Any
 
 from django.db import OperationalError, connections, transaction
 
-from .. import bm25, fulltext
 from ..conf import SEARCH_DEFAULTS, sbert_settings
 from ..exceptions import SearchTimeout
+from ..keyword import bm25, tsquery
 from ..serving import FUSIONS, serving_record
 
 ITERATIVE_SCAN_MODES = ("off", "strict_order", "relaxed_order")
@@ -174,8 +173,8 @@ def _pipeline_supported() -> bool:
 
 
 def match_mode(match: str) -> str:
-    if match not in fulltext.MATCH_MODES:
-        raise ValueError(f"match must be one of {fulltext.MATCH_MODES}, got {match!r}.")
+    if match not in tsquery.MATCH_MODES:
+        raise ValueError(f"match must be one of {tsquery.MATCH_MODES}, got {match!r}.")
     return match
 
 
@@ -198,7 +197,7 @@ class KeywordConfig:
 
     match: str | None = None  # "all" (every word, web-search syntax) or "any" of the words
     max_df: float | None = None  # match="any": words in more than this share of rows left out
-    rank: str | None = None  # "bm25" or "ts_rank" (deprecated): SEARCH["KEYWORD_RANK"]
+    rank: str | None = None  # "bm25", the one keyword ranking
 
 
 FUSION_ARGUMENTS = ("candidates", "rrf_k", "vector_weight", "keyword_weight")
@@ -293,18 +292,11 @@ def keyword_max_df(max_df: float | None) -> float:
 
 
 def keyword_rank(rank: str | None) -> str:
-    """``rank`` given, else ``SBERT["SEARCH"]["KEYWORD_RANK"]``: "bm25" or "ts_rank" (which
-    warns: it goes in the next release)."""
-    value = sbert_settings.SEARCH["KEYWORD_RANK"] if rank is None else rank
+    """``rank`` checked: "bm25" (the default, and the one keyword ranking)."""
+    value = "bm25" if rank is None else rank
     if value not in bm25.RANKS:
-        raise ValueError(f"rank must be one of {bm25.RANKS}, got {value!r}.")
-    if value == "ts_rank":
-        warnings.warn(
-            'Keyword ranking by ts_rank (SBERT["SEARCH"]["KEYWORD_RANK"] = "ts_rank") is '
-            'deprecated and goes in the next release; BM25 ("bm25") ranks better.',
-            DeprecationWarning,
-            stacklevel=4,
-        )
+        removed = " (ts_rank, deprecated in 0.2.0, was removed)" if value == "ts_rank" else ""
+        raise ValueError(f"rank must be one of {bm25.RANKS}, got {value!r}{removed}.")
     return value
 
 

@@ -30,7 +30,7 @@ How it stays fast and correct (see docs/search.md):
   every statement runs under ``STATEMENT_TIMEOUT`` (options.py).
 
 ``hybrid_search()`` shares the encoding, the filtering and the index settings with
-``similar_to()``; its SQL is described in fusion.py, the full-text pieces in fulltext.py.
+``similar_to()``; its SQL is described in fusion.py, the full-text pieces in django_sbert.keyword.
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ from django.db import connections, models
 from django.db.models import Value
 from pgvector import Vector
 
-from .. import bm25 as okapi
-from .. import fulltext
-from ..columns import vector_literal
 from ..fields import EmbeddingField, embedding_fields
+from ..fields.columns import vector_literal
+from ..keyword import bm25, tsquery
+from ..keyword.column import field_weights
 from .aio import PendingVector, encode_text, pending_text_vector, text_vector
 from .binary import reranked
 from .fusion import (
@@ -95,10 +95,11 @@ from .vectors import (
 @dataclass(frozen=True)
 class KeywordPlan:
     """What a keyword search looks for: its terms ``(lexeme, idf, df)``, the BM25 parameters
-    (None: ts_rank) and the share of rows a candidate's rarest words may cover."""
+    (None: the column has no statistics, ts_rank) and the share of rows a candidate's rarest
+    words may cover."""
 
-    terms: tuple[fulltext.Term, ...]
-    bm25: okapi.Bm25 | None
+    terms: tuple[tsquery.Term, ...]
+    bm25: bm25.Bm25 | None
     match_share: float
     # hybrid_search(): the keyword side's rows, ranked already (fusion.KeywordRows)
     rows: KeywordRows | None = None
@@ -199,22 +200,21 @@ class SemanticQuerySet(models.QuerySet):
         a web search box (``websearch_to_tsquery``: every word, ``"a phrase"``, ``-not``,
         ``or``); ``match="any"`` finds rows containing any of its words (words in more than
         ``max_df`` of the rows, default ``SBERT["SEARCH"]["KEYWORD_MAX_DF"]``, are left out).
-        Rows are ranked by Okapi BM25 over the source fields (``rank="bm25"``, the default:
-        ``SBERT["SEARCH"]["KEYWORD_RANK"]``; ``"ts_rank"``, PostgreSQL's rank, is deprecated),
-        each with ``keyword_score``. No vector is computed, and rows need no embedding. An
+        Rows are ranked by Okapi BM25 over the source fields (``rank="bm25"``, the one
+        ranking), each with ``keyword_score``. No vector is computed, and rows need no embedding. An
         empty or punctuation-only text matches nothing. The words' statistics are read with
         one small query when called. At most ``SBERT["SEARCH"]["KEYWORD_MAX_ROWS"]`` matching
         rows are ranked (the first PostgreSQL finds that pass the filters), so a word most
         rows hold costs no more than that; ``count()`` is at most that many, and with BM25 at
         most ``max(k, SEARCH["BM25_RESCORE"])`` (the best by a quick score get the exact one).
         """
-        fulltext.check_text(text)
+        tsquery.check_text(text)
         embedding = self._embedding_field(field, keyword=True)
         match = match_mode(match)
         max_rows = keyword_max_rows()  # checked even when no word is searched for
         pinned = self._pinned()
         plan = pinned._keyword_plan(embedding, text, match, max_df, rank)
-        matches, rank_expression = fulltext.keyword_filter_and_rank(
+        matches, rank_expression = tsquery.keyword_filter_and_rank(
             embedding.tsvector_field_name,
             text,
             embedding.keyword_config,
@@ -223,14 +223,14 @@ class SemanticQuerySet(models.QuerySet):
             plan.bm25,
             plan.match_share,
         )
-        if isinstance(matches, fulltext.Matches):
+        if isinstance(matches, tsquery.Matches):
             # Rank at most KEYWORD_MAX_ROWS of the matching rows, however common the words;
             # BM25: the exact score for the best of them by a quick score only.
-            bm25 = plan.bm25 is not None
+            by_bm25 = plan.bm25 is not None
             matches = CappedMatch(
                 matches,
                 max_rows,
-                prescore=prescore_terms(plan.terms, match, plan.match_share) if bm25 else None,
+                prescore=prescore_terms(plan.terms, match, plan.match_share) if by_bm25 else None,
                 keep=rescored_rows(k),
                 tsvector_column=embedding.tsvector_field_name,
                 require_condition=match == "all",
@@ -292,7 +292,7 @@ class SemanticQuerySet(models.QuerySet):
                 f"hybrid_search() takes the search text, not {type(text).__name__}; use "
                 "similar_to() to search by a vector or a model instance."
             )
-        fulltext.check_text(text)
+        tsquery.check_text(text)
         if any(isinstance(join, FusedJoin) for join in self.query.alias_map.values()):
             raise ValueError(
                 "hybrid_search() is already applied to this queryset; call it once, on a "
@@ -537,19 +537,19 @@ class SemanticQuerySet(models.QuerySet):
         """The words of ``text`` to search for and how to rank them (one query, under the
         statement timeout like the search). BM25: ``(lexeme, idf, df)`` from the column's
         exact statistics, for either match; where the column has none (its triggers could
-        not be installed), and with ``rank="ts_rank"``: the terms of fulltext.query_terms
-        for match="any", () for match="all".
+        not be installed): the terms of tsquery.query_terms for match="any", () for
+        match="all".
 
         With ``fusion`` (hybrid_search(): the fused table's settings, its terms still to come)
         the plan also carries the keyword side's rows, ranked in the same transaction;
         ``before_ranking`` is called once their statement is compiled, just before it runs.
         """
-        rank = keyword_rank(rank)
+        keyword_rank(rank)  # checked: BM25 is the one ranking
         if not text.strip():
-            return KeywordPlan((), None, fulltext.MATCH_DF)
+            return KeywordPlan((), None, tsquery.MATCH_DF)
         connection = connections[self.db]
         with search_options(self.db, SearchOptions.without_index_settings(), pipelined=True):
-            plan = self._keyword_terms(embedding, text, match, max_df, rank, connection)
+            plan = self._keyword_terms(embedding, text, match, max_df, connection)
             if fusion is None:
                 return plan
             fused = replace(fusion, terms=plan.terms, bm25=plan.bm25, match_share=plan.match_share)
@@ -563,31 +563,29 @@ class SemanticQuerySet(models.QuerySet):
         text: str,
         match: str,
         max_df: float | None,
-        rank: str,
         connection: Any,
     ) -> KeywordPlan:
         """_keyword_plan()'s terms and parameters, in the caller's transaction."""
         max_df = keyword_max_df(max_df)
         table = self.model._meta.db_table
         column = self.model._meta.get_field(embedding.tsvector_field_name).column
-        configs = fulltext.query_configs(embedding.keyword_config)
-        if rank == "bm25":
-            sources = embedding._keyword_source_fields(self.model) or ()
-            terms, parameters = fulltext.bm25_terms(
-                connection,
-                okapi.relation_key(table, column),
-                configs,
-                text,
-                max_df if match == "any" else 1.0,
-                fulltext.field_weights(sources, embedding.keyword_weights),
-                **bm25_settings(),
-            )
-            if parameters is not None:
-                return KeywordPlan(terms, parameters, match_share(parameters.rows))
+        configs = tsquery.query_configs(embedding.keyword_config)
+        sources = embedding._keyword_source_fields(self.model) or ()
+        terms, parameters = tsquery.bm25_terms(
+            connection,
+            bm25.relation_key(table, column),
+            configs,
+            text,
+            max_df if match == "any" else 1.0,
+            field_weights(sources, embedding.keyword_weights),
+            **bm25_settings(),
+        )
+        if parameters is not None:
+            return KeywordPlan(terms, parameters, match_share(parameters.rows))
         if match != "any":
-            return KeywordPlan((), None, fulltext.MATCH_DF)
-        terms = fulltext.query_terms(connection, table, column, configs[0], text, max_df)
-        return KeywordPlan(terms, None, fulltext.MATCH_DF)
+            return KeywordPlan((), None, tsquery.MATCH_DF)
+        terms = tsquery.query_terms(connection, table, column, configs[0], text, max_df)
+        return KeywordPlan(terms, None, tsquery.MATCH_DF)
 
     def _searching(
         self,

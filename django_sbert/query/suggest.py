@@ -43,9 +43,9 @@ from django.contrib.postgres.search import SearchQueryField, SearchRank
 from django.db import models
 from django.db.models import Expression, F
 
-from .. import fulltext
 from ..conf import sbert_settings
 from ..fields import EmbeddingField, embedding_fields
+from ..keyword import tsquery
 from .fusion import CappedMatch
 from .options import SearchOptions, search_options
 
@@ -136,9 +136,9 @@ def prefix_matches(
         return []
     column = embedding.tsvector_field_name
     query = PrefixQuery(embedding.keyword_config, finished, last)
-    matches = fulltext.Matches(F(column), query)
+    matches = tsquery.Matches(F(column), query)
     limit = max_rows if max_rows is not None else sbert_settings.SEARCH["SUGGEST_MAX_ROWS"]
-    rank = SearchRank(F(column), query, weights=list(fulltext.RANK_WEIGHTS), cover_density=True)
+    rank = SearchRank(F(column), query, weights=list(tsquery.RANK_WEIGHTS), cover_density=True)
     rows = (
         queryset.filter(CappedMatch(matches, limit))
         .annotate(_sbert_prefix_rank=rank)
@@ -195,7 +195,7 @@ def suggest(
     ``SBERT["SEARCH"]["SUGGEST_CANDIDATES"]``, at least ``k``)."""
     if not isinstance(text, str):
         raise TypeError(f"suggest() takes the text typed so far, not {type(text).__name__}.")
-    fulltext.check_text(text)
+    tsquery.check_text(text)
     search = sbert_settings.SEARCH
     k = int(search["SUGGEST_K"] if k is None else k)
     if k < 1:

@@ -23,10 +23,10 @@ from django.db.models.sql.query import Query
 from pgvector import Vector
 from pgvector.django import CosineDistance
 
-from ..columns import vector_literal
 from ..encoder.matryoshka import truncate
 from ..exceptions import UnversionedVector
 from ..fields import EmbeddingField, embedding_fields
+from ..fields.columns import vector_literal
 from ..serving import encode_query, serving_changed
 
 REBOUND = "sbert_rebound"  # attribute of a Query: {QuerySource: Rebound} after a switch

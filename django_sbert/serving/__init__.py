@@ -29,7 +29,7 @@ shared by its web processes: ``sbert_query_server``).
 
 from __future__ import annotations
 
-from ..dimensions import encoder_dimensions
+from ..fields.dimensions import encoder_dimensions
 from .cache import (
     clear_query_cache,
     encode_query,

@@ -73,12 +73,12 @@ from ..encoder.sentences import sentence_spans
 from ..exceptions import ServiceUnavailable
 from ..feedback import log_search, logging_on, write_after_response
 from ..fields import EmbeddingField, embedding_fields
-from ..forms import MODES, SearchForm
 from ..query import SemanticQuerySet, as_semantic
 from ..query.aio import EncodedText, encode_text
 from ..query.highlight import highlight_hits
 from ..query.replicas import search_database
 from ..serving import encode_query_for, peek_query_cache, serving_record
+from .forms import MODES, SearchForm
 from .health import throttle_wait
 
 logger = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ URL = "/api/sbert/search/"
 @pytest.fixture(autouse=True)
 def _fresh_column_statistics():
     """Each test reads the tsvector statistics of its own rows (a process caches them)."""
-    from django_sbert.fulltext import clear_statistics_cache
+    from django_sbert.keyword.tsquery import clear_statistics_cache
 
     clear_statistics_cache()
     yield

@@ -1,4 +1,4 @@
-"""BM25 keyword ranking (django_sbert/bm25.py) against an independent computation.
+"""BM25 keyword ranking (django_sbert/keyword/bm25.py) against an independent computation.
 
 The ``rank-bm25`` package's ``BM25Okapi`` computes ``idf * tf * (k1 + 1) / (tf + k1 * (1 - b +
 b * len / avglen))`` in numpy from token lists. Two of its choices differ from ours, and the
@@ -22,7 +22,7 @@ import rank_bm25
 from django.db import connection
 from django.test.utils import override_settings
 
-from django_sbert import keyword_statistics
+from django_sbert.keyword import statistics
 from tests.testapp.models import Article
 
 BODIES = [
@@ -141,14 +141,13 @@ def test_match_all_ranks_the_rows_holding_every_word_by_bm25(corpus):
 
 
 @pytest.mark.django_db
-def test_ts_rank_stays_available_and_warns(corpus):
-    with pytest.warns(DeprecationWarning, match="ts_rank"):
-        found = list(
-            Article.objects.keyword_search("cat", match="any", rank="ts_rank").values_list(
-                "body", flat=True
-            )
-        )
-    assert BODIES[0] in found
+def test_ts_rank_is_gone_and_bm25_is_the_one_rank(corpus):
+    with pytest.raises(ValueError, match="ts_rank, deprecated in 0.2.0, was removed"):
+        Article.objects.keyword_search("cat", match="any", rank="ts_rank")
+    with pytest.raises(ValueError, match="ts_rank"):
+        Article.objects.hybrid_search("cat", rank="ts_rank")
+    found = Article.objects.keyword_search("cat", match="any", rank="bm25")
+    assert list(found) == list(Article.objects.keyword_search("cat", match="any"))
 
 
 @pytest.mark.django_db
@@ -160,8 +159,8 @@ def test_without_statistics_keyword_search_falls_back_to_ts_rank(corpus):
         )
     found = list(Article.objects.keyword_search("cat", match="any").values_list("body", flat=True))
     assert BODIES[0] in found
-    keyword_statistics.rebuild()
-    stored = keyword_statistics.stored(connection, "testapp_article", "embedding_tsv")
+    statistics.rebuild()
+    stored = statistics.stored(connection, "testapp_article", "embedding_tsv")
     assert stored[0]["*"] == len(BODIES)
 
 

@@ -10,10 +10,10 @@ from django.core.paginator import Paginator
 from django.db import connection, models
 from django.test.utils import isolate_apps, override_settings
 
-from django_sbert import fulltext
 from django_sbert.conf import SEARCH_DEFAULTS
 from django_sbert.fields import EmbeddingField
-from django_sbert.fulltext import clear_statistics_cache
+from django_sbert.keyword import tsquery
+from django_sbert.keyword.tsquery import clear_statistics_cache
 from django_sbert.query import SemanticManager
 from django_sbert.serving import encode_query, encoder_dimensions, encoder_version
 from tests.query.test_query import record_search_settings
@@ -23,8 +23,6 @@ from tests.testapp.models import Article, Author, Note
 @pytest.fixture(autouse=True)
 def _fresh_column_statistics():
     """Each test reads the tsvector statistics of its own rows (a process caches them)."""
-    from django_sbert.fulltext import clear_statistics_cache
-
     clear_statistics_cache()
     yield
     clear_statistics_cache()
@@ -522,9 +520,8 @@ def test_a_paraphrase_without_shared_words_is_found_by_vector_and_hybrid(minilm)
     assert hybrid[0].similarity > hybrid[1].similarity
 
 
-@pytest.mark.filterwarnings("ignore:Keyword ranking by ts_rank:DeprecationWarning")
-def test_ts_rank_any_word_ranking_weighs_rare_words_by_idf(db):
-    # The deprecated ranking (KEYWORD_RANK="ts_rank"): word weights from ANALYZE's statistics.
+def test_without_bm25_statistics_any_word_ranking_weighs_rare_words_by_idf(db):
+    # A column without BM25 statistics (no triggers): word weights from ANALYZE's statistics.
     # 60 rows share the common words. "telomerase" is in one row, "nucleosome" in two; the
     # row with nucleosome also holds every common word.
     Article.objects.bulk_create(
@@ -535,30 +532,28 @@ def test_ts_rank_any_word_ranking_weighs_rare_words_by_idf(db):
         title="Nucleosome patients increase", body="patients increase risk"
     )
     Article.objects.create(title="Nucleosome", body="")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DELETE FROM django_sbert_keyword_total WHERE relation = %s",
+            ["testapp_article.embedding_tsv"],
+        )
     text = "telomerase and nucleosome increase risk in patients"
     # No statistics yet: every word weighs 1, and the row holding the most words wins.
-    assert (
-        Article.objects.keyword_search(text, match="any", rank="ts_rank", max_df=1.0).first()
-        == crowded
-    )
+    assert Article.objects.keyword_search(text, match="any", max_df=1.0).first() == crowded
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE testapp_article")
     clear_statistics_cache()  # as after STATS_SECONDS in a long-running process
-    ranked = list(Article.objects.keyword_search(text, match="any", rank="ts_rank", max_df=1.0))
+    ranked = list(Article.objects.keyword_search(text, match="any", max_df=1.0))
     # The rarest word outweighs a commoner one plus every common word; rows holding only
     # common words are not candidates once rarer words exist (1/63 + 2/63 <= MATCH_DF).
     assert ranked[:2] == [rare, crowded] and len(ranked) == 3
     assert ranked[0].keyword_score > ranked[1].keyword_score > ranked[2].keyword_score
     # words in more than max_df of the rows are not searched for at all
-    assert list(
-        Article.objects.keyword_search("patients", match="any", rank="ts_rank", max_df=0.2, k=100)
-    )
-    assert len(Article.objects.keyword_search("patients", match="any", rank="ts_rank", k=100)) == 61
-    assert list(Article.objects.keyword_search("enzyme patients", match="any", rank="ts_rank")) == [
-        rare
-    ]
+    assert list(Article.objects.keyword_search("patients", match="any", max_df=0.2, k=100))
+    assert len(Article.objects.keyword_search("patients", match="any", k=100)) == 61
+    assert list(Article.objects.keyword_search("enzyme patients", match="any")) == [rare]
     with pytest.raises(ValueError, match="max_df"):
-        Article.objects.keyword_search(text, match="any", rank="ts_rank", max_df=0)
+        Article.objects.keyword_search(text, match="any", max_df=0)
 
 
 def test_bm25_weighs_rare_words_by_exact_idf_from_the_first_row(db):
@@ -596,7 +591,7 @@ def test_a_word_no_row_holds_does_not_hide_the_listed_words(db):
     clear_statistics_cache()
     text = "increase in pyongyang"
     terms = dict((t[0], t[2]) for t in keyword_terms(text))
-    assert terms["pyongyang"] == 0.0 and terms["increas"] > fulltext.MATCH_DF
+    assert terms["pyongyang"] == 0.0 and terms["increas"] > tsquery.MATCH_DF
     found = list(Article.objects.keyword_search(text, match="any", max_df=0.5, k=100))
     assert len(found) == 20 and all("increase" in row.body for row in found)
     # A row written after ANALYZE with the unlisted word is found, and first: the word is
@@ -606,11 +601,9 @@ def test_a_word_no_row_holds_does_not_hide_the_listed_words(db):
     assert ranked[0] == new and len(ranked) == 21
 
 
-def keyword_terms(text: str) -> tuple[fulltext.Term, ...]:
+def keyword_terms(text: str) -> tuple[tsquery.Term, ...]:
     """The (lexeme, idf, df) the keyword side of a search of ``text`` uses."""
-    return fulltext.query_terms(
-        connection, "testapp_article", "embedding_tsv", "english", text, 0.5
-    )
+    return tsquery.query_terms(connection, "testapp_article", "embedding_tsv", "english", text, 0.5)
 
 
 # -- the fusion chosen for the serving version (finetuning/hybrid.py) -----------------------

@@ -7,8 +7,8 @@ import pytest
 from django.db import connection, models
 from django.test.utils import isolate_apps
 
-from django_sbert import keyword_statistics
 from django_sbert.fields import EmbeddingField
+from django_sbert.keyword import statistics
 from django_sbert.query import SemanticManager
 
 ROWS = [  # (title, body)
@@ -39,7 +39,7 @@ def test_german_stemming_per_field_and_bm25_over_it():
         editor.create_model(Seite)
     table = Seite._meta.db_table
     try:
-        keyword_statistics.install(models=[Seite])
+        statistics.install(models=[Seite])
         rows = [Seite.objects.create(title=t, body=b) for t, b in ROWS]
         tsv = Seite.objects.values_list("embedding_tsv", flat=True).get(pk=rows[0].pk)
         assert "'haus':" in tsv and "'berlin':1A" in tsv  # german stems, the title as it is
@@ -50,11 +50,9 @@ def test_german_stemming_per_field_and_bm25_over_it():
         assert found[0].keyword_score > found[1].keyword_score > 0
         # The title is read with 'simple' (no stemming, no stop words): "Berlin" as written.
         assert list(Seite.objects.keyword_search("berlin", match="any")) == [rows[0]]
-        totals, dfs = keyword_statistics.stored(connection, table, "embedding_tsv")
+        totals, dfs = statistics.stored(connection, table, "embedding_tsv")
         assert totals["*"] == 3 and dfs["haus"] == 2
-        assert (totals, dfs) == keyword_statistics.recount(
-            connection, table, "embedding_tsv", ["A", "B"]
-        )
+        assert (totals, dfs) == statistics.recount(connection, table, "embedding_tsv", ["A", "B"])
     finally:
         with connection.cursor() as cursor:
             cursor.execute(

@@ -16,7 +16,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection, connections
 from django.db.models import Avg
 
-from django_sbert.fulltext import clear_statistics_cache
+from django_sbert.keyword.tsquery import clear_statistics_cache
 from django_sbert.query import SearchTimeout, as_semantic
 from tests.query.test_query import search_settings
 from tests.testapp.models import Article

@@ -7,7 +7,7 @@
     $ python manage.py sbert_keyword_stats --rebuild
     counted again: blog_article.embedding_tsv
 
-Triggers keep the counts exact as rows are written (django_sbert/keyword_statistics.py;
+Triggers keep the counts exact as rows are written (django_sbert/keyword/statistics.py;
 ``migrate`` installs them). ``--rebuild`` reinstalls the triggers and counts every keyword
 column again from scratch, holding writers of each table back meanwhile (readers go on): after
 a restore that skipped triggers (``pg_restore --disable-triggers``, ``session_replication_role
@@ -21,7 +21,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, connections
 
-from django_sbert import keyword_statistics
+from django_sbert.keyword import statistics
 
 
 class Command(BaseCommand):
@@ -43,13 +43,13 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         using = options["database"]
         if options["rebuild"]:
-            counted = keyword_statistics.rebuild(using)
+            counted = statistics.rebuild(using)
             self.stdout.write("counted again: " + (", ".join(counted) or "no keyword column"))
             return
         connection = connections[using]
         drifted = []
-        for table, column, letters in keyword_statistics.keyword_columns():
-            totals, dfs = keyword_statistics.stored(connection, table, column)
+        for table, column, letters in statistics.keyword_columns():
+            totals, dfs = statistics.stored(connection, table, column)
             rows = totals.get("*")
             if rows is None:
                 self.stdout.write(f"{table}.{column}  no statistics: run --rebuild")
@@ -63,7 +63,7 @@ class Command(BaseCommand):
                 f"{table}.{column}  rows {rows}  words {len(dfs)}  average length {lengths}"
             )
             if options["check"]:
-                expected = keyword_statistics.recount(connection, table, column, letters)
+                expected = statistics.recount(connection, table, column, letters)
                 if (totals, dfs) != expected:
                     drifted.append(f"{table}.{column}")
         if options["check"] and drifted:

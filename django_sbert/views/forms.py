@@ -21,7 +21,7 @@ from django import forms
 from django.core.validators import MaxLengthValidator
 from django.utils.translation import gettext_lazy as _
 
-from .conf import sbert_settings
+from ..conf import sbert_settings
 
 # What a visitor reads for each mode: a label, and a title saying what the mode does.
 MODE_LABELS: dict[str, tuple[Any, Any]] = {

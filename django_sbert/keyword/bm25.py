@@ -1,6 +1,6 @@
 """Okapi BM25 (BM25F over the source fields) computed in PostgreSQL from the stored tsvector.
 
-The keyword column ``<name>_tsv`` (fulltext.py) holds every source field's lexemes with their
+The keyword column ``<name>_tsv`` (column.py) holds every source field's lexemes with their
 positions, each position tagged with the field's weight letter (A, B, C, D). That is all a
 row's side of BM25 needs:
 
@@ -11,7 +11,7 @@ row's side of BM25 needs:
   mean unnesting the whole tsvector of each candidate, about three times the cost, and in an
   exact computation over SciFact's dev claims it ranked no better).
 
-The collection's side, exact and kept with the rows by triggers (keyword_statistics.py): the
+The collection's side, exact and kept with the rows by triggers (statistics.py): the
 number of rows ``N``, each lexeme's document frequency ``df`` (rows holding it in any field),
 each field's total length. With ``avglen_f = total_f / N``::
 
@@ -41,7 +41,7 @@ from typing import Any
 from django.db.models import Expression, F, FloatField
 
 LETTERS = ("A", "B", "C", "D")
-RANKS = ("bm25", "ts_rank")
+RANKS = ("bm25",)  # keyword_search(rank=...)
 LEXEME_TABLE = "django_sbert_keyword_lexeme"  # (relation, lexeme, df)
 TOTAL_TABLE = "django_sbert_keyword_total"  # (relation, weight, total); weight '*': rows
 
@@ -49,6 +49,11 @@ TOTAL_TABLE = "django_sbert_keyword_total"  # (relation, weight, total); weight 
 def relation_key(table: str, column: str) -> str:
     """``"<table>.<column>"``: the key of one keyword column's statistics."""
     return f"{table}.{column}"
+
+
+def length_sql(tsvector: str, letter: str) -> str:
+    """SQL of the length of field ``letter`` in ``tsvector``: its distinct lexemes."""
+    return f"length(ts_filter({tsvector}, '{{{letter.lower()}}}'))"
 
 
 def idf(rows: int, df: int) -> float:
@@ -81,8 +86,7 @@ class Bm25:
         norms, norm_params, tf_parts = [], [], []
         for i, (letter, weight, b, average) in enumerate(self.fields):
             norms.append(
-                f"%s::float8 / (%s::float8 + %s::float8 * "
-                f"length(ts_filter(r.tsv, '{{{letter.lower()}}}'))) AS n{i}"
+                f"%s::float8 / (%s::float8 + %s::float8 * {length_sql('r.tsv', letter)}) AS n{i}"
             )
             norm_params += [weight, 1.0 - b, b / average]
             tf_parts.append(f"cardinality(array_positions(u.weights, '{letter}')) * d.n{i}")
@@ -105,19 +109,20 @@ def quote_lexeme(lexeme: str) -> str:
     return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-class Bm25Rank(Expression):
-    """The exact BM25F score of each row, for ``terms`` ``(lexeme, idf)``.
+class TsvectorRank(Expression):
+    """A rank of each row computed from its tsvector, for ``terms`` (tuples, the lexeme first):
+    the one base of keyword search's rank expressions (``Bm25Rank``; ``tsquery.IdfRank``).
 
     The tsvector is read once per row (``tsv || ''`` in a sub-select that is not flattened):
     a wide tsvector lives in TOAST, and each function reading it would fetch it again.
+    A subclass writes ``score_sql(tsv_sql)``, the rank of the row whose tsvector is ``tsv_sql``.
     """
 
     output_field = FloatField()
 
-    def __init__(self, column: Any, bm25: Bm25, terms: Sequence[tuple[str, float]]) -> None:
+    def __init__(self, column: Any, terms: Sequence[tuple[Any, ...]]) -> None:
         super().__init__()
         self.column = F(column) if isinstance(column, str) else column
-        self.bm25 = bm25
         self.terms = tuple(terms)
 
     def get_source_expressions(self) -> list[Any]:
@@ -126,14 +131,28 @@ class Bm25Rank(Expression):
     def set_source_expressions(self, exprs: list[Any]) -> None:
         (self.column,) = exprs
 
+    def score_sql(self, tsv_sql: str) -> tuple[str, list[Any]]:
+        raise NotImplementedError
+
     def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
         column_sql, column_params = compiler.compile(self.column)
-        score, params = self.bm25.score_sql("sbert_doc.tsv", self.terms)
+        score, params = self.score_sql("sbert_doc.tsv")
         sql = (
             f"(SELECT {score} "
             f"FROM (SELECT {column_sql} || ''::tsvector AS tsv OFFSET 0) AS sbert_doc)"
         )
         return sql, [*params, *column_params]
+
+
+class Bm25Rank(TsvectorRank):
+    """The exact BM25F score of each row, for ``terms`` ``(lexeme, idf)``."""
+
+    def __init__(self, column: Any, bm25: Bm25, terms: Sequence[tuple[str, float]]) -> None:
+        super().__init__(column, terms)
+        self.bm25 = bm25
+
+    def score_sql(self, tsv_sql: str) -> tuple[str, list[Any]]:
+        return self.bm25.score_sql(tsv_sql, self.terms)
 
 
 # One round trip: the collection totals, then each query lexeme with its document frequency.
@@ -151,7 +170,7 @@ def read_statistics(
 ) -> tuple[int | None, dict[str, int], dict[str, int]]:
     """``(rows, {letter: total length}, {lexeme: df})`` for ``text``'s lexemes (under each of
     ``configs``), one query per configuration; rows None where the column has no statistics
-    (its triggers were never installed: keyword_statistics.py)."""
+    (its triggers were never installed: statistics.py)."""
     totals: dict[str, int] = {}
     dfs: dict[str, int] = {}
     with connection.cursor() as cursor:

@@ -1,35 +1,24 @@
-"""PostgreSQL full-text search pieces: the stored ``tsvector``, the query, the rank.
+"""The query-time half of keyword search: the tsquery, matching rows, and their rank.
 
-``EmbeddingField(source=("title", "body"), keyword_search=True)`` adds a generated column
-``<name>_tsv``::
-
-    embedding_tsv tsvector GENERATED ALWAYS AS (
-        setweight(to_tsvector('english'::regconfig, COALESCE(title, '')), 'A') ||
-        setweight(to_tsvector('english'::regconfig, COALESCE(body, '')), 'B')
-    ) STORED
-
-PostgreSQL computes it on every INSERT and UPDATE (``queryset.update()``, raw SQL and
-``bulk_create`` included), and a GIN index serves ``tsv @@ query``. The expression is immutable
-because the text search configuration is named explicitly (``to_tsvector(text)`` without one
-depends on ``default_text_search_config`` and is not allowed in a generated column).
-
-Queries (see docs/hybrid.md):
+The stored ``tsvector`` column is column.py's; its BM25 rank is bm25.py's (see docs/hybrid.md).
 
 * ``match="all"``: ``websearch_to_tsquery(config, text)``, the syntax of a web search box
-  (``"exact phrase"``, ``-excluded``, ``or``); every other word must occur. Ranked with
-  ``ts_rank_cd`` (cover density: how many query words occur, how close together, weighted by
-  the field they occur in).
-* ``match="any"``: rows containing any word of the text, ranked by
-  ``sum(idf(word) * ts_rank(weights, tsv, word))``. ``ts_rank`` alone has no notion of how rare
-  a word is, so a row with many common words ("patients", "increase") would outrank one with
-  the rare word that matters; the inverse document frequency comes from the statistics
-  PostgreSQL's ANALYZE already keeps for a tsvector column (``pg_stats.most_common_elems``),
-  so nothing else has to be maintained. Words in more than ``max_df`` of the rows are dropped
-  (unless every word is), and a row must hold one of the rarest words (together in at most
-  ``MATCH_DF`` of the rows) to be ranked at all, which keeps the rows to rank few. A word the
-  statistics do not list (rarer than every listed word, or in no row at all: a typo, a name the
-  site never mentions) is always searched for but takes none of that share, so it can never
-  be the only word a row may hold.
+  (``"exact phrase"``, ``-excluded``, ``or``); every other word must occur.
+* ``match="any"``: rows containing one of the rarest words of the text (together in at most a
+  share of the rows: ``matching_lexemes``), ranked by all of them.
+
+Rows are ranked by BM25 (bm25.py) from the exact statistics the triggers keep
+(statistics.py). Where a column has no statistics (a role that may not create triggers) the
+rank is PostgreSQL's: ``ts_rank_cd`` (cover density) for "all", and for "any"
+``sum(idf(word) * ts_rank(weights, tsv, word))``. ``ts_rank`` alone has no notion of how rare
+a word is, so a row with many common words ("patients", "increase") would outrank one with
+the rare word that matters; the inverse document frequency then comes from the statistics
+PostgreSQL's ANALYZE already keeps for a tsvector column (``pg_stats.most_common_elems``).
+Words in more than ``max_df`` of the rows are dropped (unless every word is), and a row must
+hold one of the rarest words (together in at most ``MATCH_DF`` of the rows) to be ranked at
+all, which keeps the rows to rank few. A word the statistics do not list (rarer than every
+listed word, or in no row at all: a typo, a name the site never mentions) is always searched
+for but takes none of that share, so it can never be the only word a row may hold.
 
 Neither raises on user input at evaluation: an empty or punctuation-only text simply matches
 no row, and a text PostgreSQL cannot take (a NUL character) is refused by ``check_text()``
@@ -44,49 +33,15 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.contrib.postgres.search import (
-    SearchQuery,
-    SearchQueryField,
-    SearchRank,
-    SearchVector,
-)
-from django.db import models
+from django.contrib.postgres.search import SearchQuery, SearchQueryField, SearchRank
 from django.db.models import BooleanField, Expression, F, FloatField, Func, Value
 
-from . import bm25 as okapi
+from . import bm25
+from .column import DEFAULT_CONFIG
 
-DEFAULT_CONFIG = "english"
-WEIGHT_LETTERS = ("A", "B", "C", "D")
 MATCH_MODES = ("all", "any")
 # ts_rank_cd's default multipliers for weights D, C, B, A: a title (A) match counts 10x a D one.
 RANK_WEIGHTS = (0.1, 0.2, 0.4, 1.0)
-
-
-def field_weights(
-    fields: Sequence[str], weights: Sequence[str] | Mapping[str, str] | None
-) -> list[str]:
-    """One weight letter per source field: given per field, or A, B, C, D in source order."""
-    if weights is None:
-        return [WEIGHT_LETTERS[min(i, 3)] for i in range(len(fields))]
-    if isinstance(weights, Mapping):
-        return [str(weights.get(name, "D")).upper() for name in fields]
-    return [str(letter).upper() for letter in weights]
-
-
-def valid_weights(fields: Sequence[str], weights: Sequence[str] | Mapping[str, str] | None) -> bool:
-    """One letter of A-D per source field (a mapping may not name other fields)."""
-    if isinstance(weights, Mapping) and set(weights) - set(fields):
-        return False
-    letters = field_weights(fields, weights)
-    return len(letters) == len(fields) and all(letter in WEIGHT_LETTERS for letter in letters)
-
-
-def field_configs(fields: Sequence[str], config: str | Mapping[str, str]) -> list[str]:
-    """One text search configuration per source field: ``config`` for all, or given per field
-    (``{"title": "simple", "body": "german"}``; a field not named gets ``DEFAULT_CONFIG``)."""
-    if isinstance(config, Mapping):
-        return [str(config.get(name, DEFAULT_CONFIG)) for name in fields]
-    return [str(config)] * len(fields)
 
 
 def query_configs(config: str | Mapping[str, str]) -> list[str]:
@@ -94,24 +49,6 @@ def query_configs(config: str | Mapping[str, str]) -> list[str]:
     if isinstance(config, Mapping):
         return list(dict.fromkeys(str(value) for value in config.values())) or [DEFAULT_CONFIG]
     return [str(config)]
-
-
-def search_vector(
-    fields: Sequence[str],
-    config: str | Mapping[str, str],
-    weights: Sequence[str] | Mapping[str, str] | None,
-) -> SearchVector:
-    """The weighted ``tsvector`` of ``fields``: what the generated ``<name>_tsv`` column holds."""
-    letters = field_weights(fields, weights)
-    configs = field_configs(fields, config)
-    vectors = [
-        SearchVector(name, config=field_config, weight=letter)
-        for name, letter, field_config in zip(fields, letters, configs, strict=True)
-    ]
-    combined = vectors[0]
-    for vector in vectors[1:]:
-        combined = combined + vector
-    return combined
 
 
 def websearch_query(text: str, config: str | Mapping[str, str]) -> Expression:
@@ -222,8 +159,7 @@ def query_terms(
 
 def tsquery_literal(lexemes: Sequence[str]) -> str:
     """``'a' | 'b'``: lexemes quoted for tsquery input (no second normalization)."""
-    quoted = ["'" + lex.replace("\\", "\\\\").replace("'", "''") + "'" for lex in lexemes]
-    return " | ".join(quoted)
+    return " | ".join(bm25.quote_lexeme(lexeme) for lexeme in lexemes)
 
 
 class TsQuery(Func):
@@ -233,43 +169,19 @@ class TsQuery(Func):
     output_field = SearchQueryField()
 
 
-class IdfRank(Expression):
-    """``sum(idf * ts_rank(weights, tsv, 'word'))`` over the query's words, per row.
+class IdfRank(bm25.TsvectorRank):
+    """``sum(idf * ts_rank(weights, tsv, 'word'))`` over the query's ``terms``
+    ``(lexeme, idf, df)``, per row: the rank of a column without BM25 statistics."""
 
-    The tsvector is read once per row (``tsv || ''`` in a sub-select that is not flattened):
-    a wide tsvector lives in TOAST, and each ts_rank() call would otherwise fetch it again.
-    """
-
-    output_field = FloatField()
-
-    def __init__(self, column: Any, terms: Sequence[Term]) -> None:
-        super().__init__()
-        self.column = column
-        self.terms = tuple(terms)
-
-    def get_source_expressions(self) -> list[Any]:
-        return [self.column]
-
-    def set_source_expressions(self, exprs: list[Any]) -> None:
-        (self.column,) = exprs
-
-    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
-        column_sql, column_params = compiler.compile(self.column)
+    def score_sql(self, tsv_sql: str) -> tuple[str, list[Any]]:
+        if not self.terms:
+            return "0::float8", []
         weights = "{" + ",".join(str(w) for w in RANK_WEIGHTS) + "}"
         parts, params = [], []
         for lexeme, idf, _ in self.terms:
-            parts.append("%s * ts_rank(%s::float4[], sbert_doc.tsv, %s::tsquery)")
+            parts.append(f"%s * ts_rank(%s::float4[], {tsv_sql}, %s::tsquery)")
             params += [float(idf), weights, tsquery_literal([lexeme])]
-        sql = (
-            f"(SELECT {' + '.join(parts)} "
-            f"FROM (SELECT {column_sql} || ''::tsvector AS tsv OFFSET 0) AS sbert_doc)"
-        )
-        return sql, [*params, *column_params]
-
-
-def idf_rank(column: str, terms: Sequence[Term]) -> Expression:
-    """The idf-weighted rank of the tsvector column ``column`` for the query's ``terms``."""
-    return IdfRank(F(column), terms)
+        return " + ".join(parts), params
 
 
 def check_text(text: str) -> str:
@@ -296,20 +208,20 @@ def bm25_terms(
     k1: float,
     b: float | Mapping[str, float],
     weights: Mapping[str, float],
-) -> tuple[tuple[Term, ...], okapi.Bm25 | None]:
+) -> tuple[tuple[Term, ...], bm25.Bm25 | None]:
     """``(lexeme, idf, df)`` of the words of ``text`` worth searching for, rarest first, and
-    the BM25 parameters of the column, from its exact statistics (keyword_statistics.py).
+    the BM25 parameters of the column, from its exact statistics (statistics.py).
 
     A word no row holds is left out (it can match nothing); words in more than ``max_df`` of
     the rows too, unless every word is. ``((), None)`` where the column has no statistics."""
-    rows, totals, dfs = okapi.read_statistics(connection, relation, configs, text)
+    rows, totals, dfs = bm25.read_statistics(connection, relation, configs, text)
     if rows is None:
         return (), None
-    parameters = okapi.parameters(letters, totals, rows, k1, b, weights)
+    parameters = bm25.parameters(letters, totals, rows, k1, b, weights)
     if rows <= 0:
         return (), parameters
     weighted = sorted(
-        (df / rows, lexeme, okapi.idf(rows, df)) for lexeme, df in dfs.items() if df > 0
+        (df / rows, lexeme, bm25.idf(rows, df)) for lexeme, df in dfs.items() if df > 0
     )
     kept = [item for item in weighted if item[0] <= max_df] or weighted[:1]
     terms = tuple((lexeme, value, share) for share, lexeme, value in kept[:MAX_TERMS])
@@ -322,23 +234,24 @@ def keyword_filter_and_rank(
     config: str | Mapping[str, str],
     match: str,
     terms: Sequence[Term] | None = None,
-    bm25: okapi.Bm25 | None = None,
+    parameters: bm25.Bm25 | None = None,
     match_share: float = MATCH_DF,
 ) -> tuple[Expression, Expression]:
     """(``column @@ query``, its rank) for a tsvector column name.
 
     ``match="any"`` needs the ``terms`` from query_terms() (or bm25_terms()): rows must hold
     one of ``matching_lexemes(terms, match_share)`` and are ranked by all the terms.
-    ``match="all"`` reads ``text``. With ``bm25`` (and its terms) the rank is BM25F
-    (bm25.py), else ``ts_rank``: idf-weighted for "any", cover density for "all".
+    ``match="all"`` reads ``text``. With the BM25 ``parameters`` (and its terms) the rank is
+    BM25F (bm25.py); without (a column with no statistics) PostgreSQL's: idf-weighted
+    ``ts_rank`` for "any", cover density for "all".
     """
-    if bm25 is not None:
+    if parameters is not None:
         if match not in MATCH_MODES:
             raise ValueError(f"match must be one of {MATCH_MODES}, got {match!r}.")
         if not terms:
             false = Value(False, output_field=BooleanField())
             return false, Value(0.0, output_field=FloatField())
-        rank = okapi.Bm25Rank(F(column), bm25, [(lexeme, idf) for lexeme, idf, _ in terms])
+        rank = bm25.Bm25Rank(F(column), parameters, [(lexeme, idf) for lexeme, idf, _ in terms])
         if match == "all":
             return Matches(F(column), websearch_query(text, config)), rank
         query = TsQuery(Value(tsquery_literal(matching_lexemes(terms, match_share))))
@@ -352,7 +265,7 @@ def keyword_filter_and_rank(
     if not terms:
         return Value(False, output_field=BooleanField()), Value(0.0, output_field=FloatField())
     query = TsQuery(Value(tsquery_literal(matching_lexemes(terms))))
-    return Matches(F(column), query), idf_rank(column, terms)
+    return Matches(F(column), query), IdfRank(F(column), terms)
 
 
 def matching_lexemes(terms: Sequence[Term], share: float = MATCH_DF) -> list[str]:
@@ -376,8 +289,3 @@ def matching_lexemes(terms: Sequence[Term], share: float = MATCH_DF) -> list[str
         chosen.append(lexeme)
         total += df
     return unlisted + chosen
-
-
-def is_text_field(field: models.Field) -> bool:
-    """Char and text fields: their values go into to_tsvector() as they are (immutable)."""
-    return isinstance(field, models.CharField | models.TextField)

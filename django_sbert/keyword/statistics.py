@@ -38,7 +38,8 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from .bm25 import LEXEME_TABLE, TOTAL_TABLE, relation_key
+from .bm25 import LEXEME_TABLE, TOTAL_TABLE, length_sql, relation_key
+from .column import field_weights
 
 TRIGGER_PREFIX = "sbert_kw_"
 
@@ -62,11 +63,6 @@ def _literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _length_sql(expression: str, letter: str) -> str:
-    """The length of field ``letter`` in the tsvector ``expression`` (bm25.py's measure)."""
-    return f"length(ts_filter({expression}, '{{{letter.lower()}}}'))"
-
-
 def function_sql(table: str, column: str, letters: Sequence[str], quote: Any) -> list[str]:
     """``CREATE OR REPLACE FUNCTION`` statements of one keyword column's triggers."""
     names = _names(table, column)
@@ -76,7 +72,7 @@ def function_sql(table: str, column: str, letters: Sequence[str], quote: Any) ->
     statement_totals = " UNION ALL ".join(
         ["SELECT '*'::text AS weight, count(*)::bigint AS total FROM sbert_rows"]
         + [
-            f"SELECT '{letter}', COALESCE(sum({_length_sql('r.' + col, letter)}), 0)::bigint "
+            f"SELECT '{letter}', COALESCE(sum({length_sql('r.' + col, letter)}), 0)::bigint "
             "FROM sbert_rows AS r"
             for letter in letters
         ]
@@ -84,8 +80,8 @@ def function_sql(table: str, column: str, letters: Sequence[str], quote: Any) ->
     row_totals = ", ".join(
         ["('*', 0::bigint)"]
         + [
-            f"('{letter}', ({_length_sql('NEW.' + col, letter)} - "
-            f"{_length_sql('OLD.' + col, letter)})::bigint)"
+            f"('{letter}', ({length_sql('NEW.' + col, letter)} - "
+            f"{length_sql('OLD.' + col, letter)})::bigint)"
             for letter in letters
         ]
     )
@@ -165,23 +161,30 @@ def trigger_sql(table: str, column: str, quote: Any) -> dict[str, str]:
     }
 
 
-def _recount_sql(table: str, column: str, letters: Sequence[str], quote: Any) -> list[str]:
+def _count_sql(table: str, column: str, letters: Sequence[str], quote: Any) -> tuple[str, str]:
+    """SELECTs of ``(relation, weight, total)`` and ``(relation, lexeme, df)``, counted from
+    the rows."""
     relation = _literal(relation_key(table, column))
     t, col = quote(table), quote(column)
     totals = " UNION ALL ".join(
         [f"SELECT {relation}, '*', count(*) FROM {t}"]
         + [
-            f"SELECT {relation}, '{letter}', COALESCE(sum({_length_sql(col, letter)}), 0) FROM {t}"
+            f"SELECT {relation}, '{letter}', COALESCE(sum({length_sql(col, letter)}), 0) FROM {t}"
             for letter in dict.fromkeys(letters)
         ]
     )
     stat_query = _literal(f"SELECT {col} FROM {t}")
+    return totals, f"SELECT {relation}, word, ndoc FROM ts_stat({stat_query}) ORDER BY word"
+
+
+def _recount_sql(table: str, column: str, letters: Sequence[str], quote: Any) -> list[str]:
+    relation = _literal(relation_key(table, column))
+    totals, lexemes = _count_sql(table, column, letters, quote)
     return [
         f"DELETE FROM {TOTAL_TABLE} WHERE relation = {relation}",
         f"DELETE FROM {LEXEME_TABLE} WHERE relation = {relation}",
         f"INSERT INTO {TOTAL_TABLE} (relation, weight, total) {totals}",
-        f"INSERT INTO {LEXEME_TABLE} (relation, lexeme, df) "
-        f"SELECT {relation}, word, ndoc FROM ts_stat({stat_query}) ORDER BY word",
+        f"INSERT INTO {LEXEME_TABLE} (relation, lexeme, df) {lexemes}",
     ]
 
 
@@ -189,8 +192,7 @@ def keyword_columns(models: Sequence[Any] | None = None) -> list[tuple[str, str,
     """``(table, column, weight letters)`` of every keyword column of the project's models
     (or of ``models``)."""
     # Imported here: fields imports models, which Django loads after this module may be.
-    from .fields import EmbeddingField, all_embedding_fields
-    from .fulltext import field_weights
+    from ..fields import EmbeddingField, all_embedding_fields
 
     if models is None:
         pairs = all_embedding_fields()
@@ -304,14 +306,10 @@ def recount(
     connection: Any, table: str, column: str, letters: Sequence[str]
 ) -> tuple[dict[str, int], dict[str, int]]:
     """``({weight: total}, {lexeme: df})`` counted from the rows now, without writing."""
-    quote = connection.ops.quote_name
-    t, col = quote(table), quote(column)
+    totals_sql, lexemes_sql = _count_sql(table, column, letters, connection.ops.quote_name)
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT count(*) FROM {t}")
-        totals = {"*": int(cursor.fetchone()[0])}
-        for letter in dict.fromkeys(letters):
-            cursor.execute(f"SELECT COALESCE(sum({_length_sql(col, letter)}), 0) FROM {t}")
-            totals[letter] = int(cursor.fetchone()[0])
-        cursor.execute("SELECT word, ndoc FROM ts_stat(%s)", [f"SELECT {col} FROM {t}"])
-        dfs = {word: int(ndoc) for word, ndoc in cursor.fetchall()}
+        cursor.execute(totals_sql)
+        totals = {weight: int(total) for _, weight, total in cursor.fetchall()}
+        cursor.execute(lexemes_sql)
+        dfs = {lexeme: int(df) for _, lexeme, df in cursor.fetchall()}
     return totals, dfs

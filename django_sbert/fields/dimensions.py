@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import functools
 
-from .conf import encoder_config
-from .encoder import describe
+from ..conf import encoder_config
+from ..encoder import describe
 
 
 @functools.lru_cache(maxsize=64)
