@@ -133,7 +133,7 @@ def simulate(data: dict, pk_of: dict[str, int], args: argparse.Namespace) -> dic
     from django.utils import timezone
 
     from django_sbert.conf import sbert_settings
-    from django_sbert.feedback.clients import network_key_of
+    from django_sbert.feedback.visitors import network_key_of
     from django_sbert.models import SearchEvent, SearchLog
     from django_sbert.serving import serving_version
 

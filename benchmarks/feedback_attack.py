@@ -87,7 +87,7 @@ def attack(data: dict, targets: list[dict], sessions: int, args: argparse.Namesp
     """Write the attacker's ``sessions`` searches and clicks to the log; returns its clicks."""
     from django.utils import timezone
 
-    from django_sbert.feedback.clients import network_key_of
+    from django_sbert.feedback.visitors import network_key_of
     from django_sbert.models import SearchEvent, SearchLog
     from django_sbert.serving import serving_version
 
@@ -315,7 +315,7 @@ def main() -> None:
     data["pk_of"] = {did: obj.pk for did, obj in zip(data["corpus"], objs, strict=True)}
     indexing.embed_stale(indexing.get_ref("testapp.Article", "embedding"))
     honest = simulate(data, data["pk_of"], argparse.Namespace(**vars(args), http=False))
-    from django_sbert.feedback.clients import network_key_of
+    from django_sbert.feedback.visitors import network_key_of
 
     ATTACK_NETWORK_KEYS.extend(network_key_of(f"198.51.{n}.1") for n in range(args.attack_networks))
     print(f"honest visitors: the busiest networks clicked for {busiest_networks()} queries")

@@ -40,7 +40,7 @@ FLOORS = {
             "django_sbert.conf",
             "django_sbert.settings_schema",
             "django_sbert.exceptions",
-            "django_sbert.clients",
+            "django_sbert.throttling",
             "django_sbert.models",
             "django_sbert.fields",
             "django_sbert.columns",

@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from ..conf import sbert_settings
 from ..models import SearchEvent, SearchLog
-from .clients import is_bot, over_rate
 from .tokens import InvalidToken, issued_within, read_token
+from .visitors import is_bot, over_rate
 from .writes import write
 
 CLICK = "click"
