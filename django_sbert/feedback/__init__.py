@@ -23,10 +23,11 @@ pairs' visitors, signals of a scripted run, the pairs forgetting deletes), ``cli
 
 from __future__ import annotations
 
-from .events import EventRefused, allowed_kinds, record_event
+from ..exceptions import EventRefused, InvalidToken
+from .events import allowed_kinds, record_event
 from .log import log_search, logging_on, normalize_query, write_after_response
 from .retention import Deleted, forget_client, forget_session, forget_user, purge_expired
-from .tokens import InvalidToken, make_token, read_token
+from .tokens import make_token, read_token
 from .visitors import client_key, client_key_for_session, client_key_for_user, network_key
 
 __all__ = [

@@ -35,7 +35,7 @@ from django.db import connections, router, transaction
 from .. import bm25 as okapi
 from .. import fulltext
 from ..conf import sbert_settings
-from ..encoder.evaluation import Encodes, ranking_metrics
+from ..encoder.metrics import Encodes, ranking_metrics
 from ..fields import all_embedding_fields
 from ..models import TrainingPair
 from ..query.options import match_share

@@ -50,7 +50,7 @@ from .. import bm25 as okapi
 from .. import fulltext
 from ..columns import vector_literal
 from ..fields import EmbeddingField, embedding_fields
-from .aio import PendingVector, encode_text, pending_text_vector, text_vector
+from .aio import PendingVector, encode_text, pending_text_vector
 from .binary import reranked
 from .fusion import (
     KEYWORDS_INSIDE,
@@ -89,6 +89,7 @@ from .vectors import (
     rebind,
     rebound_for,
     same_version,
+    text_vector,
 )
 
 

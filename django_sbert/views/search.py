@@ -74,9 +74,10 @@ from ..feedback import log_search, logging_on, write_after_response
 from ..fields import EmbeddingField, embedding_fields
 from ..forms import MODES, SearchForm
 from ..query import SemanticQuerySet, as_semantic
-from ..query.aio import EncodedText, encode_text
+from ..query.aio import encode_text
 from ..query.highlight import highlight_hits
 from ..query.replicas import search_database
+from ..query.vectors import EncodedText
 from ..serving import encode_query_for, peek_query_cache, serving_record
 from ..throttling import api_rate, api_rate_setting, throttle_wait
 
