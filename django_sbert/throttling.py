@@ -19,6 +19,8 @@ API's ``search`` scope), the health view's, and the search log's and click event
 * ``count(prefix, ident, allowed, seconds)``: the window, as DRF's ``SimpleRateThrottle``
   keeps it: the times of the client's requests within the last period, in Django's default
   cache under ``<prefix>:<sha256 of ident>``; a request past ``allowed`` is not recorded.
+  ``count_all`` counts several identities in one read and one write (a client and its
+  network, for the search log).
 * ``api_rate(scope)``, ``health_rate()``, ``feedback_rate(key)``: where each rate is read,
   one function per group of settings.
 """
@@ -28,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from django.core.cache import cache
@@ -145,13 +148,28 @@ def count(prefix: str, ident: str, allowed: int, seconds: int) -> int | None:
     first, in Django's default cache, so the API's ``search`` scope and the search pages share
     one count (under ``count_key``).
     """
-    key = count_key(prefix, ident)
+    return count_all(prefix, [(ident, allowed)], seconds)[0]
+
+
+def count_all(prefix: str, budgets: Sequence[tuple[str, int]], seconds: int) -> list[int | None]:
+    """``count`` for several ``(ident, allowed)`` at once (a client and its network), in one
+    read and at most one write of the cache: each one's wait, or None where it was under and
+    the request recorded."""
+    keys = [count_key(prefix, ident) for ident, _ in budgets]
+    stored = cache.get_many(keys)
     now = time.time()
-    history = [moment for moment in cache.get(key, []) if moment > now - seconds]
-    if len(history) >= allowed:
-        return max(1, math.ceil(history[-1] + seconds - now))
-    cache.set(key, [now, *history], seconds)
-    return None
+    waits: list[int | None] = []
+    written = {}
+    for key, (_, allowed) in zip(keys, budgets, strict=True):
+        history = [moment for moment in stored.get(key, []) if moment > now - seconds]
+        if len(history) >= allowed:
+            waits.append(max(1, math.ceil(history[-1] + seconds - now)))
+        else:
+            waits.append(None)
+            written[key] = [now, *history]
+    if written:
+        cache.set_many(written, seconds)
+    return waits
 
 
 def throttle_wait(request: Any, rate: str | None, prefix: str, setting: str) -> int | None:

@@ -12,7 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import RequestFactory
 
 from django_sbert import throttling
-from django_sbert.throttling import client_ident, count, count_key, parse_rate
+from django_sbert.throttling import client_ident, count, count_all, count_key, parse_rate
 
 
 @pytest.fixture(autouse=True)
@@ -57,6 +57,16 @@ def test_a_window_refuses_past_its_budget_and_says_how_long_to_wait():
     assert len(cache.get(count_key("p", "ip-192.0.2.4"))) == 2  # the refused one not recorded
     assert count("p", "ip-192.0.2.5", 2, 60) is None  # another client
     assert count("q", "ip-192.0.2.4", 2, 60) is None  # another prefix
+
+
+def test_several_windows_are_counted_together_each_against_its_budget():
+    budgets = [("session-a", 1), ("net-192.0.2.0/24", 3)]
+    assert count_all("p", budgets, 60) == [None, None]
+    client, network = count_all("p", budgets, 60)
+    assert client is not None and network is None  # the network still counts this one
+    assert len(cache.get(count_key("p", "net-192.0.2.0/24"))) == 2
+    assert count_all("p", [("session-b", 1), ("net-192.0.2.0/24", 3)], 60) == [None, None]
+    assert count_all("p", [("session-c", 1), ("net-192.0.2.0/24", 3)], 60)[1] is not None
 
 
 def test_a_window_slides():

@@ -28,7 +28,7 @@ from ..throttling import (
     authenticated_user,
     client_address,
     client_ident,
-    count,
+    count_all,
     feedback_rate,
     feedback_rate_setting,
     parse_rate,
@@ -117,7 +117,7 @@ def over_rate(request: Any, key: str) -> bool:
     (user, else session, else address), and against ``NETWORK_RATE_FACTOR`` times it for its
     network; True once either is past its budget within the last period.
 
-    Both windows are ``throttling.count``'s, in Django's default cache.
+    Both windows are ``throttling.count_all``'s: one read and one write of Django's cache.
     """
     rate = feedback_rate(key)
     if not rate:
@@ -125,6 +125,6 @@ def over_rate(request: Any, key: str) -> bool:
     allowed, seconds = parse_rate(rate, feedback_rate_setting(key))
     prefix = f"sbert-feedback:{key}"
     network = f"net-{network_of(client_address(request)) or 'unknown'}"
-    client = count(prefix, client_ident(request, sessions=True), allowed, seconds)
-    crowd = count(prefix, network, allowed * NETWORK_RATE_FACTOR, seconds)
-    return client is not None or crowd is not None
+    client = client_ident(request, sessions=True)
+    budgets = [(client, allowed), (network, allowed * NETWORK_RATE_FACTOR)]
+    return any(wait is not None for wait in count_all(prefix, budgets, seconds))
