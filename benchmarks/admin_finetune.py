@@ -2,7 +2,7 @@
 
 Everything goes through the code the admin uses: pairs are imported with
 ``django_sbert.pairs.import_pairs`` (the import page), the run is created with
-``runs.create_run`` and executed by ``runs.execute_run`` (what the Celery task
+``runs.create_run`` and executed by ``execute_run`` (what the Celery task
 runs), the candidate is promoted with ``promotion.start_promotion`` (gate included) and the
 rows are re-embedded by ``promotion.run_promotion``. Search is ``Article.objects.similar_to``.
 
@@ -16,7 +16,7 @@ Data (../shared/data/scifact, nothing from ../shared/eval):
   ``--rows`` (default 2,000; 0: all 5,183) rows of ``testapp.Article`` (title, abstract).
 
 The run gets the hyperparameters given on the command line and the default recipe for the
-rest (``runs.RECIPES``: what a staff user who changes nothing gets). ``--sts-file`` sets
+rest (``RECIPES``: what a staff user who changes nothing gets). ``--sts-file`` sets
 ``SBERT["TRAINING"]["STS_FILE"]``, so the run measures general quality before and after.
 
 Reported: nDCG@10 and Recall@10 over the dev queries, before and after the promotion, of
@@ -164,7 +164,7 @@ def main() -> None:
         type=int,
         help="SBERT['TRAINING']['EVAL_DISTRACTORS'] (not given: the default)",
     )
-    # Not given: the default recipe's value (runs.Hyperparameters).
+    # Not given: the default recipe's value (Hyperparameters).
     parser.add_argument("--loss", default="mnrl")
     parser.add_argument("--epochs", type=int)
     parser.add_argument("--batch-size", type=int)
@@ -189,6 +189,8 @@ def main() -> None:
     setup_django(args.threads, model_dir, args.sts_file, args.eval_distractors)
     from django_sbert import indexing, serving
     from django_sbert.finetuning import pairs, promotion, runs
+    from django_sbert.finetuning.execution import execute_run
+    from django_sbert.finetuning.options import Hyperparameters
     from django_sbert.models import EncoderVersion, TrainingPair, TrainingRun
 
     Article = article_model()
@@ -231,7 +233,7 @@ def main() -> None:
     run = runs.create_run(
         "default",
         list(TrainingPair.objects.values_list("pk", flat=True)),
-        hyperparameters=runs.Hyperparameters.from_options(
+        hyperparameters=Hyperparameters.from_options(
             args.loss,
             {
                 "epochs": args.epochs,
@@ -246,7 +248,7 @@ def main() -> None:
         enqueue=False,
     )
     print(f"run {run.pk}: {run.loss} {run.hyperparameters}")
-    status = runs.execute_run(run.pk)
+    status = execute_run(run.pk)
     run = TrainingRun.objects.get(pk=run.pk)
     timings["training run"] = time.perf_counter() - started
     if status != "succeeded":

@@ -25,10 +25,10 @@ several of mined, unexamined, skipped, each trained and measured in turn; ``gold
 the visitors' claims' labelled pairs instead, for comparison, ``gold-shown`` on those a first
 page showed, ``right`` on the mined pairs less the wrong ones, ``full`` on those less the
 pairs of claims typed shortened or misspelt), a run with the default recipe
-(``runs.create_run`` + ``runs.execute_run``, what the worker does; ``--epochs`` and
+(``runs.create_run`` + ``execute_run``, what the worker does; ``--epochs`` and
 ``--max-pairs`` shorten it; ``--train-seeds`` trains the same pairs once per seed), and the
 gate's verdict on the candidate. Both the base model and each candidate are measured the same
-way on the held-back claims: ``encoder.evaluation.retrieval_metrics`` over every row's text (an
+way on the held-back claims: ``encoder.metrics.retrieval_metrics`` over every row's text (an
 exact ranking).
 
     HF_HUB_OFFLINE=1 .venv/bin/python -m benchmarks.feedback --sessions 5000
@@ -133,7 +133,7 @@ def simulate(data: dict, pk_of: dict[str, int], args: argparse.Namespace) -> dic
     from django.utils import timezone
 
     from django_sbert.conf import sbert_settings
-    from django_sbert.feedback.clients import network_key_of
+    from django_sbert.feedback.visitors import network_key_of
     from django_sbert.models import SearchEvent, SearchLog
     from django_sbert.serving import serving_version
 
@@ -295,7 +295,7 @@ def simulate_http(data: dict, pk_of: dict[str, int], args: argparse.Namespace) -
 
 def held_metrics(encoder: object, data: dict) -> dict:
     """nDCG@10 / Recall@10 (in %) of ``encoder`` on the held-back claims, over every row."""
-    from django_sbert.encoder.evaluation import retrieval_metrics
+    from django_sbert.encoder.metrics import retrieval_metrics
 
     corpus = {did: f"{title}\n{text}" for did, (title, text) in data["corpus"].items()}
     queries = {qid: data["queries"][qid] for qid in data["held"]}
@@ -461,7 +461,9 @@ def train_and_measure(
     candidate measured on the held-back claims."""
     from django_sbert.feedback.pairs import SOURCE_PREFIX, behaviour_pairs
     from django_sbert.finetuning import runs
+    from django_sbert.finetuning.execution import execute_run
     from django_sbert.finetuning.gate import stored_verdict
+    from django_sbert.finetuning.options import Hyperparameters
     from django_sbert.models import EncoderVersion, TrainingPair, TrainingRun
     from django_sbert.serving import get_encoder
 
@@ -500,10 +502,10 @@ def train_and_measure(
     options = {"epochs": args.epochs, "seed": seed, "batch_size": args.batch_size}
     if args.no_early_stopping:
         options["early_stopping"] = False
-    hyper = runs.Hyperparameters.from_options("mnrl", options)
+    hyper = Hyperparameters.from_options("mnrl", options)
     started = time.perf_counter()
     run = runs.create_run("default", ids, hyperparameters=hyper, enqueue=False)
-    status = runs.execute_run(run.pk)
+    status = execute_run(run.pk)
     run = TrainingRun.objects.get(pk=run.pk)
     train_seconds = time.perf_counter() - started
     if status != "succeeded":

@@ -16,7 +16,7 @@ first result, as a visitor would.
 Then what the loop does at its defaults (``AUTO_PROMOTE`` on): pairs from the clicks
 (``feedback.pairs.behaviour_pairs``), the loop's plan (``feedback.loop.plan``: the newest pairs,
 eval pairs no train visitor made, signals of a script), a run with the default recipe
-(``runs.create_run`` + ``runs.execute_run``, the worker's code, the guard included), the gate's
+(``runs.create_run`` + ``execute_run``, the worker's code, the guard included), the gate's
 verdict (``gate.stored_verdict``) and what ``AUTO_PROMOTE`` would decide (``loop.refusal``).
 Each share reports the targeted rows' median rank for their claims before and after (an exact
 cosine ranking over every row), the attacker's pairs among the run's, the flags, the verdict,
@@ -44,7 +44,7 @@ import numpy as np
 from benchmarks.common import add_json_option, cpu_line, load_average, write_json
 from benchmarks.django_setup import article_model
 from benchmarks.feedback import MODEL, held_metrics, load, normalized, simulate
-from django_sbert.encoder.evaluation import VectorCache
+from django_sbert.encoder.metrics import VectorCache
 
 ATTACK_PREFIX = "attacker"  # the attacker's client keys are hashes of this and a number
 FIRST_CLICK_SHARE = 1 / 3  # of its searches also click the first result
@@ -87,7 +87,7 @@ def attack(data: dict, targets: list[dict], sessions: int, args: argparse.Namesp
     """Write the attacker's ``sessions`` searches and clicks to the log; returns its clicks."""
     from django.utils import timezone
 
-    from django_sbert.feedback.clients import network_key_of
+    from django_sbert.feedback.visitors import network_key_of
     from django_sbert.models import SearchEvent, SearchLog
     from django_sbert.serving import serving_version
 
@@ -189,7 +189,10 @@ def one_share(
     from django_sbert.feedback import loop
     from django_sbert.feedback.pairs import behaviour_pairs
     from django_sbert.finetuning import runs
+    from django_sbert.finetuning.examples import default_loss
+    from django_sbert.finetuning.execution import execute_run
     from django_sbert.finetuning.gate import stored_verdict
+    from django_sbert.finetuning.options import Hyperparameters
     from django_sbert.models import EncoderVersion, SearchLog, TrainingPair, TrainingRun
     from django_sbert.serving import get_encoder
 
@@ -229,13 +232,13 @@ def one_share(
     options = {"seed": args.seed}
     if args.epochs:
         options["epochs"] = args.epochs
-    hyper = runs.Hyperparameters.from_options(runs.default_loss(train), options)
+    hyper = Hyperparameters.from_options(default_loss(train), options)
     run = runs.create_run(
         "default", found.train + found.evaluation, hyperparameters=hyper, enqueue=False
     )
     run.data = {**run.data, loop.MARK: {"flags": found.flags}}
     TrainingRun.objects.filter(pk=run.pk).update(data=run.data)
-    status = runs.execute_run(run.pk)
+    status = execute_run(run.pk)
     run.refresh_from_db()
     if status != "succeeded":
         raise SystemExit(f"run {status}: {run.error}")
@@ -315,7 +318,7 @@ def main() -> None:
     data["pk_of"] = {did: obj.pk for did, obj in zip(data["corpus"], objs, strict=True)}
     indexing.embed_stale(indexing.get_ref("testapp.Article", "embedding"))
     honest = simulate(data, data["pk_of"], argparse.Namespace(**vars(args), http=False))
-    from django_sbert.feedback.clients import network_key_of
+    from django_sbert.feedback.visitors import network_key_of
 
     ATTACK_NETWORK_KEYS.extend(network_key_of(f"198.51.{n}.1") for n in range(args.attack_networks))
     print(f"honest visitors: the busiest networks clicked for {busiest_networks()} queries")

@@ -47,7 +47,7 @@ import torch
 from benchmarks.common import SHARED, add_json_option, cpu_line, load_average, write_json
 from django_sbert.encoder import SentenceEncoder
 from django_sbert.encoder.distillation import DENSE_SHARE, PER_QUERY, lexical_teacher_examples
-from django_sbert.encoder.evaluation import retrieval_metrics, sts_spearman
+from django_sbert.encoder.metrics import retrieval_metrics, sts_spearman
 from django_sbert.encoder.mining import mine_hard_negatives
 from django_sbert.encoder.pseudo_queries import pseudo_pairs
 from django_sbert.encoder.training import Progress, fit

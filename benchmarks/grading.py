@@ -66,6 +66,8 @@ from django.test import Client  # noqa: E402
 from benchmarks import hybrid  # noqa: E402
 from benchmarks.search import encode_cached  # noqa: E402
 from django_sbert.finetuning import runs  # noqa: E402
+from django_sbert.finetuning.execution import execute_run  # noqa: E402
+from django_sbert.finetuning.options import Hyperparameters  # noqa: E402
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair  # noqa: E402
 
 rows = hybrid.corpus()[:ROWS]
@@ -84,10 +86,10 @@ made = TrainingPair.objects.bulk_create(
     TrainingPair(text_a=a, text_b=b, split="eval" if n % 4 == 0 else "train")
     for n, (a, b) in enumerate(pairs)
 )
-hyper = runs.Hyperparameters(loss="mnrl", epochs=1, batch_size=8, early_stopping=False)
+hyper = Hyperparameters(loss="mnrl", epochs=1, batch_size=8, early_stopping=False)
 started = time.perf_counter()
 run = runs.create_run("default", [p.pk for p in made], hyperparameters=hyper, enqueue=False)
-assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+assert execute_run(run.pk) == RunStatus.SUCCEEDED
 candidate = EncoderVersion.objects.get(run=run)
 print(
     f"candidate {candidate.version} trained on {len(made)} pairs in "

@@ -288,8 +288,9 @@ def log(begin: float, message: str) -> None:
 def timeline(minutes: float, begin: float, port: int, gunicorn: Proc, pair_ids: list[int],
              report: dict) -> None:  # fmt: skip
     """Fine-tune at 5% of the window, promote the candidate, then roll back 20 s later."""
+    from django_sbert.finetuning.options import Hyperparameters
     from django_sbert.finetuning.promotion import rollback_target
-    from django_sbert.finetuning.runs import Hyperparameters, create_run
+    from django_sbert.finetuning.runs import create_run
     from django_sbert.models import EncoderVersion, RunStatus, TrainingRun, VersionStatus
 
     workers = ["enc1", "enc2", "train"]

@@ -37,8 +37,8 @@ import torch
 from benchmarks.common import SHARED, add_json_option, cpu_line, load_average, write_json
 from benchmarks.finetune import SciFact, progress_printer, read_sts
 from django_sbert.encoder import SentenceEncoder
-from django_sbert.encoder.evaluation import retrieval_metrics, sts_spearman
 from django_sbert.encoder.matryoshka import truncate
+from django_sbert.encoder.metrics import retrieval_metrics, sts_spearman
 from django_sbert.encoder.training import fit
 
 

@@ -40,7 +40,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     from django_sbert.encoder import SentenceEncoder
-    from django_sbert.encoder.evaluation import VectorCache, retrieval_metrics
+    from django_sbert.encoder.metrics import VectorCache, retrieval_metrics
     from django_sbert.encoder.mining import mine_hard_negatives
     from django_sbert.encoder.training import autocast, fit, training_precision
 

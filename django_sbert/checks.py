@@ -17,6 +17,8 @@ django_sbert.E014         a kind of FEEDBACK["CONVERSIONS"] does not fit the eve
 django_sbert.E015         a routed SearchView cannot answer as configured: a mode needs a
                           full-text column its field lacks, no model or field, a suggest_url
                           that names no route (urls check)
+django_sbert.E016         an encoder's QUERY_RUNTIME is "onnxruntime" but the onnx extra is
+                          not installed
 django_sbert.W001         a large table has no HNSW index the search can use (database check)
 django_sbert.W002         pgvector is older than 0.8: filtered searches may return < k rows
 django_sbert.W003         a settings key is spelt as in an earlier release (still read)
@@ -53,7 +55,7 @@ from django.db.migrations.recorder import MigrationRecorder
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from .celery import FEEDBACK_PURGE_TASK
-from .conf import deprecated_settings, sbert_settings, settings_problems
+from .conf import deprecated_settings, encoder_config, sbert_settings, settings_problems
 from .fields import EmbeddingField, all_embedding_fields
 from .finetuning import queues
 from .indexing.sizing import check_scale
@@ -61,6 +63,7 @@ from .models import EncoderVersion, SearchEvent, VersionStatus
 from .serving.health import serving_databases
 from .serving.identity import base_unavailable_reason
 from .serving.model_cache import unavailable_reason
+from .serving.paths import onnxruntime_problem
 from .views.search import SearchView
 
 TAG = "django_sbert"
@@ -81,6 +84,7 @@ def register() -> None:
     checks.register(check_connections, TAG, deploy=True)
     checks.register(check_workers, TAG, deploy=True)
     checks.register(check_conversions, TAG)
+    checks.register(check_query_runtime, TAG)
     checks.register(check_search_views, TAG, checks.Tags.urls)
     checks.register(check_retention, TAG, deploy=True)
     checks.register(check_scale, TAG, checks.Tags.database)  # W021, W022 (indexing/sizing.py)
@@ -400,6 +404,34 @@ def check_workers(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> li
         )
         for queue, kind, count in queues.waiting_without_worker()
     ]
+
+
+def check_query_runtime(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[Any]:
+    """E016: an encoder asks for ``QUERY_RUNTIME="onnxruntime"`` where ONNX Runtime cannot be
+    imported (the ``onnx`` extra). ``"auto"`` falls back to torch there, with its reason in
+    ``sbert_status``; an explicit choice would otherwise be set aside just as silently."""
+    missing = onnxruntime_problem()
+    if missing is None:
+        return []
+    errors = []
+    for name in sbert_settings.ENCODERS or {}:
+        try:
+            runtime = encoder_config(name)["QUERY_RUNTIME"]
+        except ImproperlyConfigured:
+            continue  # E005 says what is wrong with the settings
+        if runtime == "onnxruntime":
+            errors.append(
+                checks.Error(
+                    f"SBERT['ENCODERS'][{name!r}]['QUERY_RUNTIME'] is 'onnxruntime', but "
+                    f"{missing}.",
+                    hint='pip install "django-sbert[onnx]" (ONNX Runtime, onnx and onnxscript), '
+                    'or set QUERY_RUNTIME to "auto" (ONNX Runtime where it is installed, torch '
+                    'elsewhere) or "torch".',
+                    obj="settings.SBERT",
+                    id="django_sbert.E016",
+                )
+            )
+    return errors
 
 
 def check_conversions(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[Any]:

@@ -30,6 +30,7 @@ from django.db import OperationalError
 
 from .encoder.exceptions import (
     ModelNotFoundError,
+    OnnxUnavailable,
     PackageError,
     SbertError,
     TrainingCancelled,
@@ -42,14 +43,18 @@ __all__ = [
     "CompareError",
     "EncoderBusy",
     "EvaluationError",
+    "EventRefused",
+    "InvalidToken",
     "JudgmentsImportError",
     "ManifestError",
     "MissingAPIDependencies",
     "ModelNotFoundError",
     "NotRegistered",
+    "OnnxUnavailable",
     "PackageError",
     "PairsImportError",
     "PromotionRefused",
+    "RollbackForbidden",
     "RunConflict",
     "SbertError",
     "SearchTimeout",
@@ -144,6 +149,26 @@ class CompareError(SbertError):
 
 class PromotionRefused(SbertError):
     """``start_promotion`` will not promote: the gate failed or the state does not allow it."""
+
+
+class RollbackForbidden(PromotionRefused):
+    """The rollback target was put in service by a forced promotion: only a superuser may
+    return to it (rolling back would otherwise pass the gate for staff who could not)."""
+
+
+# --- the search log ----------------------------------------------------------------------------
+
+
+class InvalidToken(SbertError, ValueError):
+    """A click token that was edited, forged, expired or malformed; the message says which."""
+
+
+class EventRefused(SbertError):
+    """An event that is not stored; ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 # --- the REST API ------------------------------------------------------------------------------

@@ -494,7 +494,7 @@ class SearchLog(models.Model):
     result_count = models.PositiveIntegerField(default=0)
     client = models.CharField(max_length=64, db_index=True)
     # A keyed hash of the searcher's network (IPv4 /24, IPv6 /48), never the address: what
-    # the loop counts as one visitor (feedback.clients.network_key).
+    # the loop counts as one visitor (feedback.visitors.network_key).
     network = models.CharField(max_length=32, blank=True, default="", db_index=True)
     latency_ms = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)

@@ -40,7 +40,7 @@ FLOORS = {
             "django_sbert.conf",
             "django_sbert.settings_schema",
             "django_sbert.exceptions",
-            "django_sbert.clients",
+            "django_sbert.throttling",
             "django_sbert.models",
             "django_sbert.fields",
             "django_sbert.passages",
@@ -368,7 +368,8 @@ def test_model_modules_and_settings_modules_import_no_torch():
         "django_sbert.conf.sbert_settings",
         "django_sbert.encoder.SentenceEncoder",
         "django_sbert.encoder.training.fit",
-        "django_sbert.encoder.evaluation.retrieval_metrics",
+        "django_sbert.encoder.metrics.retrieval_metrics",
+        "django_sbert.encoder.evaluation.retrieval_metrics",  # deprecated, one release
         "django_sbert.api.register",
         "django_sbert.api.filters.SemanticSearchFilter",
     ],
@@ -394,3 +395,21 @@ def test_task_names_are_the_wire_format_and_bind_to_the_moved_functions():
         task = current_app.tasks[name]
         assert task.__module__ == module.__name__
         assert getattr(module, name.rpartition(".")[2]).name == name
+
+
+@pytest.mark.parametrize("package", ["django_sbert.finetuning", "django_sbert.evaluation"])
+def test_a_wings_face_gives_the_names_its_modules_define(package):
+    """``from django_sbert.finetuning import create_run`` is the function ``runs`` defines: the
+    face re-exports, never wraps; and importing the package loads none of its modules."""
+    face = importlib.import_module(package)
+    for name in face.__all__:
+        value = getattr(face, name)
+        home = getattr(value, "__module__", None)
+        if home is not None and not isinstance(value, dict | tuple | list):
+            assert home.startswith((package + ".", "django_sbert.exceptions")), (package, name)
+            assert getattr(importlib.import_module(home), name) is value
+    code = f"import sys, {package}\nprint([m for m in sys.modules if m.startswith('{package}.')])"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE.parent
+    )
+    assert result.stdout.strip() == "[]", result.stdout

@@ -165,7 +165,13 @@ def test_the_sdist_and_the_wheel_carry_the_whole_package_and_its_metadata(dists)
     for metadata in (sdist_metadata, wheel_metadata):
         assert metadata["Version"] == django_sbert.__version__
         # What a site installs; the test and lint tools are dependency groups, never extras.
-        assert sorted(metadata.get_all("Provides-Extra")) == ["api", "minilm", "redis", "wagtail"]
+        assert sorted(metadata.get_all("Provides-Extra")) == [
+            "api",
+            "minilm",
+            "onnx",
+            "redis",
+            "wagtail",
+        ]
         requires = " ".join(metadata.get_all("Requires-Dist"))
         for tool in ("pytest", "ruff", "sentence-transformers", "selenium", "nox"):
             assert tool not in requires, f"{tool} is a dependency of the package"

@@ -33,11 +33,12 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from ..conf import sbert_settings
-from ..exceptions import BrokerUnavailable, ServiceUnavailable
+from ..exceptions import BrokerUnavailable, RunConflict, ServiceUnavailable
 from ..finetuning import compare, promotion, runs
 from ..finetuning import pairs as pair_io
 from ..finetuning.errors import error_for, error_message, may_see_traceback
-from ..finetuning.options import OPTIONS, TrainingOption
+from ..finetuning.examples import default_loss
+from ..finetuning.options import OPTIONS, Hyperparameters, TrainingOption
 from ..finetuning.queues import training_worker_hint
 from ..models import (
     EncoderVersion,
@@ -86,9 +87,9 @@ class FineTuneForm(forms.Form):
         self.fields["encoder"].choices = [(n, n) for n in names]
         self.fields["encoder"].initial = "default" if "default" in names else names[0]
 
-    def hyperparameters(self) -> runs.Hyperparameters:
+    def hyperparameters(self) -> Hyperparameters:
         data = self.cleaned_data
-        return runs.Hyperparameters.from_options(data["loss"], data)
+        return Hyperparameters.from_options(data["loss"], data)
 
 
 # Declared like the encoder field, in OPTIONS' order: every form copies base_fields.
@@ -196,7 +197,7 @@ class TrainingPairAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
                     )
                 except ValidationError as exc:
                     form.add_error(None, exc)
-                except (runs.RunConflict, BrokerUnavailable) as exc:
+                except (RunConflict, BrokerUnavailable) as exc:
                     form.add_error(None, str(exc))
                 else:
                     self.message_user(request, f"Training run {run.pk} queued.", messages.SUCCESS)
@@ -204,7 +205,7 @@ class TrainingPairAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
                         reverse("admin:django_sbert_trainingrun_change", args=[run.pk])
                     )
         else:
-            form = FineTuneForm(initial={"loss": runs.default_loss(queryset)})
+            form = FineTuneForm(initial={"loss": default_loss(queryset)})
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,

@@ -14,8 +14,9 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
-from ..exceptions import ServiceUnavailable, UnversionedVector
+from ..exceptions import RunConflict, ServiceUnavailable, UnversionedVector
 from ..finetuning import runs
+from ..finetuning.options import adapt_hyperparameters
 from ..finetuning.pairs import content_pairs
 from ..indexing import field_refs
 from ..indexing.passages import passage_rows
@@ -132,11 +133,11 @@ class EmbeddingAdminMixin:
         try:
             run = runs.create_run(
                 ref.encoder_name,
-                hyperparameters=runs.adapt_hyperparameters(),
+                hyperparameters=adapt_hyperparameters(),
                 content=f"{ref.label}.{ref.name}",
                 user=request.user,
             )
-        except (ValidationError, runs.RunConflict, ServiceUnavailable) as exc:
+        except (ValidationError, RunConflict, ServiceUnavailable) as exc:
             self.message_user(
                 request, " ".join(getattr(exc, "messages", [str(exc)])), messages.ERROR
             )

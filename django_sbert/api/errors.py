@@ -24,8 +24,8 @@ from django.db import DataError
 from rest_framework import status
 from rest_framework.exceptions import APIException, AuthenticationFailed
 
-from ..clients import GENERIC_MESSAGE, client_message, new_request_id
 from ..exceptions import ServiceUnavailable
+from ..views.errors import GENERIC_MESSAGE, client_message, new_request_id
 
 logger = logging.getLogger(__name__)
 

@@ -22,9 +22,17 @@ from rest_framework.exceptions import APIException, PermissionDenied, Validation
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from ..exceptions import RollbackForbidden, RunConflict
 from ..finetuning import promotion, runs
 from ..finetuning.errors import error_for
-from ..finetuning.options import OPTIONS, TrainingOption
+from ..finetuning.examples import default_loss
+from ..finetuning.options import (
+    OPTION_NAMES,
+    OPTIONS,
+    Hyperparameters,
+    TrainingOption,
+    adapt_hyperparameters,
+)
 from ..models import EncoderVersion, TrainingPair, TrainingRun, VersionStatus
 from .errors import ServiceErrorsMixin
 from .pagination import SearchPagination
@@ -330,8 +338,8 @@ class TrainingRunViewSet(
         content = data.get("content")
         if content:
             pair_ids: list[int] = []
-            given = {name: data[name] for name in runs.OPTION_NAMES if name in request.data}
-            hyperparameters = runs.adapt_hyperparameters(data.get("loss"), **given)
+            given = {name: data[name] for name in OPTION_NAMES if name in request.data}
+            hyperparameters = adapt_hyperparameters(data.get("loss"), **given)
         else:
             pairs = TrainingPair.objects.all()
             if "pairs" in data:
@@ -341,8 +349,8 @@ class TrainingRunViewSet(
             pair_ids = list(pairs.values_list("pk", flat=True))
             if not pair_ids:
                 raise ValidationError({"pairs": ["No training pairs match."]})
-            loss = data.get("loss") or runs.default_loss(pairs)
-            hyperparameters = runs.Hyperparameters.from_options(loss, data)
+            loss = data.get("loss") or default_loss(pairs)
+            hyperparameters = Hyperparameters.from_options(loss, data)
         try:
             run = runs.create_run(
                 data["encoder"],
@@ -357,7 +365,7 @@ class TrainingRunViewSet(
             raise ValidationError({"encoder": [str(exc)]}) from exc
         except LookupError as exc:  # content names no model or field with embeddings
             raise ValidationError({"content": [str(exc).strip("'\"")]}) from exc
-        except runs.RunConflict as exc:
+        except RunConflict as exc:
             raise Conflict(str(exc)) from exc
         return Response(
             TrainingRunSerializer(run, context=self.get_serializer_context()).data,
@@ -518,7 +526,7 @@ class EncoderVersionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tr
         version = self.get_object()
         try:
             previous = promotion.rollback(version, user=request.user, reason="API: roll back")
-        except promotion.RollbackForbidden as exc:
+        except RollbackForbidden as exc:
             raise PermissionDenied(str(exc)) from exc
         except promotion.PromotionRefused as exc:
             raise Conflict(str(exc)) from exc

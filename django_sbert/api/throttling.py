@@ -14,38 +14,55 @@ request would get a fresh count each time.
 
 from __future__ import annotations
 
-import hashlib
+from typing import Any
 
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
-from ..clients import client_address
-from .settings import api_settings
+from ..throttling import (
+    api_rate,
+    api_rate_setting,
+    client_address,
+    client_ident,
+    count,
+    count_key,
+)
+from ..throttling import parse_rate as parse_sbert_rate
 
 
 class SbertRateThrottle(SimpleRateThrottle):
-    """A SimpleRateThrottle whose rate is SBERT["API"]["THROTTLE_RATES"][scope] (None: off)."""
+    """A SimpleRateThrottle whose rate is SBERT["API"]["THROTTLE_RATES"][scope] (None: off),
+    parsed, named and counted by ``django_sbert.throttling``: the search pages count the
+    ``search`` scope with it."""
 
     scope = ""
-    cache_format = "sbert-throttle:%(scope)s:%(ident)s"
+    cache_prefix = "sbert-throttle:%(scope)s"
 
     def get_rate(self) -> str | None:
-        return api_settings.THROTTLE_RATES.get(self.scope)
+        return api_rate(self.scope)
+
+    def parse_rate(self, rate: str | None) -> tuple[int | None, int | None]:
+        if rate is None:
+            return (None, None)
+        return parse_sbert_rate(rate, api_rate_setting(self.scope))
 
     def get_ident(self, request: Request) -> str:
         return client_address(request)
 
-    def get_cache_key(self, request: Request, view: APIView) -> str:
-        user = getattr(request, "user", None)
-        if user is not None and user.is_authenticated:
-            ident = f"user-{user.pk}"
-        else:
-            ident = f"ip-{self.get_ident(request)}"
-        # Hashed: a header's worth of characters (or a long primary key) would make a key
-        # Memcached refuses (over 250 characters, or with spaces).
-        digest = hashlib.sha256(ident.encode("utf-8", "surrogatepass")).hexdigest()
-        return self.cache_format % {"scope": self.scope, "ident": digest}
+    def get_cache_key(self, request: Request, view: APIView | None) -> str:
+        """The key ``throttling.count`` keeps this client's window under."""
+        return count_key(self.cache_prefix % {"scope": self.scope}, client_ident(request))
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        if self.rate is None:
+            return True
+        prefix = self.cache_prefix % {"scope": self.scope}
+        self.wait_seconds = count(prefix, client_ident(request), self.num_requests, self.duration)
+        return self.wait_seconds is None
+
+    def wait(self) -> float | None:
+        return getattr(self, "wait_seconds", None)
 
 
 class SearchRateThrottle(SbertRateThrottle):

@@ -11,7 +11,7 @@ from rest_framework.routers import SimpleRouter
 from .evaluations import EvaluationView
 from .finetuning import EncoderVersionViewSet, TrainingPairViewSet, TrainingRunViewSet
 from .schema import SchemaView
-from .views import EmbedView, EventView, SearchView, SimilarView, SuggestView
+from .views import EmbedView, EventView, SearchAPIView, SimilarView, SuggestAPIView
 
 app_name = "sbert-api"
 
@@ -22,9 +22,9 @@ training.register("training-runs", TrainingRunViewSet, basename="training-run")
 training.register("encoder-versions", EncoderVersionViewSet, basename="encoder-version")
 
 urlpatterns = [
-    path("search/", SearchView.as_view(), name="search"),
+    path("search/", SearchAPIView.as_view(), name="search"),
     path("similar/<str:model>/<str:pk>/", SimilarView.as_view(), name="similar"),
-    path("suggest/<str:model>/", SuggestView.as_view(), name="suggest"),
+    path("suggest/<str:model>/", SuggestAPIView.as_view(), name="suggest"),
     path("embed/", EmbedView.as_view(), name="embed"),
     # Clicks and conversions on logged search results (docs/learning.md).
     path("events/", EventView.as_view(), name="events"),

@@ -25,8 +25,8 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from ..exceptions import EventRefused
 from ..feedback import (
-    EventRefused,
     log_search,
     logging_on,
     record_event,
@@ -256,7 +256,7 @@ _PAGE_PARAMETERS = (
         **error_responses(400, 401, 403, 404, 429, 503),
     },
 )
-class SearchView(SemanticResultsView):
+class SearchAPIView(SemanticResultsView):
     """GET search/?model=app_label.model&q=...: the registered model's rows nearest to q."""
 
     schema_operation_id = "sbert_search"
@@ -433,7 +433,7 @@ class SimilarView(SemanticResultsView):
         **error_responses(400, 401, 403, 404, 429, 503),
     },
 )
-class SuggestView(SemanticResultsView):
+class SuggestAPIView(SemanticResultsView):
     """GET suggest/<app_label.model>/?q=...: suggestions for the text typed so far."""
 
     schema_operation_id = "sbert_suggest"

@@ -17,8 +17,8 @@ spans, which passages and pseudo-queries are cut from). Training: ``training``
 (``fit()``), ``losses``, ``data`` (examples checked against a loss, and batched), ``mining``
 (hard negatives), ``pseudo_queries`` (pairs cut from unlabelled documents), ``lexical`` (BM25
 in memory), ``distillation`` (Margin-MSE examples from a teacher fusing the model with BM25),
-``evaluation`` (STS Spearman, retrieval MRR / nDCG / Recall). ``exceptions``: the errors the
-core raises.
+``metrics`` (STS Spearman, retrieval MRR / nDCG / Recall; ``evaluation``, its former name,
+kept one release). ``exceptions``: the errors the core raises.
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .evaluation import Encodes
 from .lexical import BM25
+from .metrics import Encodes
 
 DENSE_SHARE = 0.5  # the teacher's weight on the encoder's cosine; the rest is BM25's
 CANDIDATES = 20  # per query, from each side (dense and BM25)

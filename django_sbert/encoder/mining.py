@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .evaluation import Encodes
+from .metrics import Encodes
 
 # With ``top_k=None`` the best-ranked FIRST_LOOK texts are searched first (one partial sort for
 # all anchors); only a pair that finds too few negatives there sorts the whole corpus.

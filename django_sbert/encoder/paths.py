@@ -20,7 +20,8 @@ The rules, in order:
   model's quality (``BF16_MEASURED_MODELS``); everywhere else float32, because emulated bf16
   is several times slower than float32;
 * ``QUERY_RUNTIME="auto"`` encodes single texts through ONNX Runtime wherever the path above
-  is float32 on a CPU (``onnxruntime`` is a dependency): 1.5x torch's compiled float32 for
+  is float32 on a CPU and the ``onnx`` extra is installed (torch otherwise, silently: the
+  reason says so): 1.5x torch's compiled float32 for
   one short text, with the same vectors (docs/benchmarks.md, "One query's encode"). Where it
   is bfloat16, torch's compiled bf16 query was as fast as ONNX Runtime's float32 one, so
   torch keeps it; so does an int8 or a GPU encoder. Batches always take the torch path above.
@@ -230,7 +231,7 @@ def onnxruntime_missing() -> str | None:
 
     for module in ("onnxruntime", "onnxscript", "onnx"):
         if importlib.util.find_spec(module) is None:
-            return f"{module} is not installed (pip install {module})"
+            return f'{module} is not installed (pip install "django-sbert[onnx]")'
     return None
 
 

@@ -48,9 +48,9 @@ from .data import (
     unique_text_batches,
     validate_examples,
 )
-from .evaluation import sts_spearman
 from .exceptions import TrainingCancelled
 from .losses import CoSENTLoss, EmbeddingLoss, build_loss
+from .metrics import sts_spearman
 from .paths import CpuFeatures, cpu_features
 
 if TYPE_CHECKING:

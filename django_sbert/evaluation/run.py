@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from ..conf import sbert_settings
-from ..encoder.evaluation import ranking_metrics
+from ..encoder.metrics import ranking_metrics
 from ..exceptions import EvaluationError
 from ..finetuning.hybrid import fuse, site_fusion
 from ..indexing import FieldRef, field_refs
@@ -66,7 +66,7 @@ from ..indexing.passages import encode_with_passages
 from ..indexing.rows import PendingRow
 from ..models import EncoderVersion, Evaluation, JudgmentList
 from ..query import as_semantic
-from ..query.aio import EncodedText
+from ..query.vectors import EncodedText
 from ..serving import FUSION_KEYS, base_version, encode_texts, serving_record
 from ..serving.versions import stored_fusion
 

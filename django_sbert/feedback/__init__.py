@@ -7,8 +7,8 @@ here; nothing here imports them::
     record_event(request, token, "click")              # one event on a logged result
     forget_user(user); purge_expired()                 # privacy and retention
 
-Modules: ``log`` (``log_search``, ``normalize_query``), ``clients`` (pseudonymous client and
-network keys, crawlers, per-client and per-network rates), ``tokens`` (signed click tokens),
+Modules: ``log`` (``log_search``, ``normalize_query``), ``visitors`` (pseudonymous client
+and network keys, crawlers, per-client and per-network budgets), ``tokens`` (signed click tokens),
 ``events`` (``record_event``), ``export`` (UBI JSON lines), ``retention`` (purge and forget),
 ``tasks`` (the purge task), ``writes`` (the one write, in a savepoint inside a transaction);
 and what is learned from them: ``analytics`` (top queries, no results, no click, click-through
@@ -23,11 +23,12 @@ pairs' visitors, signals of a scripted run, the pairs forgetting deletes), ``cli
 
 from __future__ import annotations
 
-from .clients import client_key, client_key_for_session, client_key_for_user, network_key
-from .events import EventRefused, allowed_kinds, record_event
+from ..exceptions import EventRefused, InvalidToken
+from .events import allowed_kinds, record_event
 from .log import log_search, logging_on, normalize_query, write_after_response
 from .retention import Deleted, forget_client, forget_session, forget_user, purge_expired
-from .tokens import InvalidToken, make_token, read_token
+from .tokens import make_token, read_token
+from .visitors import client_key, client_key_for_session, client_key_for_user, network_key
 
 __all__ = [
     "Deleted",

@@ -17,9 +17,10 @@ from django.db import connections, router
 from django.utils import timezone
 
 from ..conf import sbert_settings
+from ..exceptions import EventRefused, InvalidToken
 from ..models import SearchEvent, SearchLog
-from .clients import is_bot, over_rate
-from .tokens import InvalidToken, issued_within, read_token
+from .tokens import issued_within, read_token
+from .visitors import is_bot, over_rate
 from .writes import write
 
 CLICK = "click"
@@ -28,14 +29,6 @@ MAX_DWELL_MS = 24 * 3600 * 1000  # a day: longer is a tab left open, not reading
 # response (log.write_after_response); look again after these pauses (0.37 s in all).
 FRESH_SECONDS = 5
 RETRY_PAUSES = (0.02, 0.05, 0.1, 0.2)
-
-
-class EventRefused(Exception):
-    """An event that is not stored; ``status`` is the HTTP status to answer with."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def allowed_kinds() -> list[str]:

@@ -29,8 +29,8 @@ from django.utils.crypto import salted_hmac
 from ..conf import sbert_settings
 from ..models import SearchLog
 from ..serving import serving_record
-from .clients import client_key, is_bot, network_key, over_rate
 from .tokens import make_token
+from .visitors import client_key, is_bot, network_key, over_rate
 from .writes import insert_params, insert_sql, write
 
 logger = logging.getLogger(__name__)

@@ -41,7 +41,9 @@ from django.utils import timezone
 from ..conf import sbert_settings
 from ..exceptions import BrokerUnavailable, PromotionRefused, RunConflict
 from ..finetuning import promotion, runs
+from ..finetuning.examples import default_loss
 from ..finetuning.gate import GateResult, stored_verdict
+from ..finetuning.options import Hyperparameters
 from ..indexing import field_refs
 from ..models import EncoderVersion, RunStatus, TrainingPair, TrainingRun, VersionStatus
 from .evidence import attack_signals, independent_eval
@@ -162,7 +164,7 @@ def maybe_start(encoder_name: str, *, user: Any = None) -> tuple[TrainingRun | N
     if not found.ready:
         return None, found.why
     pairs = TrainingPair.objects.filter(pk__in=found.train)
-    hyperparameters = runs.Hyperparameters(loss=runs.default_loss(pairs))
+    hyperparameters = Hyperparameters(loss=default_loss(pairs))
     mark = {"new_pairs": found.new, "started": timezone.now().isoformat(), "flags": found.flags}
     ids = found.train + found.evaluation
     try:

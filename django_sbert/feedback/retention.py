@@ -26,8 +26,8 @@ from django.utils import timezone
 
 from ..conf import sbert_settings
 from ..models import BEHAVIOUR_SOURCE, JudgedQuery, SearchEvent, SearchLog, TrainingPair
-from .clients import client_key_for_session, client_key_for_user
 from .evidence import pairs_of_clients
+from .visitors import client_key_for_session, client_key_for_user
 
 
 class Deleted(NamedTuple):

@@ -17,12 +17,9 @@ from typing import Any
 from django.core import signing
 
 from ..conf import sbert_settings
+from ..exceptions import InvalidToken
 
 SALT = "django_sbert.feedback.click"
-
-
-class InvalidToken(ValueError):
-    """A click token that was edited, forged, expired or malformed; the message says which."""
 
 
 @dataclass(frozen=True)

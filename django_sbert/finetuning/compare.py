@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from django.db.models import QuerySet
 
-from ..encoder.evaluation import ranking_metrics
+from ..encoder.metrics import ranking_metrics
 from ..exceptions import CompareError
 from ..indexing import FieldRef, field_refs
 from ..models import EncoderVersion, TrainingPair, VersionStatus

@@ -167,7 +167,7 @@ def _measure_before(
 ) -> dict[str, float]:
     """The base model's metrics, recorded as ``metrics_before``."""
     # torch: only in the worker
-    from ..encoder.evaluation import VectorCache
+    from ..encoder.metrics import VectorCache
 
     before: dict[str, float] = {}
     if data.held:  # measured on pairs cut from the content itself: not for the gate
@@ -278,7 +278,7 @@ def _measure_after(
     """The trained model's metrics: with early stopping, those measured at the kept step (the
     hybrid figures, measured once per model, are added for a later step than 0)."""
     # torch: only in the worker
-    from ..encoder.evaluation import VectorCache
+    from ..encoder.metrics import VectorCache
 
     if tracker is not None:
         after = dict(tracker.measured[result.best_step])

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..conf import sbert_settings
-from ..encoder.evaluation import retrieval_metrics, sts_spearman
+from ..encoder.metrics import retrieval_metrics, sts_spearman
 from ..models import EncoderVersion, TrainingPair
 from ..serving import get_encoder, serving_record
 from . import guard as guards

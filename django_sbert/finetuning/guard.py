@@ -24,7 +24,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from ..encoder.evaluation import retrieval_metrics
+from ..encoder.metrics import retrieval_metrics
 from ..encoder.pseudo_queries import pseudo_pairs
 from ..indexing import get_ref, light_rows
 from ..models import BEHAVIOUR_SOURCE, JudgedQuery, TrainingPair, TrainingRun

@@ -32,7 +32,7 @@ import numpy as np
 from django.db import connections, router, transaction
 
 from ..conf import sbert_settings
-from ..encoder.evaluation import Encodes, ranking_metrics
+from ..encoder.metrics import Encodes, ranking_metrics
 from ..fields import all_embedding_fields
 from ..keyword import bm25, tsquery
 from ..keyword.column import DEFAULT_CONFIG

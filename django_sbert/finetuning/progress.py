@@ -128,7 +128,7 @@ class EvalTracker:
 
     def __call__(self, encoder: Any) -> float:
         # torch: only in the worker, where fit calls this
-        from ..encoder.evaluation import VectorCache
+        from ..encoder.metrics import VectorCache
 
         step = int(self.reporter.step)
         if self.measured:

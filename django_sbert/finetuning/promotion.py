@@ -39,7 +39,7 @@ from django.db.models import Case, Value, When
 from django.utils import timezone
 
 from ..conf import sbert_settings
-from ..exceptions import BrokerUnavailable, PromotionRefused
+from ..exceptions import BrokerUnavailable, PromotionRefused, RollbackForbidden
 from ..indexing import FieldRef, field_refs
 from ..indexing.rows import pages_by_pk
 from ..indexing.writes import content_type_id, stage_pending, unstaged
@@ -337,11 +337,6 @@ def _queue_on_commit(target: EncoderVersion) -> None:
 
     in_transaction = transaction.get_connection().in_atomic_block
     transaction.on_commit(publish, robust=in_transaction)
-
-
-class RollbackForbidden(PromotionRefused):
-    """The rollback target was put in service by a forced promotion: only a superuser may
-    return to it (rolling back would otherwise pass the gate for staff who could not)."""
 
 
 def promotion_record(active: EncoderVersion) -> PromotionRecord | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..conf import sbert_settings
-from ..encoder.evaluation import sts_spearman
+from ..encoder.metrics import sts_spearman
 
 METRIC = "general_sts_spearman"
 

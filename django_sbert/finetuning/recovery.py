@@ -12,7 +12,7 @@ version's cache and doubles indexing work. Every sweep therefore calls, through
     lost_promotions()       # promoting, no progress that long: claimed for re-sending
                             # (at most TRAINING["PROMOTION_RESENDS"] times, then given up)
 
-Re-sending is safe: only a queued run starts (``runs.execute_run``) and a promotion is
+Re-sending is safe: only a queued run starts (``execution.execute_run``) and a promotion is
 resumable and switches only a version still promoting. Claiming stamps the row, so concurrent
 sweeps send one message, and a run that waits behind a long task is re-sent at most once per
 ``TRAINING["STALLED_SECONDS"]``.
@@ -41,7 +41,7 @@ def fail_dead_runs(encoder_name: str | None = None) -> int:
     """Fail running runs that wrote no heartbeat since ``stalled_before()``; returns how many.
 
     Frees the one-run-per-encoder slot. The heartbeat is written during every phase of a run
-    (``runs.execute_run``), so a healthy long run is never failed here.
+    (``execution.execute_run``), so a healthy long run is never failed here.
     """
     runs = TrainingRun.objects.filter(status=RunStatus.RUNNING, updated_at__lt=stalled_before())
     if encoder_name is not None:

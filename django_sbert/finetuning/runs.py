@@ -1,4 +1,4 @@
-"""Training runs: create one, queue it, cancel it; and the names of the whole run workflow.
+"""Training runs: create one, queue it, cancel it.
 
 ::
 
@@ -9,11 +9,12 @@
 ``create_run`` checks everything that can be checked before a worker is involved (the
 options, the encoder, the examples the loss needs), records the run and queues it once its row
 is committed; ``RunConflict`` when a run of the same encoder is queued or running. The rest of
-a run's life lives beside it, and its names are importable from here as before: ``options``
-(the losses, their recipes, the training options and ``Hyperparameters``), ``examples`` (pairs
-or a field's text -> what a loss trains on), ``execution`` (the run in the worker, measured
-and saved as a candidate), ``progress`` (what a running run writes). The gate that compares a
-candidate with the serving version is in ``gate.py``.
+a run's life lives beside it, each name in its own module (and the wing's public ones in
+``django_sbert.finetuning``): ``options`` (the losses, their recipes, the training options and
+``Hyperparameters``), ``examples`` (pairs or a field's text -> what a loss trains on),
+``execution`` (``execute_run``: the run in the worker, measured and saved as a candidate),
+``progress`` (what a running run writes). The gate that compares a candidate with the serving
+version is in ``gate.py``.
 """
 
 from __future__ import annotations
@@ -31,62 +32,17 @@ from ..fields import encoder_dimensions
 from ..models import ACTIVE_RUN_STATUSES, RunStatus, TrainingRun
 from . import recovery
 from .examples import (
-    HARD_NEGATIVE_LOSSES,
-    MIN_MINED_SHARE,
-    adapt_documents,
     content_texts,
-    default_loss,
     examples_for,
-    label_index,
     pseudo_query_pairs,
     split_pairs,
 )
-from .execution import execute_run
 from .options import (
-    ADAPT_EPOCHS,
     ADAPT_LOSSES,
-    ADAPT_MARGIN_BATCH_SIZE,
-    EARLY_STOPPING_TOLERANCE,
-    LOSS_CHOICES,
-    OPTION_NAMES,
-    OPTIONS,
-    RECIPE,
-    RECIPES,
     Hyperparameters,
-    TrainingOption,
-    adapt_hyperparameters,
-    option_default,
-    recipe_summary,
 )
 
-__all__ = [
-    "ADAPT_EPOCHS",
-    "ADAPT_LOSSES",
-    "ADAPT_MARGIN_BATCH_SIZE",
-    "EARLY_STOPPING_TOLERANCE",
-    "HARD_NEGATIVE_LOSSES",
-    "LOSS_CHOICES",
-    "MIN_MINED_SHARE",
-    "OPTIONS",
-    "OPTION_NAMES",
-    "RECIPE",
-    "RECIPES",
-    "Hyperparameters",
-    "RunConflict",
-    "TrainingOption",
-    "ValidationError",
-    "adapt_documents",
-    "adapt_hyperparameters",
-    "cancel_run",
-    "create_run",
-    "default_loss",
-    "examples_for",
-    "execute_run",
-    "label_index",
-    "option_default",
-    "pseudo_query_pairs",
-    "recipe_summary",
-]
+__all__ = ["cancel_run", "create_run"]
 
 # --- creating runs -----------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """Celery tasks of fine-tuning: training runs and promotions, on ``SBERT["TRAINING"]["QUEUE"]``.
 
 ``train_encoder``
-    Run a queued ``TrainingRun`` (``runs.execute_run``).
+    Run a queued ``TrainingRun`` (``execute_run``).
 ``promote_version``
     Stage every row's vectors with a candidate version, then switch (``promotion.run_promotion``).
 
@@ -34,7 +34,8 @@ from ..conf import sbert_settings
 from ..exceptions import BrokerUnavailable
 from ..indexing.tasks import PUBLISH_RETRY_POLICY, TRANSIENT_ERRORS
 from ..serving import worker as _worker_hooks  # noqa: F401  (connects the worker hooks)
-from . import promotion, recovery, runs
+from . import promotion, recovery
+from .execution import execute_run
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def train_encoder(self: Any, run_id: int) -> str:
     ``reject_on_worker_lost``); one lost after finds the run running, does nothing, and the
     run is failed once it is found stalled.
     """
-    return runs.execute_run(run_id)
+    return execute_run(run_id)
 
 
 @shared_task(

@@ -11,7 +11,8 @@
 
 Modules: ``queryset`` (the queryset and manager), ``options`` (per-query settings, with their
 defaults from ``SBERT["SEARCH"]``), ``vectors`` (a text, row or vector becomes the query
-vector), ``aio`` (async searches encode their text off the event loop), ``fusion`` (hybrid
+vector; a text encoded synchronously), ``aio`` (async searches encode their text off the
+event loop), ``fusion`` (hybrid
 search's rank or score fusion in SQL), ``suggest`` (search-as-you-type: a prefix match
 fused with a vector search of the text so far), ``passages`` (rows ranked by their best passage),
 ``highlight`` (the sentence of a passage that answers the query), ``binary`` (search on

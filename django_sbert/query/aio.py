@@ -26,8 +26,9 @@ storage or the CPU is slow. Nothing in the pool reads the database
 (``serving.encode_query_for``), so no connection is opened outside Django's threads.
 
 A text search built in async code without these (``similar_to(text)`` on the event loop) would
-block the loop while it encodes: ``text_vector()`` refuses with ``SynchronousOnlyOperation``,
-as Django does for queries (``DJANGO_ALLOW_ASYNC_UNSAFE`` lifts both).
+block the loop while it encodes: the synchronous encode (``vectors.text_vector``) refuses with
+``SynchronousOnlyOperation``, as Django does for queries (``DJANGO_ALLOW_ASYNC_UNSAFE`` lifts
+both).
 """
 
 from __future__ import annotations
@@ -42,10 +43,10 @@ from typing import Any
 
 import numpy as np
 from asgiref.sync import sync_to_async
-from django.core.exceptions import SynchronousOnlyOperation
 
 from ..exceptions import ServiceUnavailable
-from ..serving import encode_query_for, peek_query_cache, query_vector, serving_record
+from ..serving import encode_query_for, peek_query_cache, serving_record
+from .vectors import EncodedText, refuse_in_event_loop
 
 # Threads that encode query texts for async searches, per process. Each encoder runs one
 # forward pass at a time (its lock), so more threads would only wait on that lock.
@@ -58,20 +59,6 @@ ENCODE_QUEUE = 64
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 _in_flight = 0  # encodes submitted to the pool and not yet done (running or waiting)
-
-
-class EncodedText(str):
-    """A query text with its vector, encoded by ``encoder`` at ``version`` (a ``str``, so the
-    searches read it as the text it is)."""
-
-    encoder: str
-    vector: np.ndarray
-    version: str
-
-    def __new__(cls, text: str, encoder: str, vector: np.ndarray, version: str) -> EncodedText:
-        value = super().__new__(cls, text)
-        value.encoder, value.vector, value.version = encoder, vector, version
-        return value
 
 
 def encoding_pool() -> ThreadPoolExecutor:
@@ -171,37 +158,10 @@ def pending_text_vector(text: str, encoder: str, using: str | None = None) -> Pe
     cached text or an ``EncodedText`` are ready at once."""
     if isinstance(text, EncodedText) and text.encoder == encoder:
         return PendingVector(str(text), text.version, ready=text.vector)
-    _refuse_in_event_loop()
+    refuse_in_event_loop()
     text = str(text)
     current = serving_record(encoder, using=using)
     return PendingVector(text, current.version, current, peek_query_cache(text, current))
-
-
-def _refuse_in_event_loop() -> None:
-    if not os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE") and _in_event_loop():
-        raise SynchronousOnlyOperation(
-            "similar_to() and hybrid_search() encode a text query where they are called, which "
-            "would block the event loop: in async code use `await "
-            "Model.objects.asimilar_to(text)` or `ahybrid_search(text)`."
-        )
-
-
-def text_vector(text: str, encoder: str, using: str | None = None) -> tuple[np.ndarray, str]:
-    """A query text's vector and the version that encoded it: an ``EncodedText``'s own, else
-    encoded here with the version serving on database ``using`` (``serving.query_vector``),
-    which an event loop's thread may not do."""
-    if isinstance(text, EncodedText) and text.encoder == encoder:
-        return text.vector, text.version
-    _refuse_in_event_loop()
-    return query_vector(str(text), encoder, using)
-
-
-def _in_event_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 def _forget_pool_after_fork() -> None:

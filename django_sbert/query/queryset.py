@@ -50,7 +50,7 @@ from ..fields import EmbeddingField, embedding_fields
 from ..fields.columns import vector_literal
 from ..keyword import bm25, tsquery
 from ..keyword.column import field_weights
-from .aio import PendingVector, encode_text, pending_text_vector, text_vector
+from .aio import PendingVector, encode_text, pending_text_vector
 from .binary import reranked
 from .fusion import (
     KEYWORDS_INSIDE,
@@ -89,6 +89,7 @@ from .vectors import (
     rebind,
     rebound_for,
     same_version,
+    text_vector,
 )
 
 

@@ -9,14 +9,21 @@ again (``moved()``: the text encoded with the new serving version, or the row's 
 the vector and the version enter the SQL as ``QueryVector`` and ``SearchVersion``, which a
 query marked with ``rebind()`` compiles with the new ones. The queryset itself is not changed:
 the retry runs a marked copy (queryset.py).
+
+A text becomes its vector here too, synchronously (``text_vector``: the serving version's
+encode, refused on an event loop's thread), unless it is an ``EncodedText``, a ``str`` that
+already carries the vector an async search encoded off the loop (aio.py).
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from django.core.exceptions import SynchronousOnlyOperation
 from django.db import models
 from django.db.models import CharField, Expression, TextField
 from django.db.models.sql.query import Query
@@ -27,9 +34,52 @@ from ..encoder.matryoshka import truncate
 from ..exceptions import UnversionedVector
 from ..fields import EmbeddingField, embedding_fields
 from ..fields.columns import vector_literal
-from ..serving import encode_query, serving_changed
+from ..serving import encode_query, query_vector, serving_changed
 
 REBOUND = "sbert_rebound"  # attribute of a Query: {QuerySource: Rebound} after a switch
+
+
+class EncodedText(str):
+    """A query text with its vector, encoded by ``encoder`` at ``version`` (a ``str``, so the
+    searches read it as the text it is)."""
+
+    encoder: str
+    vector: np.ndarray
+    version: str
+
+    def __new__(cls, text: str, encoder: str, vector: np.ndarray, version: str) -> EncodedText:
+        value = super().__new__(cls, text)
+        value.encoder, value.vector, value.version = encoder, vector, version
+        return value
+
+
+def refuse_in_event_loop() -> None:
+    """SynchronousOnlyOperation when called on an event loop's thread (a text encoded here
+    would block it), unless ``DJANGO_ALLOW_ASYNC_UNSAFE`` is set."""
+    if not os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE") and _in_event_loop():
+        raise SynchronousOnlyOperation(
+            "similar_to() and hybrid_search() encode a text query where they are called, which "
+            "would block the event loop: in async code use `await "
+            "Model.objects.asimilar_to(text)` or `ahybrid_search(text)`."
+        )
+
+
+def text_vector(text: str, encoder: str, using: str | None = None) -> tuple[np.ndarray, str]:
+    """A query text's vector and the version that encoded it: an ``EncodedText``'s own, else
+    encoded here with the version serving on database ``using`` (``serving.query_vector``),
+    which an event loop's thread may not do."""
+    if isinstance(text, EncodedText) and text.encoder == encoder:
+        return text.vector, text.version
+    refuse_in_event_loop()
+    return query_vector(str(text), encoder, using)
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)

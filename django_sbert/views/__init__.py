@@ -4,6 +4,7 @@ Modules:
 
 * ``click``: a click or conversion on a logged search result (``django_sbert/clicks.js``
   posts here), for server-rendered pages.
+* ``errors``: what a client reads when a part is away (a 503), shared with the REST API.
 * ``forms``: ``SearchForm``, the query and the mode of a search page.
 * ``health``: the readiness of this process, for a load balancer or an orchestrator.
 * ``search``: ``SearchView`` and ``AsyncSearchView``, a search page (form, modes, filters,

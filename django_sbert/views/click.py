@@ -21,7 +21,8 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from ..feedback import EventRefused, record_event
+from ..exceptions import EventRefused
+from ..feedback import record_event
 
 MAX_BODY = 4096  # a token, a kind and a number: anything longer is not an event
 

@@ -11,28 +11,21 @@ inference paths and the pid are shown only to staff users and to a caller that s
 ``Authorization: Bearer <SBERT["HEALTH"]["TOKEN"]>``: the reasons name database hosts and users,
 storage locations and versions. Each client (user, else IP address) may ask
 ``SBERT["HEALTH"]["THROTTLE_RATE"]`` times (120 a minute); past it the answer is 429 and no
-check runs, so the view cannot be used to load the databases.
+check runs, so the view cannot be used to load the databases (``django_sbert.throttling``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import math
 import os
-import time
 
-from django.core.cache import cache
-from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from ..clients import client_address
 from ..conf import sbert_settings
 from ..serving import health as health_checks
-
-PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}  # DRF's rate periods
+from ..throttling import HEALTH_RATE_SETTING, health_rate, throttle_wait
 
 
 @never_cache
@@ -68,39 +61,5 @@ def may_see_details(request: HttpRequest) -> bool:
 
 def _throttled(request: HttpRequest) -> int | None:
     """Seconds to wait when this client asked ``THROTTLE_RATE`` times within the last period,
-    else None (and the request counted): ``throttle_wait``."""
-    return throttle_wait(
-        request,
-        sbert_settings.HEALTH["THROTTLE_RATE"],
-        "sbert-health",
-        'SBERT["HEALTH"]["THROTTLE_RATE"]',
-    )
-
-
-def throttle_wait(request: HttpRequest, rate: str | None, prefix: str, setting: str) -> int | None:
-    """Seconds to wait when this client asked ``rate`` times (``"120/minute"``; None: no
-    limit) within the last period, else None (and the request counted). Counted as DRF's
-    ``SimpleRateThrottle`` counts (the API's throttles): a list of request times per client in
-    Django's default cache under ``<prefix>:<sha256 of the client>``, per user id, else per
-    ``REMOTE_ADDR`` (``NUM_PROXIES`` as in the API). The health view and the search pages
-    (``SearchView``) use it; ``setting`` names the rate in the error for a malformed one."""
-    if not rate:
-        return None
-    number, _, period = str(rate).partition("/")
-    if not (number.isascii() and number.isdigit()) or period[:1] not in PERIODS:
-        raise ImproperlyConfigured(f'{setting} must be a rate such as "120/minute", got {rate!r}.')
-    seconds = PERIODS[period[0]]
-    user = getattr(request, "user", None)
-    if user is not None and user.is_authenticated:
-        ident = f"user-{user.pk}"
-    else:
-        ident = f"ip-{client_address(request)}"
-    # Hashed, as the API's throttles do: any header's worth of characters makes a valid key.
-    digest = hashlib.sha256(ident.encode("utf-8", "surrogatepass")).hexdigest()
-    key = f"{prefix}:{digest}"
-    now = time.time()
-    history = [moment for moment in cache.get(key, []) if moment > now - seconds]
-    if len(history) >= int(number):
-        return max(1, math.ceil(history[-1] + seconds - now))  # the oldest leaves the period
-    cache.set(key, [now, *history], seconds)
-    return None
+    else None (and the request counted)."""
+    return throttle_wait(request, health_rate(), "sbert-health", HEALTH_RATE_SETTING)

@@ -68,18 +68,18 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.translation import gettext as _
 from django.views.generic import ListView
 
-from ..conf import API_DEFAULTS, sbert_settings
 from ..encoder.sentences import sentence_spans
 from ..exceptions import ServiceUnavailable
 from ..feedback import log_search, logging_on, write_after_response
 from ..fields import EmbeddingField, embedding_fields
 from ..query import SemanticQuerySet, as_semantic
-from ..query.aio import EncodedText, encode_text
+from ..query.aio import encode_text
 from ..query.highlight import highlight_hits
 from ..query.replicas import search_database
+from ..query.vectors import EncodedText
 from ..serving import encode_query_for, peek_query_cache, serving_record
+from ..throttling import api_rate, api_rate_setting, throttle_wait
 from .forms import MODES, SearchForm
-from .health import throttle_wait
 
 logger = logging.getLogger(__name__)
 
@@ -208,13 +208,10 @@ class SearchView(ListView):
         user = getattr(self.request, "user", None)
         if self.throttle_scope is None or (user is not None and user.is_active and user.is_staff):
             return None
-        rates = sbert_settings.API.get("THROTTLE_RATES") or {}
         scope = self.throttle_scope
-        rate = rates[scope] if scope in rates else API_DEFAULTS["THROTTLE_RATES"].get(scope)
         # The cache key of the API's throttle of that scope (api/throttling.py): one count.
-        prefix = f"sbert-throttle:{scope}"
         return throttle_wait(
-            self.request, rate, prefix, f'SBERT["API"]["THROTTLE_RATES"][{scope!r}]'
+            self.request, api_rate(scope), f"sbert-throttle:{scope}", api_rate_setting(scope)
         )
 
     def too_many(self, wait: int) -> HttpResponse:

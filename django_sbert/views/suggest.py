@@ -31,11 +31,11 @@ from django.db import models
 from django.http import HttpRequest, JsonResponse
 from django.views import View
 
-from ..clients import client_message, new_request_id
 from ..conf import sbert_settings
 from ..exceptions import ServiceUnavailable
 from ..fields import EmbeddingField
 from ..query import as_semantic, suggest
+from .errors import client_message, new_request_id
 
 logger = logging.getLogger(__name__)
 

@@ -301,11 +301,13 @@ def test_fine_tuning_every_pair_across_pages_posts_one_field_not_one_per_pair(st
 def test_cancel_action_stops_a_queued_run(staff):
     TrainingPair.objects.bulk_create([TrainingPair(text_a=a, text_b=b) for a, b in TOPICS])
     from django_sbert.finetuning import runs
+    from django_sbert.finetuning.execution import execute_run
+    from django_sbert.finetuning.options import Hyperparameters
 
     run = runs.create_run(
         "default",
         list(TrainingPair.objects.values_list("pk", flat=True)),
-        hyperparameters=runs.Hyperparameters(batch_size=4),
+        hyperparameters=Hyperparameters(batch_size=4),
         enqueue=False,
     )
     page = staff.get(f"{ADMIN}/trainingrun/{run.pk}/change/").content.decode()
@@ -314,7 +316,7 @@ def test_cancel_action_stops_a_queued_run(staff):
     assert response.status_code == 302
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED
-    assert runs.execute_run(run.pk) == RunStatus.CANCELLED
+    assert execute_run(run.pk) == RunStatus.CANCELLED
     assert not EncoderVersion.objects.exists()
 
 
@@ -397,7 +399,7 @@ def test_a_candidate_the_gate_did_not_compare_is_promoted_by_superusers_only(cli
 
 
 def _failed_run_and_promotion() -> tuple[TrainingRun, EncoderVersion]:
-    """A run that failed as ``runs.execute_run`` records it, and a promotion that really failed
+    """A run that failed as ``execute_run`` records it, and a promotion that really failed
     (its version's model files are missing), as ``promotion.run_promotion`` records it."""
     from django_sbert.finetuning import promotion
     from django_sbert.finetuning.errors import describe_exception

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from django_sbert import serving
-from django_sbert.encoder.evaluation import ranking_metrics
+from django_sbert.encoder.metrics import ranking_metrics
 from django_sbert.finetuning import compare, runs
+from django_sbert.finetuning.execution import execute_run
+from django_sbert.finetuning.options import Hyperparameters
 from django_sbert.models import EncoderVersion, RunStatus, StagedEmbedding, TrainingPair
 from tests.admin.test_admin import ADMIN, ALL, TOPICS, user_with
 from tests.testapp.models import Article
@@ -43,11 +45,11 @@ def _candidate(embed) -> tuple[EncoderVersion, list[Article]]:
     train = TrainingPair.objects.bulk_create(
         TrainingPair(text_a=f"{q} {n}", text_b=f"{a} {n}") for n in range(3) for q, a in TOPICS
     )
-    hyper = runs.Hyperparameters(loss="mnrl", epochs=1, batch_size=4, early_stopping=False)
+    hyper = Hyperparameters(loss="mnrl", epochs=1, batch_size=4, early_stopping=False)
     run = runs.create_run(
         "default", [p.pk for p in evaluation + train], hyperparameters=hyper, enqueue=False
     )
-    assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+    assert execute_run(run.pk) == RunStatus.SUCCEEDED
     return EncoderVersion.objects.get(run=run), articles
 
 

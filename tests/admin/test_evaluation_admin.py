@@ -18,6 +18,8 @@ from django.utils import timezone
 
 from django_sbert import serving
 from django_sbert.finetuning import runs
+from django_sbert.finetuning.execution import execute_run
+from django_sbert.finetuning.options import Hyperparameters
 from django_sbert.models import (
     EncoderVersion,
     Evaluation,
@@ -157,10 +159,10 @@ def _candidate() -> EncoderVersion:
     TrainingPair.objects.bulk_create(
         TrainingPair(text_a=f"{q} {n}", text_b=f"{a} {n}") for n in range(3) for q, a in TOPICS
     )
-    hyper = runs.Hyperparameters(loss="mnrl", epochs=1, batch_size=4, early_stopping=False)
+    hyper = Hyperparameters(loss="mnrl", epochs=1, batch_size=4, early_stopping=False)
     pks = list(TrainingPair.objects.values_list("pk", flat=True))
     run = runs.create_run("default", pks, hyperparameters=hyper, enqueue=False)
-    assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+    assert execute_run(run.pk) == RunStatus.SUCCEEDED
     return EncoderVersion.objects.get(run=run)
 
 

@@ -90,7 +90,7 @@ def test_num_proxies_must_be_a_count(value, settings):
     from django.core.exceptions import ImproperlyConfigured
     from rest_framework.test import APIRequestFactory
 
-    from django_sbert.clients import client_address
+    from django_sbert.throttling import client_address
 
     settings.SBERT = {**settings.SBERT, "API": {"NUM_PROXIES": value}}
     request = APIRequestFactory().get("/", HTTP_X_FORWARDED_FOR="1.1.1.1")

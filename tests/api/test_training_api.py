@@ -13,7 +13,8 @@ from django.contrib.auth.models import Permission, User
 from rest_framework.test import APIClient
 
 from django_sbert import serving
-from django_sbert.finetuning import promotion, runs
+from django_sbert.finetuning import promotion
+from django_sbert.finetuning.execution import execute_run
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
 from tests.testapp.models import Article
 
@@ -282,7 +283,7 @@ def test_workflow_train_promote_rollback(roles, settings, django_capture_on_comm
     )
     assert created.status_code == 201, created.content
     run_id = created.json()["id"]
-    runs.execute_run(run_id)  # what the Celery task on the training queue does
+    execute_run(run_id)  # what the Celery task on the training queue does
     run = client.get(f"{API}/training-runs/{run_id}/").json()
     assert run["status"] == RunStatus.SUCCEEDED, run["error"]
     assert run["step"] == run["total_steps"] > 0 and run["progress"] == 1.0

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from django_sbert.encoder.evaluation import ranking_metrics
 from django_sbert.encoder.lexical import BM25
+from django_sbert.encoder.metrics import ranking_metrics
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
 

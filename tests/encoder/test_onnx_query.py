@@ -12,9 +12,14 @@ import torch
 
 from django_sbert.encoder import SentenceEncoder
 from django_sbert.encoder.onnx_query import OnnxQueryGraph
+from django_sbert.encoder.paths import onnxruntime_missing
 from tests.encoder.tiny_families import FAMILIES, build_family
 
-pytestmark = pytest.mark.heavy  # every test exports a model
+pytestmark = [
+    pytest.mark.heavy,  # every test exports a model
+    # Without the onnx extra (nox -s without_onnx): tests/serving/test_without_onnx.py instead.
+    pytest.mark.skipif(onnxruntime_missing() is not None, reason=str(onnxruntime_missing())),
+]
 
 TEXTS = [
     "A plane is taking off.",

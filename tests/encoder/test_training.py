@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from django_sbert.encoder.evaluation import sts_spearman
+from django_sbert.encoder.metrics import sts_spearman
 from django_sbert.encoder.training import (
     FitResult,
     Progress,

@@ -166,7 +166,7 @@ class CountingEncoder:
 def test_vector_cache_gives_the_vectors_of_a_full_encode_and_encodes_each_text_once(
     tiny_encoder,
 ):
-    from django_sbert.encoder.evaluation import VectorCache, retrieval_metrics
+    from django_sbert.encoder.metrics import VectorCache, retrieval_metrics
 
     pairs = mixed_length_pairs(40)
     queries = {f"q{n}": a for n, (a, _) in enumerate(pairs)}

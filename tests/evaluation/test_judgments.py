@@ -10,7 +10,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.core.management import CommandError, call_command
 from django.db import IntegrityError, transaction
 
-from django_sbert.encoder.evaluation import ranking_metrics
+from django_sbert.encoder.metrics import ranking_metrics
 from django_sbert.evaluation import judgments
 from django_sbert.exceptions import JudgmentsImportError, SbertError
 from django_sbert.models import JudgedQuery, Judgment, JudgmentList, TrainingPair

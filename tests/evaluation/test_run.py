@@ -21,11 +21,13 @@ from django.db import connection
 from django_sbert import indexing, serving
 from django_sbert.celery import EVALUATE_TASK, evaluation_schedule
 from django_sbert.conf import sbert_settings
-from django_sbert.encoder.evaluation import ranking_metrics
+from django_sbert.encoder.metrics import ranking_metrics
 from django_sbert.evaluation import run
 from django_sbert.evaluation.run import EvaluationError, evaluate, similarity_threshold
 from django_sbert.evaluation.tasks import evaluate_lists
 from django_sbert.finetuning import promotion, runs
+from django_sbert.finetuning.execution import execute_run
+from django_sbert.finetuning.options import Hyperparameters
 from django_sbert.models import Evaluation, JudgedQuery, Judgment, JudgmentList, TrainingPair
 from tests.celery_app import app
 from tests.finetuning.topics import NEWS
@@ -208,11 +210,11 @@ def train_candidate():
         pairs += [TrainingPair(text_a=f"{a} {n}", text_b=f"{b} {n}") for a, b in TOPICS]
     pairs += [TrainingPair(text_a=a, text_b=b, split="eval", source="eval") for a, b in TOPICS]
     pairs = TrainingPair.objects.bulk_create(pairs)
-    params = runs.Hyperparameters(loss="mnrl", learning_rate=5e-3, batch_size=8)
+    params = Hyperparameters(loss="mnrl", learning_rate=5e-3, batch_size=8)
     training = runs.create_run(
         "default", [p.pk for p in pairs], hyperparameters=params, enqueue=False
     )
-    runs.execute_run(training.pk)
+    execute_run(training.pk)
     training.refresh_from_db()
     return training.candidate
 

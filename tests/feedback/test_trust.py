@@ -17,10 +17,10 @@ from django.utils import timezone
 from django_sbert.evaluation.judgments import from_eval_pairs
 from django_sbert.feedback import analytics, client_key_for_session, forget_client, loop
 from django_sbert.feedback import pairs as pairs_module
-from django_sbert.feedback.clients import network_key, network_of
 from django_sbert.feedback.evidence import attack_signals, independent_eval
 from django_sbert.feedback.pairs import behaviour_pairs, keep_newest
 from django_sbert.feedback.retention import purge_expired
+from django_sbert.feedback.visitors import network_key, network_of
 from django_sbert.models import (
     JudgedQuery,
     JudgmentList,

@@ -23,6 +23,7 @@ from rest_framework.test import APIClient
 
 from django_sbert import serving
 from django_sbert.finetuning import promotion, runs
+from django_sbert.finetuning.options import Hyperparameters
 from django_sbert.indexing import tasks as indexing_tasks
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun, VersionStatus
 from tests.celery_app import app
@@ -164,7 +165,7 @@ def test_lost_messages_are_re_sent_by_the_sweep_and_done_by_a_worker(model_dir, 
         **settings.SBERT,
         "TRAINING": {**settings.SBERT.get("TRAINING", {}), "STALLED_SECONDS": 0.5},
     }
-    run = runs.create_run("default", pair_ids(), hyperparameters=runs.Hyperparameters(batch_size=5))
+    run = runs.create_run("default", pair_ids(), hyperparameters=Hyperparameters(batch_size=5))
     target = candidate_version(model_dir)
     promotion.start_promotion(target, gate=False)
     assert queued_messages() == 2

@@ -10,6 +10,8 @@ import pytest
 
 from django_sbert import serving
 from django_sbert.finetuning import gate, runs
+from django_sbert.finetuning.execution import execute_run
+from django_sbert.finetuning.options import Hyperparameters
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
 from tests.finetuning.topics import TOPICS
 from tests.testapp.models import Article
@@ -77,10 +79,10 @@ def test_a_run_measures_early_stopping_and_its_candidate_with_the_distractors():
     query_copies()
     evaluation = eval_pairs()
     train = train_pairs()
-    hyper = runs.Hyperparameters(loss="mnrl", batch_size=4, learning_rate=1e-3, patience=2)
+    hyper = Hyperparameters(loss="mnrl", batch_size=4, learning_rate=1e-3, patience=2)
     pair_ids = [p.pk for p in evaluation + train]
     run = runs.create_run("default", pair_ids, hyperparameters=hyper, enqueue=False)
-    assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+    assert execute_run(run.pk) == RunStatus.SUCCEEDED
     run.refresh_from_db()
     distractors = gate.eval_distractors("default", evaluation, train)
     assert run.data["eval_corpus"] == gate.corpus_record(distractors)
@@ -104,11 +106,11 @@ def test_a_run_measures_early_stopping_and_its_candidate_with_the_distractors():
 def test_the_gate_measures_both_versions_on_the_same_corpus():
     evaluation = eval_pairs()
     train = train_pairs()
-    hyper = runs.Hyperparameters(loss="mnrl", epochs=1, batch_size=4, hard_negatives=False)
+    hyper = Hyperparameters(loss="mnrl", epochs=1, batch_size=4, hard_negatives=False)
     run = runs.create_run(
         "default", [p.pk for p in evaluation + train], hyperparameters=hyper, enqueue=False
     )
-    assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+    assert execute_run(run.pk) == RunStatus.SUCCEEDED
     run.refresh_from_db()
     candidate = EncoderVersion.objects.get(run=run)
     active = serving.get_encoder("default", run.base_version)

@@ -9,7 +9,9 @@ from django.contrib.contenttypes.models import ContentType
 
 from django_sbert import serving
 from django_sbert.finetuning import guard, runs
+from django_sbert.finetuning.execution import execute_run
 from django_sbert.finetuning.gate import gate, stored_verdict
+from django_sbert.finetuning.options import Hyperparameters
 from django_sbert.models import (
     EncoderVersion,
     Judgment,
@@ -37,9 +39,9 @@ def behaviour_run(source: str = SOURCE) -> TrainingRun:
     pairs = [TrainingPair(text_a=a, text_b=b, source=source) for a, b in TOPICS * 2]
     pairs += [TrainingPair(text_a=a, text_b=b, split="eval", source=source) for a, b in TOPICS]
     made = TrainingPair.objects.bulk_create(pairs)
-    hyper = runs.Hyperparameters(loss="mnrl", batch_size=4, learning_rate=1e-3)
+    hyper = Hyperparameters(loss="mnrl", batch_size=4, learning_rate=1e-3)
     run = runs.create_run("default", [p.pk for p in made], hyperparameters=hyper, enqueue=False)
-    assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+    assert execute_run(run.pk) == RunStatus.SUCCEEDED
     run.refresh_from_db()
     return run
 

@@ -15,6 +15,8 @@ import pytest
 from django.db import connections
 
 from django_sbert.finetuning import recovery, runs
+from django_sbert.finetuning.execution import execute_run
+from django_sbert.finetuning.options import Hyperparameters
 from django_sbert.models import RunStatus, TrainingPair, TrainingRun
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -38,7 +40,7 @@ def make_pairs(train: int, evaluation: int) -> list[int]:
 def test_a_run_with_slow_evaluations_is_never_declared_stalled(model_dir, settings):
     ids = make_pairs(train=16, evaluation=4000)
     run = runs.create_run(
-        "default", ids, hyperparameters=runs.Hyperparameters(batch_size=8), enqueue=False
+        "default", ids, hyperparameters=Hyperparameters(batch_size=8), enqueue=False
     )
     settings.SBERT = {
         **settings.SBERT,
@@ -51,7 +53,7 @@ def test_a_run_with_slow_evaluations_is_never_declared_stalled(model_dir, settin
 
     def work() -> None:
         try:
-            outcome.append(runs.execute_run(run.pk))
+            outcome.append(execute_run(run.pk))
         finally:
             connections.close_all()
 
@@ -73,7 +75,7 @@ def test_a_run_with_slow_evaluations_is_never_declared_stalled(model_dir, settin
 def test_a_run_whose_worker_died_is_failed(model_dir, settings):
     ids = make_pairs(train=16, evaluation=4)
     run = runs.create_run(
-        "default", ids, hyperparameters=runs.Hyperparameters(batch_size=8), enqueue=False
+        "default", ids, hyperparameters=Hyperparameters(batch_size=8), enqueue=False
     )
     # Claimed by a worker that died at once: running, and no heartbeat ever after.
     TrainingRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)

@@ -7,6 +7,7 @@ import pytest
 from django_sbert import serving
 from django_sbert.conf import SEARCH_DEFAULTS
 from django_sbert.finetuning import runs
+from django_sbert.finetuning.execution import execute_run
 from django_sbert.finetuning.gate import eval_metrics, gate
 from django_sbert.finetuning.hybrid import (
     ALPHAS,
@@ -16,6 +17,7 @@ from django_sbert.finetuning.hybrid import (
     keyword_rankings,
     site_fusion,
 )
+from django_sbert.finetuning.options import Hyperparameters
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, VersionStatus
 from django_sbert.serving.versions import stored_fusion
 
@@ -133,10 +135,10 @@ def test_a_run_stores_its_versions_fusion_and_serving_reads_it_once_active(db, m
     run = runs.create_run(
         "default",
         list(TrainingPair.objects.values_list("pk", flat=True)),
-        hyperparameters=runs.Hyperparameters(loss="mnrl", batch_size=4),
+        hyperparameters=Hyperparameters(loss="mnrl", batch_size=4),
         enqueue=False,
     )
-    assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+    assert execute_run(run.pk) == RunStatus.SUCCEEDED
     run.refresh_from_db()
     candidate = EncoderVersion.objects.get(run=run)
     for metrics in (run.metrics_before, run.metrics_after, candidate.metrics):

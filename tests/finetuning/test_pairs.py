@@ -6,11 +6,15 @@ import io
 import json
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 
 from django_sbert import serving
 from django_sbert.finetuning import pairs, runs
+from django_sbert.finetuning.examples import default_loss
+from django_sbert.finetuning.execution import execute_run
 from django_sbert.finetuning.gate import gate
+from django_sbert.finetuning.options import Hyperparameters, adapt_hyperparameters
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
 from tests.testapp.models import Article
 
@@ -89,11 +93,11 @@ def test_make_pairs_from_content():
 
 def test_default_loss_follows_the_shape_of_the_pairs():
     TrainingPair.objects.bulk_create([TrainingPair(text_a=a, text_b=b) for a, b in TOPICS])
-    assert runs.default_loss(TrainingPair.objects.all()) == "mnrl"
+    assert default_loss(TrainingPair.objects.all()) == "mnrl"
     TrainingPair.objects.update(score=0.5)
-    assert runs.default_loss(TrainingPair.objects.all()) == "cosine"
+    assert default_loss(TrainingPair.objects.all()) == "cosine"
     TrainingPair.objects.update(score=None, label="entailment")
-    assert runs.default_loss(TrainingPair.objects.all()) == "softmax"
+    assert default_loss(TrainingPair.objects.all()) == "softmax"
 
 
 @pytest.mark.heavy
@@ -130,18 +134,18 @@ def test_adapt_to_content_with_simcse():
     Article.objects.bulk_create(Article(title=a, body=b) for a, b in TOPICS * 2)
     run = runs.create_run(
         "default",
-        hyperparameters=runs.Hyperparameters(loss="simcse", batch_size=4),
+        hyperparameters=Hyperparameters(loss="simcse", batch_size=4),
         content="testapp.Article.embedding",
         enqueue=False,
     )
-    assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+    assert execute_run(run.pk) == RunStatus.SUCCEEDED
     run.refresh_from_db()
     assert run.data == {"content": "testapp.Article.embedding"} and run.total_steps > 0
     assert EncoderVersion.objects.filter(run=run).exists()
-    with pytest.raises(runs.ValidationError, match="'mnrl' .* or 'simcse', not 'cosent'"):
+    with pytest.raises(ValidationError, match="'mnrl' .* or 'simcse', not 'cosent'"):
         runs.create_run(
             "default",
-            hyperparameters=runs.Hyperparameters(loss="cosent"),
+            hyperparameters=Hyperparameters(loss="cosent"),
             content="testapp.Article.embedding",
         )
 
@@ -157,13 +161,13 @@ def articles_to_adapt_to(count: int = 30) -> None:
 
 def test_adapt_to_content_with_pseudo_queries_holds_back_pairs_without_an_eval_split():
     articles_to_adapt_to()
-    hyper = runs.adapt_hyperparameters("mnrl", batch_size=4)
+    hyper = adapt_hyperparameters("mnrl", batch_size=4)
     assert (hyper.loss, hyper.learning_rate) == ("mnrl", 5e-5)  # SBERT["ADAPT"]'s recipe
     run = runs.create_run(
         "default", hyperparameters=hyper, content="testapp.Article.embedding", enqueue=False
     )
     assert run.data == {"content": "testapp.Article.embedding", "eval": []}
-    assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+    assert execute_run(run.pk) == RunStatus.SUCCEEDED
     run.refresh_from_db()
     # 10% of the 30 pseudo-pairs held back: measured before and after, apart from the gate's
     # metrics; at most 27 trained on (those with a mined negative), batches of 4, the mnrl
@@ -184,13 +188,13 @@ def test_adapt_to_content_with_pseudo_queries_holds_back_pairs_without_an_eval_s
 
 def test_adapt_to_content_by_default_learns_a_lexical_teachers_margins():
     articles_to_adapt_to()
-    hyper = runs.adapt_hyperparameters(batch_size=4)
+    hyper = adapt_hyperparameters(batch_size=4)
     assert (hyper.loss, hyper.epochs, hyper.learning_rate) == ("margin_mse", 1, 2e-5)
     run = runs.create_run(
         "default", hyperparameters=hyper, content="testapp.Article.embedding", enqueue=False
     )
     assert run.data == {"content": "testapp.Article.embedding", "eval": []}
-    assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+    assert execute_run(run.pk) == RunStatus.SUCCEEDED
     run.refresh_from_db()
     # 27 pseudo-pairs trained on (3 held back), one example each (holding all its teacher
     # margins), batches of 4, 1 epoch.
@@ -202,11 +206,11 @@ def test_adapt_to_content_by_default_learns_a_lexical_teachers_margins():
 
 def test_margin_mse_is_for_content_not_pairs():
     TrainingPair.objects.bulk_create(TrainingPair(text_a=a, text_b=b) for a, b in TOPICS)
-    with pytest.raises(runs.ValidationError, match="it adapts the encoder to a field"):
+    with pytest.raises(ValidationError, match="it adapts the encoder to a field"):
         runs.create_run(
             "default",
             list(TrainingPair.objects.values_list("pk", flat=True)),
-            hyperparameters=runs.Hyperparameters(loss="margin_mse"),
+            hyperparameters=Hyperparameters(loss="margin_mse"),
             enqueue=False,
         )
     assert not TrainingRun.objects.exists()
@@ -219,12 +223,12 @@ def test_adapt_to_content_is_measured_on_the_eval_split_when_there_is_one():
     )
     run = runs.create_run(
         "default",
-        hyperparameters=runs.adapt_hyperparameters("mnrl", batch_size=4),
+        hyperparameters=adapt_hyperparameters("mnrl", batch_size=4),
         content="testapp.Article.embedding",
         enqueue=False,
     )
     assert sorted(run.data["eval"]) == sorted(TrainingPair.objects.values_list("pk", flat=True))
-    assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+    assert execute_run(run.pk) == RunStatus.SUCCEEDED
     run.refresh_from_db()
     assert 0 < run.total_steps <= 16
     assert "pseudo_ndcg@10" not in run.metrics_after  # nothing held back
@@ -236,10 +240,10 @@ def test_adapt_to_content_is_measured_on_the_eval_split_when_there_is_one():
 
 def test_content_too_short_to_cut_pseudo_queries_is_refused_with_the_way_out():
     Article.objects.bulk_create(Article(title=f"t{i}", body="") for i in range(4))
-    with pytest.raises(runs.ValidationError, match="adapt with 'simcse' instead"):
+    with pytest.raises(ValidationError, match="adapt with 'simcse' instead"):
         runs.create_run(
             "default",
-            hyperparameters=runs.adapt_hyperparameters("mnrl"),
+            hyperparameters=adapt_hyperparameters("mnrl"),
             content="testapp.Article.embedding",
             enqueue=False,
         )
@@ -247,10 +251,10 @@ def test_content_too_short_to_cut_pseudo_queries_is_refused_with_the_way_out():
 
 def test_the_admin_api_and_command_adapt_with_the_same_defaults(settings):
     # The default: margin_mse, 1 epoch at 2e-5, batches of 8 four-margin examples.
-    assert runs.adapt_hyperparameters() == runs.Hyperparameters(loss="margin_mse", batch_size=8)
-    assert runs.adapt_hyperparameters(batch_size=32).batch_size == 32
+    assert adapt_hyperparameters() == Hyperparameters(loss="margin_mse", batch_size=8)
+    assert adapt_hyperparameters(batch_size=32).batch_size == 32
     settings.SBERT = {**settings.SBERT, "ADAPT": {"LOSS": "mnrl", "LEARNING_RATE": 1e-4}}
-    assert runs.adapt_hyperparameters(epochs=2, seed=None) == runs.Hyperparameters(
+    assert adapt_hyperparameters(epochs=2, seed=None) == Hyperparameters(
         loss="mnrl", learning_rate=1e-4, epochs=2
     )
     articles_to_adapt_to()

@@ -9,6 +9,7 @@ import logging
 import numpy as np
 import pytest
 import torch
+from django.core.exceptions import ValidationError
 from django.core.management import call_command
 
 from django_sbert import indexing, serving
@@ -16,6 +17,13 @@ from django_sbert.admin.finetuning import FineTuneForm
 from django_sbert.api.finetuning import TrainingRunRequestSerializer
 from django_sbert.encoder.training import default_eval_every, training_precision
 from django_sbert.finetuning import examples, execution, gate, negatives, runs
+from django_sbert.finetuning.execution import execute_run
+from django_sbert.finetuning.options import (
+    EARLY_STOPPING_TOLERANCE,
+    RECIPE,
+    RECIPES,
+    Hyperparameters,
+)
 from django_sbert.finetuning.quality import read_sts_file
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
 from tests.finetuning.topics import TOPICS
@@ -43,23 +51,23 @@ def embedded_articles() -> None:
 
 
 def test_recipes_fill_what_is_not_given():
-    mnrl = runs.Hyperparameters(loss="mnrl")
+    mnrl = Hyperparameters(loss="mnrl")
     assert (mnrl.epochs, mnrl.learning_rate) == (
-        runs.RECIPES["mnrl"]["epochs"],
-        runs.RECIPES["mnrl"]["learning_rate"],
+        RECIPES["mnrl"]["epochs"],
+        RECIPES["mnrl"]["learning_rate"],
     )
     assert mnrl.hard_negatives and mnrl.early_stopping and mnrl.eval_every is None
-    assert mnrl.tolerance == runs.EARLY_STOPPING_TOLERANCE == 0.01
-    cosent = runs.Hyperparameters(loss="cosent")
-    assert (cosent.epochs, cosent.learning_rate) == (runs.RECIPE["epochs"], 2e-5)
-    cosine = runs.Hyperparameters(loss="cosine")  # scored pairs' default loss: its own recipe
+    assert mnrl.tolerance == EARLY_STOPPING_TOLERANCE == 0.01
+    cosent = Hyperparameters(loss="cosent")
+    assert (cosent.epochs, cosent.learning_rate) == (RECIPE["epochs"], 2e-5)
+    cosine = Hyperparameters(loss="cosine")  # scored pairs' default loss: its own recipe
     assert (cosine.epochs, cosine.learning_rate) == (1, 5e-5)
-    given = runs.Hyperparameters(loss="mnrl", epochs=7, learning_rate=1e-4)
+    given = Hyperparameters(loss="mnrl", epochs=7, learning_rate=1e-4)
     assert (given.epochs, given.learning_rate) == (7, 1e-4)
-    with pytest.raises(runs.ValidationError, match="patience must be a whole number"):
-        runs.Hyperparameters(patience=0).validate()
-    with pytest.raises(runs.ValidationError, match="tolerance must be a number from 0 to 1"):
-        runs.Hyperparameters(tolerance=-0.5).validate()
+    with pytest.raises(ValidationError, match="patience must be a whole number"):
+        Hyperparameters(patience=0).validate()
+    with pytest.raises(ValidationError, match="tolerance must be a number from 0 to 1"):
+        Hyperparameters(tolerance=-0.5).validate()
 
 
 def test_a_run_stored_before_an_option_existed_trains_without_it():
@@ -67,11 +75,11 @@ def test_a_run_stored_before_an_option_existed_trains_without_it():
     options = execution._stored_options(stored)
     assert options["hard_negatives"] is False and options["early_stopping"] is False
     assert options["tolerance"] == 0.0  # the strict best step, as such runs were measured
-    assert runs.Hyperparameters(loss="mnrl", **options).epochs == 2
+    assert Hyperparameters(loss="mnrl", **options).epochs == 2
 
 
 def test_admin_api_and_command_use_the_recipe_when_given_nothing(capsys):
-    expected = runs.Hyperparameters(loss="mnrl").as_dict()
+    expected = Hyperparameters(loss="mnrl").as_dict()
     form = FineTuneForm(
         {
             "encoder": "default",
@@ -90,7 +98,7 @@ def test_admin_api_and_command_use_the_recipe_when_given_nothing(capsys):
     assert form.hyperparameters().as_dict() == expected
     request = TrainingRunRequestSerializer(data={})
     assert request.is_valid(), request.errors
-    assert runs.Hyperparameters.from_options("mnrl", request.validated_data).as_dict() == expected
+    assert Hyperparameters.from_options("mnrl", request.validated_data).as_dict() == expected
 
     make_pairs()
     call_command("sbert_train", "--sync", "--loss", "mnrl", "--batch-size", "4")
@@ -114,11 +122,11 @@ def test_admin_api_and_command_use_the_recipe_when_given_nothing(capsys):
 def test_default_run_mines_negatives_and_keeps_the_best_checkpoint(caplog):
     embedded_articles()
     make_pairs(copies=4)
-    hyper = runs.Hyperparameters(loss="mnrl", batch_size=4, learning_rate=1e-3, patience=2)
+    hyper = Hyperparameters(loss="mnrl", batch_size=4, learning_rate=1e-3, patience=2)
     pair_ids = list(TrainingPair.objects.values_list("pk", flat=True))
     run = runs.create_run("default", pair_ids, hyperparameters=hyper, enqueue=False)
     with caplog.at_level(logging.INFO, logger="django_sbert.finetuning.runs"):
-        assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+        assert execute_run(run.pk) == RunStatus.SUCCEEDED
     run.refresh_from_db()
     assert f"Run {run.pk}: hard negatives for " in caplog.text
     evaluations = run.evaluations
@@ -155,13 +163,13 @@ def test_default_run_mines_negatives_and_keeps_the_best_checkpoint(caplog):
 
 def test_a_run_without_early_stopping_or_mining_trains_every_step(caplog):
     make_pairs()
-    hyper = runs.Hyperparameters(
+    hyper = Hyperparameters(
         loss="mnrl", epochs=1, batch_size=4, hard_negatives=False, early_stopping=False
     )
     pair_ids = list(TrainingPair.objects.values_list("pk", flat=True))
     run = runs.create_run("default", pair_ids, hyperparameters=hyper, enqueue=False)
     with caplog.at_level(logging.INFO, logger="django_sbert.finetuning.runs"):
-        assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+        assert execute_run(run.pk) == RunStatus.SUCCEEDED
     run.refresh_from_db()
     assert "hard negatives" not in caplog.text
     assert run.evaluations == {} and run.total_steps == 5 and "ndcg@10" in run.metrics_after
@@ -175,11 +183,11 @@ def test_too_few_mined_negatives_train_on_the_plain_pairs(caplog, monkeypatch):
     pairs = [(f"{a} 0", f"{b} 0") for a, b in TOPICS]
     found = [(*pairs[0], pairs[1][1]), (*pairs[1], pairs[0][1])]  # each holds the other's text
     monkeypatch.setattr(examples, "with_hard_negatives", lambda *args, **kwargs: found)
-    hyper = runs.Hyperparameters(loss="mnrl", epochs=1, batch_size=4, early_stopping=False)
+    hyper = Hyperparameters(loss="mnrl", epochs=1, batch_size=4, early_stopping=False)
     pair_ids = list(TrainingPair.objects.values_list("pk", flat=True))
     run = runs.create_run("default", pair_ids, hyperparameters=hyper, enqueue=False)
     with caplog.at_level(logging.INFO, logger="django_sbert.finetuning.runs"):
-        assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+        assert execute_run(run.pk) == RunStatus.SUCCEEDED
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert f"hard negatives for 2 of {3 * len(TOPICS)} pairs; training on the plain pairs" in (
@@ -229,12 +237,12 @@ def test_runs_train_float32_weights_in_the_precision_of_the_setting(settings, mo
         return real_fit(encoder, *args, **kwargs)
 
     monkeypatch.setattr(training, "fit", fit)
-    hyper = runs.Hyperparameters(
+    hyper = Hyperparameters(
         loss="mnrl", epochs=1, batch_size=4, hard_negatives=False, early_stopping=False
     )
     pair_ids = list(TrainingPair.objects.values_list("pk", flat=True))
     run = runs.create_run("default", pair_ids, hyperparameters=hyper, enqueue=False)
-    assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED, run.error
+    assert execute_run(run.pk) == RunStatus.SUCCEEDED, run.error
     run.refresh_from_db()
     assert given == [({torch.float32}, "float32")]
     assert run.hyperparameters["precision"] == "float32"
@@ -277,10 +285,10 @@ def test_a_configured_sts_file_is_measured_before_and_after(settings, tmp_path):
         "TRAINING": {**settings.SBERT.get("TRAINING", {}), "STS_FILE": str(sts)},
     }
     make_pairs()
-    hyper = runs.Hyperparameters(loss="mnrl", epochs=1, batch_size=4, hard_negatives=False)
+    hyper = Hyperparameters(loss="mnrl", epochs=1, batch_size=4, hard_negatives=False)
     pair_ids = list(TrainingPair.objects.values_list("pk", flat=True))
     run = runs.create_run("default", pair_ids, hyperparameters=hyper, enqueue=False)
-    assert runs.execute_run(run.pk) == RunStatus.SUCCEEDED
+    assert execute_run(run.pk) == RunStatus.SUCCEEDED
     run.refresh_from_db()
     for metrics in (run.metrics_before, run.metrics_after):
         assert -1 <= metrics["general_sts_spearman"] <= 1

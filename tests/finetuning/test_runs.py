@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django_sbert.encoder.losses import LOSSES
-from django_sbert.finetuning.runs import LOSS_CHOICES
+from django_sbert.finetuning.options import LOSS_CHOICES
 
 
 def test_loss_choices_are_the_encoder_losses():

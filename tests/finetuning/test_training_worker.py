@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from django_sbert import serving
+from django_sbert.exceptions import RunConflict
 from django_sbert.finetuning import runs
+from django_sbert.finetuning.options import Hyperparameters
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
 from tests.celery_app import app
 from tests.worker_process import Worker
@@ -79,7 +81,7 @@ def test_worker_trains_a_queued_run_and_a_killed_one_keeps_the_active_version(
     base = serving.serving_record("default", max_age=0).version
     ids = pair_ids(4)
     run = runs.create_run(  # queued when the (auto)commit happens: at once
-        "default", ids, hyperparameters=runs.Hyperparameters(batch_size=5)
+        "default", ids, hyperparameters=Hyperparameters(batch_size=5)
     )
     wait_for(lambda: status(run) == RunStatus.SUCCEEDED, 120, "the worker finished the run")
     assert f"Task {'django_sbert.train_encoder'}" in worker.output()
@@ -90,7 +92,7 @@ def test_worker_trains_a_queued_run_and_a_killed_one_keeps_the_active_version(
     long_run = runs.create_run(
         "default",
         pair_ids(40),
-        hyperparameters=runs.Hyperparameters(batch_size=5, epochs=100),
+        hyperparameters=Hyperparameters(batch_size=5, epochs=100),
     )
     wait_for(lambda: TrainingRun.objects.get(pk=long_run.pk).step > 0, 120, "the long run started")
     worker.kill_all()
@@ -102,12 +104,12 @@ def test_worker_trains_a_queued_run_and_a_killed_one_keeps_the_active_version(
     assert [p.name for p in store.iterdir()] == [Path(candidate.directory).name]
 
     # the encoder's slot is freed once the silent run is found stalled
-    with pytest.raises(runs.RunConflict):
-        runs.create_run("default", ids, hyperparameters=runs.Hyperparameters(), enqueue=False)
+    with pytest.raises(RunConflict):
+        runs.create_run("default", ids, hyperparameters=Hyperparameters(), enqueue=False)
     settings.SBERT = {
         **settings.SBERT,
         "TRAINING": {**settings.SBERT.get("TRAINING", {}), "STALLED_SECONDS": 0},
     }
-    runs.create_run("default", ids, hyperparameters=runs.Hyperparameters(), enqueue=False)
+    runs.create_run("default", ids, hyperparameters=Hyperparameters(), enqueue=False)
     long_run.refresh_from_db()
     assert long_run.status == RunStatus.FAILED and "stopped reporting" in long_run.error

@@ -14,8 +14,11 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 
 from django_sbert import indexing, serving
+from django_sbert.exceptions import RunConflict
 from django_sbert.fields import text_hash
 from django_sbert.finetuning import promotion, runs
+from django_sbert.finetuning.execution import execute_run
+from django_sbert.finetuning.options import Hyperparameters
 from django_sbert.models import (
     EncoderVersion,
     RunStatus,
@@ -43,11 +46,11 @@ def make_pairs(copies: int = 4) -> list[TrainingPair]:
 
 
 def train(pairs, **hyper) -> TrainingRun:
-    params = runs.Hyperparameters(
+    params = Hyperparameters(
         loss="mnrl", learning_rate=hyper.pop("learning_rate", 5e-3), batch_size=8, **hyper
     )
     run = runs.create_run("default", [p.pk for p in pairs], hyperparameters=params, enqueue=False)
-    runs.execute_run(run.pk)
+    execute_run(run.pk)
     run.refresh_from_db()
     return run
 
@@ -95,9 +98,7 @@ def test_bad_hyperparameters_are_refused_before_queuing(model_dir):
         runs.create_run(
             "default",
             [p.pk for p in pairs],
-            hyperparameters=runs.Hyperparameters(
-                loss="mnrl", epochs=0, learning_rate=5.0, batch_size=1
-            ),
+            hyperparameters=Hyperparameters(loss="mnrl", epochs=0, learning_rate=5.0, batch_size=1),
         )
     text = " ".join(info.value.messages)
     assert "epochs" in text and "learning_rate" in text and "batch_size" in text
@@ -105,17 +106,17 @@ def test_bad_hyperparameters_are_refused_before_queuing(model_dir):
         runs.create_run(
             "default",
             [p.pk for p in pairs],
-            hyperparameters=runs.Hyperparameters(loss="cosent"),
+            hyperparameters=Hyperparameters(loss="cosent"),
         )
     assert not TrainingRun.objects.exists()
 
 
 def test_one_run_per_encoder_at_a_time(model_dir):
     pairs = make_pairs(1)
-    params = runs.Hyperparameters(loss="mnrl", batch_size=8)
+    params = Hyperparameters(loss="mnrl", batch_size=8)
     ids = [p.pk for p in pairs]
     runs.create_run("default", ids, hyperparameters=params, enqueue=False)
-    with pytest.raises(runs.RunConflict, match="already queued or running"):
+    with pytest.raises(RunConflict, match="already queued or running"):
         runs.create_run("default", ids, hyperparameters=params, enqueue=False)
 
 
@@ -126,11 +127,11 @@ def test_a_run_that_fails_in_the_worker_records_the_error_and_keeps_serving(mode
     run = runs.create_run(
         "default",
         [p.pk for p in pairs],
-        hyperparameters=runs.Hyperparameters(loss="mnrl", batch_size=8),
+        hyperparameters=Hyperparameters(loss="mnrl", batch_size=8),
         enqueue=False,
     )
     TrainingPair.objects.all().delete()
-    assert runs.execute_run(run.pk) == RunStatus.FAILED
+    assert execute_run(run.pk) == RunStatus.FAILED
     run.refresh_from_db()
     assert "ValidationError" in run.error
     assert not EncoderVersion.objects.exists()
@@ -142,11 +143,11 @@ def test_cancelled_run_leaves_no_version(model_dir):
     run = runs.create_run(
         "default",
         [p.pk for p in pairs],
-        hyperparameters=runs.Hyperparameters(loss="mnrl", batch_size=8),
+        hyperparameters=Hyperparameters(loss="mnrl", batch_size=8),
         enqueue=False,
     )
     assert runs.cancel_run(run)
-    assert runs.execute_run(run.pk) == RunStatus.CANCELLED  # never starts
+    assert execute_run(run.pk) == RunStatus.CANCELLED  # never starts
     assert not EncoderVersion.objects.exists()
 
 
@@ -396,14 +397,14 @@ def test_cancelling_a_running_run_stops_it_within_a_step(model_dir, settings, mo
     run = runs.create_run(
         "default",
         [p.pk for p in make_pairs(8)],
-        hyperparameters=runs.Hyperparameters(loss="mnrl", batch_size=4, epochs=100),
+        hyperparameters=Hyperparameters(loss="mnrl", batch_size=4, epochs=100),
         enqueue=False,
     )
     result: list[str] = []
 
     def work() -> None:
         try:
-            result.append(runs.execute_run(run.pk))
+            result.append(execute_run(run.pk))
         finally:
             connections.close_all()
 

@@ -23,13 +23,16 @@ from django_sbert import indexing, serving
 from django_sbert.conf import ENCODER_DEFAULTS, encoder_config
 from django_sbert.encoder import SentenceEncoder, aot
 from django_sbert.encoder.onnx_query import OnnxQueryGraph
-from django_sbert.encoder.paths import compiler_available
+from django_sbert.encoder.paths import compiler_available, onnxruntime_missing
 from django_sbert.finetuning import promotion
 from django_sbert.models import EncoderVersion, VersionStatus
 from django_sbert.serving import warmup
 from tests.testapp.models import Article
 
 needs_compiler = pytest.mark.skipif(not compiler_available(), reason="no C++ compiler")
+needs_onnx = pytest.mark.skipif(
+    onnxruntime_missing() is not None, reason=str(onnxruntime_missing())
+)
 
 
 def graphs() -> int:
@@ -149,6 +152,7 @@ def test_a_web_process_with_default_settings_serves_queries_from_its_first_one(d
 
 
 @pytest.mark.heavy
+@needs_onnx
 @pytest.mark.django_db
 def test_a_promoted_version_gets_its_own_onnx_graph(defaults, settings):
     settings.SBERT = {

@@ -23,6 +23,11 @@ from django_sbert.finetuning import promotion, runs
 from django_sbert.finetuning.options import OPTIONS, TrainingOption
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
 
+from ...exceptions import RunConflict
+from ...finetuning.examples import default_loss
+from ...finetuning.execution import execute_run
+from ...finetuning.options import OPTION_NAMES, Hyperparameters, adapt_hyperparameters
+
 
 def add_option_argument(parser: argparse.ArgumentParser, option: TrainingOption) -> None:
     """The flag of one training option (``finetuning.options.OPTIONS``), checked as it is
@@ -63,12 +68,10 @@ class Command(BaseCommand):
         if options["source"]:
             pairs = pairs.filter(source=options["source"])
         if options["content"]:
-            given = {name: options[name] for name in runs.OPTION_NAMES}
-            hyper = runs.adapt_hyperparameters(options["loss"], **given)
+            given = {name: options[name] for name in OPTION_NAMES}
+            hyper = adapt_hyperparameters(options["loss"], **given)
         else:
-            hyper = runs.Hyperparameters.from_options(
-                options["loss"] or runs.default_loss(pairs), options
-            )
+            hyper = Hyperparameters.from_options(options["loss"] or default_loss(pairs), options)
         loss = hyper.loss
         try:
             run = runs.create_run(
@@ -80,13 +83,13 @@ class Command(BaseCommand):
             )
         except ValidationError as exc:
             raise CommandError(" ".join(exc.messages)) from exc
-        except (runs.RunConflict, BrokerUnavailable) as exc:
+        except (RunConflict, BrokerUnavailable) as exc:
             raise CommandError(str(exc)) from exc
         if not options["sync"]:
             self.stdout.write(f"Queued training run {run.pk} ({loss}).")
             return
         self.stdout.write(f"Training run {run.pk} ({loss}) ...")
-        status = runs.execute_run(run.pk)
+        status = execute_run(run.pk)
         run = TrainingRun.objects.get(pk=run.pk)
         if status != RunStatus.SUCCEEDED:
             raise CommandError(f"Run {run.pk} {status}: {run.error}")

@@ -1,4 +1,4 @@
-"""Who searched, without knowing who: pseudonymous client and network keys, crawlers, rates.
+"""Who searched, without knowing who: pseudonymous client and network keys, crawlers, budgets.
 
 A client key is an HMAC (``SBERT["FEEDBACK"]["HASH_KEY"]``, else a key derived from
 ``SECRET_KEY``) of the user id for a logged-in visitor, else of the session key; a visitor with
@@ -7,9 +7,10 @@ found and deleted on request (``client_key_for_user``), yet names nobody in the 
 
 Client keys cost nothing to make (a script without cookies gets a new one per search), so what
 learning counts as one visitor is also the *network*: ``network_key`` is an HMAC of the
-address's IPv4 /24 or IPv6 /48 (the address as ``clients.client_address`` reads it, trusting
-``SBERT["API"]["NUM_PROXIES"]`` proxies), never the address itself. IP addresses are never
-stored: the rate filters count hashed identities in Django's cache, for one period.
+address's IPv4 /24 or IPv6 /48 (the address as ``throttling.client_address`` reads it,
+trusting ``SBERT["API"]["NUM_PROXIES"]`` proxies), never the address itself. IP addresses are
+never stored: the budgets (``over_rate``) count hashed identities in Django's cache
+(``throttling.count``), for one period.
 """
 
 from __future__ import annotations
@@ -17,19 +18,24 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-import time
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache
-from django.core.exceptions import ImproperlyConfigured
 from django.utils.crypto import salted_hmac
 
-from ..clients import client_address
 from ..conf import sbert_settings
+from ..throttling import (
+    authenticated_user,
+    client_address,
+    client_ident,
+    count_all,
+    feedback_rate,
+    feedback_rate_setting,
+    parse_rate,
+    session_key,
+)
 
 KEY_CHARS = 32  # hex characters of a client or network key: 128 bits
-PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}  # DRF's rate periods
 IPV4_PREFIX, IPV6_PREFIX = 24, 48  # what one network is: a household's or an office's block
 # A network's budget, in clients' budgets: a NAT or an office holds several visitors, but one
 # network past this many clients' worth of searches or clicks is one script, not a crowd.
@@ -89,24 +95,14 @@ def network_key(request: Any) -> str:
     return network_key_of(client_address(request))
 
 
-def _user(request: Any) -> Any:
-    user = getattr(request, "user", None)  # absent without AuthenticationMiddleware
-    return user if user is not None and user.is_authenticated else None
-
-
-def _session_key(request: Any) -> str | None:
-    session = getattr(request, "session", None)
-    return getattr(session, "session_key", None) if session is not None else None
-
-
 def client_key(request: Any, search_id: Any = None) -> str:
     """The request's client key: by user, else session, else of ``search_id`` alone."""
-    user = _user(request)
+    user = authenticated_user(request)
     if user is not None:
         return client_key_for_user(user)
-    session_key = _session_key(request)
-    if session_key:
-        return client_key_for_session(session_key)
+    session = session_key(request)
+    if session:
+        return client_key_for_session(session)
     return _keyed(f"search:{search_id}")
 
 
@@ -116,53 +112,19 @@ def is_bot(request: Any) -> bool:
     return bool(agent) and any(part in agent for part in sbert_settings.FEEDBACK["BOT_USER_AGENTS"])
 
 
-def _rate_ident(request: Any) -> str:
-    user = _user(request)
-    if user is not None:
-        return f"user:{user.pk}"
-    session_key = _session_key(request)
-    if session_key:
-        return f"session:{session_key}"
-    return f"addr:{client_address(request)}"  # hashed below, kept one period in the cache
+def over_rate(request: Any, key: str) -> bool:
+    """Count this request against ``SBERT["FEEDBACK"][key]`` (a rate or None) for its client
+    (user, else session, else address), and against ``NETWORK_RATE_FACTOR`` times it for its
+    network; True once either is past its budget within the last period.
 
-
-def parse_rate(rate: str, setting: str) -> tuple[int, int]:
-    """``"60/minute"`` -> (60, 60): requests and seconds."""
-    number, _, period = str(rate).partition("/")
-    if not number.isdigit() or period[:1] not in PERIODS:
-        raise ImproperlyConfigured(
-            f'SBERT["FEEDBACK"]["{setting}"] must be a rate such as "60/minute", got {rate!r}.'
-        )
-    return int(number), PERIODS[period[0]]
-
-
-def over_rate(request: Any, setting: str) -> bool:
-    """Count this request against ``SBERT["FEEDBACK"][setting]`` (a rate or None) for its
-    client, and against ``NETWORK_RATE_FACTOR`` times it for its network; True once either is
-    past its budget in the current period.
-
-    A fixed window in Django's default cache: one ``incr`` per count, where DRF's throttles
-    read and write a list of times (this runs on every logged search).
+    Both windows are ``throttling.count_all``'s: one read and one write of Django's cache.
     """
-    rate = sbert_settings.FEEDBACK[setting]
+    rate = feedback_rate(key)
     if not rate:
         return False
-    allowed, seconds = parse_rate(rate, setting)
-    window = int(time.time() // seconds)
-    network = f"net:{network_of(client_address(request)) or 'unknown'}"
-    budgets = ((_rate_ident(request), allowed), (network, allowed * NETWORK_RATE_FACTOR))
-    over = False
-    for ident, budget in budgets:
-        digest = hashlib.sha256(ident.encode("utf-8", "surrogatepass")).hexdigest()
-        over = _count(f"sbert-feedback:{setting}:{digest}:{window}", seconds) > budget or over
-    return over
-
-
-def _count(key: str, seconds: int) -> int:
-    """Add one to the cache counter ``key`` (kept one period); its new value."""
-    try:
-        return cache.incr(key)
-    except ValueError:  # the window's first request (or the entry expired)
-        if cache.add(key, 1, seconds + 1):
-            return 1
-        return cache.incr(key)
+    allowed, seconds = parse_rate(rate, feedback_rate_setting(key))
+    prefix = f"sbert-feedback:{key}"
+    network = f"net-{network_of(client_address(request)) or 'unknown'}"
+    client = client_ident(request, sessions=True)
+    budgets = [(client, allowed), (network, allowed * NETWORK_RATE_FACTOR)]
+    return any(wait is not None for wait in count_all(prefix, budgets, seconds))

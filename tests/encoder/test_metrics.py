@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from django_sbert.encoder.evaluation import (
+from django_sbert.encoder.metrics import (
     average_ranks,
     retrieval_metrics,
     spearman,
