@@ -185,14 +185,8 @@ class JudgedQueryInline(admin.TabularInline):
     show_change_link = True
 
     def get_queryset(self, request: HttpRequest) -> Any:
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(
-                graded_count=Count("judgments"),
-                relevant_count=Count("judgments", filter=Q(judgments__grade__gt=0)),
-            )
-        )
+        graded, relevant = Count("judgments"), Count("judgments", filter=Q(judgments__grade__gt=0))
+        return super().get_queryset(request).annotate(graded_count=graded, relevant_count=relevant)
 
     @admin.display(description="graded rows (relevant)")
     def graded(self, obj: JudgedQuery) -> str:

@@ -227,9 +227,8 @@ class SentenceEncoder(nn.Module):
         architecture (another version) without compiling; the batch graph freezes them
         (pre-packed, for throughput) and is built once per model. ``train()`` switches
         compiling off (train a copy: ``fit`` does). A failed compile warns and falls back to
-        eager mode. See
-        ``django_sbert/encoder/compiled.py``. (Not ``nn.Module.compile``, which compiles the
-        whole module for training and inference alike.)
+        eager mode. See ``django_sbert/encoder/compiled.py``. (Not ``nn.Module.compile``,
+        which compiles the whole module for training and inference alike.)
 
         ``cache``: a directory where the single-query graph is kept, compiled ahead of time
         (``encoder/aot.py``): built there once per architecture and torch version, then loaded
