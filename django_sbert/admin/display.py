@@ -275,12 +275,8 @@ def training_curves(loss_history: list[list[float]], evaluations: dict[str, Any]
     )
 
 
-MODE_COLOURS = {  # one colour per search mode in the quality chart
-    "vector": "#417690",
-    "keyword": "#b8860b",
-    "hybrid": "#1a7f37",
-    "passages": "#8a3ffc",
-}
+# One colour per search mode in the quality chart.
+MODE_COLOURS = {"vector": BLUE, "keyword": "#b8860b", "hybrid": "#1a7f37", "passages": "#8a3ffc"}
 
 
 def time_chart_svg(
