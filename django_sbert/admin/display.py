@@ -6,6 +6,7 @@ Server-side HTML and inline SVG, no JavaScript library.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,8 +26,102 @@ def progress_bar(share: float, label: str = "") -> str:
     )
 
 
+BLUE, RED = "#417690", "#ba2121"  # the admin's link and error colours
+PAD = 30  # around a curve: room for its labels
+WHEN = "%Y-%m-%d %H:%M"
+
+
+def _scale(lo: float, hi: float, start: float, end: float) -> Callable[[float], float]:
+    """Maps [lo, hi] onto [start, end] (a flat range onto ``start``)."""
+    span = (hi - lo) or 1.0
+    return lambda value: start + (value - lo) / span * (end - start)
+
+
+def _svg(css_class: str, label: str, size: tuple[int, int], *parts: str) -> str:
+    """An inline SVG chart of ``parts`` in a light frame (no JavaScript library)."""
+    return format_html(
+        '<svg class="{}" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" '
+        'aria-label="{}"><rect width="{w}" height="{h}" fill="#fafafa" stroke="#ccc"/>{}</svg>',
+        css_class,
+        label,
+        format_html_join("", "{}", ((part,) for part in parts)),
+        w=size[0],
+        h=size[1],
+    )
+
+
+def _text(x: float, y: float, text: str, anchor: str = "start") -> str:
+    return format_html(
+        '<text x="{}" y="{}" font-size="10" text-anchor="{}">{}</text>',
+        f"{x:.1f}",
+        f"{y:.1f}",
+        anchor,
+        text,
+    )
+
+
+def _polyline(
+    xy: Iterable[tuple[float, float]], colour: str = BLUE, dash: str = "", series: str = ""
+) -> str:
+    """A line through ``xy``; ``series`` names it (``data-series``) on a chart of several."""
+    named = format_html(' class="sbert-series" data-series="{}"', series) if series else ""
+    return format_html(
+        '<polyline{} fill="none" stroke="{}" stroke-width="1.5" stroke-dasharray="{}" '
+        'points="{}"/>',
+        named,
+        colour,
+        dash,
+        " ".join(f"{x:.1f},{y:.1f}" for x, y in xy),
+    )
+
+
+def _dots(dots: Iterable[tuple[float, float, float, str, str]]) -> str:
+    """A circle per (x, y, radius, colour, tooltip)."""
+    return format_html_join(
+        "",
+        '<circle cx="{}" cy="{}" r="{}" fill="{}"><title>{}</title></circle>',
+        ((f"{x:.1f}", f"{y:.1f}", r, colour, tip) for x, y, r, colour, tip in dots),
+    )
+
+
+def _curve(
+    css_class: str,
+    label: str,
+    points: list[tuple[float, float]],
+    size: tuple[int, int],
+    note: str,
+    *,
+    digits: int,
+    note_top: bool = False,
+    dots: bool = False,
+    best: float | None = None,
+) -> str:
+    """(step, value) points as a line filling the frame, the highest and lowest values on the
+    left and ``note`` bottom right (``note_top``: top right); ``dots``: a dot per point, the
+    ``best`` step's red."""
+    width, height = size
+    lo, hi = min(v for _, v in points), max(v for _, v in points)
+    x = _scale(points[0][0], points[-1][0], PAD, width - PAD)
+    y = _scale(lo, hi, height - PAD, PAD)
+    xy = [(x(s), y(v)) for s, v in points]
+    marked = [
+        (*at, 4 if s == best else 2.5, RED if s == best else BLUE, f"step {s}: {v:.4f}")
+        for at, (s, v) in zip(xy, points, strict=True)
+    ]
+    return _svg(
+        css_class,
+        label,
+        size,
+        _polyline(xy),
+        _dots(marked) if dots else "",
+        _text(4, PAD, f"{hi:.{digits}f}"),
+        _text(4, height - PAD, f"{lo:.{digits}f}"),
+        _text(width - 4, 14 if note_top else height - 6, note, "end"),
+    )
+
+
 def loss_curve_svg(history: list[list[float]], width: int = 560, height: int = 180) -> str:
-    """The training loss per step as an inline SVG line (no JavaScript library)."""
+    """The training loss per step as an inline SVG line."""
     points = [(float(s), float(v)) for s, v in history or []]
     if len(points) < 2:
         return "-"
@@ -34,50 +129,49 @@ def loss_curve_svg(history: list[list[float]], width: int = 560, height: int = 1
         size = len(points) / 400
         buckets = [points[int(i * size) : int((i + 1) * size)] for i in range(400)]
         points = [(b[-1][0], sum(v for _, v in b) / len(b)) for b in buckets if b]
-    steps = [s for s, _ in points]
-    losses = [v for _, v in points]
-    lo, hi = min(losses), max(losses)
-    span = (hi - lo) or 1.0
-    pad = 30
-    xy = " ".join(
-        f"{pad + (s - steps[0]) / ((steps[-1] - steps[0]) or 1) * (width - 2 * pad):.1f},"
-        f"{height - pad - (v - lo) / span * (height - 2 * pad):.1f}"
-        for s, v in points
+    label, note = "training loss per step", f"step {points[-1][0]:.0f}"
+    return _curve("sbert-loss-curve", label, points, (width, height), note, digits=3)
+
+
+def figure(value: Any) -> str:
+    """A measured figure as the tables show it: four decimals, "-" when not measured."""
+    return "-" if value is None else f"{float(value):.4f}"
+
+
+def html_table(
+    head: Sequence[str], rows: Iterable[Sequence[Any]], css_class: str = "", titled: bool = False
+) -> str:
+    """A table: a header row, then a row per sequence of cells (``titled``: its first cell is
+    the row's header)."""
+
+    def cells(tag: str, values: Iterable[Any]) -> str:
+        return format_html_join("", f"<{tag}>{{}}</{tag}>", ((value,) for value in values))
+
+    body = format_html_join(
+        "",
+        "<tr>{}{}</tr>",
+        (
+            (cells("th", row[:1]), cells("td", row[1:])) if titled else ("", cells("td", row))
+            for row in rows
+        ),
     )
-    return format_html(
-        '<svg class="sbert-loss-curve" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
-        'role="img" aria-label="training loss per step">'
-        '<rect width="{w}" height="{h}" fill="#fafafa" stroke="#ccc"/>'
-        '<polyline fill="none" stroke="#417690" stroke-width="1.5" points="{xy}"/>'
-        '<text x="4" y="{top}" font-size="10">{hi}</text>'
-        '<text x="4" y="{bottom}" font-size="10">{lo}</text>'
-        '<text x="{right}" y="{h2}" font-size="10" text-anchor="end">step {last}</text>'
-        "</svg>",
-        w=width,
-        h=height,
-        xy=xy,
-        top=pad,
-        bottom=height - pad,
-        # Numbers formatted here: format_html escapes its arguments into strings first.
-        hi=f"{hi:.3f}",
-        lo=f"{lo:.3f}",
-        right=width - 4,
-        h2=height - 6,
-        last=f"{steps[-1]:.0f}",
-    )
+    named = format_html(' class="{}"', css_class) if css_class else ""
+    return format_html("<table{}><tr>{}</tr>{}</table>", named, cells("th", head), body)
+
+
+METRIC_ROWS = (  # metrics_table's rows, where measured
+    "ndcg@10",
+    "recall@10",
+    "sts_spearman",
+    "eval_pairs",
+    "eval_distractors",
+    "general_sts_spearman",
+)
 
 
 def metrics_table(*columns: tuple[str, dict[str, float]]) -> str:
     """Metrics side by side: one column per (title, metrics)."""
-    known = (
-        "ndcg@10",
-        "recall@10",
-        "sts_spearman",
-        "eval_pairs",
-        "eval_distractors",
-        "general_sts_spearman",
-    )
-    names = [n for n in known if any(n in m for _, m in columns)]
+    names = [n for n in METRIC_ROWS if any(n in m for _, m in columns)]
     if not names:
         return "-"
 
@@ -86,19 +180,8 @@ def metrics_table(*columns: tuple[str, dict[str, float]]) -> str:
             return "-"
         return f"{value:.4f}" if isinstance(value, float) else str(value)
 
-    head = format_html_join("", "<th>{}</th>", ((title,) for title, _ in columns))
-    body = format_html_join(
-        "",
-        "<tr><th>{}</th>{}</tr>",
-        (
-            (
-                name,
-                format_html_join("", "<td>{}</td>", ((cell(m.get(name)),) for _, m in columns)),
-            )
-            for name in names
-        ),
-    )
-    return format_html("<table><tr><th></th>{}</tr>{}</table>", head, body)
+    rows = ([name, *(cell(m.get(name)) for _, m in columns)] for name in names)
+    return html_table(["", *(title for title, _ in columns)], rows, titled=True)
 
 
 SEARCH_SIDES = (  # (column title, prefix of the metric names), finetuning/hybrid.py
@@ -115,25 +198,15 @@ def search_table(*measured: tuple[str, dict[str, Any]]) -> str:
     models = [(title, m or {}) for title, m in measured if "keyword_ndcg@10" in (m or {})]
     if not models:
         return "-"
-
-    def cell(value: Any) -> str:
-        return "-" if value is None else f"{float(value):.4f}"
-
-    rows = [
-        (
-            f"{title}: {metric}",
-            format_html_join(
-                "", "<td>{}</td>", ((cell(m.get(prefix + metric)),) for _, prefix in SEARCH_SIDES)
-            ),
-        )
+    rows = (
+        [f"{title}: {metric}", *(figure(m.get(prefix + metric)) for _, prefix in SEARCH_SIDES)]
         for title, m in models
         for metric in ("ndcg@10", "recall@10")
-    ]
+    )
     fusion = [(title, describe_fusion(m)) for title, m in models if "fusion_rrf_k" in m]
     return format_html(
-        "<table><tr><th></th>{}</tr>{}</table><p>{}</p>",
-        format_html_join("", "<th>{}</th>", ((side,) for side, _ in SEARCH_SIDES)),
-        format_html_join("", "<tr><th>{}</th>{}</tr>", rows),
+        "{}<p>{}</p>",
+        html_table(["", *(side for side, _ in SEARCH_SIDES)], rows, titled=True),
         format_html_join("; ", "chosen fusion ({}): {}", fusion),
     )
 
@@ -158,54 +231,16 @@ def eval_curve_svg(evaluations: dict[str, Any], width: int = 360, height: int = 
     if not history:
         return ""
     metric = evaluations.get("metric") or "metric"
-    best = evaluations.get("best_step")
-    values = [v for _, v in history]
-    lo, hi = min(values), max(values)
-    span = (hi - lo) or 1.0
-    first, last = history[0][0], history[-1][0]
-    pad = 30
-
-    def x(step: int) -> float:
-        return pad + (step - first) / ((last - first) or 1) * (width - 2 * pad)
-
-    def y(value: float) -> float:
-        return height - pad - (value - lo) / span * (height - 2 * pad)
-
-    xy = " ".join(f"{x(s):.1f},{y(v):.1f}" for s, v in history)
-    dots = format_html_join(
-        "",
-        '<circle cx="{}" cy="{}" r="{}" fill="{}"><title>step {}: {}</title></circle>',
-        (
-            (
-                f"{x(s):.1f}",
-                f"{y(v):.1f}",
-                4 if s == best else 2.5,
-                "#ba2121" if s == best else "#417690",
-                s,
-                f"{v:.4f}",
-            )
-            for s, v in history
-        ),
-    )
-    return format_html(
-        '<svg class="sbert-eval-curve" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
-        'role="img" aria-label="{metric} per evaluation">'
-        '<rect width="{w}" height="{h}" fill="#fafafa" stroke="#ccc"/>'
-        '<polyline fill="none" stroke="#417690" stroke-width="1.5" points="{xy}"/>{dots}'
-        '<text x="4" y="{top}" font-size="10">{hi}</text>'
-        '<text x="4" y="{bottom}" font-size="10">{lo}</text>'
-        '<text x="{right}" y="14" font-size="10" text-anchor="end">{metric}</text>'
-        "</svg>",
-        w=width,
-        h=height,
-        xy=xy,
-        dots=dots,
-        top=pad,
-        bottom=height - pad,
-        hi=f"{hi:.4f}",
-        lo=f"{lo:.4f}",
-        right=width - 4,
-        metric=metric,
+    return _curve(
+        "sbert-eval-curve",
+        f"{metric} per evaluation",
+        history,
+        (width, height),
+        metric,
+        digits=4,
+        note_top=True,
+        dots=True,
+        best=evaluations.get("best_step"),
     )
 
 
@@ -240,12 +275,8 @@ def training_curves(loss_history: list[list[float]], evaluations: dict[str, Any]
     )
 
 
-MODE_COLOURS = {  # one colour per search mode in the quality chart
-    "vector": "#417690",
-    "keyword": "#b8860b",
-    "hybrid": "#1a7f37",
-    "passages": "#8a3ffc",
-}
+# One colour per search mode in the quality chart.
+MODE_COLOURS = {"vector": BLUE, "keyword": "#b8860b", "hybrid": "#1a7f37", "passages": "#8a3ffc"}
 
 
 def time_chart_svg(
@@ -263,102 +294,54 @@ def time_chart_svg(
     points = [p for line in series.values() for p in line]
     if not points:
         return "-"
-    pad, top = 36, 16
-    first = min(t for t, _, _ in points)
-    last = max(t for t, _, _ in points)
+    pad, top, bottom = 36, 16, height - 36
+    first, last = min(t for t, _, _ in points), max(t for t, _, _ in points)
     # A promotion up to a day before the first point is shown (its evaluation follows it).
     marks = [(t, label) for t, label in marks if first - timedelta(days=1) <= t <= last]
     first = min([first, *(t for t, _ in marks)])
-    span = (last - first).total_seconds() or 1.0
-
-    def x(when: datetime) -> float:
-        if last == first:
-            return width / 2
-        return pad + (when - first).total_seconds() / span * (width - 2 * pad)
-
-    def y(value: float) -> float:
-        return height - pad - max(0.0, min(1.0, value)) * (height - pad - top)
-
-    lines = []
-    legend = []
-    metrics_seen: list[str] = []
+    wide = 0.0 if first < last else 1.0  # one moment: in the middle
+    x = _scale(first.timestamp() - wide, last.timestamp() + wide, pad, width - pad)
+    y = _scale(0.0, 1.0, bottom, top)
+    solid = min(series)[1]  # the first metric (by name) is drawn solid, the others dashed
+    parts, legend = [], []
     for (name, metric), line in sorted(series.items()):
-        if metric not in metrics_seen:
-            metrics_seen.append(metric)
-        colour = MODE_COLOURS.get(name, "#666")
-        dash = "" if metric == metrics_seen[0] else "4 3"
-        xy = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v, _ in line)
-        dots = format_html_join(
-            "",
-            '<circle cx="{}" cy="{}" r="2.5" fill="{}"><title>{} {} {}: {} ({})</title></circle>',
-            (
-                (f"{x(t):.1f}", f"{y(v):.1f}", colour, name, metric, f"{t:%Y-%m-%d %H:%M}",
-                 f"{v:.4f}", note)
-                for t, v, note in line
-            ),
-        )  # fmt: skip
-        lines.append(
-            format_html(
-                '<polyline class="sbert-series" data-series="{} {}" fill="none" stroke="{}" '
-                'stroke-width="1.5" stroke-dasharray="{}" points="{}"/>{}',
-                name,
-                metric,
-                colour,
-                dash,
-                xy,
-                dots,
-            )
-        )
-        legend.append((colour, "dashed" if dash else "solid", f"{name} {metric}"))
+        colour, dash = MODE_COLOURS.get(name, "#666"), "" if metric == solid else "4 3"
+        xy = [(x(t.timestamp()), y(max(0.0, min(1.0, v)))) for t, v, _ in line]
+        tips = [f"{name} {metric} {t:{WHEN}}: {v:.4f} ({note})" for t, v, note in line]
+        parts.append(_polyline(xy, colour, dash, f"{name} {metric}"))
+        parts.append(_dots((*at, 2.5, colour, tip) for at, tip in zip(xy, tips, strict=True)))
+        legend.append(("dashed" if dash else "solid", colour, f"{name} {metric}"))
     rules = format_html_join(
         "",
-        '<g class="sbert-promotion"><line x1="{x}" y1="{top}" x2="{x}" y2="{bottom}" '
-        'stroke="#ba2121" stroke-dasharray="2 2"/><text x="{x}" y="{label}" font-size="9" '
-        'text-anchor="middle" fill="#ba2121">{version}</text><title>promoted {version} '
-        "on {when}</title></g>",
+        '<g class="sbert-promotion"><line x1="{0}" y1="{1}" x2="{0}" y2="{2}" stroke="{3}" '
+        'stroke-dasharray="2 2"/><text x="{0}" y="{4}" font-size="9" text-anchor="middle" '
+        'fill="{3}">{5}</text><title>promoted {5} on {6}</title></g>',
         (
-            {
-                "x": f"{x(t):.1f}",
-                "top": top,
-                "bottom": height - pad,
-                "label": top - 4,
-                "version": label,
-                "when": f"{t:%Y-%m-%d %H:%M}",
-            }
-            for t, label in marks
+            (f"{x(t.timestamp()):.1f}", top, bottom, RED, top - 4, version, f"{t:{WHEN}}")
+            for t, version in marks
         ),
     )
-    svg = format_html(
-        '<svg class="sbert-quality-chart" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
-        'role="img" aria-label="search quality over time">'
-        '<rect width="{w}" height="{h}" fill="#fafafa" stroke="#ccc"/>'
-        '<line x1="{pad}" y1="{y1}" x2="{right}" y2="{y1}" stroke="#e0e0e0"/>'
-        '<line x1="{pad}" y1="{y0}" x2="{right}" y2="{y0}" stroke="#ccc"/>'
-        "{rules}{lines}"
-        '<text x="4" y="{y1t}" font-size="10">1.0</text>'
-        '<text x="4" y="{y0t}" font-size="10">0.0</text>'
-        '<text x="{pad}" y="{h2}" font-size="10">{first}</text>'
-        '<text x="{right}" y="{h2}" font-size="10" text-anchor="end">{last}</text>'
-        "</svg>",
-        w=width,
-        h=height,
-        pad=pad,
-        right=width - pad,
-        y1=f"{y(1.0):.1f}",
-        y0=f"{y(0.0):.1f}",
-        y1t=f"{y(1.0) + 4:.1f}",
-        y0t=f"{y(0.0) + 4:.1f}",
-        rules=rules,
-        lines=format_html_join("", "{}", ((line,) for line in lines)),
-        h2=height - 8,
-        first=f"{first:%Y-%m-%d %H:%M}",
-        last=f"{last:%Y-%m-%d %H:%M}",
+    svg = _svg(
+        "sbert-quality-chart",
+        "search quality over time",
+        (width, height),
+        format_html_join(
+            "",
+            '<line x1="{0}" y1="{1}" x2="{2}" y2="{1}" stroke="{3}"/>',
+            ((pad, y_, width - pad, colour) for y_, colour in ((top, "#e0e0e0"), (bottom, "#ccc"))),
+        ),
+        rules,
+        *parts,
+        _text(4, top + 4, "1.0"),
+        _text(4, bottom + 4, "0.0"),
+        _text(pad, height - 8, f"{first:{WHEN}}"),
+        _text(width - pad, height - 8, f"{last:{WHEN}}", "end"),
     )
     keys = format_html_join(
         " ",
         '<span style="white-space:nowrap"><span style="display:inline-block;width:18px;'
         'border-top:2px {} {};vertical-align:middle"></span> {}</span>',
-        ((style, colour, label) for colour, style, label in legend),
+        legend,
     )
     note = " Dashed red lines: promotions." if marks else ""
     return format_html('<div>{}</div><p class="sbert-chart-legend">{}{}</p>', svg, keys, note)

@@ -4,9 +4,8 @@
   its judgments (row pk and grade 0-3), editable; the list's page charts each mode's nDCG@10
   and Recall@10 over its stored evaluations, with the promotions marked.
 * Grade: for a list (or a new one) and a query typed in, the serving version's top 10 rows
-  and a candidate version's top 10 side by side, a grade per row, saved into the list. Rows
-  come through the content model's own ModelAdmin (``get_queryset(request)``), and only staff
-  who may view that model see them.
+  and a candidate version's top 10 side by side, a grade per row, saved into the list (the
+  work of it: ``admin/grading.py``).
 * Import: a CSV, JSON Lines or TREC qrels file (``evaluation.judgments``), or the eval pairs.
 * Evaluate now: ``evaluation.run.evaluate`` for a version (serving, base, a candidate), every
   mode's metrics and the ``min_similarity`` threshold measured on the list.
@@ -14,202 +13,34 @@
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.contenttypes.models import ContentType
-from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
-from django.template.response import TemplateResponse
-from django.urls import path, reverse
-from django.utils.html import format_html, format_html_join
+from django.urls import reverse
+from django.utils.html import format_html
 from django.utils.http import urlencode
 
 from ..evaluation import judgments as judgment_io
 from ..evaluation import run as evaluation_run
 from ..exceptions import JudgmentsImportError, ServiceUnavailable
 from ..finetuning import compare
-from ..indexing import FieldRef, field_refs, get_ref
-from ..indexing.passages import encode_with_passages
-from ..indexing.rows import PendingRow
-from ..models import EncoderVersion, Evaluation, JudgedQuery, Judgment, JudgmentList, VersionStatus
-from ..query import as_semantic
-from ..serving import encode_texts, serving_version
-from .display import time_chart_svg
-from .mixins import ForbidMissingActionsMixin, require_permission
+from ..indexing import FieldRef, field_refs
+from ..models import EncoderVersion, Evaluation, JudgedQuery, Judgment, JudgmentList
+from ..serving import serving_version
+from . import grading
+from .display import figure, html_table, time_chart_svg
+from .mixins import ForbidMissingActionsMixin, page_urls, render_page, require_permission
 
 __all__ = ["JudgedQueryAdmin", "JudgmentListAdmin"]
 
-K = compare.K  # rows shown per version
-POOL = 20  # the serving version's top rows a candidate re-ranks (its vectors are not stored)
-GRADES = [
-    ("", "-"),
-    ("0", "0 not relevant"),
-    ("1", "1 somewhat"),
-    ("2", "2 relevant"),
-    ("3", "3 perfect"),
-]
-METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10", "no_relevant@10")
-
-
-# --- which rows a user may grade --------------------------------------------------------------
-
-
-def ref_key(ref: FieldRef) -> str:
-    """``app_label.Model.field``: how the grading form names an EmbeddingField."""
-    return f"{ref.label}.{ref.name}"
-
-
-def ref_of_list(judgment_list: JudgmentList) -> FieldRef:
-    """The EmbeddingField a list grades (``LookupError`` when it is gone from the code)."""
-    model = judgment_list.content_type.model_class()
-    if model is None:
-        raise LookupError(f"The model of judgment list {judgment_list.name!r} is not installed.")
-    return get_ref(model._meta.label, judgment_list.field)
-
-
-def model_admin_for(admin_site: admin.AdminSite, request: HttpRequest, ref: FieldRef) -> Any:
-    """The ModelAdmin of ``ref``'s model if ``request.user`` may view its rows there; else 403."""
-    model_admin = admin_site._registry.get(ref.model)
-    if model_admin is None or not model_admin.has_view_permission(request):
-        raise PermissionDenied(f"You may not view {ref.model._meta.verbose_name_plural} here.")
-    return model_admin
-
-
-def gradable_refs(admin_site: admin.AdminSite, request: HttpRequest) -> list[FieldRef]:
-    """The EmbeddingFields whose model has an admin the user may view rows on."""
-    found = []
-    for ref in field_refs():
-        model_admin = admin_site._registry.get(ref.model)
-        if model_admin is not None and model_admin.has_view_permission(request):
-            found.append(ref)
-    return found
-
-
-@dataclass
-class GradedRow:
-    """One row of a version's top list, with its rank and score on that side."""
-
-    pk: str
-    row: Any
-    score: float
-    first: bool  # shown with its grade here (False: the left column shows it too)
-    rank_left: int | None = None  # its rank in the serving column, when it is there
-    grade: int | None = None  # its grade for the query in the list, when graded
-    url: str = ""  # its change page, when the user may open it
-
-
-def grading_sides(
-    ref: FieldRef, queryset: Any, query: str, candidate: str | None, k: int = K
-) -> tuple[list[GradedRow], list[GradedRow] | None]:
-    """The serving version's top ``k`` rows of ``queryset`` for ``query``, and ``candidate``'s
-    top ``k`` of the serving version's top ``POOL`` (each row encoded here by the candidate as
-    indexing would encode it: its vectors are not in the table before it is promoted).
-
-    Raises ``compare.CompareError`` when the candidate's files cannot be loaded here, and
-    ``ServiceUnavailable`` when search cannot run now.
-    """
-    pool = list(as_semantic(queryset).similar_to(query, k=max(POOL, k), field=ref.name))
-    left = [GradedRow(str(r.pk), r, float(r.similarity), True) for r in pool[:k]]
-    if not candidate:
-        return left, None
-    rows = [PendingRow(r.pk, ref.field.get_source_text(r) or "", "") for r in pool]
-    try:
-        asked = encode_texts([query], ref.encoder_name, candidate, role="query")
-        vectors = _candidate_vectors(ref, rows, candidate)
-    except LookupError as exc:
-        raise compare.CompareError(f"No version {candidate} of {ref.encoder_name!r}.") from exc
-    except (ServiceUnavailable, OSError) as exc:  # VersionUnavailable, files that do not load
-        raise compare.CompareError(
-            f"The files of version {candidate} cannot be loaded on this host: {exc}"
-        ) from exc
-    if not rows:
-        return left, []
-    query_vector = np.asarray(ref.field.fit_vectors(asked[0]), dtype=np.float32)  # (dim,)
-    scores = np.asarray(vectors, dtype=np.float32) @ query_vector  # (pool,)
-    ranks = {row.pk: n for n, row in enumerate(left, start=1)}
-    right = [
-        GradedRow(
-            str(pool[i].pk),
-            pool[i],
-            float(scores[i]),
-            str(pool[i].pk) not in ranks,
-            ranks.get(str(pool[i].pk)),
-        )
-        for i in np.argsort(-scores, kind="stable")[:k]
-    ]
-    return left, right
-
-
-_ROW_VECTORS: OrderedDict[tuple[str, str, str, str], np.ndarray] = OrderedDict()
-_ROW_VECTORS_LOCK = threading.Lock()
-ROW_VECTORS_KEPT = 2000  # a candidate's row vectors kept per process: regrading reuses them
-
-
-def _candidate_vectors(ref: FieldRef, rows: Sequence[PendingRow], version: str) -> np.ndarray:
-    """The rows' vectors by ``version`` (pool, dim), encoded as indexing would; the last
-    ``ROW_VECTORS_KEPT`` are kept per (version, field, row, text), so the page after saving
-    grades, or another query over the same rows, encodes only the rows it has not seen."""
-    keys = [(version, str(ref), str(row.pk), ref.field.text_hash(row.text)) for row in rows]
-    with _ROW_VECTORS_LOCK:
-        found = {key: _ROW_VECTORS[key] for key in keys if key in _ROW_VECTORS}
-    missing = [row for row, key in zip(rows, keys, strict=True) if key not in found]
-    if missing:
-        vectors, _ = encode_with_passages(ref, missing, version=version)
-        for row, vector in zip(missing, vectors, strict=True):
-            found[(version, str(ref), str(row.pk), ref.field.text_hash(row.text))] = vector
-    with _ROW_VECTORS_LOCK:
-        for key in keys:
-            _ROW_VECTORS[key] = found[key]
-            _ROW_VECTORS.move_to_end(key)
-        while len(_ROW_VECTORS) > ROW_VECTORS_KEPT:
-            _ROW_VECTORS.popitem(last=False)
-    return np.asarray([found[key] for key in keys], dtype=np.float32).reshape(len(keys), -1)
-
-
-def candidate_versions(encoder_name: str) -> list[str]:
-    """The versions of ``encoder_name`` a grader can put beside the serving one, newest first."""
-    return list(
-        EncoderVersion.objects.filter(encoder_name=encoder_name, status=VersionStatus.CANDIDATE)
-        .order_by("-created_at")
-        .values_list("version", flat=True)
-    )
-
-
-def save_grades(
-    judgment_list: JudgmentList, query: str, grades: dict[str, int | None], visible: Any
-) -> int:
-    """Store ``grades`` (row pk -> grade; None removes the grade) of ``query`` in the list, for
-    the rows of ``visible`` only; returns how many rows were graded or ungraded."""
-    pks = list(grades)
-    try:
-        allowed = {str(pk) for pk in visible.filter(pk__in=pks).values_list("pk", flat=True)}
-    except (ValueError, ValidationError):
-        raise PermissionDenied("A graded row is not one of the rows shown.") from None
-    if set(pks) - allowed:
-        raise PermissionDenied("A graded row is not one of the rows shown.")
-    changed = 0
-    with transaction.atomic():
-        judged, _ = JudgedQuery.objects.get_or_create(judgment_list=judgment_list, text=query)
-        for pk, grade in grades.items():
-            if grade is None:
-                changed += Judgment.objects.filter(query=judged, object_pk=pk).delete()[0]
-            else:
-                Judgment.objects.update_or_create(
-                    query=judged, object_pk=pk, defaults={"grade": grade}
-                )
-                changed += 1
-        judgment_list.save(update_fields=["updated_at"])  # when its grades last changed
-    return changed
+METRICS = evaluation_run.METRIC_KEYS[:5]  # the table's: ndcg@10 .. no_relevant@10
 
 
 # --- metrics and the chart --------------------------------------------------------------------
@@ -220,56 +51,36 @@ def evaluations_table(evaluations: Sequence[Evaluation]) -> str:
     if not evaluations:
         return "-"
 
-    def cell(value: Any) -> str:
-        return "-" if value is None else f"{float(value):.4f}"
-
     def threshold(metrics: dict[str, Any]) -> str:
         found = metrics.get("threshold") or {}
         if found.get("min_similarity") is None:
             return "-"
         return f"{found['min_similarity']:.3f} (precision {found.get('precision', 0.5):g})"
 
-    head = format_html_join(
-        "", "<th>{}</th>", ((n,) for n in ("when", "version", "mode", "trigger", *METRICS))
+    head = ["when", "version", "mode", "trigger", *METRICS, "queries", "min_similarity"]
+    rows = (
+        [
+            e.created_at.strftime("%Y-%m-%d %H:%M") if e.created_at else "not stored",
+            e.version,
+            e.mode,
+            e.trigger,
+            *(figure(e.metrics.get(n)) for n in METRICS),
+            e.metrics.get("queries", "-"),
+            threshold(e.metrics),
+        ]
+        for e in evaluations
     )
-    rows = format_html_join(
-        "",
-        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{}<td>{}</td><td>{}</td></tr>",
-        (
-            (
-                e.created_at.strftime("%Y-%m-%d %H:%M") if e.created_at else "not stored",
-                e.version,
-                e.mode,
-                e.trigger,
-                format_html_join("", "<td>{}</td>", ((cell(e.metrics.get(n)),) for n in METRICS)),
-                e.metrics.get("queries", "-"),
-                threshold(e.metrics),
-            )
-            for e in evaluations
-        ),
-    )
-    return format_html(
-        '<table class="sbert-evaluations"><tr>{}<th>queries</th><th>min_similarity</th></tr>'
-        "{}</table>",
-        head,
-        rows,
-    )
+    return html_table(head, rows, "sbert-evaluations")
 
 
 def quality_over_time(judgment_list: JudgmentList) -> str:
     """The chart of a list's page: each mode's nDCG@10 and Recall@10 over the evaluations of
     the versions that served (candidates measured on the side are left out), a vertical line
     per promotion of the list's encoder."""
-    never_served = set(
-        EncoderVersion.objects.filter(activated_at__isnull=True).values_list("version", flat=True)
-    )
-    evaluations = [
-        e
-        for e in judgment_list.evaluations.order_by("created_at", "id")
-        if e.version not in never_served
-    ]
+    never_served = EncoderVersion.objects.filter(activated_at__isnull=True).values("version")
+    evaluations = judgment_list.evaluations.exclude(version__in=never_served)
     series: dict[tuple[str, str], list[tuple[Any, float, str]]] = {}
-    for e in evaluations:
+    for e in evaluations.order_by("created_at", "id"):
         for metric in ("ndcg@10", "recall@10"):
             value = e.metrics.get(metric)
             if value is not None:
@@ -277,7 +88,7 @@ def quality_over_time(judgment_list: JudgmentList) -> str:
                     (e.created_at, float(value), f"{e.version}, {e.trigger}")
                 )
     try:
-        encoder_name = ref_of_list(judgment_list).encoder_name
+        encoder_name = grading.ref_of_list(judgment_list).encoder_name
     except LookupError:
         encoder_name = None
     promotions = (
@@ -327,7 +138,7 @@ class ImportJudgmentsForm(forms.Form):
 
     def __init__(self, *args: Any, refs: Sequence[FieldRef] = (), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["target"].choices = [(ref_key(r), str(r)) for r in refs]
+        self.fields["target"].choices = [(grading.ref_key(r), str(r)) for r in refs]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -374,14 +185,8 @@ class JudgedQueryInline(admin.TabularInline):
     show_change_link = True
 
     def get_queryset(self, request: HttpRequest) -> Any:
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(
-                graded_count=Count("judgments"),
-                relevant_count=Count("judgments", filter=Q(judgments__grade__gt=0)),
-            )
-        )
+        graded, relevant = Count("judgments"), Count("judgments", filter=Q(judgments__grade__gt=0))
+        return super().get_queryset(request).annotate(graded_count=graded, relevant_count=relevant)
 
     @admin.display(description="graded rows (relevant)")
     def graded(self, obj: JudgedQuery) -> str:
@@ -519,146 +324,112 @@ class JudgmentListAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
         return None
 
     def get_urls(self) -> list:
-        view = self.admin_site.admin_view
-        custom = [
-            path("grade/", view(self.grade_view), name="django_sbert_judgmentlist_grade"),
-            path("import/", view(self.import_view), name="django_sbert_judgmentlist_import"),
-            path(
-                "<int:pk>/evaluate/",
-                view(self.evaluate_view),
-                name="django_sbert_judgmentlist_evaluate",
+        return [
+            *page_urls(
+                self,
+                ("grade/", self.grade_view, "django_sbert_judgmentlist_grade"),
+                ("import/", self.import_view, "django_sbert_judgmentlist_import"),
+                ("<int:pk>/evaluate/", self.evaluate_view, "django_sbert_judgmentlist_evaluate"),
             ),
+            *super().get_urls(),
         ]
-        return custom + super().get_urls()
 
-    def _context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
-        return {
-            **self.admin_site.each_context(request),
-            "opts": self.model._meta,
-            "title": title,
-            **extra,
-        }
-
-    # --- grading ---
+    # --- grading (its work: grading.py) ---
 
     def grade_view(self, request: HttpRequest) -> HttpResponse:
         """A query's top rows by the serving version (and a candidate beside it), each with a
         grade 0-3 prefilled from the list; saving stores them in the list (made if new)."""
         require_permission(request, "django_sbert.change_judgmentlist")
         data = request.POST if request.method == "POST" else request.GET
-        refs = gradable_refs(self.admin_site, request)
+        refs = grading.gradable_refs(self.admin_site, request)
         lists = list(JudgmentList.objects.select_related("content_type").order_by("name"))
-        chosen = next((j for j in lists if str(j.pk) == data.get("list", "")), None)
         name = (data.get("name") or "").strip()[:200]
-        if chosen is None and name:
-            chosen = next((j for j in lists if j.name == name), None)
+        chosen = next((j for j in lists if str(j.pk) == data.get("list", "")), None)
+        chosen = chosen or next((j for j in lists if name and j.name == name), None)
         query = (data.get("q") or "").strip()[:500]
-        error = None
-        ref = None
-        if chosen is not None:
-            try:
-                ref = ref_of_list(chosen)
-            except LookupError as exc:
-                error = str(exc)
-        else:
-            # Among every field: one the user may not view is a 403 below, not a blank page.
-            ref = next((r for r in field_refs() if ref_key(r) == data.get("target")), None)
-            if ref is None and len(refs) == 1:
-                ref = refs[0]
-        if ref is not None:
-            model_admin = model_admin_for(self.admin_site, request, ref)
-        candidates = candidate_versions(ref.encoder_name) if ref is not None else []
+        ref, error = grading.graded_field(chosen, data.get("target"), refs)
+        model_admin = (
+            grading.model_admin_for(self.admin_site, request, ref) if ref is not None else None
+        )
+        candidates = grading.candidate_versions(ref.encoder_name) if ref is not None else []
         candidate = data.get("candidate", candidates[0] if candidates else "")
-        if candidate and candidate not in candidates:
+        if candidate not in candidates:
             candidate = ""
-
         if request.method == "POST" and ref is not None and query:
             if chosen is None:
                 require_permission(request, "django_sbert.add_judgmentlist")
-            if chosen is None and not name:
-                error = "Name the new judgment list, or choose one."
-            else:
-                grades = {}
-                for key, value in request.POST.items():
-                    if key.startswith("grade-") and value in {"", "0", "1", "2", "3"}:
-                        grades[key.removeprefix("grade-")] = int(value) if value else None
-                with transaction.atomic():  # a new list is kept only with its grades
-                    if chosen is None:
-                        chosen = JudgmentList.objects.create(
-                            name=name,
-                            content_type=ContentType.objects.get_for_model(ref.model),
-                            field=ref.name,
-                        )
-                    known = self._grades(chosen, query)
-                    grades = {pk: g for pk, g in grades.items() if g is not None or pk in known}
-                    saved = save_grades(chosen, query, grades, model_admin.get_queryset(request))
-                self.message_user(
-                    request, f"Saved {saved} grade(s) of {query!r} in {chosen}.", messages.SUCCESS
-                )
-                target = urlencode({"list": chosen.pk, "q": query, "candidate": candidate})
-                return HttpResponseRedirect(
-                    f"{reverse('admin:django_sbert_judgmentlist_grade')}?{target}"
-                )
+            if chosen is not None or name:
+                rows = model_admin.get_queryset(request)
+                return self._save_grades(request, chosen, name, ref, rows, query, candidate)
+            error = "Name the new judgment list, or choose one."
 
-        left: list[GradedRow] = []
-        right: list[GradedRow] | None = None
+        left: list[grading.GradedRow] = []
+        right: list[grading.GradedRow] | None = None
         if ref is not None and query and error is None:
+            rows = model_admin.get_queryset(request)
             try:
-                left, right = grading_sides(
-                    ref, model_admin.get_queryset(request), query, candidate
-                )
+                left, right = grading.grading_sides(ref, rows, query, candidate)
             except compare.CompareError as exc:
                 error = str(exc)
-                left, right = grading_sides(ref, model_admin.get_queryset(request), query, None)
+                left, right = grading.grading_sides(ref, rows, query, None)
             except ServiceUnavailable as exc:
                 error = f"Search is unavailable: {exc}"
-        grades = self._grades(chosen, query) if chosen is not None and query else {}
-        for side in (left, right or []):
-            for item in side:
+            grades = grading.list_grades(chosen, query) if chosen is not None else {}
+            for item in [*left, *(right or [])]:
                 item.grade = grades.get(item.pk)
-                item.url = self._row_url(request, ref, item.row)
-        context = self._context(
+                item.url = grading.row_url(self.admin_site, request, ref, item.row)
+        serving = serving_version(ref.encoder_name) if ref is not None else None
+        return render_page(
+            self,
             request,
+            "grade_results.html",
             "Grade search results",
             lists=lists,
             chosen=chosen,
             name=name,
-            refs=[(ref_key(r), str(r)) for r in refs],
-            ref_key=ref_key(ref) if ref is not None else "",
+            refs=[(grading.ref_key(r), str(r)) for r in refs],
+            ref_key=grading.ref_key(ref) if ref is not None else "",
             query=query,
             candidates=candidates,
             candidate=candidate,
-            serving_label=compare.version_label(serving_version(ref.encoder_name))
-            if ref is not None
-            else "",
+            serving_label=compare.version_label(serving) if serving is not None else "",
             candidate_label=compare.version_label(candidate) if candidate else "",
             left=left,
             right=right,
-            grades=GRADES,
+            grades=grading.GRADES,
             error=error,
-            k=K,
-            pool=POOL,
+            k=grading.K,
+            pool=grading.POOL,
             may_add=request.user.has_perm("django_sbert.add_judgmentlist"),
         )
-        return TemplateResponse(request, "django_sbert/admin/grade_results.html", context)
 
-    @staticmethod
-    def _grades(judgment_list: JudgmentList, query: str) -> dict[str, int]:
-        return dict(
-            Judgment.objects.filter(
-                query__judgment_list=judgment_list, query__text=query
-            ).values_list("object_pk", "grade")
+    def _save_grades(
+        self,
+        request: HttpRequest,
+        judgment_list: JudgmentList | None,
+        name: str,
+        ref: FieldRef,
+        rows: Any,
+        query: str,
+        candidate: str,
+    ) -> HttpResponse:
+        """Store the posted grades of ``query`` among ``rows`` in the list (None: a new list
+        named ``name``, of ``ref``'s rows), then show the page again."""
+        with transaction.atomic():  # a new list is kept only with its grades
+            if judgment_list is None:
+                judgment_list = JudgmentList.objects.create(
+                    name=name,
+                    content_type=ContentType.objects.get_for_model(ref.model),
+                    field=ref.name,
+                )
+            saved = grading.save_grades(
+                judgment_list, query, grading.posted_grades(request.POST), rows
+            )
+        self.message_user(
+            request, f"Saved {saved} grade(s) of {query!r} in {judgment_list}.", messages.SUCCESS
         )
-
-    def _row_url(self, request: HttpRequest, ref: FieldRef | None, row: Any) -> str:
-        """The row's change page in the admin, when the user may open it."""
-        if ref is None:
-            return ""
-        model_admin = self.admin_site._registry.get(ref.model)
-        if model_admin is None or not model_admin.has_view_or_change_permission(request, row):
-            return ""
-        opts = ref.model._meta
-        return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[row.pk])
+        target = urlencode({"list": judgment_list.pk, "q": query, "candidate": candidate})
+        return HttpResponseRedirect(f"{reverse('admin:django_sbert_judgmentlist_grade')}?{target}")
 
     # --- import ---
 
@@ -668,12 +439,12 @@ class JudgmentListAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
         even a new list) unless the import went through."""
         require_permission(request, "django_sbert.add_judgmentlist")
         require_permission(request, "django_sbert.change_judgmentlist")
-        refs = gradable_refs(self.admin_site, request)
+        refs = grading.gradable_refs(self.admin_site, request)
         form = ImportJudgmentsForm(request.POST or None, request.FILES or None, refs=refs)
         report = None
         if request.method == "POST" and form.is_valid():
             data = form.cleaned_data
-            ref = next(r for r in refs if ref_key(r) == data["target"])
+            ref = next(r for r in refs if grading.ref_key(r) == data["target"])
             try:
                 with transaction.atomic():
                     judgment_list, report = self._import(ref, data)
@@ -683,11 +454,8 @@ class JudgmentListAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
                 form.add_error("file" if data["source"] == "file" else None, str(exc))
                 report = None
             if report is not None and (report.ok or data["skip_invalid"]):
-                note = (
-                    f" ({len(report.unmatched)} eval pairs match no row)"
-                    if report.unmatched
-                    else ""
-                )
+                unmatched = len(report.unmatched)
+                note = f" ({unmatched} eval pairs match no row)" if unmatched else ""
                 self.message_user(
                     request,
                     f"{judgment_list}: {report.judgments} judgments of {report.queries} new "
@@ -697,8 +465,9 @@ class JudgmentListAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
                 return HttpResponseRedirect(
                     reverse("admin:django_sbert_judgmentlist_change", args=[judgment_list.pk])
                 )
-        context = self._context(request, "Import judgments", form=form, report=report)
-        return TemplateResponse(request, "django_sbert/admin/import_judgments.html", context)
+        return render_page(
+            self, request, "import_judgments.html", "Import judgments", form=form, report=report
+        )
 
     @staticmethod
     def _import(ref: FieldRef, data: dict[str, Any]) -> tuple[JudgmentList, Any]:
@@ -741,7 +510,7 @@ class JudgmentListAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
         require_permission(request, "django_sbert.view_judgmentlist")
         judgment_list = get_object_or_404(JudgmentList, pk=pk)
         try:
-            encoder_name = ref_of_list(judgment_list).encoder_name
+            encoder_name = grading.ref_of_list(judgment_list).encoder_name
         except LookupError:
             encoder_name = "default"
         form = EvaluateForm(request.POST or None, encoder_name=encoder_name)
@@ -763,12 +532,13 @@ class JudgmentListAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
                     )
                 except (ValueError, LookupError, ServiceUnavailable) as exc:
                     error = str(exc)
-        context = self._context(
+        return render_page(
+            self,
             request,
+            "evaluate_judgments.html",
             f"Evaluate {judgment_list}",
             judgment_list=judgment_list,
             form=form,
             results=evaluations_table(results) if results else "",
             error=error,
         )
-        return TemplateResponse(request, "django_sbert/admin/evaluate_judgments.html", context)

@@ -17,8 +17,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import reverse
 from django.utils import timezone
 
 from ..conf import sbert_settings
@@ -26,7 +25,7 @@ from ..feedback import analytics, loop
 from ..feedback.pairs import NEGATIVE_CHOICES, behaviour_pairs
 from ..models import SearchLog
 from .display import progress_bar
-from .mixins import require_permission
+from .mixins import page_urls, render_page, require_permission
 from .searchlog import SearchLogListAdmin
 
 __all__ = ["SearchLogAdmin"]
@@ -98,14 +97,8 @@ class SearchLogAdmin(SearchLogListAdmin):
     fields = readonly_fields
 
     def get_urls(self) -> list:
-        custom = [
-            path(
-                "analytics/",
-                self.admin_site.admin_view(self.analytics_view),
-                name="django_sbert_searchlog_analytics",
-            )
-        ]
-        return custom + super().get_urls()
+        analytics_page = ("analytics/", self.analytics_view, "django_sbert_searchlog_analytics")
+        return [*page_urls(self, analytics_page), *super().get_urls()]
 
     def analytics_view(self, request: HttpRequest) -> HttpResponse:
         """What people look for, over the chosen days; POST makes pairs from their clicks."""
@@ -118,31 +111,31 @@ class SearchLogAdmin(SearchLogListAdmin):
             return self.make_pairs(request, window)
         by_day = analytics.mrr_by_day(window)
         ctr = analytics.ctr_by_position(window)
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.model._meta,
-            "title": "What people look for",
-            "form": form,
-            "pairs_form": PairsForm(
+        return render_page(
+            self,
+            request,
+            "feedback/analytics.html",
+            "What people look for",
+            form=form,
+            pairs_form=PairsForm(
                 initial={
                     "min_clients": sbert_settings.FEEDBACK["MIN_CLIENTS"],
                     "min_relevance": sbert_settings.FEEDBACK["MIN_RELEVANCE"],
                     "negatives": sbert_settings.FEEDBACK["NEGATIVES"],
                 }
             ),
-            "window": window,
-            "summary": analytics.summary(window),
-            "top": analytics.top_queries(window),
-            "zero": analytics.zero_results(window),
-            "abandoned": analytics.abandoned(window),
-            "ctr": ctr,
-            "versions": analytics.mrr_by_version(window),
-            "chart_data": _chart_data(window, by_day, ctr),
-            "loop_runs": [_loop_row(row) for row in loop.loop_runs()],
-            "auto_promote": sbert_settings.FEEDBACK["AUTO_PROMOTE"],
-            "may_make_pairs": request.user.has_perm("django_sbert.add_trainingpair"),
-        }
-        return TemplateResponse(request, "django_sbert/admin/feedback/analytics.html", context)
+            window=window,
+            summary=analytics.summary(window),
+            top=analytics.top_queries(window),
+            zero=analytics.zero_results(window),
+            abandoned=analytics.abandoned(window),
+            ctr=ctr,
+            versions=analytics.mrr_by_version(window),
+            chart_data=_chart_data(window, by_day, ctr),
+            loop_runs=[_loop_row(row) for row in loop.loop_runs()],
+            auto_promote=sbert_settings.FEEDBACK["AUTO_PROMOTE"],
+            may_make_pairs=request.user.has_perm("django_sbert.add_trainingpair"),
+        )
 
     def make_pairs(self, request: HttpRequest, window: analytics.Window) -> HttpResponse:
         """The page's action: pairs from the clicks of the days shown (``feedback.pairs``)."""

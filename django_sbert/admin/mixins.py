@@ -1,4 +1,5 @@
-"""Admin building blocks: actions that answer 403, and ``EmbeddingAdminMixin`` for your models.
+"""Admin building blocks: actions that answer 403, the admin's own pages (their URLs, their
+context, whose rows a user may view), and ``EmbeddingAdminMixin`` for your models.
 
 ``django_sbert.admin`` re-exports ``EmbeddingAdminMixin``; import it from there.
 """
@@ -8,14 +9,17 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
+from django.contrib.admin import AdminSite, ModelAdmin
 from django.contrib.admin.utils import flatten_fieldsets
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.urls import reverse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 
 from ..exceptions import RunConflict, ServiceUnavailable, UnversionedVector
 from ..finetuning import runs
+from ..finetuning.errors import may_see_traceback
 from ..finetuning.options import adapt_hyperparameters
 from ..finetuning.pairs import content_pairs
 from ..indexing import field_refs
@@ -40,6 +44,45 @@ def require_permission(request: HttpRequest, permission: str) -> None:
     """Raise ``PermissionDenied`` (403) unless the request's user has ``permission``."""
     if not request.user.has_perm(permission):
         raise PermissionDenied(f"You need the {permission!r} permission.")
+
+
+def page_urls(model_admin: ModelAdmin, *pages: tuple[str, Any, str]) -> list[URLPattern]:
+    """The URLs of ``model_admin``'s own pages, one per (route, view, name), each behind the
+    admin's login (``admin_view``)."""
+    wrap = model_admin.admin_site.admin_view
+    return [path(route, wrap(view), name=name) for route, view, name in pages]
+
+
+def render_page(
+    model_admin: ModelAdmin, request: HttpRequest, template: str, title: str, **context: Any
+) -> TemplateResponse:
+    """One of ``model_admin``'s own pages: ``django_sbert/admin/<template>`` with the admin
+    site's context, the model's options (breadcrumbs) and ``title``."""
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "opts": model_admin.model._meta,
+        "title": title,
+        **context,
+    }
+    return TemplateResponse(request, f"django_sbert/admin/{template}", context)
+
+
+def viewing_admin(admin_site: AdminSite, request: HttpRequest, model: Any) -> ModelAdmin | None:
+    """``model``'s ModelAdmin on ``admin_site`` when ``request.user`` may view its rows there:
+    its ``get_queryset(request)`` is what that user may see."""
+    model_admin = admin_site._registry.get(model)
+    if model_admin is None or not model_admin.has_view_permission(request):
+        return None
+    return model_admin
+
+
+def error_fields(request: HttpRequest, fields: Any, name: str) -> Any:
+    """``fields`` with the stored error ``name`` (traceback included) for superusers, and for
+    other staff its message only (the ``<name>_text`` display): a traceback shows the server's
+    paths, settings and code."""
+    if may_see_traceback(request.user):
+        return fields
+    return tuple(f"{name}_text" if field == name else field for field in fields)
 
 
 class SemanticChangeList(ChangeList):

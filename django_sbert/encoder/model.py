@@ -26,7 +26,7 @@ from .compiled import CompiledTransformer
 from .dense import Dense
 from .exceptions import OnnxUnavailable
 from .pooling import Pooling
-from .spec import ModelSpec, read_spec, resolve_model_path
+from .spec import LEGACY_POOLING_KEYS, ModelSpec, read_spec, resolve_model_path
 from .tokenization import TextTokenizer, TokenRows
 from .transformer import load_transformer
 
@@ -38,10 +38,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 # The module type strings every sentence-transformers release understands.
 LEGACY_MODULE_TYPES = {
-    "transformer": "sentence_transformers.models.Transformer",
-    "pooling": "sentence_transformers.models.Pooling",
-    "dense": "sentence_transformers.models.Dense",
-    "normalize": "sentence_transformers.models.Normalize",
+    kind: f"sentence_transformers.models.{kind.title()}"
+    for kind in ("transformer", "pooling", "dense", "normalize")
 }
 
 
@@ -229,9 +227,8 @@ class SentenceEncoder(nn.Module):
         architecture (another version) without compiling; the batch graph freezes them
         (pre-packed, for throughput) and is built once per model. ``train()`` switches
         compiling off (train a copy: ``fit`` does). A failed compile warns and falls back to
-        eager mode. See
-        ``django_sbert/encoder/compiled.py``. (Not ``nn.Module.compile``, which compiles the
-        whole module for training and inference alike.)
+        eager mode. See ``django_sbert/encoder/compiled.py``. (Not ``nn.Module.compile``,
+        which compiles the whole module for training and inference alike.)
 
         ``cache``: a directory where the single-query graph is kept, compiled ahead of time
         (``encoder/aot.py``): built there once per architecture and torch version, then loaded
@@ -342,11 +339,9 @@ class SentenceEncoder(nn.Module):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         defaults = {"compile_requested": False, "_compiled": None, "_onnx": None}
-        defaults["_onnx_source"] = []
+        defaults.update(_onnx_source=[], query_cache=None)
         defaults.update(query_runtime="torch", query_threads=1, query_runtime_failure=None)
-        defaults["query_cache"] = None
-        state = {**defaults, **state}
-        super().__setstate__(state)
+        super().__setstate__({**defaults, **state})
         self._compile_lock = threading.Lock()
 
     def quantize(self, scheme: Literal["int8"] = "int8") -> SentenceEncoder:
@@ -394,15 +389,11 @@ class SentenceEncoder(nn.Module):
 
         def add(kind: str, folder: str) -> Path:
             index = len(modules)
+            path = f"{index}_{folder}"
             modules.append(
-                {
-                    "idx": index,
-                    "name": str(index),
-                    "path": f"{index}_{folder}",
-                    "type": LEGACY_MODULE_TYPES[kind],
-                }
+                dict(idx=index, name=str(index), path=path, type=LEGACY_MODULE_TYPES[kind])
             )
-            return directory / f"{index}_{folder}"
+            return directory / path
 
         pooling_dir = add("pooling", "Pooling")
         pooling_dir.mkdir(exist_ok=True)
@@ -451,12 +442,20 @@ class SentenceEncoder(nn.Module):
         """A padded batch for ``forward``: ``input_ids`` and ``attention_mask`` on the device."""
         rows = self.tokenizer.truncated(_check_texts(texts), prompt)
         input_ids, mask = self.tokenizer.pad(rows, np.arange(len(rows)))
+        prompt_length = self.tokenizer.prompt_length(prompt) if prompt else 0
+        return self._features(input_ids, mask, prompt_length, self.device)
+
+    @staticmethod
+    def _features(
+        input_ids: np.ndarray, mask: np.ndarray, prompt_length: int, device: torch.device
+    ) -> dict[str, torch.Tensor]:
+        """A padded batch as ``forward`` takes it (the prompt's length only when there is one)."""
         features = {
-            "input_ids": torch.from_numpy(input_ids).to(self.device),
-            "attention_mask": torch.from_numpy(mask).to(self.device),
+            "input_ids": torch.from_numpy(input_ids).to(device),
+            "attention_mask": torch.from_numpy(mask).to(device),
         }
-        if prompt:
-            features["prompt_length"] = torch.tensor(self.tokenizer.prompt_length(prompt))
+        if prompt_length:
+            features["prompt_length"] = torch.tensor(prompt_length)
         return features
 
     def forward(self, features: dict[str, torch.Tensor], query: bool = False) -> torch.Tensor:
@@ -565,13 +564,8 @@ class SentenceEncoder(nn.Module):
                     # A lone text keeps its width (the single-query graph); batches are
                     # padded to a bucketed width, which bounds the shapes a worker sees.
                     bucket = self.pad_buckets and len(index) > 1
-                    input_ids, mask = self.tokenizer.pad(rows, index, bucket=bucket)
-                    features = {
-                        "input_ids": torch.from_numpy(input_ids).to(device),
-                        "attention_mask": torch.from_numpy(mask).to(device),
-                    }
-                    if prompt_length:
-                        features["prompt_length"] = torch.tensor(prompt_length)
+                    padded = self.tokenizer.pad(rows, index, bucket=bucket)
+                    features = self._features(*padded, prompt_length, device)
                     query = len(rows) == 1
                     output[index] = self.forward(features, query).float().cpu().numpy()
         finally:
@@ -590,8 +584,6 @@ def _average_windows(vectors: np.ndarray, owner: np.ndarray, count: int) -> np.n
 
 def _legacy_pooling_config(pooling: Pooling) -> dict[str, Any]:
     """Pooling config in the boolean-key form that every sentence-transformers release reads."""
-    from .spec import LEGACY_POOLING_KEYS
-
     config: dict[str, Any] = {"word_embedding_dimension": pooling.embedding_dimension}
     for key, mode in LEGACY_POOLING_KEYS.items():
         config[key] = mode in pooling.modes
