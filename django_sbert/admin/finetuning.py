@@ -113,7 +113,7 @@ class ImportPairsForm(forms.Form):
     )
 
     def clean_file(self) -> Any:
-        """Refuse a file over ``SBERT["TRAINING"]["PAIRS_MAX_FILE_BYTES"]`` before it is read."""
+        """Refuse a file over ``finetuning.pairs.MAX_FILE_BYTES`` before it is read."""
         upload = self.cleaned_data["file"]
         try:
             pair_io.check_file_size(upload.size)

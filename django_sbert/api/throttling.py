@@ -1,7 +1,7 @@
 """Rate limits of search/, similar/, suggest/, embed/ and schema/, with defaults that need no setup.
 
 DRF's ScopedRateThrottle raises ImproperlyConfigured until REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]
-names every scope; these read SBERT["API"]["THROTTLE_RATES"] instead, which has defaults. Each
+names every scope; these read SBERT["RATES"] instead, which has defaults. Each
 client is counted separately: by user id when authenticated, else by IP address. Counts live in
 Django's default cache, so use a shared cache (Redis, Memcached) when several processes serve the
 API.
@@ -21,17 +21,17 @@ from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
 from ..clients import client_address
-from .settings import api_settings
+from ..conf import sbert_settings
 
 
 class SbertRateThrottle(SimpleRateThrottle):
-    """A SimpleRateThrottle whose rate is SBERT["API"]["THROTTLE_RATES"][scope] (None: off)."""
+    """A SimpleRateThrottle whose rate is SBERT["RATES"][scope] (None: off)."""
 
     scope = ""
     cache_format = "sbert-throttle:%(scope)s:%(ident)s"
 
     def get_rate(self) -> str | None:
-        return api_settings.THROTTLE_RATES.get(self.scope)
+        return sbert_settings.RATES.get(self.scope)
 
     def get_ident(self, request: Request) -> str:
         return client_address(request)

@@ -34,6 +34,9 @@ IPV4_PREFIX, IPV6_PREFIX = 24, 48  # what one network is: a household's or an of
 # A network's budget, in clients' budgets: a NAT or an office holds several visitors, but one
 # network past this many clients' worth of searches or clicks is one script, not a crowd.
 NETWORK_RATE_FACTOR = 10
+# Searches whose User-Agent holds one of these (lower-case) substrings are served but not
+# logged, and their clicks are ignored.
+BOT_USER_AGENTS = ("bot", "crawl", "spider", "slurp", "archiver", "facebookexternalhit", "preview")
 
 
 def _hash_key() -> bytes:
@@ -111,9 +114,9 @@ def client_key(request: Any, search_id: Any = None) -> str:
 
 
 def is_bot(request: Any) -> bool:
-    """Whether the User-Agent holds one of ``SBERT["FEEDBACK"]["BOT_USER_AGENTS"]``."""
+    """Whether the User-Agent holds one of ``BOT_USER_AGENTS``."""
     agent = str(request.META.get("HTTP_USER_AGENT", "")).lower()
-    return bool(agent) and any(part in agent for part in sbert_settings.FEEDBACK["BOT_USER_AGENTS"])
+    return bool(agent) and any(part in agent for part in BOT_USER_AGENTS)
 
 
 def _rate_ident(request: Any) -> str:
@@ -137,14 +140,14 @@ def parse_rate(rate: str, setting: str) -> tuple[int, int]:
 
 
 def over_rate(request: Any, setting: str) -> bool:
-    """Count this request against ``SBERT["FEEDBACK"][setting]`` (a rate or None) for its
+    """Count this request against ``SBERT["RATES"][setting]`` (a rate or None) for its
     client, and against ``NETWORK_RATE_FACTOR`` times it for its network; True once either is
     past its budget in the current period.
 
     A fixed window in Django's default cache: one ``incr`` per count, where DRF's throttles
     read and write a list of times (this runs on every logged search).
     """
-    rate = sbert_settings.FEEDBACK[setting]
+    rate = sbert_settings.RATES.get(setting)
     if not rate:
         return False
     allowed, seconds = parse_rate(rate, setting)

@@ -71,7 +71,7 @@ def record_event(
             "recorded.",
             status=404,
         )
-    if over_rate(request, "CLICK_THROTTLE_RATE"):
+    if over_rate(request, "clicks"):
         raise EventRefused("Too many events from this client; try again later.", status=429)
     kinds = allowed_kinds()
     if kind not in kinds:

@@ -25,8 +25,6 @@ from django.core.exceptions import ValidationError
 from django.core.validators import BaseValidator
 from django.utils.deconstruct import deconstructible
 
-from ..conf import sbert_settings
-
 # The names of django_sbert.encoder.losses.LOSSES, which imports torch: kept as a tuple so that
 # forms and the API can list them at import time; tests/finetuning/test_runs.py ties the two.
 LOSS_CHOICES = (
@@ -45,6 +43,8 @@ LOSS_CHOICES = (
 # a teacher fusing the base model with BM25 (encoder/distillation.py), "mnrl" with mined
 # negatives; or "simcse" (a text against itself under another dropout mask).
 ADAPT_LOSSES = ("margin_mse", "mnrl", "simcse")
+ADAPT_LOSS = "margin_mse"  # a content run's loss when none is given
+ADAPT_LEARNING_RATE = 5e-5  # a content run's with mnrl, when none is given
 
 # What a run trains with when given no epochs or learning rate: the best of the settings
 # compared for each loss (docs/fine-tuning.md, "The default recipe"). Early stopping keeps the
@@ -227,7 +227,7 @@ OPTIONS: tuple[TrainingOption, ...] = (
         "The training objective (docs/training.md).",
         choices=LOSS_CHOICES,
         default_text="picked from the pairs' shape (scores: cosine, labels: softmax, else "
-        "mnrl); a content run: SBERT['ADAPT']['LOSS']",
+        "mnrl); a content run: margin_mse",
     ),
     TrainingOption(
         "epochs",
@@ -401,10 +401,10 @@ def adapt_hyperparameters(loss: str | None = None, **options: Any) -> Hyperparam
     """What "adapt to our content" trains with when the caller gives no value: the recipe
     measured on SciFact (docs/training.md, "Adapt to our content"; ``margin_mse``: 1 epoch at
     2e-5, batch ``ADAPT_MARGIN_BATCH_SIZE``); ``options`` override it."""
-    loss = loss or sbert_settings.ADAPT["LOSS"]
+    loss = loss or ADAPT_LOSS
     recipe: dict[str, Any] = {}
     if loss == "mnrl":
-        recipe = {"learning_rate": sbert_settings.ADAPT["LEARNING_RATE"], "epochs": ADAPT_EPOCHS}
+        recipe = {"learning_rate": ADAPT_LEARNING_RATE, "epochs": ADAPT_EPOCHS}
     elif loss == "margin_mse":
         recipe = {"batch_size": ADAPT_MARGIN_BATCH_SIZE}
     given = {name: value for name, value in options.items() if value is not None}

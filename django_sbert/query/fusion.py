@@ -57,8 +57,9 @@ Two fusions (``serving.FUSIONS``); a row missing from a side's top-N gets nothin
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from django.core.exceptions import EmptyResultSet, FullResultSet
@@ -78,7 +79,14 @@ from django.db.models.sql.where import AND, WhereNode
 from pgvector.django import CosineDistance
 
 from .. import bm25, fulltext
-from .vectors import QuerySource, QueryVector
+from .options import (
+    FusionConfig,
+    KeywordConfig,
+    keyword_max_rows,
+    rescored_rows,
+    tuned_fusion,
+)
+from .vectors import QuerySource, QueryVector, same_version
 
 
 def alias_quoter(compiler: Any) -> Callable[[str], str]:
@@ -132,7 +140,7 @@ class Fusion:
     # Where the query vector came from (vectors.QuerySource), so a retry after a switch can
     # compile the vector side with the new version's vector; None for a vector passed in.
     source: QuerySource | None = None
-    # The most rows the keyword side ranks (SBERT["SEARCH"]["KEYWORD_MAX_ROWS"]); None: all.
+    # The most rows the keyword side ranks (options.KEYWORD_MAX_ROWS); None: all.
     max_rows: int | None = None
     # A field with passages=: the vector side ranks rows by their best passage
     # (query/passages.PassageSearch); None: by the rows' own vectors.
@@ -141,7 +149,7 @@ class Fusion:
     # take the candidates by Hamming distance and rank them by exact cosine; None: the float
     # vectors, through their own index.
     binary: Any = None
-    # KEYWORD_RANK "bm25": the column's BM25 parameters (bm25.Bm25); None: ts_rank.
+    # The column's BM25 parameters (bm25.Bm25); None: ts_rank.
     bm25: Any = None
     # BM25: the share of rows a candidate's rarest words may cover (fulltext.matching_lexemes)
     match_share: float = fulltext.MATCH_DF
@@ -149,6 +157,97 @@ class Fusion:
     rescore: int | None = None
     # The keyword side's rows, ranked ahead while the text was encoded; None: rank them here.
     keyword_rows: KeywordRows | None = None
+
+
+# hybrid_search()'s options given one by one instead of in its configs (deprecated).
+LOOSE_FUSION = ("candidates", "rrf_k", "vector_weight", "keyword_weight")
+LOOSE_KEYWORD = ("match", "max_df", "rank")
+
+
+def hybrid_configs(
+    fusion: FusionConfig | str | None, keyword: KeywordConfig | None, **loose: Any
+) -> tuple[FusionConfig, KeywordConfig]:
+    """One ``hybrid_search()`` call's options as its two configs, as given (None: not given).
+
+    ``fusion`` may name the method alone (``"linear"``); options given as keyword arguments of
+    their own are folded in with a ``DeprecationWarning``, and refused when the config given
+    names them too. Every value is checked as the settings are (``resolved()``)."""
+    if fusion is not None and not isinstance(fusion, str | FusionConfig):
+        raise TypeError(f"fusion must be a FusionConfig or a method's name, not {fusion!r}.")
+    if keyword is not None and not isinstance(keyword, KeywordConfig):
+        raise TypeError(f"keyword must be a KeywordConfig, not {keyword!r}.")
+    given = {name: value for name, value in loose.items() if value is not None}
+    if given:
+        warnings.warn(
+            f"hybrid_search({', '.join(f'{name}=' for name in given)}...) is deprecated: pass "
+            "fusion=FusionConfig(...) and keyword=KeywordConfig(...) (docs/hybrid.md).",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    configs = []
+    for config, names, argument in (
+        (fusion if isinstance(fusion, FusionConfig) else None, LOOSE_FUSION, "fusion"),
+        (keyword, LOOSE_KEYWORD, "keyword"),
+    ):
+        twice = sorted(name for name in names if name in given and config is not None)
+        if twice:
+            raise TypeError(
+                f"hybrid_search() got {', '.join(twice)} both in {argument}= and as keyword "
+                f"arguments; give each option once (in {type(config).__name__})."
+            )
+        default = FusionConfig() if argument == "fusion" else KeywordConfig()
+        mine = {name: given[name] for name in names if name in given}
+        configs.append(replace(config or default, **mine))
+    fused, keyed = configs
+    if isinstance(fusion, str):
+        fused = replace(fused, method=fusion)
+    if fused.method is None and fused.rrf_k is not None:
+        fused = replace(fused, method="rrf")  # rrf_k means nothing to the other fusion
+    fused.resolved(), keyed.resolved()  # a bad value is refused before any work
+    return fused, keyed
+
+
+def served_fusion(config: FusionConfig, source: QuerySource | None) -> FusionConfig:
+    """The fusion a search runs: the options the call gave, then those a run tuned for the
+    version that encoded the query (unless the call chose another method;
+    ``options.tuned_fusion``), then the settings."""
+    tuned = tuned_fusion(source)
+    if tuned and config.method in (None, tuned["fusion"]):
+        chosen = {**tuned, "method": tuned["fusion"]}
+        config = replace(
+            config,
+            **{
+                item.name: chosen[item.name]
+                for item in fields(config)
+                if getattr(config, item.name) is None and item.name in chosen
+            },
+        )
+    return config.resolved()
+
+
+def fusion_plan(
+    embedding: Any, text: str, fusion: FusionConfig, match: str, source: QuerySource | None
+) -> Fusion:
+    """The fused table of ``hybrid_search()`` on ``embedding`` before its query vector and
+    keyword terms are known (``fusion`` resolved)."""
+    return Fusion(
+        vector_column=embedding.attname,
+        vector_literal="[]",
+        tsvector_column=embedding.tsvector_field_name,
+        text=text,
+        config=embedding.keyword_config,
+        match=match,
+        terms=(),
+        rrf_k=float(fusion.rrf_k),  # type: ignore[arg-type]
+        vector_weight=float(fusion.vector_weight),  # type: ignore[arg-type]
+        keyword_weight=float(fusion.keyword_weight),  # type: ignore[arg-type]
+        candidates=int(fusion.candidates),  # type: ignore[arg-type]
+        fusion=str(fusion.method),
+        rescore=rescored_rows(fusion.candidates),
+        vector_filter=tuple(same_version(embedding, source).items()),
+        source=source,
+        max_rows=keyword_max_rows(),
+    )
 
 
 @dataclass(frozen=True, eq=False)  # compared by identity: it stands for one statement's result

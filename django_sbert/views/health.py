@@ -10,7 +10,7 @@
 inference paths and the pid are shown only to staff users and to a caller that sends
 ``Authorization: Bearer <SBERT["HEALTH"]["TOKEN"]>``: the reasons name database hosts and users,
 storage locations and versions. Each client (user, else IP address) may ask
-``SBERT["HEALTH"]["THROTTLE_RATE"]`` times (120 a minute); past it the answer is 429 and no
+``SBERT["RATES"]["health"]`` times (120 a minute); past it the answer is 429 and no
 check runs, so the view cannot be used to load the databases.
 """
 
@@ -67,13 +67,13 @@ def may_see_details(request: HttpRequest) -> bool:
 
 
 def _throttled(request: HttpRequest) -> int | None:
-    """Seconds to wait when this client asked ``THROTTLE_RATE`` times within the last period,
+    """Seconds to wait when this client asked ``RATES["health"]`` times within the last period,
     else None (and the request counted): ``throttle_wait``."""
     return throttle_wait(
         request,
-        sbert_settings.HEALTH["THROTTLE_RATE"],
+        sbert_settings.RATES.get("health"),
         "sbert-health",
-        'SBERT["HEALTH"]["THROTTLE_RATE"]',
+        'SBERT["RATES"]["health"]',
     )
 
 

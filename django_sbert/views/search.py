@@ -43,7 +43,7 @@ A search the database or the encoder cannot answer now (``ServiceUnavailable``: 
 timeout, a model's files away) renders the page with a notice and status 503.
 
 Each search costs an encode and an index scan, so a client (user, else address) may run
-``SBERT["API"]["THROTTLE_RATES"]["search"]`` searches a period (120 a minute), counted together
+``SBERT["RATES"]["search"]`` searches a period (120 a minute), counted together
 with the REST API's ``search/`` and ``similar/``: past it the page answers 429 with the notice
 and ``Retry-After``, before anything is encoded. Staff users are not counted; a view's
 ``throttle_scope = None`` turns it off. Highlighting encodes at most
@@ -68,7 +68,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.translation import gettext as _
 from django.views.generic import ListView
 
-from ..conf import API_DEFAULTS, sbert_settings
+from ..conf import sbert_settings
 from ..encoder.sentences import sentence_spans
 from ..exceptions import ServiceUnavailable
 from ..feedback import log_search, logging_on, write_after_response
@@ -146,7 +146,7 @@ class SearchView(ListView):
     suggest_url: str | None = None
     # Characters of a result's passage shown by the default template.
     snippet_chars = 300
-    # The scope of SBERT["API"]["THROTTLE_RATES"] searches are counted in (with the REST API's
+    # The scope of SBERT["RATES"] searches are counted in (with the REST API's
     # search/ and similar/); None: this page is not throttled. Staff users never are.
     throttle_scope: str | None = "search"
 
@@ -208,14 +208,11 @@ class SearchView(ListView):
         user = getattr(self.request, "user", None)
         if self.throttle_scope is None or (user is not None and user.is_active and user.is_staff):
             return None
-        rates = sbert_settings.API.get("THROTTLE_RATES") or {}
         scope = self.throttle_scope
-        rate = rates[scope] if scope in rates else API_DEFAULTS["THROTTLE_RATES"].get(scope)
+        rate = sbert_settings.RATES.get(scope)
         # The cache key of the API's throttle of that scope (api/throttling.py): one count.
         prefix = f"sbert-throttle:{scope}"
-        return throttle_wait(
-            self.request, rate, prefix, f'SBERT["API"]["THROTTLE_RATES"][{scope!r}]'
-        )
+        return throttle_wait(self.request, rate, prefix, f'SBERT["RATES"][{scope!r}]')
 
     def too_many(self, wait: int) -> HttpResponse:
         """429 with the page's notice and ``Retry-After``: nothing encoded or searched."""

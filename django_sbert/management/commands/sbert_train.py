@@ -47,7 +47,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--content",
             metavar="app_label.Model.field",
-            help="Adapt to that field's text (no pairs): SBERT['ADAPT']'s loss (margin_mse: "
+            help="Adapt to that field's text (no pairs): by default margin_mse ("
             "pseudo-queries scored by a teacher fusing the model with BM25), else --loss mnrl "
             "(pseudo-queries as pairs) or simcse.",
         )
