@@ -31,8 +31,7 @@ from typing import Any
 from django.db import OperationalError, connections, transaction
 
 from .. import bm25, fulltext
-from ..conf import sbert_settings
-from ..conf.declaration import FUSION, KEYWORD
+from ..conf import declaration, sbert_settings
 from ..conf.schema import Group
 from ..exceptions import SearchTimeout
 from ..serving import serving_record
@@ -54,7 +53,7 @@ ENABLE_SEQSCAN = False
 BM25_RESCORE = 100
 # BM25 with match="any": a row must hold one of the query's rarest words, taken while together
 # they are in at most this many rows (docs/benchmarks.md).
-KEYWORD_CANDIDATE_ROWS = 2000
+KEYWORD_CANDIDATE_ROWS: int | None = 2000
 # A keyword search ranks at most this many matching rows, however common the words.
 KEYWORD_MAX_ROWS = 10000
 # Fields with binary_index=True: rows taken by Hamming distance per row asked for, then
@@ -212,8 +211,9 @@ def _resolved(config: Any, group: Group, path: str) -> Any:
         value = settings[key] if value is None else value
         rule = group.keys[key].rule
         if rule is not None and not rule.test(value):
+            shown = "fusion" if item.name == "method" else item.name  # hybrid_search(fusion=)
             raise ValueError(
-                f"{item.name} must be {rule.expect}, got {value!r} "
+                f"{shown} must be {rule.expect}, got {value!r} "
                 f"(check SBERT['SEARCH'][{path!r}][{key!r}] or the {type(config).__name__})."
             )
         values[item.name] = value
@@ -234,7 +234,7 @@ class FusionConfig:
 
     def resolved(self) -> FusionConfig:
         """Every field given: None ones from the settings, each checked by its key's rule."""
-        return _resolved(self, FUSION, "FUSION")
+        return _resolved(self, declaration.FUSION, "FUSION")
 
 
 @dataclass(frozen=True)
@@ -248,7 +248,9 @@ class KeywordConfig:
 
     def resolved(self) -> KeywordConfig:
         """Every field given: None ones from the settings, each checked by its key's rule."""
-        return replace(_resolved(self, KEYWORD, "KEYWORD"), rank=keyword_rank(self.rank))
+        return replace(
+            _resolved(self, declaration.KEYWORD, "KEYWORD"), rank=keyword_rank(self.rank)
+        )
 
 
 def tuned_fusion(source: Any) -> dict[str, Any]:
@@ -294,7 +296,7 @@ def keyword_rank(rank: str | None) -> str:
 def bm25_settings() -> dict[str, Any]:
     """``k1``, ``b`` and ``weights`` of BM25 (``SBERT["SEARCH"]["KEYWORD"]``)."""
     keyword = sbert_settings.SEARCH["KEYWORD"]
-    weights = {**KEYWORD.keys["WEIGHTS"].default, **keyword["WEIGHTS"]}
+    weights = {**declaration.KEYWORD.keys["WEIGHTS"].default, **keyword["WEIGHTS"]}
     return {"k1": keyword["K1"], "b": keyword["B"], "weights": weights}
 
 
@@ -305,8 +307,8 @@ def rescored_rows(wanted: int | None) -> int:
 
 def match_share(rows: int) -> float:
     """The share of ``rows`` a BM25 candidate's rarest words may cover together:
-    ``KEYWORD_CANDIDATE_ROWS`` rows."""
-    if rows <= 0:
+    ``KEYWORD_CANDIDATE_ROWS`` rows; every word of the query with None."""
+    if KEYWORD_CANDIDATE_ROWS is None or rows <= 0:
         return math.inf
     return KEYWORD_CANDIDATE_ROWS / rows
 

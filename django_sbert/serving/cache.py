@@ -76,7 +76,7 @@ _query_cache: OrderedDict[tuple[str, str, str], np.ndarray] = OrderedDict()
 QUERY_CACHE_SIZE = 256  # query texts whose vectors each process keeps (LRU); 0: none
 # torch threads while a web process encodes one search query: one short text gains little from
 # more, and threads that spin after the forward pass slow a PostgreSQL on the same cores.
-QUERY_THREADS = 1
+QUERY_THREADS: int | None = 1  # None: the process setting (THREADS)
 # One forward pass at a time per loaded model: a fast tokenizer shared between threads can
 # fail with "RuntimeError: Already borrowed" (huggingface/tokenizers#537), and torch already
 # uses every configured thread inside one pass. Per model, not per encoder name, so that the
@@ -226,7 +226,7 @@ def _load(name: str, directory: str | None = None) -> SentenceEncoder:
         threads=int(config["THREADS"]) if config["THREADS"] else None,
         query_runtime=path.query_runtime,
         # ONNX Runtime's threads are fixed per session: the ones a web process's query gets.
-        query_threads=QUERY_THREADS,
+        query_threads=int(QUERY_THREADS or config["THREADS"] or 1),
     )
 
 
