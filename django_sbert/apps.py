@@ -100,7 +100,7 @@ def install_keyword_triggers(*, using: str = "default", **kwargs: Any) -> list[s
 # default_statistics_target; no row: no such table or column on this database.
 # Statistics target migrate gives each keyword column, so ANALYZE counts enough words to weigh
 # them (PostgreSQL's default, 100, leaves rare words unweighed).
-KEYWORD_STATISTICS = 1000
+KEYWORD_STATISTICS: int | None = 1000  # None: leave PostgreSQL's
 _STATISTICS_SQL = """
 SELECT COALESCE(a.attstattarget, -1) FROM pg_attribute AS a
 WHERE a.attrelid = to_regclass(%s) AND a.attname = %s AND NOT a.attisdropped
@@ -124,7 +124,7 @@ def set_keyword_statistics(*, using: str = "default", **kwargs: Any) -> list[tup
 
     target = KEYWORD_STATISTICS
     connection = connections[using]
-    if connection.vendor != "postgresql":
+    if target is None or connection.vendor != "postgresql":
         return []
     changed = []
     quote = connection.ops.quote_name

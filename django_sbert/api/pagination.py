@@ -17,7 +17,7 @@ from .settings import api_settings
 
 class SearchPagination(PageNumberPagination):
     """``?page=`` and ``?page_size=``, sized by SBERT["API"]["PAGE_SIZE"], at most
-    ``MAX_K``."""
+    ``api_settings.MAX_PAGE_SIZE`` (100)."""
 
     page_size_query_param = "page_size"
 
@@ -27,4 +27,4 @@ class SearchPagination(PageNumberPagination):
 
     @property  # type: ignore[override]
     def max_page_size(self) -> int:
-        return int(api_settings.MAX_K)
+        return int(api_settings.MAX_PAGE_SIZE)

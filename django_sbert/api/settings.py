@@ -56,6 +56,7 @@ class APISettings(SbertSettings):
     EMBED_MAX_TEXTS = 64  # texts per embed/ request
     EMBED_MAX_TEXT_LENGTH = 5000  # characters per embed/ text
     MAX_BODY_BYTES = 2 * 1024 * 1024  # request bodies over this get 413
+    MAX_PAGE_SIZE = 100  # the largest ?page_size= a client may ask for
 
     def __init__(self) -> None:
         super().__init__(API.keys)

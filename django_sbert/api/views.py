@@ -230,7 +230,7 @@ _PAGE_PARAMETERS = (
         OpenApiParameter(
             "page_size",
             int,
-            description="Results per page (at most SBERT['API']['MAX_K']).",
+            description="Results per page (at most 100).",
         ),
     ]
     if OpenApiTypes is not None

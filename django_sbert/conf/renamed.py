@@ -72,7 +72,7 @@ RETIRED: dict[Path, str] = {
     ("API", "SUGGEST_MAX_K"): "suggest/ returns at most 20 suggestions",
     ("API", "SUGGEST_MAX_QUERY_LENGTH"): "suggest/ reads 200 characters of q",
     ("API", "FILTER_MAX_K"): "the filter pages through MAX_K rows",
-    ("API", "MAX_PAGE_SIZE"): "a page holds at most MAX_K rows",
+    ("API", "MAX_PAGE_SIZE"): "a page holds at most 100 rows",
     ("API", "PAGINATION_CLASS"): "subclass the view and set pagination_class",
     ("API", "EMBED_MAX_TEXTS"): "embed/ takes 64 texts per request",
     ("API", "EMBED_MAX_TEXT_LENGTH"): "embed/ takes 5,000 characters per text",

@@ -143,7 +143,7 @@ def test_log_search_from_a_view_of_ones_own(articles, log_on, rf: RequestFactory
 
 
 def test_sample_rate_zero_logs_nothing(client, articles, registered, feedback):
-    feedback(SAMPLE_RATE=0.0)
+    feedback(LOG=0.0)
     registered()
     response = client.get(search_url())
     assert response.status_code == 200
@@ -162,7 +162,7 @@ def test_crawlers_are_served_but_not_logged(client, articles, registered, log_on
 
 
 def test_a_client_past_its_rate_is_served_but_not_logged(client, articles, registered, feedback):
-    feedback(CLIENT_RATE="2/minute")
+    feedback(rates={"logging": "2/minute"})
     registered()
     for _ in range(4):
         assert client.get(search_url(), REMOTE_ADDR="198.51.100.7").status_code == 200
