@@ -37,7 +37,7 @@ from ..exceptions import BrokerUnavailable, ServiceUnavailable
 from ..finetuning import compare, promotion, runs
 from ..finetuning import pairs as pair_io
 from ..finetuning.errors import error_for, error_message, may_see_traceback
-from ..finetuning.options import OPTIONS, TrainingOption
+from ..finetuning.options import OPTIONS
 from ..finetuning.queues import training_worker_hint
 from ..models import (
     EncoderVersion,
@@ -58,22 +58,6 @@ __all__ = ["EncoderVersionAdmin", "PromotionRecordAdmin", "TrainingPairAdmin", "
 # --- training pairs -------------------------------------------------------------------------
 
 
-def option_form_field(option: TrainingOption) -> forms.Field:
-    """The form field of one training option (``finetuning.options.OPTIONS``): its bounds, its
-    default as the initial value; left empty, a number takes its default."""
-    if option.choices:
-        choices = [(name, name) for name in option.choices]
-        return forms.ChoiceField(choices=choices, help_text=option.help_text)
-    if option.type is bool:
-        return forms.BooleanField(
-            required=False, initial=option.default, help_text=option.help_text
-        )
-    number = forms.IntegerField if option.type is int else forms.FloatField
-    return number(
-        required=False, initial=option.default, help_text=option.help_text, **option.field_bounds()
-    )
-
-
 class FineTuneForm(forms.Form):
     """The confirmation page of "Fine-tune encoder on selected pairs": the encoder, then one
     field per training option."""
@@ -92,7 +76,7 @@ class FineTuneForm(forms.Form):
 
 
 # Declared like the encoder field, in OPTIONS' order: every form copies base_fields.
-FineTuneForm.base_fields.update({option.name: option_form_field(option) for option in OPTIONS})
+FineTuneForm.base_fields.update({option.name: option.form_field() for option in OPTIONS})
 
 
 class ImportPairsForm(forms.Form):

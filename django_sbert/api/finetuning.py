@@ -24,7 +24,7 @@ from rest_framework.response import Response
 
 from ..finetuning import promotion, runs
 from ..finetuning.errors import error_for
-from ..finetuning.options import OPTIONS, TrainingOption
+from ..finetuning.options import OPTIONS
 from ..models import EncoderVersion, TrainingPair, TrainingRun, VersionStatus
 from .errors import ServiceErrorsMixin
 from .pagination import SearchPagination
@@ -252,21 +252,6 @@ class TrainingRunSerializer(StoredErrorMixin, serializers.ModelSerializer):
         return version.first()
 
 
-def option_serializer_field(option: TrainingOption) -> serializers.Field:
-    """The API field of one training option (``finetuning.options.OPTIONS``): its bounds, and
-    its default when left out (an option whose default is decided later may also be null)."""
-    if option.default is None:
-        given: dict[str, Any] = {"required": False, "allow_null": True}
-    else:
-        given = {"default": option.default}
-    if option.choices:
-        return serializers.ChoiceField(choices=option.choices, help_text=option.help_text, **given)
-    if option.type is bool:
-        return serializers.BooleanField(help_text=option.help_text, **given)
-    number = serializers.IntegerField if option.type is int else serializers.FloatField
-    return number(help_text=option.help_text, **given, **option.field_bounds())
-
-
 class TrainingRunRequestSerializer(serializers.Serializer):
     encoder = serializers.CharField(default="default", max_length=100)
     pairs = serializers.ListField(
@@ -287,7 +272,7 @@ class TrainingRunRequestSerializer(serializers.Serializer):
     def get_fields(self) -> dict[str, serializers.Field]:
         """The request's fields, then one per training option (``finetuning.options``)."""
         fields = super().get_fields()
-        fields.update({option.name: option_serializer_field(option) for option in OPTIONS})
+        fields.update({option.name: option.serializer_field() for option in OPTIONS})
         return fields
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:

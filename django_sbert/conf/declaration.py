@@ -12,12 +12,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from .options import Option
 from .schema import (
     BOOLEAN,
-    IMPORT_STRINGS,
+    LETTER_NUMBERS,
+    LETTER_NUMBERS_OR_FRACTION,
     PATH,
+    PERMISSION_SCOPES,
     POSITIVE_INTEGERS,
+    RATE_SCOPES,
     SIZE,
+    STRINGS,
     TEXT,
     Group,
     PerName,
@@ -34,32 +39,6 @@ SETTING_NAME = "SBERT"
 # The most keys a project can set, every key of every group counted once (an encoder's keys
 # once for all encoders).
 BUDGET = 60
-
-_LETTERS = ("A", "B", "C", "D")
-LETTER_NUMBERS = Rule(
-    lambda v: (
-        isinstance(v, dict)
-        and set(v) <= set(_LETTERS)
-        and all(
-            isinstance(n, int | float) and not isinstance(n, bool) and n >= 0 for n in v.values()
-        )
-    ),
-    "a dict of weight letter (A, B, C, D) -> number >= 0",
-)
-LETTER_NUMBERS_OR_FRACTION = Rule(
-    lambda v: (
-        (isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 1)
-        or (
-            isinstance(v, dict)
-            and set(v) <= set(_LETTERS)
-            and all(
-                isinstance(n, int | float) and not isinstance(n, bool) and 0 <= n <= 1
-                for n in v.values()
-            )
-        )
-    ),
-    "a number in [0, 1] or a dict of weight letter (A, B, C, D) -> number in [0, 1]",
-)
 
 ENCODER = Group(
     {
@@ -296,15 +275,6 @@ TRAINING = Group(
     anchor="training",
 )
 
-PERMISSION_SCOPES = Rule(
-    lambda v: (
-        isinstance(v, dict)
-        and set(v) <= {"search", "embed", "schema"}
-        and all(c is None or IMPORT_STRINGS.test(c) for c in v.values())
-    ),
-    "a dict of endpoint (search, embed, schema) -> list of dotted paths to classes, or None",
-)
-
 API = Group(
     {
         "MAX_K": Setting(
@@ -365,17 +335,53 @@ EVALUATION = Group(
     anchor="evaluation",
 )
 
-STRINGS = Rule(
-    lambda v: isinstance(v, list | tuple) and all(isinstance(s, str) for s in v),
-    "a list of strings",
+# How clicks become training pairs: the admin's form, sbert_make_pairs' flags, the loop (the
+# FEEDBACK keys below give their defaults) and feedback.pairs' check all read these.
+NEGATIVE_CHOICES = ("mined", "unexamined", "skipped")
+PAIR_OPTIONS = (
+    Option("min_clients", int, 1, "Distinct visitors a pair needs.", minimum=1),
+    Option(
+        "min_relevance",
+        float,
+        0.9,
+        "How likely the click model must find it that visitors wanted the row (0: off).",
+        minimum=0.0,
+        maximum=1.0,
+    ),
+    Option("negatives", str, "mined", "Where negatives come from.", choices=NEGATIVE_CHOICES),
+    Option(
+        "eval_share",
+        float,
+        0.1,
+        "Share kept for the eval split (from the log: the most recent share of the days).",
+        minimum=0.0,
+        maximum=0.5,
+        open_minimum=True,
+    ),
 )
+PAIR_OPTION = {option.name: option for option in PAIR_OPTIONS}
+PAIR_DOCS = {
+    "min_clients": "Distinct visitors who must have clicked a row for a query before (query, "
+    "row) becomes a training pair. `2`: no visitor makes a pair alone, however sure the click "
+    "model (`MIN_RELEVANCE`) is.",
+    "min_relevance": "How likely it must be that visitors wanted the row they clicked before "
+    "(query, row) becomes a training pair, by a click model fitted to the search log (how "
+    "often each position is looked at, how often wanted and unwanted rows are clicked). Keeps "
+    "out rows clicked only because they came first, or by chance; `0` turns it off.",
+    "negatives": 'Hard negatives of pairs from behaviour: `"mined"` (by the base model at '
+    'training time), `"unexamined"` (a result below the last click) or `"skipped"` (a result '
+    "above the click, not clicked).",
+    "eval_share": "Share of the most recent days whose clicks become eval pairs: the gate "
+    "measures a run from behaviour on later behaviour than it trained on.",
+}
 
 FEEDBACK = Group(
     {
         "LOG": Setting(
             False,
             "Log searches (REST and `log_search()`) and accept click and conversion events "
-            "([learning.md](learning.md)); a number in [0, 1]: log that share of the searches.",
+            "([learning.md](learning.md)); a number in [0, 1]: on, logging that share of the "
+            "searches.",
             Rule(
                 lambda v: isinstance(v, bool) or (number(0, 1).test(v)),
                 "True, False or a share in [0, 1]",
@@ -406,34 +412,7 @@ FEEDBACK = Group(
             "days; `False`: it waits as a candidate for staff.",
             BOOLEAN,
         ),
-        "MIN_CLIENTS": Setting(
-            1,
-            "Distinct visitors who must have clicked a row for a query before (query, row) "
-            "becomes a training pair. `2`: no visitor makes a pair alone, however sure the "
-            "click model (`MIN_RELEVANCE`) is.",
-            integer(1),
-        ),
-        "MIN_RELEVANCE": Setting(
-            0.9,
-            "How likely it must be that visitors wanted the row they clicked before (query, "
-            "row) becomes a training pair, by a click model fitted to the search log (how often "
-            "each position is looked at, how often wanted and unwanted rows are clicked). Keeps "
-            "out rows clicked only because they came first, or by chance; `0` turns it off.",
-            number(0, 1),
-        ),
-        "NEGATIVES": Setting(
-            "mined",
-            'Hard negatives of pairs from behaviour: `"mined"` (by the base model at training '
-            'time), `"unexamined"` (a result below the last click) or `"skipped"` (a result '
-            "above the click, not clicked).",
-            one_of("mined", "unexamined", "skipped"),
-        ),
-        "EVAL_SHARE": Setting(
-            0.1,
-            "Share of the most recent days whose clicks become eval pairs: the gate measures a "
-            "run from behaviour on later behaviour than it trained on.",
-            number(0, 0.5, above=True),
-        ),
+        **{option.name.upper(): option.setting(PAIR_DOCS[option.name]) for option in PAIR_OPTIONS},
         "LOOP_MIN_PAIRS": Setting(
             200,
             "New train pairs from behaviour that make the loop start a fine-tune.",
@@ -466,21 +445,6 @@ QUERY_SERVER = Group(
     anchor="query-server",
 )
 
-
-def _is_rate(value: Any) -> bool:
-    count, _, period = str(value).partition("/")
-    return count.isdigit() and period[:1] in ("s", "m", "h", "d")
-
-
-RATE_SCOPES = Rule(
-    lambda v: (
-        isinstance(v, dict)
-        and set(v) <= {"search", "suggest", "embed", "schema", "clicks", "health", "logging"}
-        and all(r is None or _is_rate(r) for r in v.values())
-    ),
-    "a dict of scope (search, suggest, embed, schema, clicks, health, logging) -> rate such "
-    'as "60/minute" or None',
-)
 
 TOP: dict[str, Setting | Group | PerName] = {
     "ENCODERS": PerName(

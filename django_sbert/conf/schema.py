@@ -158,9 +158,63 @@ IMPORT_STRINGS = Rule(
     lambda v: isinstance(v, list | tuple) and all(isinstance(s, str) or callable(s) for s in v),
     "a list of dotted paths to classes",
 )
-RATES = Rule(
-    lambda v: isinstance(v, dict) and all(r is None or isinstance(r, str) for r in v.values()),
-    'a dict of scope -> rate such as "60/minute" (None turns a scope off)',
+
+_LETTERS = ("A", "B", "C", "D")
+LETTER_NUMBERS = Rule(
+    lambda v: (
+        isinstance(v, dict)
+        and set(v) <= set(_LETTERS)
+        and all(
+            isinstance(n, int | float) and not isinstance(n, bool) and n >= 0 for n in v.values()
+        )
+    ),
+    "a dict of weight letter (A, B, C, D) -> number >= 0",
+)
+LETTER_NUMBERS_OR_FRACTION = Rule(
+    lambda v: (
+        (isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 1)
+        or (
+            isinstance(v, dict)
+            and set(v) <= set(_LETTERS)
+            and all(
+                isinstance(n, int | float) and not isinstance(n, bool) and 0 <= n <= 1
+                for n in v.values()
+            )
+        )
+    ),
+    "a number in [0, 1] or a dict of weight letter (A, B, C, D) -> number in [0, 1]",
+)
+
+
+PERMISSION_SCOPES = Rule(
+    lambda v: (
+        isinstance(v, dict)
+        and set(v) <= {"search", "embed", "schema"}
+        and all(c is None or IMPORT_STRINGS.test(c) for c in v.values())
+    ),
+    "a dict of endpoint (search, embed, schema) -> list of dotted paths to classes, or None",
+)
+
+
+STRINGS = Rule(
+    lambda v: isinstance(v, list | tuple) and all(isinstance(s, str) for s in v),
+    "a list of strings",
+)
+
+
+def _is_rate(value: Any) -> bool:
+    count, _, period = str(value).partition("/")
+    return count.isdigit() and period[:1] in ("s", "m", "h", "d")
+
+
+RATE_SCOPES = Rule(
+    lambda v: (
+        isinstance(v, dict)
+        and set(v) <= {"search", "suggest", "embed", "schema", "clicks", "health", "logging"}
+        and all(r is None or _is_rate(r) for r in v.values())
+    ),
+    "a dict of scope (search, suggest, embed, schema, clicks, health, logging) -> rate such "
+    'as "60/minute" or None',
 )
 
 

@@ -31,8 +31,9 @@ from __future__ import annotations
 import math
 import random
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,7 @@ from .data import (
 from .evaluation import sts_spearman
 from .exceptions import TrainingCancelled
 from .losses import CoSENTLoss, EmbeddingLoss, build_loss
+from .options import FIT_OPTION_NAMES, FitOptions
 from .paths import CpuFeatures, cpu_features
 
 if TYPE_CHECKING:
@@ -105,29 +107,19 @@ def fit(
     encoder: SentenceEncoder,
     examples: Iterable[Any],
     loss: str | EmbeddingLoss = "cosine",
-    epochs: int = 1,
-    batch_size: int = 16,
-    learning_rate: float = 2e-5,
-    warmup_ratio: float = 0.1,
-    seed: int = 0,
+    options: FitOptions | None = None,
+    *,
     eval_examples: Sequence[tuple[str, str, float]] | None = None,
     callback: Callable[[Progress], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
-    *,
-    weight_decay: float = 0.01,
-    max_grad_norm: float = 1.0,
     loss_options: dict[str, Any] | None = None,
-    report_every: int = 10,
     evaluator: Callable[[SentenceEncoder], float] | None = None,
-    eval_every: int | None = None,
-    patience: int | None = None,
-    min_steps: int | None = None,
-    tolerance: float = 0.0,
-    precision: str = "auto",
-    max_seq_length: int | None = None,
-    length_buckets: bool = False,
+    **given: Any,
 ) -> FitResult:
-    """Fine-tune a copy of ``encoder`` on ``examples`` with the objective ``loss``.
+    """Fine-tune a copy of ``encoder`` on ``examples`` with the objective ``loss``, trained as
+    ``options`` says (``FitOptions``: epochs, batch size, learning rate...; the defaults when
+    None). Its fields given as keyword arguments of their own (``fit(..., epochs=2)``) still
+    work, with a ``DeprecationWarning``.
 
     ``loss`` is a name from ``django_sbert.encoder.losses.LOSSES`` (softmax, cosine, cosent,
     triplet, mnrl, simcse, matryoshka) or a loss instance; ``loss_options`` go to its
@@ -162,18 +154,23 @@ def fit(
     similar token length (``length_bucketed_unique_batches``) rather than random ones; every
     example is still seen once per epoch.
     """
+    options = _fit_options(options, given)
+    epochs, batch_size, seed = options.epochs, options.batch_size, options.seed
+    precision, max_seq_length = options.precision, options.max_seq_length
     objective = build_loss(loss, encoder.dimensions, **dict(loss_options or {}))
     _check_settings(
         objective,
         epochs,
         batch_size,
-        learning_rate,
-        warmup_ratio,
-        weight_decay,
-        max_grad_norm,
-        report_every,
+        options.learning_rate,
+        options.warmup_ratio,
+        options.weight_decay,
+        options.max_grad_norm,
+        options.report_every,
     )
-    _check_early_stopping(evaluator, eval_every, patience, min_steps, tolerance)
+    _check_early_stopping(
+        evaluator, options.eval_every, options.patience, options.min_steps, options.tolerance
+    )
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}.")
     if max_seq_length is not None and (not isinstance(max_seq_length, int) or max_seq_length < 2):
@@ -200,7 +197,7 @@ def fit(
     rng_devices = [device.index or 0] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=rng_devices):
         torch.manual_seed(seed)
-        lengths = example_lengths(tokenizer, data) if length_buckets else None
+        lengths = example_lengths(tokenizer, data) if options.length_buckets else None
         batches = plan_batches(data, objective, epochs, batch_size, random.Random(seed), lengths)
         total = len(batches)
         if total == 0:
@@ -209,8 +206,9 @@ def fit(
                 f"{objective.name!r} needs at least two examples that share no text."
             )
         parameters = [p for p in (*model.parameters(), *objective.parameters()) if p.requires_grad]
-        optimizer = _adamw(_param_groups(model, objective, weight_decay), learning_rate)
-        warmup = math.ceil(total * warmup_ratio)
+        groups = _param_groups(model, objective, options.weight_decay)
+        optimizer = _adamw(groups, options.learning_rate)
+        warmup = math.ceil(total * options.warmup_ratio)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: linear_schedule(step, warmup, total)
         )
@@ -220,10 +218,9 @@ def fit(
                 evaluations.append(_evaluate(model, eval_examples, step=0, epoch=0))
         stopper = None
         if evaluator is not None:
-            floor = default_min_steps(batches) if min_steps is None else min_steps
-            stopper = _EarlyStopping(
-                evaluator, eval_every or default_eval_every(total), patience, floor, tolerance
-            )
+            floor = default_min_steps(batches) if options.min_steps is None else options.min_steps
+            every = options.eval_every or default_eval_every(total)
+            stopper = _EarlyStopping(evaluator, every, options.patience, floor, options.tolerance)
             with autocast(chosen, device):
                 stopper.measure(model, 0)
 
@@ -255,7 +252,7 @@ def fit(
                     f"The loss became {value.item()} at step {step}; lower the learning rate."
                 )
             value.backward()
-            nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+            nn.utils.clip_grad_norm_(parameters, options.max_grad_norm)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
@@ -267,8 +264,8 @@ def fit(
                     "learning_rate": learning_rate_now,
                 }
             )
-            if callback is not None and (step % report_every == 0 or step == total):
-                callback(_progress(history, report_every, total, loop_started))
+            if callback is not None and (step % options.report_every == 0 or step == total):
+                callback(_progress(history, options.report_every, total, loop_started))
             last_of_epoch = step == total or batches[step][0] != epoch
             if eval_examples is not None and last_of_epoch:
                 with autocast(chosen, device):
@@ -302,6 +299,22 @@ def fit(
 
 
 PRECISIONS = ("auto", "float32", "bfloat16")
+
+
+def _fit_options(options: FitOptions | None, given: dict[str, Any]) -> FitOptions:
+    """``options`` with the fields given one by one (deprecated) on top."""
+    unknown = sorted(set(given) - set(FIT_OPTION_NAMES))
+    if unknown:
+        raise TypeError(f"fit() got unexpected keyword arguments {unknown}.")
+    if not given:
+        return options or FitOptions()
+    warnings.warn(
+        f"fit({', '.join(f'{name}=' for name in given)}...) is deprecated: pass "
+        f"fit(..., FitOptions({', '.join(f'{name}=...' for name in given)})).",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return replace(options or FitOptions(), **given)
 
 
 def training_precision(

@@ -54,7 +54,7 @@ def normalize_query(text: str) -> str:
 
 def logging_on() -> bool:
     """Whether searches are logged at all (``SBERT["FEEDBACK"]["LOG"]``)."""
-    return bool(sbert_settings.FEEDBACK["LOG"])
+    return sbert_settings.FEEDBACK["LOG"] is not False  # True, or the share of searches logged
 
 
 FILTERS_DIGEST_SALT = "django_sbert.feedback.filters_digest"
@@ -138,7 +138,7 @@ def log_search(
     ``write_after_response(request, response)`` runs it once the response is sent; the
     results get their tokens now either way.
     """
-    if not sbert_settings.FEEDBACK["LOG"]:
+    if not logging_on():
         return None  # off: nothing read, nothing written
     if mode not in MODES:
         raise ValueError(f"log_search(mode={mode!r}): use one of {', '.join(MODES)}.")

@@ -249,26 +249,16 @@ def _fit(
     speed = {"precision": precision, "max_seq_length": length, "length_buckets": LENGTH_BUCKETS}
     run.hyperparameters = {**run.hyperparameters, **speed}
     TrainingRun.objects.filter(pk=run.pk).update(hyperparameters=run.hyperparameters)
+    options = hyper.fit_options(tracker is not None, **speed)
     result = fit(  # trains a copy: the weights it started from go when this returns
         trainable,
         data.examples,
         loss=run.loss,
-        epochs=int(hyper.epochs),
-        batch_size=int(hyper.batch_size),
-        learning_rate=float(hyper.learning_rate),
-        warmup_ratio=float(hyper.warmup_ratio),
-        seed=int(hyper.seed),
+        options=options,
         callback=reporter,
         should_stop=reporter.should_stop,
         loss_options=data.loss_options,
-        report_every=1,
         evaluator=tracker,
-        eval_every=hyper.eval_every if tracker else None,
-        patience=hyper.patience if tracker else None,
-        tolerance=float(hyper.tolerance) if tracker else 0.0,
-        precision=precision,
-        max_seq_length=length,
-        length_buckets=speed["length_buckets"],
     )
     reporter.flush()
     return result

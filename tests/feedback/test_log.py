@@ -8,7 +8,7 @@ from django.db import connection
 from django.test.client import RequestFactory
 from django.test.utils import CaptureQueriesContext
 
-from django_sbert.feedback import client_key_for_user, log_search, normalize_query, read_token
+from django_sbert.feedback import client_key_for_user, log, log_search, normalize_query, read_token
 from django_sbert.models import SearchLog
 from django_sbert.serving import serving_version
 from tests.api.conftest import plant
@@ -102,8 +102,9 @@ def test_the_client_is_a_keyed_hash_of_the_user_never_the_address(
     assert "203.0.113.9" not in stored and "reader" not in stored
 
 
-def test_the_query_is_cut_to_max_query_length(client, articles, registered, feedback):
-    feedback(MAX_QUERY_LENGTH=10)
+def test_the_query_is_cut_to_max_query_length(client, articles, registered, feedback, monkeypatch):
+    monkeypatch.setattr(log, "MAX_QUERY_LENGTH", 10)
+    feedback()
     registered()
     client.get(search_url("central banks raise interest rates"))
     assert SearchLog.objects.get().query == "central ba"

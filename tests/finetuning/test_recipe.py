@@ -226,7 +226,7 @@ def test_runs_train_float32_weights_in_the_precision_of_the_setting(settings, mo
     real_fit = training.fit
 
     def fit(encoder, *args, **kwargs):
-        given.append(({p.dtype for p in encoder.parameters()}, kwargs["precision"]))
+        given.append(({p.dtype for p in encoder.parameters()}, kwargs["options"].precision))
         return real_fit(encoder, *args, **kwargs)
 
     monkeypatch.setattr(training, "fit", fit)

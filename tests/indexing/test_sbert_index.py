@@ -1,6 +1,6 @@
-"""manage.py sbert_index (builds the declared HNSW indexes with the SBERT["INDEX"] settings,
-a progress bar and the size it made) and the sizing checks W021 / W022, against real
-PostgreSQL + pgvector."""
+"""manage.py sbert_index (builds the declared HNSW indexes with its --maintenance-work-mem and
+--parallel-workers, a progress bar and the size it made) and the sizing checks W021 / W022,
+against real PostgreSQL + pgvector."""
 
 from __future__ import annotations
 

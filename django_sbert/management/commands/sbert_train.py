@@ -12,7 +12,6 @@ records a candidate version; promote it from the admin or with ``--promote``.
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -20,20 +19,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_sbert.exceptions import BrokerUnavailable
 from django_sbert.finetuning import promotion, runs
-from django_sbert.finetuning.options import OPTIONS, TrainingOption
+from django_sbert.finetuning.options import OPTIONS
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
-
-
-def add_option_argument(parser: argparse.ArgumentParser, option: TrainingOption) -> None:
-    """The flag of one training option (``finetuning.options.OPTIONS``), checked as it is
-    parsed; not given, it is None and the run takes the option's default."""
-    if option.choices:
-        kind: dict[str, Any] = {"choices": option.choices}
-    elif option.type is bool:
-        kind = {"action": argparse.BooleanOptionalAction}
-    else:
-        kind = {"type": option.parse, "metavar": option.type.__name__.upper()}
-    parser.add_argument(option.flag, help=option.help_text, **kind)
 
 
 class Command(BaseCommand):
@@ -52,7 +39,7 @@ class Command(BaseCommand):
             "(pseudo-queries as pairs) or simcse.",
         )
         for option in OPTIONS:
-            add_option_argument(parser, option)
+            option.add_argument(parser)
         parser.add_argument("--sync", action="store_true", help="Run in this process and wait.")
         parser.add_argument(
             "--promote", action="store_true", help="With --sync: promote if the gate passes."
