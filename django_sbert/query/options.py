@@ -253,6 +253,54 @@ class KeywordConfig:
         )
 
 
+# hybrid_search()'s options given one by one instead of in its configs (deprecated).
+LOOSE_FUSION = ("candidates", "rrf_k", "vector_weight", "keyword_weight")
+LOOSE_KEYWORD = ("match", "max_df", "rank")
+
+
+def hybrid_configs(
+    fusion: FusionConfig | str | None, keyword: KeywordConfig | None, **loose: Any
+) -> tuple[FusionConfig, KeywordConfig]:
+    """One ``hybrid_search()`` call's options as its two configs, as given (None: not given).
+
+    ``fusion`` may name the method alone (``"linear"``); options given as keyword arguments of
+    their own are folded in with a ``DeprecationWarning``, and refused when the config given
+    names them too. Every value is checked as the settings are (``resolved()``)."""
+    if fusion is not None and not isinstance(fusion, str | FusionConfig):
+        raise TypeError(f"fusion must be a FusionConfig or a method's name, not {fusion!r}.")
+    if keyword is not None and not isinstance(keyword, KeywordConfig):
+        raise TypeError(f"keyword must be a KeywordConfig, not {keyword!r}.")
+    given = {name: value for name, value in loose.items() if value is not None}
+    if given:
+        warnings.warn(
+            f"hybrid_search({', '.join(f'{name}=' for name in given)}...) is deprecated: pass "
+            "fusion=FusionConfig(...) and keyword=KeywordConfig(...) (docs/hybrid.md).",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+    configs = []
+    for config, names, argument in (
+        (fusion if isinstance(fusion, FusionConfig) else None, LOOSE_FUSION, "fusion"),
+        (keyword, LOOSE_KEYWORD, "keyword"),
+    ):
+        twice = sorted(name for name in names if name in given and config is not None)
+        if twice:
+            raise TypeError(
+                f"hybrid_search() got {', '.join(twice)} both in {argument}= and as keyword "
+                f"arguments; give each option once (in {type(config).__name__})."
+            )
+        default = FusionConfig() if argument == "fusion" else KeywordConfig()
+        mine = {name: given[name] for name in names if name in given}
+        configs.append(replace(config or default, **mine))
+    fused, keyed = configs
+    if isinstance(fusion, str):
+        fused = replace(fused, method=fusion)
+    if fused.method is None and fused.rrf_k is not None:
+        fused = replace(fused, method="rrf")  # rrf_k means nothing to the other fusion
+    fused.resolved(), keyed.resolved()  # a bad value is refused before any work
+    return fused, keyed
+
+
 def tuned_fusion(source: Any) -> dict[str, Any]:
     """``fusion``, ``rrf_k``, ``vector_weight`` and ``keyword_weight`` chosen for the version
     that encoded the query (``source``, a ``vectors.QuerySource``) when its run evaluated it;

@@ -60,7 +60,6 @@ from .fusion import (
     KeywordRows,
     fused_annotations,
     fusion_plan,
-    hybrid_configs,
     prescore_terms,
     served_fusion,
 )
@@ -70,6 +69,7 @@ from .options import (
     SearchOptions,
     binary_oversample,
     bm25_settings,
+    hybrid_configs,
     keyword_max_df,
     keyword_max_rows,
     keyword_rank,
@@ -270,20 +270,14 @@ class SemanticQuerySet(models.QuerySet):
         options as keyword arguments of their own (``rrf_k=``, ``match=``...) still work, with
         a ``DeprecationWarning``.
 
-        The ``candidates`` nearest rows by cosine similarity (HNSW, as ``similar_to``) and the
-        ``candidates`` best full-text matches (GIN, as ``keyword_search``) are fused, a side
-        contributing nothing for a row outside its top list. ``method="rrf"``: ``score =
-        vector_weight / (rrf_k + vector_rank) + keyword_weight / (rrf_k + keyword_rank)``;
-        ``"linear"``: ``score = vector_weight * v + keyword_weight * t``, ``v`` the row's cosine
-        min-max normalised over the vector candidates and ``t`` its keyword score over the best
-        one. Rows are annotated with ``score``, ``similarity`` (cosine; None without an
-        embedding), ``vector_rank`` and ``keyword_rank`` (1-based positions in each list, None
-        when absent) and ``keyword_score`` (the keyword side's rank value). Filters, chained
-        before or after, apply to both lists. Needs ``EmbeddingField(...,
-        keyword_search=True)``; ``match`` and ``max_df`` work as in ``keyword_search()``. A
-        blank text returns no rows. On a field with ``passages=`` the vector side ranks rows by
-        their best passage, and each row gets ``passage`` and the best passage's
-        ``similarity`` (``passages=False``: the row's own vector).
+        The ``candidates`` nearest rows (HNSW, as ``similar_to``) and best full-text matches
+        (GIN, as ``keyword_search``) are fused (query/fusion.py: ``"rrf"`` by rank, ``"linear"``
+        by normalised score), a side giving nothing to a row outside its list. Rows get
+        ``score``, ``similarity`` (None without an embedding), ``vector_rank``,
+        ``keyword_rank`` (None when absent) and ``keyword_score``. Filters, chained before or
+        after, apply to both lists. Needs ``EmbeddingField(..., keyword_search=True)``. A blank
+        text returns no rows. On a field with ``passages=`` the vector side ranks rows by their
+        best passage, and each row gets ``passage`` (``passages=False``: the row's vector).
         """
         if not isinstance(text, str):
             raise TypeError(
@@ -340,12 +334,21 @@ class SemanticQuerySet(models.QuerySet):
                 passages=search,
                 binary=self._binary_vector_side(embedding, literal, source, fusion.candidates),
             )
-        literal = fusion.vector_literal
-        query = qs.query
-        parent = query.get_initial_alias()
-        alias = query.join(FusedJoin(fusion, self.model._meta.pk.column, parent))
+        qs = qs._fused(fusion, embedding, encoded=wait is not None)
+        qs = qs._searching(embedding, k=k, ef_search=ef_search, iterative_scan=iterative_scan)
+        qs._search_ordering = None
+        qs._search_source = fusion.source
+        return qs
+
+    def _fused(self, fusion: Fusion, embedding: EmbeddingField, encoded: bool) -> SemanticQuerySet:
+        """This queryset joined to ``fusion``'s table, annotated and ranked by its score
+        (``encoded``: the text has a vector, so rows get a similarity)."""
+        source, literal = fusion.source, fusion.vector_literal
+        parent = self.query.get_initial_alias()
+        alias = self.query.join(FusedJoin(fusion, self.model._meta.pk.column, parent))
         annotations: dict[str, Any] = dict(fused_annotations(alias))
-        if wait is not None:
+        annotations["similarity"] = Value(None, output_field=models.FloatField())
+        if encoded:
             # A row found by its words alone may still carry another version's vector (a
             # switch in progress): it gets no similarity rather than a meaningless one.
             annotations["similarity"] = models.Case(
@@ -356,16 +359,10 @@ class SemanticQuerySet(models.QuerySet):
                 default=None,
                 output_field=models.FloatField(),
             )
-        else:
-            annotations["similarity"] = Value(None, output_field=models.FloatField())
         if fusion.passages is not None:  # similarity and passage of each row's best passage
             same = models.Q(**same_version(embedding, source))
             annotations.update(hybrid_annotations(fusion.passages, same))
-        qs = qs.annotate(**annotations).order_by(models.F("score").desc(), "pk")
-        qs = qs._searching(embedding, k=k, ef_search=ef_search, iterative_scan=iterative_scan)
-        qs._search_ordering = None
-        qs._search_source = source
-        return qs
+        return self.annotate(**annotations).order_by(models.F("score").desc(), "pk")
 
     def suggest(
         self, text: str, k: int | None = None, field: str | None = None, **options: Any
