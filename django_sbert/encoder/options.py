@@ -12,9 +12,25 @@ from dataclasses import dataclass, fields
 class FitOptions:
     """The numbers of one ``fit()``; ``fit()`` checks them before training (``ValueError``).
 
-    ``eval_every``, ``patience``, ``min_steps`` and ``tolerance`` apply with an ``evaluator``
-    (early stopping); ``precision``, ``max_seq_length`` and ``length_buckets`` decide how the
-    steps run (docs/training.md).
+    With an ``evaluator`` (early stopping) the model is measured before training, every
+    ``eval_every`` steps (``default_eval_every(total_steps)`` when None) and after the last
+    step; the best weights are kept in memory and restored at the end, and training stops once
+    ``patience`` evaluations in a row did not improve on the best (None: never stops early,
+    still returns the best checkpoint), though not before ``min_steps`` steps
+    (``default_min_steps``: an epoch, at most half the run, when None). Every evaluation
+    counts for the best checkpoint, the early ones included. ``tolerance`` (in the metric's
+    units) keeps the latest checkpoint that measures within it of the best rather than the
+    best itself, and such a checkpoint resets the patience: on a small eval split,
+    differences under the split's noise should not stop training or roll it back.
+
+    ``precision``: ``"auto"`` (bfloat16 autocast on a CPU with native bf16, else float32),
+    ``"float32"`` or ``"bfloat16"`` (``FitResult.precision`` says which ran); under bfloat16
+    the forward passes and the evaluations run in ``torch.autocast``, while weights (a float32
+    copy), optimizer and loss stay float32. ``max_seq_length``: the training steps read each
+    text's first tokens (None: the model's own); evaluations and the model returned keep the
+    model's length. ``length_buckets``: losses with in-batch negatives (mnrl...) get batches
+    of examples of similar token length rather than random ones; every example is still seen
+    once per epoch.
     """
 
     epochs: int = 1
