@@ -183,3 +183,31 @@ def test_every_group_of_the_declaration_is_checked():
     tops = {name for name, item in TOP.items() if not hasattr(item, "rule")}
     assert {re.findall(r"\['([^']+)'\]", path)[0] for path in paths} == tops
     assert "SBERT['SEARCH']['FUSION']" in paths and "SBERT['SEARCH']['KEYWORD']" in paths
+
+
+# -- one vocabulary for a bounded option: the pair options, declared once ------------------
+
+BAD_PAIR_VALUES = {"min_clients": 0, "min_relevance": 1.5, "negatives": "random", "eval_share": 0.6}
+
+
+def test_the_pair_options_are_declared_once():
+    """Their defaults are the FEEDBACK keys', and the settings' rule, the admin's form, the
+    command's flags and feedback.pairs refuse the same values."""
+    from django.core.management import CommandError, call_command
+
+    from django_sbert.admin.feedback import PairsForm
+    from django_sbert.conf.declaration import FEEDBACK, PAIR_OPTION
+    from django_sbert.feedback.pairs import pair_options
+
+    for name, bad in BAD_PAIR_VALUES.items():
+        option, setting = PAIR_OPTION[name], FEEDBACK.keys[name.upper()]
+        assert setting.default == option.default == DEFAULTS["FEEDBACK"][name.upper()]
+        assert option.problem(option.default) is None and setting.rule.test(option.default)
+        assert option.problem(bad) and not setting.rule.test(bad)
+        with pytest.raises(ValueError, match=name):
+            pair_options(**{name: bad})
+        with pytest.raises(CommandError, match=option.flag):
+            call_command("sbert_make_pairs", "--from-events", option.flag, str(bad))
+        if name in PairsForm.base_fields:
+            assert not PairsForm({name: bad}).is_valid()
+            assert PairsForm({name: option.default}).is_valid()
