@@ -1,7 +1,9 @@
 """The ``SBERT`` settings dict: declared once, read through one object.
 
 ``declaration`` declares every key with its default, the rule its value follows and one line
-on what it does (in ``schema``'s vocabulary); ``renamed`` reads keys of the previous release;
+on what it does (in ``schema``'s vocabulary; ``options`` is that of a bounded option, which
+the pair options and the training options share); ``renamed`` reads keys of the previous
+release;
 ``reference`` renders docs/settings.md's tables (``__main__``: ``python -m django_sbert.conf``
 prints them, ``--write docs/settings.md`` updates the page). The settings
 object falls back to the declaration, and the start-up check (``django_sbert.E005``) validates
