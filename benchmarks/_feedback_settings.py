@@ -9,6 +9,7 @@ from benchmarks._web_settings import SBERT
 
 SBERT = {
     **SBERT,
-    "FEEDBACK": {"LOG": True, "CLIENT_RATE": None, "CLICK_THROTTLE_RATE": None},
+    "FEEDBACK": {"LOG": True},
+    "RATES": {"logging": None, "clicks": None},
     "API": {**SBERT.get("API", {}), "NUM_PROXIES": 1},
 }

@@ -38,7 +38,7 @@ DATABASES = {"default": _database}
 SBERT = {
     "ENCODERS": {"default": {"MODEL": "all-MiniLM-L6-v2"}},
     "AUTO_EMBED": False,
-    "API": {"THROTTLE_RATES": {"search": None, "embed": None, "schema": None}},
+    "RATES": {"search": None, "embed": None, "schema": None},
 }
 CELERY_TASK_ALWAYS_EAGER = True  # nothing is queued: the benchmark only searches
 LOGGING = {  # the benchmark waits for each process's "web process warmed" line

@@ -60,9 +60,11 @@ def setup_django(
         "MODEL_DIR": model_dir,
         "TRAINING": {"STS_FILE": sts_file},
     }
-    if distractors is not None:
-        sbert["TRAINING"]["EVAL_DISTRACTORS"] = distractors
     configure(sbert)
+    if distractors is not None:
+        from django_sbert.finetuning import gate
+
+        gate.EVAL_DISTRACTORS = distractors
 
 
 def load(rows: int, seed: int, dev_share: float = 0.2, gate_share: float = 0.1) -> dict:
@@ -162,7 +164,7 @@ def main() -> None:
     parser.add_argument(
         "--eval-distractors",
         type=int,
-        help="SBERT['TRAINING']['EVAL_DISTRACTORS'] (not given: the default)",
+        help="finetuning.gate.EVAL_DISTRACTORS (not given: the default, 1000)",
     )
     # Not given: the default recipe's value (Hyperparameters).
     parser.add_argument("--loss", default="mnrl")

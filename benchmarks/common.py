@@ -21,7 +21,8 @@ import math
 import os
 import platform
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -129,3 +130,16 @@ def write_json(path: Path | None, figures: Any) -> None:
 def _plain(value: Any) -> Any:
     item = getattr(value, "item", None)  # numpy scalars
     return item() if callable(item) else str(value)
+
+
+@contextmanager
+def patched(module: Any, **values: Any) -> Iterator[None]:
+    """``module``'s constants set to ``values`` for the block."""
+    before = {name: getattr(module, name) for name in values}
+    for name, value in values.items():
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            setattr(module, name, value)

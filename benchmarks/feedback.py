@@ -591,7 +591,7 @@ def main() -> None:
         "stopping on the eval split, which keeps its best step)",
     )
     parser.add_argument(
-        "--eval-distractors", type=int, help="SBERT['TRAINING']['EVAL_DISTRACTORS'] (the gate)"
+        "--eval-distractors", type=int, help="finetuning.gate.EVAL_DISTRACTORS (the gate)"
     )
     add_json_option(parser)
     args = parser.parse_args()
@@ -603,10 +603,12 @@ def main() -> None:
         "AUTO_EMBED": False,
         "MODEL_DIR": tempfile.mkdtemp(prefix="sbert-bench-models-"),
     }
-    if args.eval_distractors is not None:
-        sbert["TRAINING"] = {"EVAL_DISTRACTORS": args.eval_distractors}
     setup_django(sbert)
     from django_sbert.conf import sbert_settings
+    from django_sbert.finetuning import gate
+
+    if args.eval_distractors is not None:
+        gate.EVAL_DISTRACTORS = args.eval_distractors
 
     if args.min_clients is None:
         args.min_clients = int(sbert_settings.FEEDBACK["MIN_CLIENTS"])

@@ -240,7 +240,7 @@ def scored_lists(queries: list, depth: int) -> tuple[list, list]:
 
     Article = article_model()
 
-    match, max_df = SEARCH_DEFAULTS["KEYWORD_MATCH"], SEARCH_DEFAULTS["KEYWORD_MAX_DF"]
+    match, max_df = SEARCH_DEFAULTS["KEYWORD"]["MATCH"], SEARCH_DEFAULTS["KEYWORD"]["MAX_DF"]
     vector, keyword = [], []
     for _, text, _ in queries:
         found = Article.objects.similar_to(text, k=depth)
@@ -460,11 +460,11 @@ def main() -> None:
     keys = ("match", "max_df", "rrf_k", "keyword_weight", "candidates")
     chosen = {k: best[k] for k in keys}
     defaults = (
-        SEARCH_DEFAULTS["KEYWORD_MATCH"],
-        SEARCH_DEFAULTS["KEYWORD_MAX_DF"],
-        SEARCH_DEFAULTS["RRF_K"],
-        SEARCH_DEFAULTS["KEYWORD_WEIGHT"],
-        SEARCH_DEFAULTS["CANDIDATES"],
+        SEARCH_DEFAULTS["KEYWORD"]["MATCH"],
+        SEARCH_DEFAULTS["KEYWORD"]["MAX_DF"],
+        SEARCH_DEFAULTS["FUSION"]["RRF_K"],
+        SEARCH_DEFAULTS["FUSION"]["KEYWORD_WEIGHT"],
+        SEARCH_DEFAULTS["FUSION"]["CANDIDATES"],
     )
     default = next((r for r in ranking if tuple(r[k] for k in keys) == defaults), None)
     print(f"chosen on dev: {chosen}\nthe library defaults give: {default}")

@@ -6,9 +6,9 @@ statistics costs writers, and how it ranks news.
    abstract-like rows made of ../shared/data's sentences (``benchmarks.hybrid.filler``). For
    the claims of the dev half of ``benchmarks.hybrid``'s split (seeded; nothing from
    ../shared/eval): ``keyword_search(text, match="any")[:10]`` with the default bounds
-   (``KEYWORD_CANDIDATE_ROWS``, ``BM25_RESCORE``) against the exact BM25 top 10 (every row
-   holding a query word scored exactly), as the share of the exact top 10 kept, nDCG@10 of
-   both, and the p50 of each.
+   (``query.options.KEYWORD_CANDIDATE_ROWS``, ``BM25_RESCORE``) against the exact BM25 top 10
+   (every row holding a query word scored exactly), as the share of the exact top 10 kept,
+   nDCG@10 of both, and the p50 of each.
 2. **Upkeep** (``--upkeep``): rows per second of the write paths on the same table with the
    statistics triggers (django_sbert/keyword/statistics.py) and without them (dropped):
    ``save()`` of new rows in transactions of 100, ``bulk_create`` of 1,000, ``update()`` of
@@ -32,22 +32,27 @@ import time
 
 import numpy as np
 
-from benchmarks.common import add_json_option, cpu_line, load_average, percentile, write_json
+from benchmarks.common import (
+    add_json_option,
+    cpu_line,
+    load_average,
+    patched,
+    percentile,
+    write_json,
+)
 from benchmarks.django_setup import article_model, setup_django
 
 
 def bounds(dev: list, ids: list[str], figures: dict) -> None:
-    from django.conf import settings
-    from django.test.utils import override_settings
-
     from benchmarks.hybrid import evaluate
+    from django_sbert.query import options
 
     Article = article_model()
 
-    def run(**search) -> tuple[list[list[str]], float]:
-        sbert = {**settings.SBERT, "SEARCH": {**settings.SBERT.get("SEARCH", {}), **search}}
+    def run(**constants) -> tuple[list[list[str]], float]:
+        """The dev queries' top 10, with query/options.py's constants as given."""
         runs, times = [], []
-        with override_settings(SBERT=sbert):
+        with patched(options, **constants):
             list(Article.objects.keyword_search("warm up", match="any")[:10])
             for _, text, _ in dev:
                 started = time.perf_counter()

@@ -219,7 +219,7 @@ def setup_django(threads: int, ef_search: int) -> None:
 
     configure(
         {
-            "ENCODERS": {"default": {"MODEL": MODEL, "THREADS": threads, "QUERY_THREADS": 1}},
+            "ENCODERS": {"default": {"MODEL": MODEL, "THREADS": threads}},
             "SEARCH": {"EF_SEARCH": ef_search},
             "AUTO_EMBED": False,
         },

@@ -63,9 +63,9 @@ KINDS = ("text", "similar", "hybrid")
 
 def configure(rows: int) -> None:
     sbert = {
-        "ENCODERS": {"default": {"MODEL": "all-MiniLM-L6-v2", "THREADS": 1, "QUERY_THREADS": 1}},
+        "ENCODERS": {"default": {"MODEL": "all-MiniLM-L6-v2", "THREADS": 1}},
         "AUTO_EMBED": False,
-        "API": {"THROTTLE_RATES": {"search": None}},
+        "RATES": {"search": None},
     }
     setup_django(
         sbert,
@@ -384,7 +384,7 @@ def idf_lookup(texts: list[str]) -> float:
             column,
             field.keyword_config,
             text,
-            float(sbert_settings.SEARCH["KEYWORD_MAX_DF"]),
+            float(sbert_settings.SEARCH["KEYWORD"]["MAX_DF"]),
         )
         times.append((time.perf_counter() - started) * 1000)
     return median(times)

@@ -111,7 +111,7 @@ def setup_django(
 ) -> None:
     from benchmarks.django_setup import setup_django as configure
 
-    encoder = {"MODEL": MODEL, "THREADS": threads, "QUERY_THREADS": query_threads}
+    encoder = {"MODEL": MODEL, "THREADS": threads}
     if quantize:
         encoder["QUANTIZE"] = quantize
     if compile is not None:  # else the default, "auto"
@@ -124,6 +124,9 @@ def setup_django(
     if ef_search is not None:  # else the library's default (SBERT["SEARCH"]["EF_SEARCH"])
         sbert["SEARCH"] = {"EF_SEARCH": ef_search}
     configure(sbert)
+    from django_sbert.serving import cache
+
+    cache.QUERY_THREADS = query_threads  # threads that encode one query
 
 
 def load_rows(vectors: np.ndarray, texts: list[str]) -> float:
@@ -159,8 +162,7 @@ def load_rows(vectors: np.ndarray, texts: list[str]) -> float:
 def run_size(
     n: int, all_vectors: np.ndarray, texts: list[str], queries: list[str], others: list[str]
 ) -> dict:
-    from django_sbert.conf import encoder_config
-    from django_sbert.serving import clear_query_cache, encode_query, encode_texts
+    from django_sbert.serving import cache, clear_query_cache, encode_query, encode_texts
     from django_sbert.serving.warmup import warm
 
     Article = article_model()
@@ -183,7 +185,7 @@ def run_size(
     # by text, whose pages are then in PostgreSQL's shared buffers. At 100k rows the index
     # outgrows the embedded server's 128 MB of buffers, so the repeat reads less.
     fresh_vectors = [encode_query(text) for text in others]
-    query_threads = encoder_config("default")["QUERY_THREADS"]
+    query_threads = cache.QUERY_THREADS
     total, fresh, repeat, after_search, found = [], [], [], [], []
     for text, other, other_text in zip(queries, fresh_vectors, others, strict=True):
         t0 = time.perf_counter()

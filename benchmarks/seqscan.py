@@ -1,6 +1,6 @@
 """Does a vector search use the HNSW index on a table of a few thousand rows? Both planner
 settings side by side: ``enable_seqscan`` on (PostgreSQL's choice) and off (what
-``SBERT["SEARCH"]["ENABLE_SEQSCAN"] = False`` sets for each search).
+``query.options.ENABLE_SEQSCAN = False`` sets for each search).
 
     flock /tmp/sbert-bench.lock .venv/bin/python -m benchmarks.seqscan --rows 5000
     python -m benchmarks.seqscan --rows 5000 --storage main   # vectors in the row
@@ -19,7 +19,7 @@ import os
 import statistics
 import time
 
-from benchmarks.common import add_json_option, cpu_line, p50_p99, write_json
+from benchmarks.common import add_json_option, cpu_line, p50_p99, patched, write_json
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -51,13 +51,11 @@ def main() -> None:
         with connection.cursor() as cursor:
             cursor.execute(f"SET enable_seqscan = {setting}")
 
-    from django.conf import settings
-    from django.test.utils import override_settings
+    from django_sbert.query import options
 
     # ENABLE_SEQSCAN True: the library leaves the session's setting, set here, alone.
-    sbert = {**settings.SBERT, "SEARCH": {"ENABLE_SEQSCAN": True}}
     runs = []
-    with override_settings(SBERT=sbert):
+    with patched(options, ENABLE_SEQSCAN=True):
         for setting in ("on", "off", "on", "off"):
             planner(setting)
             plan = Article.objects.similar_to(vectors[0])[:10].explain()

@@ -17,7 +17,7 @@ prefix match alone and over the longer ones that also encode.
 Quality (``--quality``, 5,000 rows only): for the claims of the 5,000 abstracts, at set prefix
 lengths, how often an abstract the claim cites is among the 5 suggestions: prefix match
 alone, vector search alone, and their fusion, so the length from which the vector side helps
-(``SBERT["SEARCH"]["SUGGEST_VECTOR_MIN_CHARS"]``) is measured, not guessed.
+(``query.suggest.VECTOR_MIN_CHARS``) is measured, not guessed.
 
     python -m benchmarks.suggest                      # 5,000 and 100,000 rows
     python -m benchmarks.suggest --rows 5000 --quality --claims 30 --repeats 3
@@ -26,6 +26,7 @@ alone, vector search alone, and their fusion, so the length from which the vecto
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import statistics
@@ -73,11 +74,11 @@ def prepare(rows: list[int], threads: int) -> None:
 def typing_latency(claims: list[str]) -> dict[str, list[float]]:
     """Milliseconds of each keystroke's suggest(), split by whether the text was encoded."""
     from benchmarks.django_setup import article_model
-    from django_sbert.conf import sbert_settings
+    from django_sbert.query.suggest import VECTOR_MIN_CHARS
     from django_sbert.serving import clear_query_cache
 
     Article = article_model()
-    vector_from = sbert_settings.SEARCH["SUGGEST_VECTOR_MIN_CHARS"]
+    vector_from = VECTOR_MIN_CHARS
     clear_query_cache()
     times: dict[str, list[float]] = defaultdict(list)
     for claim in claims:
@@ -96,12 +97,12 @@ def quality(claims: list[tuple[str, set[int]]]) -> list[dict]:
     """Success@5 per prefix length: prefix match, vector search, their fusion."""
     from benchmarks.django_setup import article_model
     from django_sbert.conf import sbert_settings
-    from django_sbert.query.suggest import fuse, prefix_matches
+    from django_sbert.query.suggest import CANDIDATES, fuse, prefix_matches
 
     Article = article_model()
     field = Article._meta.get_field("embedding")
-    rrf_k = float(sbert_settings.SEARCH["RRF_K"])
-    n = int(sbert_settings.SEARCH["SUGGEST_CANDIDATES"])
+    rrf_k = float(sbert_settings.SEARCH["FUSION"]["RRF_K"])
+    n = CANDIDATES
     hits: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for claim, relevant in claims:
         for length in QUALITY_LENGTHS:
@@ -158,17 +159,15 @@ def main() -> None:
 
     setup_django(args.threads, 1, None, None, None)  # QUERY_THREADS 1, the default path
     from benchmarks.django_setup import article_model
-    from django_sbert.conf import sbert_settings
     from django_sbert.serving.warmup import warm
 
-    search = sbert_settings.SEARCH
+    search = importlib.import_module("django_sbert.query.suggest")  # the module's constants
     claims = scifact_claims(args.claims * args.repeats)
     print(
         f"typing: {args.claims} SciFact training claims per run, every prefix one suggest(k={K}) "
         f"({sum(len(c) for c in claims[: args.claims])} keystrokes in the first run); "
-        f"SUGGEST_MIN_CHARS {search['SUGGEST_MIN_CHARS']}, SUGGEST_VECTOR_MIN_CHARS "
-        f"{search['SUGGEST_VECTOR_MIN_CHARS']}, SUGGEST_CANDIDATES "
-        f"{search['SUGGEST_CANDIDATES']}; {os.cpu_count()} CPUs, load average "
+        f"MIN_CHARS {search.MIN_CHARS}, VECTOR_MIN_CHARS {search.VECTOR_MIN_CHARS}, "
+        f"CANDIDATES {search.CANDIDATES} (query/suggest.py); {os.cpu_count()} CPUs, load average "
         f"{load_average()} at start"
     )
     results = []

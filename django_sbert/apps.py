@@ -9,8 +9,6 @@ from django.apps import AppConfig
 from django.db import DatabaseError, connections, transaction
 from django.db.models.signals import post_migrate, post_save, pre_migrate
 
-from .conf import sbert_settings
-
 logger = logging.getLogger(__name__)
 
 
@@ -100,6 +98,9 @@ def install_keyword_triggers(*, using: str = "default", **kwargs: Any) -> list[s
 
 # The statistics target PostgreSQL has for a column: NULL (PostgreSQL 17) or -1 (before) means
 # default_statistics_target; no row: no such table or column on this database.
+# Statistics target migrate gives each keyword column, so ANALYZE counts enough words to weigh
+# them (PostgreSQL's default, 100, leaves rare words unweighed).
+KEYWORD_STATISTICS: int | None = 1000  # None: leave PostgreSQL's
 _STATISTICS_SQL = """
 SELECT COALESCE(a.attstattarget, -1) FROM pg_attribute AS a
 WHERE a.attrelid = to_regclass(%s) AND a.attname = %s AND NOT a.attisdropped
@@ -108,7 +109,7 @@ WHERE a.attrelid = to_regclass(%s) AND a.attname = %s AND NOT a.attisdropped
 
 def set_keyword_statistics(*, using: str = "default", **kwargs: Any) -> list[tuple[str, str]]:
     """Give every keyword column (``EmbeddingField(keyword_search=True)``'s ``<name>_tsv``)
-    the statistics target ``SBERT["SEARCH"]["KEYWORD_STATISTICS"]``, after ``migrate``.
+    the statistics target ``KEYWORD_STATISTICS``, after ``migrate``.
 
     ``keyword_search(match="any")`` weighs each word by how rare it is, read from the lexeme
     frequencies ANALYZE keeps for the column (``pg_stats.most_common_elems``): about ten
@@ -121,7 +122,7 @@ def set_keyword_statistics(*, using: str = "default", **kwargs: Any) -> list[tup
     # Imported here: fields imports models, which Django loads after apps.py.
     from .fields import all_embedding_fields
 
-    target = sbert_settings.SEARCH.get("KEYWORD_STATISTICS")
+    target = KEYWORD_STATISTICS
     connection = connections[using]
     if target is None or connection.vendor != "postgresql":
         return []

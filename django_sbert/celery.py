@@ -21,26 +21,20 @@ Copy the sweep into your project's Celery configuration::
     from django_sbert.celery import SWEEP_SCHEDULE
     CELERY_BEAT_SCHEDULE = {"sbert-sweep": SWEEP_SCHEDULE}
 
-and the judgment lists' evaluation (quality over time), every
-``SBERT["EVALUATION"]["SCHEDULE_HOURS"]``::
+and the judgment lists' evaluation (quality over time), daily (``hours=`` another interval)::
 
     from django_sbert.celery import evaluation_schedule
-    entry = evaluation_schedule()          # None when SCHEDULE_HOURS is None
-    if entry:
-        app.conf.beat_schedule["sbert-evaluate"] = entry
+    app.conf.beat_schedule["sbert-evaluate"] = evaluation_schedule()
 
 and the search log's retention (``SBERT["FEEDBACK"]["RETENTION_DAYS"]``), daily::
 
     from django_sbert.celery import feedback_purge_schedule
     app.conf.beat_schedule["sbert-feedback-purge"] = feedback_purge_schedule()
 
-and the loop that learns from visitors' clicks, every ``SBERT["FEEDBACK"]["LOOP_HOURS"]``
-(docs/learning.md)::
+and the loop that learns from visitors' clicks, daily (docs/learning.md)::
 
     from django_sbert.celery import feedback_loop_schedule
-    entry = feedback_loop_schedule()       # None when LOOP_HOURS is None
-    if entry:
-        app.conf.beat_schedule["sbert-feedback-loop"] = entry
+    app.conf.beat_schedule["sbert-feedback-loop"] = feedback_loop_schedule()
 
 This module imports no Django model and no torch (``conf`` reads settings lazily), so a
 settings module may import it. The worker's per-process setup (torch threads, encoders loaded
@@ -90,17 +84,15 @@ SWEEP_SCHEDULE: dict[str, Any] = {
 
 
 def evaluation_schedule(
-    hours: float | None = None, queue: str | None = None
+    hours: float | None = 24.0, queue: str | None = None
 ) -> dict[str, Any] | None:
-    """A ``beat_schedule`` entry evaluating every judgment list every ``hours`` (default
-    ``SBERT["EVALUATION"]["SCHEDULE_HOURS"]``) on the training queue; None when that is None.
+    """A ``beat_schedule`` entry evaluating every judgment list every ``hours`` (daily) on the
+    training queue; None when ``hours`` is None.
 
     It expires after one interval, so a stopped worker does not come back to a pile of them.
     """
     if hours is None:
-        hours = sbert_settings.EVALUATION["SCHEDULE_HOURS"]
-        if hours is None:
-            return None
+        return None
     if queue is None:
         queue = sbert_settings.TRAINING["QUEUE"]
     every = float(hours) * 3600.0
@@ -128,17 +120,15 @@ def feedback_purge_schedule(every: float = 86400.0, queue: str | None = None) ->
 
 
 def feedback_loop_schedule(
-    hours: float | None = None, queue: str | None = None
+    hours: float | None = 24.0, queue: str | None = None
 ) -> dict[str, Any] | None:
-    """A ``beat_schedule`` entry running the feedback loop every ``hours`` (default
-    ``SBERT["FEEDBACK"]["LOOP_HOURS"]``) on the training queue; None when that is None.
+    """A ``beat_schedule`` entry running the feedback loop every ``hours`` (daily) on the
+    training queue; None when ``hours`` is None.
 
     It expires after one interval, so a stopped worker does not come back to a pile of them.
     """
     if hours is None:
-        hours = sbert_settings.FEEDBACK["LOOP_HOURS"]
-        if hours is None:
-            return None
+        return None
     if queue is None:
         queue = sbert_settings.TRAINING["QUEUE"]
     every = float(hours) * 3600.0

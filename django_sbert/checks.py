@@ -488,7 +488,11 @@ def check_retention(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> 
     nothing is ever deleted. A cron job calling ``sbert_feedback purge`` cannot be seen from
     here: silence the check then."""
     feedback = sbert_settings.FEEDBACK
-    if not feedback["LOG"] or feedback["RETENTION_DAYS"] is None or purge_scheduled() is not False:
+    if (
+        feedback["LOG"] is False
+        or feedback["RETENTION_DAYS"] is None
+        or purge_scheduled() is not False
+    ):
         return []
     return [
         checks.Warning(

@@ -83,8 +83,8 @@ class VersionUnavailable(ServiceUnavailable):
 
 
 class EncoderBusy(ServiceUnavailable):
-    """This host's query server has ``SBERT["QUERY_SERVER"]["MAX_QUEUE"]`` texts waiting
-    already; the search was refused at once rather than queued behind them.
+    """This host's query server has as many texts waiting as it holds (``sbert_query_server
+    --max-queue``); the search was refused at once rather than queued behind them.
 
     ``retry_after`` is the seconds a client should wait (the API's ``Retry-After``).
     """

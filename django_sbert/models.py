@@ -477,7 +477,7 @@ class SearchLog(models.Model):
 
     One insert per search: the results shown are a JSON list ``[[pk, position, score], ...]``
     (positions from 1), not rows of their own. ``client`` is a keyed hash of the session or
-    user, never an IP address; ``query`` is capped at ``FEEDBACK["MAX_QUERY_LENGTH"]``.
+    user, never an IP address; ``query`` is capped at ``feedback.log.MAX_QUERY_LENGTH``.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)

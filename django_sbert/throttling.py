@@ -5,8 +5,7 @@ classes over these functions), the search pages' (``views/search.py``, the same 
 API's ``search`` scope), the health view's, and the search log's and click events' budgets
 (``feedback/visitors.py``, which adds a network's budget)::
 
-    rate = health_rate()                               # "120/minute", or None: no limit
-    wait = throttle_wait(request, rate, "sbert-health", HEALTH_RATE_SETTING)
+    wait = throttle_wait(request, rate("health"), "sbert-health", rate_setting("health"))
     if wait is not None:                               # seconds until the client may ask again
         ...429 with Retry-After: wait
 
@@ -21,8 +20,8 @@ API's ``search`` scope), the health view's, and the search log's and click event
   cache under ``<prefix>:<sha256 of ident>``; a request past ``allowed`` is not recorded.
   ``count_all`` counts several identities in one read and one write (a client and its
   network, for the search log).
-* ``api_rate(scope)``, ``health_rate()``, ``feedback_rate(key)``: where each rate is read,
-  one function per group of settings.
+* ``rate(scope)``: ``SBERT["RATES"][scope]`` (``search``, ``health``, ``logging``...), read in
+  one place.
 """
 
 from __future__ import annotations
@@ -36,38 +35,20 @@ from typing import Any
 from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured
 
-from .conf import API_DEFAULTS, sbert_settings
+from .conf import sbert_settings
 
 PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}  # DRF's rate periods, by first letter
-HEALTH_RATE_SETTING = 'SBERT["HEALTH"]["THROTTLE_RATE"]'
 
 
-def api_rate(scope: str) -> str | None:
-    """The REST API's rate of ``scope`` (``SBERT["API"]["THROTTLE_RATES"]``, merged over the
-    defaults: a project naming one scope keeps the others'); None: no limit."""
-    rates = sbert_settings.API.get("THROTTLE_RATES") or {}
-    return rates[scope] if scope in rates else API_DEFAULTS["THROTTLE_RATES"].get(scope)
+def rate(scope: str) -> str | None:
+    """The rate of ``scope`` (``SBERT["RATES"]``, merged over the defaults: a project naming
+    one scope keeps the others'); None: no limit."""
+    return sbert_settings.RATES.get(scope)
 
 
-def api_rate_setting(scope: str) -> str:
-    """How ``api_rate(scope)``'s setting is written, for its error."""
-    return f'SBERT["API"]["THROTTLE_RATES"][{scope!r}]'
-
-
-def health_rate() -> str | None:
-    """The health view's rate (``SBERT["HEALTH"]["THROTTLE_RATE"]``); None: no limit."""
-    return sbert_settings.HEALTH["THROTTLE_RATE"]
-
-
-def feedback_rate(key: str) -> str | None:
-    """A rate of the search log (``SBERT["FEEDBACK"][key]``: ``CLIENT_RATE``,
-    ``CLICK_THROTTLE_RATE``); None: no limit."""
-    return sbert_settings.FEEDBACK[key]
-
-
-def feedback_rate_setting(key: str) -> str:
-    """How ``feedback_rate(key)``'s setting is written, for its error."""
-    return f'SBERT["FEEDBACK"]["{key}"]'
+def rate_setting(scope: str) -> str:
+    """How ``rate(scope)``'s setting is written, for its error."""
+    return f'SBERT["RATES"][{scope!r}]'
 
 
 def parse_rate(rate: str, setting: str) -> tuple[int, int]:

@@ -3,7 +3,6 @@ the host's query server (``django_sbert.serving.query_server``)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -16,24 +15,25 @@ READY = "Query server ready on"
 
 
 class QueryServerProcess(LoggedProcess):
-    """The server listening on ``socket``; ready when constructed. ``config`` is merged into
-    its ``SBERT["QUERY_SERVER"]`` (``tests/query_server_settings.py`` reads it)."""
+    """The server listening on ``socket``; ready when constructed. ``flags`` are the
+    command's (``max_queue=1``: ``--max-queue 1``)."""
 
     name = "query server"
 
-    def __init__(self, directory: Path, **config: Any) -> None:
+    def __init__(self, directory: Path, **flags: Any) -> None:
         self.socket = str(directory / "query.sock")
         self.log_path = directory / "query-server.log"
         environment = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "tests.query_server_settings",
             "DATABASE_URL": test_database_url(),
-            "SBERT_TEST_QUERY_SERVER": json.dumps(config),
         }
         command = [
             sys.executable, "-m", "django", "sbert_query_server",
             "--socket", self.socket, "--threads", "1",
         ]  # fmt: skip
+        for name, value in flags.items():
+            command += [f"--{name.replace('_', '-')}", str(value)]
         self.log = self.log_path.open("ab")
         self.start = self.log_path.stat().st_size  # a server started before wrote above this
         self.process = subprocess.Popen(

@@ -250,7 +250,7 @@ def test_e005_malformed_settings():
     with override_settings(
         SBERT={
             "ENCODERS": {"default": {"MODLE": "x"}},
-            "SEARCH": {"ITERATIVE_SCAN": "fast", "K": 0},
+            "SEARCH": {"EF_SEARCH": "fast", "K": 0},
             "QUEUES": "sbert",
         }
     ):
@@ -262,39 +262,33 @@ def test_e005_malformed_settings():
     assert check_settings() == []
 
 
-def test_e005_training_precision():
-    with override_settings(SBERT={"TRAINING": {"PRECISION": "fp16"}}):
+def test_e005_encoder_precision():
+    with override_settings(SBERT={"ENCODERS": {"default": {"PRECISION": "fp16"}}}):
         messages = check_settings()
     assert ids(messages) == ["django_sbert.E005"] and "'fp16'" in messages[0].msg
     assert "'auto'" in messages[0].hint
     for value in ("auto", "float32", "bfloat16"):
-        with override_settings(SBERT={"TRAINING": {"PRECISION": value}}):
+        with override_settings(SBERT={"ENCODERS": {"default": {"PRECISION": value}}}):
             assert check_settings() == []
 
 
 def test_e005_malformed_hybrid_settings():
     bad = {
-        "RRF_K": -1,
-        "CANDIDATES": 0,
-        "KEYWORD_MATCH": "some",
-        "KEYWORD_MAX_DF": 2,
-        "KEYWORD_MAX_ROWS": "all",
-        "KEYWORD_STATISTICS": 0,
+        "FUSION": {"RRF_K": -1, "CANDIDATES": 0},
+        "KEYWORD": {"MATCH": "some", "MAX_DF": 2},
     }
     with override_settings(SBERT={"SEARCH": bad}):
         messages = check_settings()
     text = " ".join(m.msg for m in messages)
-    assert set(ids(messages)) == {"django_sbert.E005"} and len(messages) == 6
+    assert set(ids(messages)) == {"django_sbert.E005"} and len(messages) == 4
     for problem in (
-        "'RRF_K'",
-        "'CANDIDATES'",
+        "['FUSION']['RRF_K']",
+        "['FUSION']['CANDIDATES']",
         "'some'",
-        "'KEYWORD_MAX_DF'",
-        "'KEYWORD_MAX_ROWS'",
-        "'KEYWORD_STATISTICS'",
+        "['KEYWORD']['MAX_DF']",
     ):
         assert problem in text
-    good = {"RRF_K": 10, "KEYWORD_MATCH": "all", "KEYWORD_STATISTICS": None}
+    good = {"FUSION": {"RRF_K": 10}, "KEYWORD": {"MATCH": "all"}}
     with override_settings(SBERT={"SEARCH": good}):
         assert check_settings() == []
 
@@ -314,8 +308,12 @@ MISSPELT = [
     ({"ENCODERS": {"default": {"BATCH_SIZ": 8}}}, "['BATCH_SIZ']", "BATCH_SIZE"),
     ({"SEARCH": {"EF_SERACH": 200}}, "SBERT['SEARCH']['EF_SERACH']", "EF_SEARCH"),
     ({"INDEX": {"MEMROY": "1GB"}}, "SBERT['INDEX']['MEMROY']", "MEMORY"),
-    ({"TRAINING": {"MINNING_ROWS": 10}}, "SBERT['TRAINING']['MINNING_ROWS']", "MINING_ROWS"),
-    ({"ADAPT": {"DOCUMENT": 10}}, "SBERT['ADAPT']['DOCUMENT']", "DOCUMENTS"),
+    (
+        {"TRAINING": {"STALLED_SECOND": 10}},
+        "SBERT['TRAINING']['STALLED_SECOND']",
+        "STALLED_SECONDS",
+    ),
+    ({"SEARCH": {"FUSION": {"RRF": 1}}}, "SBERT['SEARCH']['FUSION']['RRF']", "RRF_K"),
     ({"API": {"MAX_KK": 10}}, "SBERT['API']['MAX_KK']", "MAX_K"),
 ]
 
@@ -331,16 +329,16 @@ def test_e005_a_misspelt_key_in_every_group_names_the_closest(sbert_value, named
 def test_w003_an_earlier_spelling_still_works_and_says_its_new_name(recwarn):
     from django_sbert.conf import sbert_settings
 
-    earlier = {"TRAINING_QUEUE": "gpu-train", "INDEX_MEMORY": "2GB", "SKIPPED_RETRY_SECONDS": 5}
+    earlier = {"SEARCH": {"RRF_K": 60, "ITERATIVE_SCAN": "off"}, "API": {"DEFAULT_K": 7}}
     with override_settings(SBERT=earlier):
-        assert sbert_settings.TRAINING["QUEUE"] == "gpu-train"
-        assert sbert_settings.INDEX["MEMORY"] == "2GB"
+        assert sbert_settings.SEARCH["FUSION"]["RRF_K"] == 60
+        assert sbert_settings.SEARCH["K"] == 7
         messages = check_settings()
     assert ids(messages) == ["django_sbert.W003"] * 3
     text = " ".join(m.msg for m in messages)
-    assert "SBERT['TRAINING']['QUEUE']" in text and "SBERT['INDEX']['MEMORY']" in text
-    assert "'SKIPPED_RETRY_SECONDS'] is no longer a setting" in text
+    assert "SBERT['SEARCH']['FUSION']['RRF_K']" in text and "SBERT['SEARCH']['K']" in text
+    assert "'ITERATIVE_SCAN'] is no longer a setting" in text
     assert any(issubclass(w.category, DeprecationWarning) for w in recwarn)
     # the new spelling wins over the earlier one
-    with override_settings(SBERT={"TRAINING_QUEUE": "old", "TRAINING": {"QUEUE": "new"}}):
-        assert sbert_settings.TRAINING["QUEUE"] == "new"
+    with override_settings(SBERT={"SEARCH": {"RRF_K": 1, "FUSION": {"RRF_K": 5}}}):
+        assert sbert_settings.SEARCH["FUSION"]["RRF_K"] == 5

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -12,14 +13,14 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test.utils import override_settings
 
 from django_sbert.conf import DEFAULTS, SEARCH_DEFAULTS, encoder_config, sbert_settings
-from django_sbert.serving import encoder_dimensions, encoder_version, model_fingerprint
+from django_sbert.serving import cache, encoder_dimensions, encoder_version, model_fingerprint
 
 
 def test_defaults_and_project_overrides():
     assert sbert_settings.QUEUE == "sbert"
     assert sbert_settings.TRAINING["QUEUE"] == "sbert-train"
     assert sbert_settings.AUTO_EMBED is True
-    assert sbert_settings.QUERY_CACHE_SIZE == 256
+    assert cache.QUERY_CACHE_SIZE == 256
     assert DEFAULTS["SEARCH"] == sbert_settings.SEARCH
     assert (
         sbert_settings.ENCODERS["default"]["MODEL"]
@@ -116,3 +117,97 @@ def test_compile_setting_reaches_the_encoder_and_excludes_quantize(tiny_model_di
         ):
             encoder_config("default")
     assert encoder_config("default")["COMPILE"] is False  # the test settings opt out
+
+
+# -- the declaration's budget, and its check in every group --------------------------------
+
+
+def test_the_settings_stay_within_their_budget():
+    """At most BUDGET keys a project can set (an encoder's counted once): a new knob replaces
+    one, or becomes a module constant, an argument or a command's flag."""
+    from django_sbert.conf import BUDGET, leaf_count
+
+    assert BUDGET == 60
+    assert leaf_count() <= BUDGET, f"{leaf_count()} settings: the budget is {BUDGET}"
+
+
+def test_the_budget_counts_every_key_of_every_group():
+    from django_sbert.conf import TOP, leaf_count
+    from django_sbert.conf.schema import Group, PerName, Setting
+
+    def keys(item):
+        group = item.group if isinstance(item, PerName) else item
+        if isinstance(group, Setting):
+            return 1
+        return sum(keys(inner) if isinstance(inner, Group) else 1 for inner in group.keys.values())
+
+    assert leaf_count() == sum(keys(item) for item in TOP.values())
+    assert TOP["SEARCH"].keys["FUSION"].leaves() == 6  # a nested group's keys count one by one
+
+
+def _misspelt(path: str, group) -> tuple[dict, str, str]:
+    """The SBERT dict with the group's first key misspelt (a letter dropped), where the
+    message names it, and the key it must suggest."""
+    key = next(iter(group.keys))
+    typo = key[:-1] if len(key) > 2 else key + key[-1]
+    names = re.findall(r"\['([^']+)'\]", path)
+    value: dict = {typo: 1}
+    for name in reversed(names):
+        value = {name: value}
+    return value, f"{path}[{typo!r}]".replace("SBERT", "", 1), key
+
+
+def _groups():
+    from django_sbert.conf import groups
+
+    return groups()
+
+
+@pytest.mark.parametrize(("path", "group"), _groups(), ids=[path for path, _ in _groups()])
+def test_e005_names_the_closest_key_in_every_group(path, group):
+    """A typo in any group of the declaration, present or future, is E005 with its path and the
+    key it most likely meant."""
+    from django_sbert.checks import check_settings
+
+    value, named, meant = _misspelt(path, group)
+    with override_settings(SBERT=value):
+        messages = check_settings()
+    assert [m.id for m in messages] == ["django_sbert.E005"], messages
+    assert named in messages[0].msg and f"did you mean {meant!r}?" in messages[0].msg
+
+
+def test_every_group_of_the_declaration_is_checked():
+    from django_sbert.conf import TOP
+
+    paths = {path for path, _ in _groups()}
+    tops = {name for name, item in TOP.items() if not hasattr(item, "rule")}
+    assert {re.findall(r"\['([^']+)'\]", path)[0] for path in paths} == tops
+    assert "SBERT['SEARCH']['FUSION']" in paths and "SBERT['SEARCH']['KEYWORD']" in paths
+
+
+# -- one vocabulary for a bounded option: the pair options, declared once ------------------
+
+BAD_PAIR_VALUES = {"min_clients": 0, "min_relevance": 1.5, "negatives": "random", "eval_share": 0.6}
+
+
+def test_the_pair_options_are_declared_once():
+    """Their defaults are the FEEDBACK keys', and the settings' rule, the admin's form, the
+    command's flags and feedback.pairs refuse the same values."""
+    from django.core.management import CommandError, call_command
+
+    from django_sbert.admin.feedback import PairsForm
+    from django_sbert.conf.declaration import FEEDBACK, PAIR_OPTION
+    from django_sbert.feedback.pairs import pair_options
+
+    for name, bad in BAD_PAIR_VALUES.items():
+        option, setting = PAIR_OPTION[name], FEEDBACK.keys[name.upper()]
+        assert setting.default == option.default == DEFAULTS["FEEDBACK"][name.upper()]
+        assert option.problem(option.default) is None and setting.rule.test(option.default)
+        assert option.problem(bad) and not setting.rule.test(bad)
+        with pytest.raises(ValueError, match=name):
+            pair_options(**{name: bad})
+        with pytest.raises(CommandError, match=option.flag):
+            call_command("sbert_make_pairs", "--from-events", option.flag, str(bad))
+        if name in PairsForm.base_fields:
+            assert not PairsForm({name: bad}).is_valid()
+            assert PairsForm({name: option.default}).is_valid()

@@ -6,13 +6,14 @@ kind of write."""
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
-from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import connection
-from django.test.utils import override_settings
 
+from django_sbert import apps
 from django_sbert.apps import set_keyword_statistics
 from django_sbert.keyword import statistics
 from django_sbert.keyword.tsquery import clear_statistics_cache, column_statistics
@@ -32,22 +33,26 @@ def statistics_target() -> int:
         return cursor.fetchone()[0]
 
 
-def search_settings(**values) -> dict:
-    return {**settings.SBERT, "SEARCH": {**settings.SBERT.get("SEARCH", {}), **values}}
+@contextmanager
+def statistics_target_of_migrate(value: int | None) -> Iterator[None]:
+    """``apps.KEYWORD_STATISTICS``, the target migrate gives keyword columns, set to ``value``."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(apps, "KEYWORD_STATISTICS", value)
+        yield
 
 
 @pytest.mark.django_db
-def test_migrate_gave_the_keyword_column_the_settings_statistics_target():
+def test_migrate_gave_the_keyword_column_its_statistics_target():
     assert statistics_target() == 1000  # the test database was migrated: post_migrate ran
     assert set_keyword_statistics(using="default") == []  # nothing left to change
 
 
 @pytest.mark.django_db
 def test_a_changed_setting_is_applied_and_none_leaves_the_column_alone():
-    with override_settings(SBERT=search_settings(KEYWORD_STATISTICS=250)):
+    with statistics_target_of_migrate(250):
         assert (TABLE, COLUMN) in set_keyword_statistics(using="default")
         assert statistics_target() == 250
-    with override_settings(SBERT=search_settings(KEYWORD_STATISTICS=None)):
+    with statistics_target_of_migrate(None):
         assert set_keyword_statistics(using="default") == []
         assert statistics_target() == 250
 
@@ -67,7 +72,7 @@ def test_analyze_then_counts_the_rows_of_more_words():
         freqs, _ = column_statistics(connection, TABLE, COLUMN)
         return len(freqs)
 
-    with override_settings(SBERT=search_settings(KEYWORD_STATISTICS=100)):
+    with statistics_target_of_migrate(100):
         set_keyword_statistics(using="default")
         few = counted()
     set_keyword_statistics(using="default")  # back to the default, 1000
@@ -83,7 +88,7 @@ def test_a_role_that_cannot_alter_the_table_gets_a_warning_and_migrate_goes_on(c
         cursor.execute(f"GRANT SELECT ON {TABLE} TO sbert_test_reader")
         cursor.execute("SET LOCAL ROLE sbert_test_reader")
     try:
-        with override_settings(SBERT=search_settings(KEYWORD_STATISTICS=300)):
+        with statistics_target_of_migrate(300):
             assert set_keyword_statistics(using="default") == []
     finally:
         with connection.cursor() as cursor:

@@ -38,7 +38,6 @@ FLOORS = {
     **dict.fromkeys(
         (
             "django_sbert.conf",
-            "django_sbert.settings_schema",
             "django_sbert.exceptions",
             "django_sbert.throttling",
             "django_sbert.models",

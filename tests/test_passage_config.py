@@ -9,6 +9,7 @@ from django.test.utils import isolate_apps
 
 from django_sbert.fields import EmbeddingField
 from django_sbert.passages import PassageConfig, passage_limit
+from django_sbert.passages import config as passage_config
 from tests.testapp.models import Article, Report
 
 
@@ -86,14 +87,11 @@ def test_deconstruct_writes_passages_only_when_set():
     assert EmbeddingField(source=("a",), passages=True).deconstruct()[3]["passages"] is True
 
 
-def test_max_passages_holds_the_text_of_max_chunks_windows(settings):
+def test_max_passages_holds_the_text_of_max_chunks_windows(monkeypatch):
     # The tiny model reads 64 tokens; MAX_CHUNKS is 64: 64 x 64 tokens, 18 new ones each.
     config = PassageConfig(max_tokens=24, overlap=6)
     assert passage_limit(config, "default") == 228  # ceil(4096 / 18)
     assert passage_limit(PassageConfig(max_passages=5), "default") == 5
     assert passage_limit(PassageConfig(max_tokens=None, overlap=0), "default") == 64
-    settings.SBERT = {
-        **settings.SBERT,
-        "ENCODERS": {"default": {**settings.SBERT["ENCODERS"]["default"], "MAX_CHUNKS": 2}},
-    }
+    monkeypatch.setattr(passage_config, "MAX_CHUNKS", 2)
     assert passage_limit(config, "default") == 8  # ceil(128 / 18)

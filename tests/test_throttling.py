@@ -32,8 +32,8 @@ def test_a_rate_is_requests_and_seconds(rate, parsed):
 
 @pytest.mark.parametrize("rate", ["60", "sixty/minute", "60/fortnight", "-1/minute", "６/minute"])
 def test_a_malformed_rate_names_its_setting(rate):
-    with pytest.raises(ImproperlyConfigured, match=r'SBERT\["HEALTH"\]\["THROTTLE_RATE"\]'):
-        parse_rate(rate, throttling.HEALTH_RATE_SETTING)
+    with pytest.raises(ImproperlyConfigured, match=r"SBERT\[\"RATES\"\]\['health'\]"):
+        parse_rate(rate, throttling.rate_setting("health"))
 
 
 @pytest.mark.django_db
@@ -76,15 +76,9 @@ def test_a_window_slides():
     assert count("p", "c", 1, 1) is None
 
 
-def test_each_group_of_rates_is_read_in_one_place(settings):
-    settings.SBERT = {
-        **settings.SBERT,
-        "API": {"THROTTLE_RATES": {"search": "7/minute"}},
-        "HEALTH": {"THROTTLE_RATE": "8/minute"},
-        "FEEDBACK": {"CLIENT_RATE": "9/minute"},
-    }
-    assert throttling.api_rate("search") == "7/minute"
-    assert throttling.api_rate("suggest") == "600/minute"  # merged: the other scopes keep theirs
-    assert throttling.health_rate() == "8/minute"
-    assert throttling.feedback_rate("CLIENT_RATE") == "9/minute"
-    assert throttling.feedback_rate("CLICK_THROTTLE_RATE") == "120/minute"
+def test_every_rate_is_read_in_one_place(settings):
+    settings.SBERT = {**settings.SBERT, "RATES": {"search": "7/minute", "health": "8/minute"}}
+    assert throttling.rate("search") == "7/minute"
+    assert throttling.rate("suggest") == "600/minute"  # merged: the other scopes keep theirs
+    assert throttling.rate("health") == "8/minute"
+    assert throttling.rate("logging") == "60/minute"

@@ -52,7 +52,6 @@ SBERT = {
         "default": {
             "MODEL": os.environ.get("SBERT_MODEL", "all-MiniLM-L6-v2"),
             "THREADS": int(os.environ.get("SBERT_THREADS", "1")),
-            "QUERY_THREADS": 1,
             "PRECISION": os.environ.get("SBERT_PRECISION") or "auto",
             "QUERY_RUNTIME": os.environ.get("SBERT_QUERY_RUNTIME") or "auto",
         }
@@ -60,7 +59,7 @@ SBERT = {
     "MODEL_DIR": os.environ["SBERT_MODEL_DIR"],
     "MODEL_CACHE": os.environ.get("SBERT_MODEL_CACHE") or None,
     "SEARCH": {"DATABASE": "replica"},
-    "API": {"THROTTLE_RATES": {"search": None}},  # the load client is one address
+    "RATES": {"search": None},  # the load client is one address
     "QUERY_SERVER": {"SOCKET": os.environ.get("SBERT_QUERY_SOCKET") or None},
 }
 

@@ -21,8 +21,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ..conf import sbert_settings
+from ..conf.declaration import PAIR_OPTION
 from ..feedback import analytics, loop
-from ..feedback.pairs import NEGATIVE_CHOICES, behaviour_pairs
+from ..feedback.pairs import behaviour_pairs
 from ..models import SearchLog
 from .display import progress_bar
 from .mixins import page_urls, render_page, require_permission
@@ -64,11 +65,16 @@ class AnalyticsFilter(forms.Form):
 
 
 class PairsForm(forms.Form):
-    """Options of "Make training pairs from these clicks" (defaults: ``SBERT["FEEDBACK"]``)."""
+    """Options of "Make training pairs from these clicks": ``PAIR_OPTIONS`` but the eval
+    share (initial values: ``SBERT["FEEDBACK"]``)."""
 
-    min_clients = forms.IntegerField(min_value=1, required=False)
-    min_relevance = forms.FloatField(min_value=0, max_value=1, required=False)
-    negatives = forms.ChoiceField(choices=[(n, n) for n in NEGATIVE_CHOICES], required=False)
+    @staticmethod
+    def initial_values() -> dict[str, Any]:
+        return {name: sbert_settings.FEEDBACK[name.upper()] for name in FORM_PAIR_OPTIONS}
+
+
+FORM_PAIR_OPTIONS = ("min_clients", "min_relevance", "negatives")
+PairsForm.base_fields.update({name: PAIR_OPTION[name].form_field() for name in FORM_PAIR_OPTIONS})
 
 
 @admin.register(SearchLog)
@@ -117,13 +123,7 @@ class SearchLogAdmin(SearchLogListAdmin):
             "feedback/analytics.html",
             "What people look for",
             form=form,
-            pairs_form=PairsForm(
-                initial={
-                    "min_clients": sbert_settings.FEEDBACK["MIN_CLIENTS"],
-                    "min_relevance": sbert_settings.FEEDBACK["MIN_RELEVANCE"],
-                    "negatives": sbert_settings.FEEDBACK["NEGATIVES"],
-                }
-            ),
+            pairs_form=PairsForm(initial=PairsForm.initial_values()),
             window=window,
             summary=analytics.summary(window),
             top=analytics.top_queries(window),
@@ -145,13 +145,10 @@ class SearchLogAdmin(SearchLogListAdmin):
         if not options.is_valid():
             self.message_user(request, f"Not made: {options.errors.as_text()}", messages.ERROR)
             return HttpResponseRedirect(url)
+        given = {name: options.cleaned_data[name] for name in FORM_PAIR_OPTIONS}
+        chosen = {name: value for name, value in given.items() if value not in (None, "")}
         report = behaviour_pairs(
-            window.since,
-            window.until,
-            model_label=window.model_label or None,
-            min_clients=options.cleaned_data["min_clients"],
-            min_relevance=options.cleaned_data["min_relevance"],
-            negatives=options.cleaned_data["negatives"] or None,
+            window.since, window.until, model_label=window.model_label or None, **chosen
         )
         level = messages.SUCCESS if report.created else messages.WARNING
         self.message_user(request, f"Training pairs from clicks: {report.describe()}.", level)

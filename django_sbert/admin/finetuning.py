@@ -26,7 +26,7 @@ from ..finetuning import pairs as pair_io
 from ..finetuning import runs
 from ..finetuning.errors import error_for, error_message
 from ..finetuning.examples import default_loss
-from ..finetuning.options import OPTIONS, Hyperparameters, TrainingOption
+from ..finetuning.options import OPTIONS, Hyperparameters
 from ..finetuning.queues import training_worker_hint
 from ..models import (
     EncoderVersion,
@@ -50,22 +50,6 @@ __all__ = ["TrainingPairAdmin", "TrainingRunAdmin"]
 # --- training pairs -------------------------------------------------------------------------
 
 
-def option_form_field(option: TrainingOption) -> forms.Field:
-    """The form field of one training option (``finetuning.options.OPTIONS``): its bounds, its
-    default as the initial value; left empty, a number takes its default."""
-    if option.choices:
-        choices = [(name, name) for name in option.choices]
-        return forms.ChoiceField(choices=choices, help_text=option.help_text)
-    if option.type is bool:
-        return forms.BooleanField(
-            required=False, initial=option.default, help_text=option.help_text
-        )
-    number = forms.IntegerField if option.type is int else forms.FloatField
-    return number(
-        required=False, initial=option.default, help_text=option.help_text, **option.field_bounds()
-    )
-
-
 class FineTuneForm(forms.Form):
     """The confirmation page of "Fine-tune encoder on selected pairs": the encoder, then one
     field per training option."""
@@ -84,7 +68,7 @@ class FineTuneForm(forms.Form):
 
 
 # Declared like the encoder field, in OPTIONS' order: every form copies base_fields.
-FineTuneForm.base_fields.update({option.name: option_form_field(option) for option in OPTIONS})
+FineTuneForm.base_fields.update({option.name: option.form_field() for option in OPTIONS})
 
 
 class ImportPairsForm(forms.Form):
@@ -105,7 +89,7 @@ class ImportPairsForm(forms.Form):
     )
 
     def clean_file(self) -> Any:
-        """Refuse a file over ``SBERT["TRAINING"]["PAIRS_MAX_FILE_BYTES"]`` before it is read."""
+        """Refuse a file over ``finetuning.pairs.MAX_FILE_BYTES`` before it is read."""
         upload = self.cleaned_data["file"]
         try:
             pair_io.check_file_size(upload.size)

@@ -167,7 +167,8 @@ class EmbeddingAdminMixin:
 
     def adapt_encoder(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
         """Queue a run on the text of every row of this model ("adapt to our content"), with
-        ``SBERT["ADAPT"]``'s recipe (pseudo-queries cut from the text, by default)."""
+        the content recipe (``finetuning.options.ADAPT_LOSS``: pseudo-queries cut from the
+        text)."""
         refs = field_refs(self.model)
         ref = next((r for r in refs if r.name == self.embedding_field), refs[0] if refs else None)
         if ref is None:

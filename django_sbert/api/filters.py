@@ -13,7 +13,7 @@
 ``GET /articles/?semantic=rising+interest+rates&category=economy&page=2`` filters with the other
 backends, then orders the remaining rows by cosine similarity to the text (nearest first,
 annotated ``similarity``); rows without an embedding are left out. The view's paginator pages
-through the top ``SBERT["API"]["FILTER_MAX_K"]`` rows of the ranking (default ``MAX_K``, 100):
+through the top ``SBERT["API"]["MAX_K"]`` rows of the ranking (100):
 its count is at most that, and a page past them is 404, so no request ranks (or counts) the
 whole table. An unpaginated view gets the top ``semantic_search_k`` rows (default
 SBERT["SEARCH"]["K"]). Put it last in ``filter_backends``: a backend after it that orders
@@ -34,6 +34,7 @@ from rest_framework.pagination import LimitOffsetPagination, PageNumberPaginatio
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
+from ..conf import sbert_settings
 from .registry import as_semantic
 from .settings import api_settings
 
@@ -53,11 +54,11 @@ class SemanticSearchFilter(BaseFilterBackend):
         text = request.query_params.get(param, "").strip()
         if not text:
             return None
-        limit = int(api_settings.MAX_QUERY_LENGTH)
+        limit = int(sbert_settings.SEARCH["MAX_QUERY_LENGTH"])
         if len(text) > limit:
             raise ValidationError(
                 {
-                    param: f"Longer than {limit} characters (SBERT['API']['MAX_QUERY_LENGTH']); "
+                    param: f"Longer than {limit} characters (SBERT['SEARCH']['MAX_QUERY_LENGTH']); "
                     "shorten the search text."
                 }
             )
@@ -112,15 +113,14 @@ class SemanticSearchFilter(BaseFilterBackend):
         if first is not None and first >= depth:
             raise NotFound(
                 f"Invalid page: results of ?{self._param(view)}= end at row {depth} "
-                "(SBERT['API']['FILTER_MAX_K']); search more precisely instead of paging on."
+                "(SBERT['API']['MAX_K']); search more precisely instead of paging on."
             )
         return ranked[:depth]
 
     @staticmethod
     def max_depth() -> int:
-        """Rows a client can page through: SBERT["API"]["FILTER_MAX_K"], else MAX_K."""
-        depth = api_settings.FILTER_MAX_K
-        return int(api_settings.MAX_K if depth is None else depth)
+        """Rows a client can page through: SBERT["API"]["MAX_K"]."""
+        return int(api_settings.MAX_K)
 
     def _param(self, view: APIView) -> str:
         return getattr(view, "semantic_search_param", self.search_param)
@@ -133,7 +133,10 @@ class SemanticSearchFilter(BaseFilterBackend):
                 "required": False,
                 "in": "query",
                 "description": self.search_description,
-                "schema": {"type": "string", "maxLength": int(api_settings.MAX_QUERY_LENGTH)},
+                "schema": {
+                    "type": "string",
+                    "maxLength": int(sbert_settings.SEARCH["MAX_QUERY_LENGTH"]),
+                },
             }
         ]
 

@@ -30,7 +30,6 @@ from ..finetuning.options import (
     OPTION_NAMES,
     OPTIONS,
     Hyperparameters,
-    TrainingOption,
     adapt_hyperparameters,
 )
 from ..models import EncoderVersion, TrainingPair, TrainingRun, VersionStatus
@@ -260,21 +259,6 @@ class TrainingRunSerializer(StoredErrorMixin, serializers.ModelSerializer):
         return version.first()
 
 
-def option_serializer_field(option: TrainingOption) -> serializers.Field:
-    """The API field of one training option (``finetuning.options.OPTIONS``): its bounds, and
-    its default when left out (an option whose default is decided later may also be null)."""
-    if option.default is None:
-        given: dict[str, Any] = {"required": False, "allow_null": True}
-    else:
-        given = {"default": option.default}
-    if option.choices:
-        return serializers.ChoiceField(choices=option.choices, help_text=option.help_text, **given)
-    if option.type is bool:
-        return serializers.BooleanField(help_text=option.help_text, **given)
-    number = serializers.IntegerField if option.type is int else serializers.FloatField
-    return number(help_text=option.help_text, **given, **option.field_bounds())
-
-
 class TrainingRunRequestSerializer(serializers.Serializer):
     encoder = serializers.CharField(default="default", max_length=100)
     pairs = serializers.ListField(
@@ -295,7 +279,7 @@ class TrainingRunRequestSerializer(serializers.Serializer):
     def get_fields(self) -> dict[str, serializers.Field]:
         """The request's fields, then one per training option (``finetuning.options``)."""
         fields = super().get_fields()
-        fields.update({option.name: option_serializer_field(option) for option in OPTIONS})
+        fields.update({option.name: option.serializer_field() for option in OPTIONS})
         return fields
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:

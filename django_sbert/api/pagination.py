@@ -16,7 +16,8 @@ from .settings import api_settings
 
 
 class SearchPagination(PageNumberPagination):
-    """``?page=`` and ``?page_size=``, sized by SBERT["API"]["PAGE_SIZE"] / ["MAX_PAGE_SIZE"]."""
+    """``?page=`` and ``?page_size=``, sized by SBERT["API"]["PAGE_SIZE"], at most
+    ``api_settings.MAX_PAGE_SIZE`` (100)."""
 
     page_size_query_param = "page_size"
 

@@ -1,4 +1,4 @@
-"""A JSON parser that refuses bodies over SBERT["API"]["MAX_BODY_BYTES"] with 413.
+"""A JSON parser that refuses bodies over ``api_settings.MAX_BODY_BYTES`` (2 MiB) with 413.
 
 Django's DATA_UPLOAD_MAX_MEMORY_SIZE guards ``request.body`` and form data, but DRF's parsers
 read the request stream directly, so a JSON body of any size would be read into memory.
@@ -35,7 +35,7 @@ class BoundedJSONParser(JSONParser):
         limit = int(api_settings.MAX_BODY_BYTES)
         message = (
             f"Request body too large: the limit is {limit} bytes "
-            "(SBERT['API']['MAX_BODY_BYTES']). Send fewer or shorter texts per request."
+            "(api_settings.MAX_BODY_BYTES). Send fewer or shorter texts per request."
         )
         request = (parser_context or {}).get("request")
         declared = request.META.get("CONTENT_LENGTH") if request is not None else None

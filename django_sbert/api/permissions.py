@@ -1,9 +1,10 @@
 """Permission classes for the sbert API.
 
 search/ and similar/ use the classes a model was registered with (``register(...,
-permission_classes=[...])``), else SBERT["API"]["SEARCH_PERMISSION_CLASSES"], else the project's
-REST_FRAMEWORK["DEFAULT_PERMISSION_CLASSES"]. embed/ uses SBERT["API"]["EMBED_PERMISSION_CLASSES"]
-(authenticated users by default: encoding costs CPU and the encoder is the site's own).
+permission_classes=[...])``), else SBERT["API"]["PERMISSION_CLASSES"]["search"], else the
+project's REST_FRAMEWORK["DEFAULT_PERMISSION_CLASSES"]. embed/ uses
+SBERT["API"]["PERMISSION_CLASSES"]["embed"] (authenticated users by default: encoding costs CPU
+and the encoder is the site's own).
 """
 
 from __future__ import annotations

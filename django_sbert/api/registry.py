@@ -82,10 +82,11 @@ class SearchEntry:
         return as_semantic(queryset)
 
     def get_permissions(self) -> list[BasePermission]:
-        """Per-model classes, else SBERT["API"]["SEARCH_PERMISSION_CLASSES"], else DRF's."""
+        """Per-model classes, else SBERT["API"]["PERMISSION_CLASSES"]["search"], else
+        DRF's."""
         classes = self.permission_classes
         if classes is None:
-            classes = api_settings.SEARCH_PERMISSION_CLASSES
+            classes = api_settings.PERMISSION_CLASSES["search"]
         if classes is None:
             classes = drf_settings.DEFAULT_PERMISSION_CLASSES
         return [permission() for permission in classes]
@@ -112,7 +113,7 @@ class SearchRegistry:
         built from it); ``serializer_class`` replaces it when you need more control. One of the
         two is required. ``queryset`` is a QuerySet, a Manager, or a callable taking the request
         and returning a QuerySet (per-user visibility); default: every row.
-        ``permission_classes`` default to SBERT["API"]["SEARCH_PERMISSION_CLASSES"].
+        ``permission_classes`` default to SBERT["API"]["PERMISSION_CLASSES"]["search"].
         ``passages``: whether results of a field with ``passages=`` show the best passage (its
         text is a piece of the field's source text). None: only when every source field is
         among ``fields``, so a passage never shows text the listed fields do not.

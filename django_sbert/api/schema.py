@@ -90,14 +90,14 @@ if HAS_SPECTACULAR:
         """GET schema/: the OpenAPI 3 document of the sbert endpoints (YAML or ?format=json).
 
         Throttled by the ``schema`` rate; who may read it is
-        SBERT["API"]["SCHEMA_PERMISSION_CLASSES"] (None: drf-spectacular's SERVE_PERMISSIONS).
+        SBERT["API"]["PERMISSION_CLASSES"]["schema"] (None: drf-spectacular's SERVE_PERMISSIONS).
         """
 
         generator_class = SbertSchemaGenerator
         throttle_classes = [SchemaRateThrottle]
 
         def get_permissions(self) -> list[Any]:
-            classes = api_settings.SCHEMA_PERMISSION_CLASSES
+            classes = api_settings.PERMISSION_CLASSES["schema"]
             if classes is None:
                 return super().get_permissions()
             return [permission() for permission in classes]
@@ -122,7 +122,7 @@ else:  # pragma: no cover - exercised only without drf-spectacular
         throttle_classes = [SchemaRateThrottle]
 
         def get_permissions(self) -> list[Any]:
-            classes = api_settings.SCHEMA_PERMISSION_CLASSES
+            classes = api_settings.PERMISSION_CLASSES["schema"]
             return [permission() for permission in classes or []]
 
         def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Response:

@@ -18,7 +18,7 @@ from rest_framework.fields import SkipField
 
 from ..conf import sbert_settings
 from .schema import extend_schema_field
-from .settings import api_settings
+from .settings import APISettings, api_settings
 
 
 class StrictCharField(serializers.CharField):
@@ -85,7 +85,7 @@ class SimilarQuerySerializer(serializers.Serializer):
     k = serializers.IntegerField(
         required=False,
         min_value=1,
-        help_text="Number of results in all pages together (default SBERT['API']['DEFAULT_K']).",
+        help_text="Number of results in all pages together (default SBERT['SEARCH']['K']).",
     )
     min_similarity = FiniteFloatField(
         required=False,
@@ -119,7 +119,7 @@ class SimilarQuerySerializer(serializers.Serializer):
         )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        attrs.setdefault("k", int(api_settings.DEFAULT_K or sbert_settings.SEARCH["K"]))
+        attrs.setdefault("k", int(sbert_settings.SEARCH["K"] or api_settings.MAX_K))
         return attrs
 
 
@@ -163,14 +163,14 @@ class SearchQuerySerializer(SimilarQuerySerializer):
         if data is not None and data.get("mode") == "":  # ?mode= means the default
             kwargs["data"] = {key: value for key, value in data.items() if key != "mode"}
         super().__init__(*args, **kwargs)
-        limit = int(api_settings.MAX_QUERY_LENGTH)
+        limit = int(sbert_settings.SEARCH["MAX_QUERY_LENGTH"])
         q = self.fields["q"]
         q.max_length = limit
         q.validators.append(
             MaxLengthValidator(
                 limit,
                 message=f"q is longer than {limit} characters "
-                "(SBERT['API']['MAX_QUERY_LENGTH']); shorten the search text.",
+                "(SBERT['SEARCH']['MAX_QUERY_LENGTH']); shorten the search text.",
             )
         )
 
@@ -349,15 +349,14 @@ class SuggestQuerySerializer(serializers.Serializer):
         allow_blank=True,
         trim_whitespace=False,  # a trailing space says the last word is finished
         help_text="The text typed so far; the last word, unless followed by a space, is read "
-        "as a prefix. Shorter than SBERT['SEARCH']['SUGGEST_MIN_CHARS'] (spaces aside): no "
-        "suggestions.",
+        "as a prefix. Shorter than 2 characters (spaces aside): no suggestions.",
         error_messages={"required": "Pass the text typed so far as ?q=..."},
     )
     k = serializers.IntegerField(
         required=False,
         min_value=1,
-        help_text="Number of suggestions (default SBERT['SEARCH']['SUGGEST_K'], at most "
-        "SBERT['API']['SUGGEST_MAX_K']).",
+        help_text="Number of suggestions (default SBERT['SEARCH']['SUGGEST']['K'], at most "
+        f"{APISettings.SUGGEST_MAX_K}).",
     )
     field = serializers.CharField(
         required=False, help_text="Which EmbeddingField to search when the model has several."
@@ -375,11 +374,7 @@ class SuggestQuerySerializer(serializers.Serializer):
         max_k = int(api_settings.SUGGEST_MAX_K)
         k = self.fields["k"]
         k.max_value = max_k
-        k.validators.append(
-            MaxValueValidator(
-                max_k, message=f"k must be at most {max_k} (SBERT['API']['SUGGEST_MAX_K'])."
-            )
-        )
+        k.validators.append(MaxValueValidator(max_k, message=f"k must be at most {max_k}."))
         limit = int(api_settings.SUGGEST_MAX_QUERY_LENGTH)
         q = self.fields["q"]
         q.max_length = limit
@@ -387,13 +382,12 @@ class SuggestQuerySerializer(serializers.Serializer):
             MaxLengthValidator(
                 limit,
                 message=f"q is longer than {limit} characters "
-                "(SBERT['API']['SUGGEST_MAX_QUERY_LENGTH']); suggestions are for a search box: "
-                "search/ takes longer texts.",
+                "; suggestions are for a search box: search/ takes longer texts.",
             )
         )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        attrs.setdefault("k", int(sbert_settings.SEARCH["SUGGEST_K"]))
+        attrs.setdefault("k", int(sbert_settings.SEARCH["SUGGEST"]["K"]))
         return attrs
 
 
@@ -484,8 +478,8 @@ class EmbedRequestSerializer(NoUnknownKeysMixin, serializers.Serializer):
     texts = serializers.ListField(
         child=StrictCharField(trim_whitespace=False, allow_blank=False),
         allow_empty=False,
-        help_text="The texts to encode (at most SBERT['API']['EMBED_MAX_TEXTS'], each at most "
-        "SBERT['API']['EMBED_MAX_TEXT_LENGTH'] characters).",
+        help_text=f"The texts to encode (at most {APISettings.EMBED_MAX_TEXTS}, each at most "
+        f"{APISettings.EMBED_MAX_TEXT_LENGTH} characters).",
     )
     normalize = StrictBooleanField(
         default=True, help_text="Scale each vector to unit length (cosine = dot product)."
@@ -512,8 +506,7 @@ class EmbedRequestSerializer(NoUnknownKeysMixin, serializers.Serializer):
         texts.validators.append(
             MaxLengthValidator(
                 max_texts,
-                message=f"At most {max_texts} texts per request "
-                "(SBERT['API']['EMBED_MAX_TEXTS']); split them over several requests.",
+                message=f"At most {max_texts} texts per request; split them over several requests.",
             )
         )
         child = texts.child
@@ -521,8 +514,7 @@ class EmbedRequestSerializer(NoUnknownKeysMixin, serializers.Serializer):
         child.validators.append(
             MaxLengthValidator(
                 max_length,
-                message=f"Each text may have at most {max_length} characters "
-                "(SBERT['API']['EMBED_MAX_TEXT_LENGTH']); shorten or split it.",
+                message=f"Each text may have at most {max_length} characters; shorten or split it.",
             )
         )
 

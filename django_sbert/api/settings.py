@@ -5,35 +5,28 @@
     SBERT = {
         "API": {
             "MAX_K": 50,
-            "THROTTLE_RATES": {"search": "600/minute"},  # merged: the other scopes keep theirs
-            "EMBED_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
-        }
+            # merged: the other endpoints keep theirs
+            "PERMISSION_CLASSES": {"embed": ["rest_framework.permissions.IsAdminUser"]},
+        },
+        "RATES": {"search": "600/minute"},  # the API's throttle rates, beside the site's
     }
 
 Like DRF's ``api_settings``: values are read lazily, import strings are imported on access, and
 everything is dropped when ``SBERT`` changes (``override_settings`` in tests). Every key is
-declared, with its default, in ``django_sbert.conf.API`` and listed in docs/settings.md.
+declared, with its default, in ``django_sbert.conf.API`` and listed in docs/settings.md. The
+API's fixed limits are attributes of the same object (``api_settings.EMBED_MAX_TEXTS``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
-from ..conf import API_DEFAULTS, SbertSettings
-from ..settings_schema import unknown_key_hint
-
-IMPORT_STRINGS = (
-    "PAGINATION_CLASS",
-    "SEARCH_PERMISSION_CLASSES",
-    "EMBED_PERMISSION_CLASSES",
-    "SCHEMA_PERMISSION_CLASSES",
-)
-MERGED_KEYS = ("THROTTLE_RATES",)  # a project naming one scope keeps the others' rates
+from ..conf import API, SbertSettings, sbert_settings
+from ..conf.schema import unknown_key_hint
 
 
 def _import(value: Any, key: str) -> Any:
@@ -47,32 +40,40 @@ def _import(value: Any, key: str) -> Any:
                 f"Could not import {value!r} for SBERT['API'][{key!r}]: {exc}. Use a dotted "
                 "path such as 'rest_framework.permissions.IsAuthenticated'."
             ) from exc
+    if isinstance(value, dict):
+        return {name: _import(item, key) for name, item in value.items()}
     if isinstance(value, list | tuple):
         return [_import(item, key) for item in value]
     return value
 
 
 class APISettings(SbertSettings):
-    """Lazy view of ``settings.SBERT["API"]`` over ``API_DEFAULTS``."""
+    """Lazy view of ``settings.SBERT["API"]`` over its declaration, and the API's limits."""
 
     label = "SBERT['API']"
-    merged_keys = MERGED_KEYS
+    SUGGEST_MAX_K = 20  # the largest k of suggest/
+    SUGGEST_MAX_QUERY_LENGTH = 200  # characters of q in suggest/: what a search box holds
+    EMBED_MAX_TEXTS = 64  # texts per embed/ request
+    EMBED_MAX_TEXT_LENGTH = 5000  # characters per embed/ text
+    MAX_BODY_BYTES = 2 * 1024 * 1024  # request bodies over this get 413
+    MAX_PAGE_SIZE = 100  # the largest ?page_size= a client may ask for
 
     def __init__(self) -> None:
-        super().__init__(API_DEFAULTS)
+        super().__init__(API.keys)
 
     def read_user_settings(self) -> Any:
-        value = (getattr(settings, "SBERT", None) or {}).get("API") or {}
-        unknown = sorted(set(value) - set(API_DEFAULTS)) if isinstance(value, dict) else []
+        # Read with the earlier keys moved (conf.renamed): API["DEFAULT_K"] is SEARCH["K"] now.
+        value = sbert_settings.user_settings.get("API") or {}
+        unknown = sorted(set(value) - set(API.keys)) if isinstance(value, dict) else []
         if unknown:
             raise ImproperlyConfigured(
                 f"Unknown SBERT['API'] settings: {', '.join(unknown)}. "
-                + unknown_key_hint(unknown[0], API_DEFAULTS)
+                + unknown_key_hint(unknown[0], API.keys)
             )
         return value
 
     def convert(self, attr: str, value: Any) -> Any:
-        return _import(value, attr) if attr in IMPORT_STRINGS else value
+        return _import(value, attr) if attr == "PERMISSION_CLASSES" else value
 
 
 api_settings = APISettings()

@@ -1,7 +1,7 @@
 """Rate limits of search/, similar/, suggest/, embed/ and schema/, with defaults that need no setup.
 
 DRF's ScopedRateThrottle raises ImproperlyConfigured until REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]
-names every scope; these read SBERT["API"]["THROTTLE_RATES"] instead, which has defaults. Each
+names every scope; these read SBERT["RATES"] instead, which has defaults. Each
 client is counted separately: by user id when authenticated, else by IP address. Counts live in
 Django's default cache, so use a shared cache (Redis, Memcached) when several processes serve the
 API.
@@ -21,18 +21,18 @@ from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
 from ..throttling import (
-    api_rate,
-    api_rate_setting,
     client_address,
     client_ident,
     count,
     count_key,
+    rate_setting,
 )
 from ..throttling import parse_rate as parse_sbert_rate
+from ..throttling import rate as scope_rate
 
 
 class SbertRateThrottle(SimpleRateThrottle):
-    """A SimpleRateThrottle whose rate is SBERT["API"]["THROTTLE_RATES"][scope] (None: off),
+    """A SimpleRateThrottle whose rate is SBERT["RATES"][scope] (None: off),
     parsed, named and counted by ``django_sbert.throttling``: the search pages count the
     ``search`` scope with it."""
 
@@ -40,12 +40,12 @@ class SbertRateThrottle(SimpleRateThrottle):
     cache_prefix = "sbert-throttle:%(scope)s"
 
     def get_rate(self) -> str | None:
-        return api_rate(self.scope)
+        return scope_rate(self.scope)
 
     def parse_rate(self, rate: str | None) -> tuple[int | None, int | None]:
         if rate is None:
             return (None, None)
-        return parse_sbert_rate(rate, api_rate_setting(self.scope))
+        return parse_sbert_rate(rate, rate_setting(self.scope))
 
     def get_ident(self, request: Request) -> str:
         return client_address(request)

@@ -36,6 +36,7 @@ from ..fields import EmbeddingField
 from ..query import SearchTimeout, SemanticQuerySet, suggest
 from ..serving import encode_texts
 from .errors import ServiceErrorsMixin
+from .pagination import SearchPagination
 from .parsers import BoundedJSONParser
 from .registry import NotRegistered, SearchEntry, registry
 from .schema import (
@@ -113,9 +114,7 @@ class SemanticResultsView(ServiceErrorsMixin, GenericAPIView):
     _entry: SearchEntry | None = None
     search_mode = "vector"  # what the results carry: see serializers.RESULT_SERIALIZERS
 
-    @property
-    def pagination_class(self) -> Any:  # type: ignore[override]
-        return api_settings.PAGINATION_CLASS
+    pagination_class = SearchPagination  # a subclass may name another (or None: one page)
 
     # -- the registered model ---------------------------------------------------------------
 
@@ -231,7 +230,7 @@ _PAGE_PARAMETERS = (
         OpenApiParameter(
             "page_size",
             int,
-            description="Results per page (at most SBERT['API']['MAX_PAGE_SIZE']).",
+            description="Results per page (at most 100).",
         ),
     ]
     if OpenApiTypes is not None
@@ -413,8 +412,8 @@ class SimilarView(SemanticResultsView):
         "Up to k rows of the model for the text typed so far, best first: a prefix match of "
         "its words on the keyword column (the last word, unless followed by a space, as a "
         "prefix) fused by reciprocal rank fusion with a vector search of the text. A text "
-        "shorter than SBERT['SEARCH']['SUGGEST_VECTOR_MIN_CHARS'] is answered by the prefix "
-        "match alone; one shorter than SUGGEST_MIN_CHARS, or blank, gets no suggestions. "
+        "shorter than 4 characters is answered by the prefix "
+        "match alone; one shorter than 2 characters, or blank, gets no suggestions. "
         "Only rows this client may see are suggested. Throttled by its own rate (suggest), "
         "apart from search/'s."
     ),
@@ -498,7 +497,7 @@ class EmbedView(ServiceErrorsMixin, GenericAPIView):
     schema = schema_class()
 
     def get_permissions(self) -> list[BasePermission]:
-        return [permission() for permission in api_settings.EMBED_PERMISSION_CLASSES]
+        return [permission() for permission in api_settings.PERMISSION_CLASSES["embed"] or []]
 
     def get_serializer_context(self) -> dict[str, Any]:
         # The configured encoders' names are the site's setup: an unknown name is answered
@@ -558,7 +557,7 @@ class EventView(GenericAPIView):
 
     No authentication class and no CSRF check: the signed token is the proof that the result
     was shown, and a beacon cannot send a CSRF header. Throttled by
-    SBERT["FEEDBACK"]["CLICK_THROTTLE_RATE"] (per user or session, else address), counted in
+    SBERT["RATES"]["clicks"] (per user or session, else address), counted in
     ``record_event`` so that the plain view sbert/click/ shares the count.
     """
 

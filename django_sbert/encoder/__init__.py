@@ -14,7 +14,8 @@ single-query graph compiled ahead of time), ``onnx_query`` (a single query throu
 Runtime), ``matryoshka`` (vectors cut to their first
 dimensions), ``passages`` (long texts split into passages), ``sentences`` (a text's sentence
 spans, which passages and pseudo-queries are cut from). Training: ``training``
-(``fit()``), ``losses``, ``data`` (examples checked against a loss, and batched), ``mining``
+(``fit()``), ``options`` (``FitOptions``, without torch), ``losses``, ``data`` (examples
+checked against a loss, and batched), ``mining``
 (hard negatives), ``pseudo_queries`` (pairs cut from unlabelled documents), ``lexical`` (BM25
 in memory), ``distillation`` (Margin-MSE examples from a teacher fusing the model with BM25),
 ``metrics`` (STS Spearman, retrieval MRR / nDCG / Recall; ``evaluation``, its former name,

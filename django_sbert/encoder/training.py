@@ -31,8 +31,9 @@ from __future__ import annotations
 import math
 import random
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,7 @@ from .data import (
 from .exceptions import TrainingCancelled
 from .losses import CoSENTLoss, EmbeddingLoss, build_loss
 from .metrics import sts_spearman
+from .options import FIT_OPTION_NAMES, FitOptions
 from .paths import CpuFeatures, cpu_features
 
 if TYPE_CHECKING:
@@ -105,29 +107,19 @@ def fit(
     encoder: SentenceEncoder,
     examples: Iterable[Any],
     loss: str | EmbeddingLoss = "cosine",
-    epochs: int = 1,
-    batch_size: int = 16,
-    learning_rate: float = 2e-5,
-    warmup_ratio: float = 0.1,
-    seed: int = 0,
+    options: FitOptions | None = None,
+    *,
     eval_examples: Sequence[tuple[str, str, float]] | None = None,
     callback: Callable[[Progress], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
-    *,
-    weight_decay: float = 0.01,
-    max_grad_norm: float = 1.0,
     loss_options: dict[str, Any] | None = None,
-    report_every: int = 10,
     evaluator: Callable[[SentenceEncoder], float] | None = None,
-    eval_every: int | None = None,
-    patience: int | None = None,
-    min_steps: int | None = None,
-    tolerance: float = 0.0,
-    precision: str = "auto",
-    max_seq_length: int | None = None,
-    length_buckets: bool = False,
+    **given: Any,
 ) -> FitResult:
-    """Fine-tune a copy of ``encoder`` on ``examples`` with the objective ``loss``.
+    """Fine-tune a copy of ``encoder`` on ``examples`` with the objective ``loss``, trained as
+    ``options`` says (``FitOptions``: epochs, batch size, learning rate...; the defaults when
+    None). Its fields given as keyword arguments of their own (``fit(..., epochs=2)``) still
+    work, with a ``DeprecationWarning``.
 
     ``loss`` is a name from ``django_sbert.encoder.losses.LOSSES`` (softmax, cosine, cosent,
     triplet, mnrl, simcse, matryoshka) or a loss instance; ``loss_options`` go to its
@@ -137,56 +129,16 @@ def fit(
     ``sts_spearman`` before training and after each epoch. ``callback`` gets a ``Progress``
     every ``report_every`` steps; ``should_stop`` is polled before every step and, once it
     returns True, ``TrainingCancelled`` is raised. Training runs on the encoder's device.
-
-    ``evaluator`` (encoder -> float, higher is better) turns on early stopping: it is called
-    before training, every ``eval_every`` steps (``default_eval_every(total_steps)`` when
-    None) and after the last step; the best weights are kept in memory and restored at the
-    end, and training stops once ``patience`` evaluations in a row did not improve on the
-    best (None: never stops early, still returns the best checkpoint), though not before
-    ``min_steps`` steps (``default_min_steps``: an epoch, at most half the run, when None).
-    Every evaluation counts for the best checkpoint, the early ones included. ``tolerance``
-    (in the metric's units, 0 by default) keeps the latest checkpoint that measures within it
-    of the best rather than the best itself, and such a checkpoint resets the patience: on a
-    small eval split, differences under the split's noise should not stop training or roll it
-    back to an earlier, less trained step.
-
-    ``precision``: ``"auto"`` (bfloat16 autocast on a CPU with native bf16, else float32),
-    ``"float32"`` or ``"bfloat16"`` (``training_precision`` decides; ``FitResult.precision``
-    says which ran). Under bfloat16 the forward passes and the evaluations run in
-    ``torch.autocast``; weights (a float32 copy, whatever the encoder's dtype), optimizer and
-    loss stay float32.
-
-    ``max_seq_length``: the training steps read each text's first ``max_seq_length`` tokens
-    (None: the model's own); evaluations and the model returned keep the model's length.
-    ``length_buckets``: losses with in-batch negatives (mnrl...) get batches of examples of
-    similar token length (``length_bucketed_unique_batches``) rather than random ones; every
-    example is still seen once per epoch.
+    ``evaluator`` (encoder -> float, higher is better) turns on early stopping (``FitOptions``
+    says how it and the other options work).
     """
+    options = _fit_options(options, given)
+    epochs, batch_size, seed = options.epochs, options.batch_size, options.seed
+    precision, max_seq_length = options.precision, options.max_seq_length
     objective = build_loss(loss, encoder.dimensions, **dict(loss_options or {}))
-    _check_settings(
-        objective,
-        epochs,
-        batch_size,
-        learning_rate,
-        warmup_ratio,
-        weight_decay,
-        max_grad_norm,
-        report_every,
-    )
-    _check_early_stopping(evaluator, eval_every, patience, min_steps, tolerance)
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}.")
-    if max_seq_length is not None and (not isinstance(max_seq_length, int) or max_seq_length < 2):
-        raise ValueError(
-            f"Cannot start training: max_seq_length must be a whole number >= 2 or None, got "
-            f"{max_seq_length!r}."
-        )
+    _check_options(objective, options, evaluator)
     data = validate_examples(examples, objective)
-    if eval_examples is not None:
-        eval_examples = [
-            (e.texts[0], e.texts[1], e.label)
-            for e in validate_examples(eval_examples, CoSENTLoss(), what="eval_examples")
-        ]
+    eval_examples = _scored(eval_examples)
     started = time.perf_counter()
     model = encoder.copy()
     model.float()  # master weights in float32, even from an encoder loaded in bf16
@@ -200,7 +152,7 @@ def fit(
     rng_devices = [device.index or 0] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=rng_devices):
         torch.manual_seed(seed)
-        lengths = example_lengths(tokenizer, data) if length_buckets else None
+        lengths = example_lengths(tokenizer, data) if options.length_buckets else None
         batches = plan_batches(data, objective, epochs, batch_size, random.Random(seed), lengths)
         total = len(batches)
         if total == 0:
@@ -208,36 +160,13 @@ def fit(
                 f"{len(data)} examples make no batch of two or more distinct texts; "
                 f"{objective.name!r} needs at least two examples that share no text."
             )
-        parameters = [p for p in (*model.parameters(), *objective.parameters()) if p.requires_grad]
-        optimizer = _adamw(_param_groups(model, objective, weight_decay), learning_rate)
-        warmup = math.ceil(total * warmup_ratio)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: linear_schedule(step, warmup, total)
-        )
+        parameters, optimizer, scheduler = _optimizer(model, objective, options, total)
         evaluations: list[dict[str, float]] = []
         if eval_examples is not None:
             with autocast(chosen, device):
                 evaluations.append(_evaluate(model, eval_examples, step=0, epoch=0))
-        stopper = None
-        if evaluator is not None:
-            floor = default_min_steps(batches) if min_steps is None else min_steps
-            stopper = _EarlyStopping(
-                evaluator, eval_every or default_eval_every(total), patience, floor, tolerance
-            )
-            with autocast(chosen, device):
-                stopper.measure(model, 0)
-
-        def embed(texts: list[str]) -> torch.Tensor:
-            rows = tokenizer.truncated(texts)
-            input_ids, mask = tokenizer.pad(rows, np.arange(len(rows)))
-            features = {
-                "input_ids": torch.from_numpy(input_ids).to(device),
-                "attention_mask": torch.from_numpy(mask).to(device),
-            }
-            with autocast(chosen, device):
-                vectors = model(features)  # (batch, dim), differentiable
-            return vectors.float()  # the loss is computed in float32
-
+        stopper = _stopper(evaluator, options, batches, model, chosen)
+        embed = partial(_embed, model, tokenizer, chosen)
         history: list[dict[str, float]] = []
         steps_done = 0
         loop_started = time.perf_counter()  # the time estimate leaves out the first evaluation
@@ -246,29 +175,14 @@ def fit(
         for step, (epoch, batch) in enumerate(batches, start=1):
             if should_stop is not None and should_stop():
                 raise TrainingCancelled(step - 1, total, history)
-            columns = [list(texts) for texts in zip(*(e.texts for e in batch), strict=True)]
-            labels = _labels(batch, objective, device)
             learning_rate_now = scheduler.get_last_lr()[0]
-            value = objective(embed, columns, labels)
-            if not torch.isfinite(value):
-                raise FloatingPointError(
-                    f"The loss became {value.item()} at step {step}; lower the learning rate."
-                )
-            value.backward()
-            nn.utils.clip_grad_norm_(parameters, max_grad_norm)
-            optimizer.step()
+            value = _optimize(objective, embed, batch, step, parameters, optimizer, options)
             scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
             history.append(
-                {
-                    "step": step,
-                    "epoch": epoch,
-                    "loss": value.item(),
-                    "learning_rate": learning_rate_now,
-                }
+                {"step": step, "epoch": epoch, "loss": value, "learning_rate": learning_rate_now}
             )
-            if callback is not None and (step % report_every == 0 or step == total):
-                callback(_progress(history, report_every, total, loop_started))
+            if callback is not None and (step % options.report_every == 0 or step == total):
+                callback(_progress(history, options.report_every, total, loop_started))
             last_of_epoch = step == total or batches[step][0] != epoch
             if eval_examples is not None and last_of_epoch:
                 with autocast(chosen, device):
@@ -285,23 +199,147 @@ def fit(
         if stopper is not None:
             stopper.restore(model)
     return FitResult(
-        encoder=model,
-        loss_history=history,
-        evaluations=evaluations,
-        loss=objective.config(),
-        steps=steps_done,
-        seconds=time.perf_counter() - started,
-        history=stopper.history if stopper else [],
-        best_step=stopper.best_step if stopper else None,
-        best_metric=stopper.best_metric if stopper else None,
-        total_steps=total,
-        eval_every=stopper.every if stopper else None,
-        min_steps=stopper.min_steps if stopper else None,
-        precision=chosen,
-    )
+        model, history, evaluations, objective.config(), steps_done,
+        time.perf_counter() - started, total_steps=total, precision=chosen,
+        **_stopping_record(stopper),
+    )  # fmt: skip
 
 
 PRECISIONS = ("auto", "float32", "bfloat16")
+
+
+def _scored(
+    examples: Sequence[tuple[str, str, float]] | None,
+) -> list[tuple[str, str, float]] | None:
+    """``eval_examples`` checked as (a, b, score) pairs."""
+    if examples is None:
+        return None
+    checked = validate_examples(examples, CoSENTLoss(), what="eval_examples")
+    return [(e.texts[0], e.texts[1], e.label) for e in checked]
+
+
+def _optimizer(
+    model: SentenceEncoder, objective: EmbeddingLoss, options: FitOptions, total: int
+) -> tuple[list[Any], Any, Any]:
+    """The trained parameters, AdamW over them and its linear schedule with warmup."""
+    parameters = [p for p in (*model.parameters(), *objective.parameters()) if p.requires_grad]
+    optimizer = _adamw(_param_groups(model, objective, options.weight_decay), options.learning_rate)
+    warmup = math.ceil(total * options.warmup_ratio)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: linear_schedule(step, warmup, total)
+    )
+    return parameters, optimizer, scheduler
+
+
+def _stopping_record(stopper: _EarlyStopping | None) -> dict[str, Any]:
+    """What ``FitResult`` records of early stopping (nothing without it)."""
+    if stopper is None:
+        return {}
+    return {
+        "history": stopper.history,
+        "best_step": stopper.best_step,
+        "best_metric": stopper.best_metric,
+        "eval_every": stopper.every,
+        "min_steps": stopper.min_steps,
+    }
+
+
+def _stopper(
+    evaluator: Callable[[SentenceEncoder], float] | None,
+    options: FitOptions,
+    batches: list[Any],
+    model: SentenceEncoder,
+    chosen: str,
+) -> _EarlyStopping | None:
+    """Early stopping with ``evaluator`` (None without one), the model measured before step 1."""
+    if evaluator is None:
+        return None
+    floor = default_min_steps(batches) if options.min_steps is None else options.min_steps
+    every = options.eval_every or default_eval_every(len(batches))
+    stopper = _EarlyStopping(evaluator, every, options.patience, floor, options.tolerance)
+    with autocast(chosen, model.device):
+        stopper.measure(model, 0)
+    return stopper
+
+
+def _embed(model: SentenceEncoder, tokenizer: Any, chosen: str, texts: list[str]) -> torch.Tensor:
+    """The vectors of ``texts`` for a training step: differentiable, in float32 for the loss."""
+    rows = tokenizer.truncated(texts)
+    input_ids, mask = tokenizer.pad(rows, np.arange(len(rows)))
+    features = {
+        "input_ids": torch.from_numpy(input_ids).to(model.device),
+        "attention_mask": torch.from_numpy(mask).to(model.device),
+    }
+    with autocast(chosen, model.device):
+        vectors = model(features)  # (batch, dim), differentiable
+    return vectors.float()  # the loss is computed in float32
+
+
+def _optimize(
+    objective: EmbeddingLoss,
+    embed: Callable[[list[str]], torch.Tensor],
+    batch: Sequence[Any],
+    step: int,
+    parameters: list[Any],
+    optimizer: Any,
+    options: FitOptions,
+) -> float:
+    """One optimizer step on ``batch``; its loss."""
+    columns = [list(texts) for texts in zip(*(e.texts for e in batch), strict=True)]
+    labels = _labels(batch, objective, parameters[0].device)
+    value = objective(embed, columns, labels)
+    if not torch.isfinite(value):
+        raise FloatingPointError(
+            f"The loss became {value.item()} at step {step}; lower the learning rate."
+        )
+    value.backward()
+    nn.utils.clip_grad_norm_(parameters, options.max_grad_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(value.item())
+
+
+def _check_options(
+    objective: EmbeddingLoss, options: FitOptions, evaluator: Callable[..., float] | None
+) -> None:
+    """``ValueError`` before any training for options ``fit()`` cannot train with."""
+    _check_settings(
+        objective,
+        options.epochs,
+        options.batch_size,
+        options.learning_rate,
+        options.warmup_ratio,
+        options.weight_decay,
+        options.max_grad_norm,
+        options.report_every,
+    )
+    _check_early_stopping(
+        evaluator, options.eval_every, options.patience, options.min_steps, options.tolerance
+    )
+    precision, length = options.precision, options.max_seq_length
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}.")
+    if length is not None and (not isinstance(length, int) or length < 2):
+        raise ValueError(
+            f"Cannot start training: max_seq_length must be a whole number >= 2 or None, got "
+            f"{length!r}."
+        )
+
+
+def _fit_options(options: FitOptions | None, given: dict[str, Any]) -> FitOptions:
+    """``options`` with the fields given one by one (deprecated) on top."""
+    unknown = sorted(set(given) - set(FIT_OPTION_NAMES))
+    if unknown:
+        raise TypeError(f"fit() got unexpected keyword arguments {unknown}.")
+    if not given:
+        return options or FitOptions()
+    warnings.warn(
+        f"fit({', '.join(f'{name}=' for name in given)}...) is deprecated: pass "
+        f"fit(..., FitOptions({', '.join(f'{name}=...' for name in given)})).",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return replace(options or FitOptions(), **given)
 
 
 def training_precision(

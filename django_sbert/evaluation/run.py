@@ -16,11 +16,11 @@ The modes (``MODES``; those the field cannot do are left out):
 ``vector``
     ``similar_to()`` over the rows' own vectors (``passages=False`` on a field with passages).
 ``keyword``
-    ``keyword_search()`` with ``SBERT["SEARCH"]["KEYWORD_MATCH"]``, the keyword side of
+    ``keyword_search()`` with ``SBERT["SEARCH"]["KEYWORD"]["MATCH"]``, the keyword side of
     hybrid search (needs ``keyword_search=True``). It does not depend on the encoder version.
 ``hybrid``
     ``hybrid_search()`` fused as a search with that version serving would fuse: the fusion its
-    run chose on its eval split (``SEARCH["TUNED_FUSION"]``), else the settings'. Its vector
+    run chose on its eval split (``SEARCH["FUSION"]["TUNED"]``), else the settings'. Its vector
     side is the rows' own vectors, as ``vector``.
 ``passages``
     ``similar_to()`` ranking rows by their best passage (a field with ``passages=``).
@@ -42,10 +42,10 @@ and may read slightly higher than the same version's figures once it serves. Key
 are the live table's.
 
 **Threshold** (vector and passages modes): pooling every query's returned rows with their
-similarity, the lowest ``min_similarity`` at which at least ``SBERT["EVALUATION"]
-["PRECISION_LEVEL"]`` of the rows at or above it are relevant (ungraded rows count as not
-relevant); below it, precision falls under that level. A site can pass it to ``similar_to
-(min_similarity=...)`` to hide weak results. None when no cut-off reaches the level.
+similarity, the lowest ``min_similarity`` at which at least ``PRECISION_LEVEL`` (half) of the
+rows at or above it are relevant (ungraded rows count as not relevant); below it, precision
+falls under that level. A site can pass it to ``similar_to(min_similarity=...)`` to hide weak
+results. None when no cut-off reaches the level.
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ from ..serving.versions import stored_fusion
 MODES = ("vector", "keyword", "hybrid", "passages")
 TRIGGERS = ("manual", "promotion", "schedule")
 K = 10  # the metrics' cut-off
+PRECISION_LEVEL = 0.5  # the threshold keeps at least this share of its rows relevant
 DEPTH = 100  # rows ranked per query (Recall@100)
 METRIC_KEYS = (
     f"ndcg@{K}",
@@ -182,7 +183,7 @@ def evaluate(
         rankings = _live_rankings(task, chosen, measured)
     else:
         rankings = _pool_rankings(task, chosen, measured)
-    level = float(sbert_settings.EVALUATION["PRECISION_LEVEL"])
+    level = PRECISION_LEVEL
     corpus_size = ref.manager.count()  # a ranking of every row is complete: recall@100
     evaluations = []
     for mode in chosen:
@@ -286,7 +287,7 @@ def _search(task: _Task, mode: str, text: str) -> Ranked:
     if mode == "keyword":
         if not text.strip():
             return []
-        match = str(sbert_settings.SEARCH["KEYWORD_MATCH"])
+        match = str(sbert_settings.SEARCH["KEYWORD"]["MATCH"])
         rows = qs.keyword_search(text, k=DEPTH, field=ref.name, match=match)
         return [(str(row.pk), float(row.keyword_score)) for row in rows]
     if mode == "hybrid":
@@ -356,7 +357,7 @@ def _pool_rankings(
             rankings = _cosine(asked, ref, pks, vectors)
             if mode == "hybrid":
                 fusion = _fusion(ref.encoder_name, version)
-                depth = int(sbert_settings.SEARCH["CANDIDATES"])
+                depth = int(sbert_settings.SEARCH["FUSION"]["CANDIDATES"])
                 rankings = {
                     qid: [
                         (pk, None)
@@ -430,7 +431,7 @@ def _max_sim(
 def _fusion(encoder_name: str, version: str) -> dict[str, Any]:
     """``fuse()``'s arguments as ``hybrid_search()`` would fuse while ``version`` serves."""
     fusion = site_fusion()
-    if not sbert_settings.SEARCH.get("TUNED_FUSION", True):
+    if not sbert_settings.SEARCH["FUSION"]["TUNED"]:
         return fusion
     metrics = (
         EncoderVersion.objects.filter(encoder_name=encoder_name, version=version)

@@ -10,8 +10,8 @@ not serve a pool of rows: work that must not hold up indexing), in two ways:
 * after a promotion (``SBERT["EVALUATION"]["AFTER_PROMOTION"]``): ``after_promotion``, connected
   to ``post_save`` of ``EncoderVersion`` in ``apps.py``, queues it for the lists of the promoted
   encoder's fields once the switch has committed, with trigger ``"promotion"``;
-* on a schedule: the beat entry ``django_sbert.celery.evaluation_schedule()`` (every
-  ``SBERT["EVALUATION"]["SCHEDULE_HOURS"]``), trigger ``"schedule"``.
+* on a schedule: the beat entry ``django_sbert.celery.evaluation_schedule()`` (daily, or
+  every ``hours=``), trigger ``"schedule"``.
 """
 
 from __future__ import annotations

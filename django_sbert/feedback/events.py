@@ -58,13 +58,13 @@ def record_event(
     """Store ``kind`` for the result ``token`` names; True when stored or already there,
     False when ignored (a crawler's). ``EventRefused`` says why nothing was stored. The token
     is checked before ``dwell_ms`` is read (``parse_dwell``)."""
-    if not sbert_settings.FEEDBACK["LOG"]:
+    if sbert_settings.FEEDBACK["LOG"] is False:  # True, or a share of the searches logged
         raise EventRefused(
             "Search logging is off on this site (SBERT['FEEDBACK']['LOG']); events are not "
             "recorded.",
             status=404,
         )
-    if over_rate(request, "CLICK_THROTTLE_RATE"):
+    if over_rate(request, "clicks"):
         raise EventRefused("Too many events from this client; try again later.", status=429)
     kinds = allowed_kinds()
     if kind not in kinds:

@@ -3,8 +3,8 @@
 Called by the REST API's ``search/``, by ``SearchView`` and by a site's own views. With
 ``SBERT["FEEDBACK"]["LOG"]`` off it returns at its first line; on, it writes one row
 (``SearchLog``: one ``INSERT``, the first page of results as JSON in it) and gives each result
-its click token. A search is left out when sampled out (``SAMPLE_RATE``), from a crawler
-(``BOT_USER_AGENTS``) or past its client's ``CLIENT_RATE``; the search itself is served either
+its click token. A search is left out when sampled out (``LOG`` a share below 1), from a crawler
+(``BOT_USER_AGENTS``) or past its client's ``RATES["logging"]``; the search itself is served either
 way, and a database error while logging is reported in the log, never to the visitor.
 
 The REST API's ``search/`` and ``SearchView`` write the row after the response has gone to
@@ -36,6 +36,7 @@ from .writes import insert_params, insert_sql, write
 logger = logging.getLogger(__name__)
 
 MODES = ("vector", "keyword", "hybrid", "passages")
+MAX_QUERY_LENGTH = 200  # characters of a query text kept in the log; the rest is cut
 TOKEN_ATTRIBUTE = "sbert_click_token"  # on each logged result: what {% sbert_click_attrs %} reads
 # The score a result of each mode carries (the attribute its search annotates).
 SCORES = {
@@ -53,7 +54,7 @@ def normalize_query(text: str) -> str:
 
 def logging_on() -> bool:
     """Whether searches are logged at all (``SBERT["FEEDBACK"]["LOG"]``)."""
-    return bool(sbert_settings.FEEDBACK["LOG"])
+    return sbert_settings.FEEDBACK["LOG"] is not False  # True, or the share of searches logged
 
 
 FILTERS_DIGEST_SALT = "django_sbert.feedback.filters_digest"
@@ -101,12 +102,13 @@ def _label(model: Any, results: Sequence[Any]) -> str:
 
 
 def _should_log(request: Any) -> bool:
-    rate = float(sbert_settings.FEEDBACK["SAMPLE_RATE"])
+    share = sbert_settings.FEEDBACK["LOG"]  # True: every search; a number: that share
+    rate = 1.0 if share is True else float(share)
     if rate < 1.0 and random.random() >= rate:
         return False
     if is_bot(request):
         return False
-    return not over_rate(request, "CLIENT_RATE")
+    return not over_rate(request, "logging")
 
 
 def log_search(
@@ -136,7 +138,7 @@ def log_search(
     ``write_after_response(request, response)`` runs it once the response is sent; the
     results get their tokens now either way.
     """
-    if not sbert_settings.FEEDBACK["LOG"]:
+    if not logging_on():
         return None  # off: nothing read, nothing written
     if mode not in MODES:
         raise ValueError(f"log_search(mode={mode!r}): use one of {', '.join(MODES)}.")
@@ -144,7 +146,7 @@ def log_search(
         return None
     results = list(results)
     search_id = uuid.uuid4()
-    text = str(query)[: int(sbert_settings.FEEDBACK["MAX_QUERY_LENGTH"])]
+    text = str(query)[:MAX_QUERY_LENGTH]
     if version is None:
         version = "" if mode == "keyword" else serving_record(encoder, using=using).version
     shown = [

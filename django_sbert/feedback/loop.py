@@ -1,7 +1,7 @@
 """The loop: clicks -> pairs -> a fine-tune when enough are new -> a candidate -> the gate.
 
 ``tick()`` is what the periodic task does (``learning_tasks.feedback_loop``, every
-``FEEDBACK["LOOP_HOURS"]``):
+``celery.feedback_loop_schedule(hours=...)``):
 
 1. make pairs from the clicks of the last ``FEEDBACK["LOOP_DAYS"]`` days (``pairs``: only
    pairs not made before are added);

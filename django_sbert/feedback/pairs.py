@@ -63,12 +63,12 @@ from django.db.models import Case, CharField, Max, Min, Q, Value, When
 from django.utils import timezone
 
 from ..conf import sbert_settings
+from ..conf.declaration import NEGATIVE_CHOICES, PAIR_OPTIONS
 from ..indexing import field_refs, get_ref, light_rows
 from ..models import BEHAVIOUR_SOURCE, PairEvidence, SearchEvent, SearchLog, TrainingPair
 from .clickmodel import PositionModel, Shown, fit, relevances
 
 SOURCE_PREFIX = BEHAVIOUR_SOURCE
-NEGATIVE_CHOICES = ("mined", "unexamined", "skipped")
 CLICK = "click"
 # Visitors one network is worth in a build at most, spread over the (query, row) pairs it
 # clicked: the visitors of one network click their own few queries' rows, where a script
@@ -427,6 +427,20 @@ def source_name(model_label: str, field_name: str, days: list[date]) -> str:
     return f"{SOURCE_PREFIX}{model_label}.{field_name}:{span}"[:200]
 
 
+def pair_options(**given: Any) -> dict[str, Any]:
+    """The pair options of one build: each given one (None: ``SBERT["FEEDBACK"]``'s), checked
+    as ``PAIR_OPTIONS`` declares it (``ValueError`` naming the option)."""
+    chosen = {}
+    for option in PAIR_OPTIONS:
+        value = given.get(option.name)
+        value = sbert_settings.FEEDBACK[option.name.upper()] if value is None else value
+        problem = option.problem(value)
+        if problem:
+            raise ValueError(f"{problem}.")
+        chosen[option.name] = value
+    return chosen
+
+
 def behaviour_pairs(
     since: datetime | None = None,
     until: datetime | None = None,
@@ -439,17 +453,15 @@ def behaviour_pairs(
 ) -> PairsReport:
     """Make training pairs from the clicks logged in [``since``, ``until``) and save the new
     ones; see the module's docstring. Options left None take ``SBERT["FEEDBACK"]``'s."""
-    feedback = sbert_settings.FEEDBACK
-    min_clients = int(feedback["MIN_CLIENTS"] if min_clients is None else min_clients)
-    min_relevance = float(feedback["MIN_RELEVANCE"] if min_relevance is None else min_relevance)
-    negatives = negatives or feedback["NEGATIVES"]
-    share = float(feedback["EVAL_SHARE"] if eval_share is None else eval_share)
-    if negatives not in NEGATIVE_CHOICES:
-        raise ValueError(f"negatives must be one of {', '.join(NEGATIVE_CHOICES)}: {negatives!r}")
-    if min_clients < 1:
-        raise ValueError(f"min_clients must be at least 1, got {min_clients}.")
-    if not 0 <= min_relevance <= 1:
-        raise ValueError(f"min_relevance must be between 0 and 1, got {min_relevance}.")
+    given = {
+        "min_clients": min_clients,
+        "min_relevance": min_relevance,
+        "negatives": negatives,
+        "eval_share": eval_share,
+    }
+    chosen = pair_options(**given)
+    min_clients, min_relevance = chosen["min_clients"], chosen["min_relevance"]
+    negatives, share = chosen["negatives"], chosen["eval_share"]
     report = PairsReport()
     events = _clicks(since, until, model_label)
     report.days = click_days(events)

@@ -2,7 +2,7 @@
 
 A token is ``"<search id>:<position>:<row pk>"`` signed by ``django.core.signing``'s
 ``TimestampSigner`` with a salt of its own, so a click can only be reported for the search, row
-and position the page showed, and only within ``SBERT["FEEDBACK"]["TOKEN_MAX_AGE"]`` seconds. An
+and position the page showed, and only within ``TOKEN_MAX_AGE`` seconds. An
 edited token, or one signed with another key, is refused. Plain text rather than
 ``signing.dumps()``'s JSON: a page of ten results signs ten tokens, and this costs half as much.
 Tokens of ``signing.dumps()``'s form (issued by 0.2.0) are still read.
@@ -16,10 +16,10 @@ from typing import Any
 
 from django.core import signing
 
-from ..conf import sbert_settings
 from ..exceptions import InvalidToken
 
 SALT = "django_sbert.feedback.click"
+TOKEN_MAX_AGE = 86400  # seconds a result's click token stays valid after the search
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def read_token(token: str) -> ClickTarget:
     """The search, row and position ``token`` names; ``InvalidToken`` when it cannot be
     trusted."""
     try:
-        max_age = sbert_settings.FEEDBACK["TOKEN_MAX_AGE"]
+        max_age = TOKEN_MAX_AGE
         value = _signer().unsign(str(token), max_age=max_age)
         if ":" in value:
             fields: Any = value.split(":", 2)
@@ -54,7 +54,7 @@ def read_token(token: str) -> ClickTarget:
     except signing.SignatureExpired:
         raise InvalidToken(
             "This click token has expired; tokens are valid for "
-            f"{sbert_settings.FEEDBACK['TOKEN_MAX_AGE']} seconds after the search."
+            f"{TOKEN_MAX_AGE} seconds after the search."
         ) from None
     except signing.BadSignature:
         raise InvalidToken(

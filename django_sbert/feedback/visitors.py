@@ -29,17 +29,20 @@ from ..throttling import (
     client_address,
     client_ident,
     count_all,
-    feedback_rate,
-    feedback_rate_setting,
     parse_rate,
+    rate_setting,
     session_key,
 )
+from ..throttling import rate as throttle_rate
 
 KEY_CHARS = 32  # hex characters of a client or network key: 128 bits
 IPV4_PREFIX, IPV6_PREFIX = 24, 48  # what one network is: a household's or an office's block
 # A network's budget, in clients' budgets: a NAT or an office holds several visitors, but one
 # network past this many clients' worth of searches or clicks is one script, not a crowd.
 NETWORK_RATE_FACTOR = 10
+# Searches whose User-Agent holds one of these (lower-case) substrings are served but not
+# logged, and their clicks are ignored.
+BOT_USER_AGENTS = ("bot", "crawl", "spider", "slurp", "archiver", "facebookexternalhit", "preview")
 
 
 def _hash_key() -> bytes:
@@ -107,22 +110,22 @@ def client_key(request: Any, search_id: Any = None) -> str:
 
 
 def is_bot(request: Any) -> bool:
-    """Whether the User-Agent holds one of ``SBERT["FEEDBACK"]["BOT_USER_AGENTS"]``."""
+    """Whether the User-Agent holds one of ``BOT_USER_AGENTS``."""
     agent = str(request.META.get("HTTP_USER_AGENT", "")).lower()
-    return bool(agent) and any(part in agent for part in sbert_settings.FEEDBACK["BOT_USER_AGENTS"])
+    return bool(agent) and any(part in agent for part in BOT_USER_AGENTS)
 
 
 def over_rate(request: Any, key: str) -> bool:
-    """Count this request against ``SBERT["FEEDBACK"][key]`` (a rate or None) for its client
+    """Count this request against ``SBERT["RATES"][key]`` (a rate or None) for its client
     (user, else session, else address), and against ``NETWORK_RATE_FACTOR`` times it for its
     network; True once either is past its budget within the last period.
 
     Both windows are ``throttling.count_all``'s: one read and one write of Django's cache.
     """
-    rate = feedback_rate(key)
+    rate = throttle_rate(key)
     if not rate:
         return False
-    allowed, seconds = parse_rate(rate, feedback_rate_setting(key))
+    allowed, seconds = parse_rate(rate, rate_setting(key))
     prefix = f"sbert-feedback:{key}"
     network = f"net-{network_of(client_address(request)) or 'unknown'}"
     client = client_ident(request, sessions=True)

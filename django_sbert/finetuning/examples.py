@@ -16,7 +16,6 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from ..conf import sbert_settings
 from ..encoder.distillation import DENSE_SHARE, lexical_teacher_examples
 from ..encoder.mining import mine_hard_negatives
 from ..encoder.pseudo_queries import hold_out, pseudo_pairs
@@ -31,6 +30,13 @@ logger = logging.getLogger("django_sbert.finetuning.runs")
 HARD_NEGATIVE_LOSSES = ("mnrl", "cached_mnrl", "matryoshka")  # the losses mined negatives feed
 # Mined triples replace a run's pairs only when they keep at least this share of them.
 MIN_MINED_SHARE = 0.5
+# "Adapt to our content": rows (a seeded sample) cut into pseudo-queries (2,000 cost twice the
+# time and gained nothing on SciFact, docs/benchmarks.md), how they are cut ("ict": a sentence
+# against the rest of the row; "crop"), and the share of pseudo-pairs (at most 200) held back
+# for the gate when the run has no eval split.
+ADAPT_DOCUMENTS = 1000
+ADAPT_METHOD = "ict"
+ADAPT_HOLD_OUT = 0.1
 
 
 def default_loss(pairs: Any) -> str:
@@ -164,41 +170,36 @@ def content_texts(target: str, limit: int = 20000) -> list[str]:
 
 
 def adapt_documents(texts: Sequence[str], seed: int) -> list[str]:
-    """A seeded sample of at most ``SBERT["ADAPT"]["DOCUMENTS"]`` of the texts: what a run
-    cuts pseudo-queries from (each costs a training example and a mining encode)."""
-    most = sbert_settings.ADAPT["DOCUMENTS"]
+    """A seeded sample of at most ``ADAPT_DOCUMENTS`` of the texts: what a run cuts
+    pseudo-queries from (each costs a training example and a mining encode)."""
+    most = ADAPT_DOCUMENTS
     texts = list(texts)
-    if most is None or len(texts) <= most:
+    if len(texts) <= most:
         return texts
     return random.Random(seed).sample(texts, most)
 
 
 def pseudo_query_pairs(texts: Sequence[str], seed: int) -> list[tuple[str, str]]:
-    """(pseudo-query, positive) pairs cut from ``texts`` by ``SBERT["ADAPT"]["METHOD"]``."""
-    built = pseudo_pairs(
-        adapt_documents(texts, seed), method=sbert_settings.ADAPT["METHOD"], seed=seed
-    )
+    """(pseudo-query, positive) pairs cut from ``texts`` by ``ADAPT_METHOD``."""
+    built = pseudo_pairs(adapt_documents(texts, seed), method=ADAPT_METHOD, seed=seed)
     return [(p.query, p.positive) for p in built.pairs]
 
 
 def adapt_examples(
-    base: Any, texts: Sequence[str], loss: str, seed: int, hold: bool
+    base: Any, texts: Sequence[str], loss: str, seed: int, hold: bool, negatives: bool = True
 ) -> tuple[list[Any], list[TrainingPair]]:
-    """Training examples of a pseudo-query run (``loss`` ``margin_mse`` or ``mnrl``), and the
+    """Training examples of a pseudo-query run (``loss`` ``margin_mse`` or ``mnrl``, with a
+    mined hard negative per pair when ``negatives``: the run's ``hard_negatives``), and the
     pairs held back to stop early on (``hold``: the run has no eval split) as unsaved
     ``TrainingPair`` objects."""
     pairs = pseudo_query_pairs(texts, seed)
     held: list[Any] = []
     if hold:
-        fraction = float(sbert_settings.ADAPT["HOLD_OUT"])
-        pairs, held = hold_out(pairs, fraction, seed=seed, most=200)  # type: ignore[arg-type]
+        pairs, held = hold_out(pairs, ADAPT_HOLD_OUT, seed=seed, most=200)  # type: ignore[arg-type]
     examples: list[Any] = list(pairs)
     if loss == "margin_mse":
-        share = sbert_settings.ADAPT["DENSE_SHARE"]
-        examples = lexical_teacher_examples(
-            base, pairs, dense_share=DENSE_SHARE if share is None else float(share), seed=seed
-        )
-    elif sbert_settings.ADAPT["NEGATIVES"]:
+        examples = lexical_teacher_examples(base, pairs, dense_share=DENSE_SHARE, seed=seed)
+    elif negatives:
         mined = mine_hard_negatives(base, pairs, [p for _, p in pairs])
         if len(mined) >= 2:
             examples = mined

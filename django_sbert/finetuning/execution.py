@@ -22,7 +22,6 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from ..conf import sbert_settings
 from ..models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
 from ..serving import (
     Serving,
@@ -48,6 +47,13 @@ from .progress import EvalTracker, Heartbeat, Reporter
 
 # A run's log lines, from its creation to its end, under the name they always had.
 logger = logging.getLogger("django_sbert.finetuning.runs")
+# How a run's steps run (docs/benchmarks.md, "Training speed"): forward passes in bfloat16
+# autocast where the CPU has native bf16, else float32 (weights stay float32); 128 tokens of
+# each text (its evaluations and the model it saves keep the model's own length); in-batch
+# negative losses batched by text length, so short pairs do not pay for long ones' padding.
+PRECISION = "auto"
+MAX_SEQ_LENGTH = 128
+LENGTH_BUCKETS = True
 
 
 def execute_run(run_id: int) -> str:
@@ -137,7 +143,9 @@ def _training_data(run: TrainingRun, base: Any, version: str, hyper: Hyperparame
         texts = content_texts(run.data["content"])
         if run.loss == "simcse":
             return _Data(list(texts), options, [], evaluation, [])
-        examples, held = adapt_examples(base, texts, run.loss, hyper.seed, hold=not evaluation)
+        examples, held = adapt_examples(
+            base, texts, run.loss, hyper.seed, hold=not evaluation, negatives=hyper.hard_negatives
+        )
         return _Data(examples, options, [], evaluation, held)
     train = list(TrainingPair.objects.filter(pk__in=run.data.get("train", [])))
     examples, options = examples_for(run.loss, train)
@@ -227,46 +235,30 @@ def _fit(
     reporter: Reporter,
     tracker: EvalTracker | None,
 ) -> Any:
-    """Train a float32 copy of the serving version in ``TRAINING["PRECISION"]``, its steps
-    reading ``TRAINING["MAX_SEQ_LENGTH"]`` tokens per text, batched by length when
-    ``TRAINING["LENGTH_BUCKETS"]`` (all three recorded on the run); ``fit``'s result. The
-    serving copy, which mined and measured, may be bf16 or int8."""
+    """Train a float32 copy of the serving version in ``PRECISION``, its steps reading
+    ``MAX_SEQ_LENGTH`` tokens per text, batched by length when ``LENGTH_BUCKETS`` (all three
+    recorded on the run); ``fit``'s result. The serving copy, which mined and measured, may be
+    bf16 or int8."""
     # torch: only in the worker
     from ..encoder.training import fit, training_precision
 
     trainable = trainable_encoder(current)
-    settings = sbert_settings.TRAINING
-    precision = training_precision(settings["PRECISION"], trainable.device)
+    precision = training_precision(PRECISION, trainable.device)
     # How the steps run, recorded beside the options: the model's own length when shorter.
-    length = settings["MAX_SEQ_LENGTH"]
-    length = trainable.max_seq_length if length is None else min(length, trainable.max_seq_length)
-    speed = {
-        "precision": precision,
-        "max_seq_length": length,
-        "length_buckets": bool(settings["LENGTH_BUCKETS"]),
-    }
+    length = min(MAX_SEQ_LENGTH, trainable.max_seq_length)
+    speed = {"precision": precision, "max_seq_length": length, "length_buckets": LENGTH_BUCKETS}
     run.hyperparameters = {**run.hyperparameters, **speed}
     TrainingRun.objects.filter(pk=run.pk).update(hyperparameters=run.hyperparameters)
+    options = hyper.fit_options(tracker is not None, **speed)
     result = fit(  # trains a copy: the weights it started from go when this returns
         trainable,
         data.examples,
         loss=run.loss,
-        epochs=int(hyper.epochs),
-        batch_size=int(hyper.batch_size),
-        learning_rate=float(hyper.learning_rate),
-        warmup_ratio=float(hyper.warmup_ratio),
-        seed=int(hyper.seed),
+        options=options,
         callback=reporter,
         should_stop=reporter.should_stop,
         loss_options=data.loss_options,
-        report_every=1,
         evaluator=tracker,
-        eval_every=hyper.eval_every if tracker else None,
-        patience=hyper.patience if tracker else None,
-        tolerance=float(hyper.tolerance) if tracker else 0.0,
-        precision=precision,
-        max_seq_length=length,
-        length_buckets=speed["length_buckets"],
     )
     reporter.flush()
     return result

@@ -13,7 +13,7 @@ too easy to tell a better model from the base). Both versions are ranked against
 corpus: the run records a digest of its distractors, and when the gate has to measure again
 and the corpus changed since (rows or pairs edited), it measures the candidate again too. The
 gate compares the first of ``PRIMARY_METRICS`` both have and refuses a candidate worse than
-the active version by more than ``SBERT["TRAINING"]["GATE_TOLERANCE"]``. A candidate trained on
+the active version. A candidate trained on
 pairs from visitors' clicks must also hold on the guard set, which no visitor writes
 (``guard``: the site's judged queries, else queries cut from its rows). A candidate it cannot
 compare (its run deleted, no eval pairs, a SimCSE run on content) does not pass either ("no
@@ -34,7 +34,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..conf import sbert_settings
 from ..encoder.metrics import retrieval_metrics, sts_spearman
 from ..models import EncoderVersion, TrainingPair
 from ..serving import get_encoder, serving_record
@@ -43,6 +42,9 @@ from .rows import pool_texts, row_pool
 
 PRIMARY_METRICS = ("ndcg@10", "sts_spearman")  # what the evaluation gate compares, in order
 DISTRACTOR_SEED = 0  # the sample of distractors depends on the data alone, never on a run
+# Texts the eval queries are ranked against besides their positives, so a small eval split
+# still tells a better model apart.
+EVAL_DISTRACTORS = 1000
 HEAD_CHARS = 32  # a positive this long or longer may match the first sentences of a line
 SENTENCE_ENDS = ".!?\"'\u201d)"
 
@@ -131,9 +133,9 @@ def eval_distractors(
 ) -> list[str]:
     """The texts the eval split's queries are ranked against besides its own positives.
 
-    A seeded sample (``DISTRACTOR_SEED``) of at most ``limit`` (``SBERT["TRAINING"][
-    "EVAL_DISTRACTORS"]`` when None) texts drawn from the rows of every field of
-    ``encoder_name`` (the first ``SBERT["TRAINING"]["MINING_ROWS"]`` in primary-key order, as
+    A seeded sample (``DISTRACTOR_SEED``) of at most ``limit`` (``EVAL_DISTRACTORS`` when
+    None) texts drawn from the rows of every field of
+    ``encoder_name`` (the first ``rows.MINING_ROWS`` in primary-key order, as
     hard-negative mining reads them) and the positives of the ``train`` pairs; the eval
     split's own positives are never among them, nor a row that holds one (``PositiveIndex``:
     the row a pair was cut from, e.g. an article whose body starts with its pair's lead
@@ -142,7 +144,7 @@ def eval_distractors(
     measured on it are measured on the same corpus. Without rows or train pairs (pairs from
     a file, no embedded rows) it is empty: the eval positives alone, as before distractors.
     """
-    limit = int(sbert_settings.TRAINING["EVAL_DISTRACTORS"] if limit is None else limit)
+    limit = int(EVAL_DISTRACTORS if limit is None else limit)
     positives = positive_pairs(evaluation)
     if limit <= 0 or not positives:
         return []
@@ -298,8 +300,7 @@ def _verdict(
             f"the eval pairs of training run {run.pk} gave no "
             f"{' or '.join(PRIMARY_METRICS)} for both versions",
         )
-    tolerance = float(sbert_settings.TRAINING["GATE_TOLERANCE"] or 0.0)
-    verdict = GateResult(metrics[name] >= active[name] - tolerance, name, metrics, active)
+    verdict = GateResult(metrics[name] >= active[name], name, metrics, active)
     if not guards.from_behaviour(run):
         return verdict
     check = guards.stored(run, current.version)

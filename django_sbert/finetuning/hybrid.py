@@ -53,11 +53,11 @@ Scored = Sequence[tuple[str, float]]  # (id, score) best first: one side's candi
 
 
 def site_fusion() -> dict[str, Any]:
-    """The fusion ``SBERT["SEARCH"]`` gives (``FUSION``, ``RRF_K``, ``VECTOR_WEIGHT``,
-    ``KEYWORD_WEIGHT``)."""
-    search = sbert_settings.SEARCH
+    """The fusion ``SBERT["SEARCH"]["FUSION"]`` gives (``METHOD``, ``RRF_K``,
+    ``VECTOR_WEIGHT``, ``KEYWORD_WEIGHT``)."""
+    search = sbert_settings.SEARCH["FUSION"]
     return {
-        "fusion": str(search["FUSION"]),
+        "fusion": str(search["METHOD"]),
         "rrf_k": float(search["RRF_K"]),
         "vector_weight": float(search["VECTOR_WEIGHT"]),
         "keyword_weight": float(search["KEYWORD_WEIGHT"]),
@@ -186,13 +186,14 @@ def keyword_rankings(
 
 
 def _bm25_parameters(cursor: Any, rows: int) -> bm25.Bm25:
-    """BM25 over the temporary table's one field (weight D), with ``SEARCH``'s k1 and b."""
-    search = sbert_settings.SEARCH
+    """BM25 over the temporary table's one field (weight D), with ``SEARCH["KEYWORD"]``'s k1
+    and b."""
+    search = sbert_settings.SEARCH["KEYWORD"]
     cursor.execute("SELECT COALESCE(sum(length(tsv)), 0) FROM sbert_eval_docs")
     total = int(cursor.fetchone()[0])
-    b = search["BM25_B"]
+    b = search["B"]
     b = b.get("B", 0.75) if isinstance(b, Mapping) else b  # the body's, as a site's field
-    return bm25.parameters(["D"], {"D": total}, rows, search["BM25_K1"], b, {"D": 1.0})
+    return bm25.parameters(["D"], {"D": total}, rows, search["K1"], b, {"D": 1.0})
 
 
 def _bm25_ranking(
@@ -267,7 +268,7 @@ def hybrid_metrics(
         return {}
     queries, corpus, relevant = ranking_task(positives, distractors)
     search = sbert_settings.SEARCH
-    depth = int(search["CANDIDATES"])
+    depth = int(search["FUSION"]["CANDIDATES"])
     vector = vector_rankings(encoder, queries, corpus, depth)
     # Short ids in the temporary table: a long text as its key exceeds a btree entry's size.
     texts = list(corpus)
@@ -277,8 +278,8 @@ def hybrid_metrics(
         {doc_id: corpus[text] for doc_id, text in by_id.items()},
         depth,
         config=keyword_config(encoder_name),
-        match=str(search["KEYWORD_MATCH"]),
-        max_df=float(search["KEYWORD_MAX_DF"]),
+        match=str(search["KEYWORD"]["MATCH"]),
+        max_df=float(search["KEYWORD"]["MAX_DF"]),
     )
     keyword = {
         q: [(by_id[doc_id], score) for doc_id, score in ranked] for q, ranked in ranked_ids.items()

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from ..conf import sbert_settings
 from ..encoder.mining import mine_hard_negatives
 from ..indexing import field_refs
+from .rows import MINING_ROWS
 
 __all__ = ["mining_corpus", "with_hard_negatives"]
 
@@ -25,11 +25,11 @@ def mining_corpus(
 ) -> tuple[list[str], list[Any]]:
     """Texts and stored vectors of rows embedded by ``version`` of ``encoder_name``.
 
-    At most ``limit`` rows (``SBERT["TRAINING"]["MINING_ROWS"]`` when None) over every field of
+    At most ``limit`` rows (``rows.MINING_ROWS`` when None) over every field of
     the encoder, in primary-key order; rows without a vector or embedded by another version
     are skipped (their vector does not match the base model).
     """
-    limit = int(sbert_settings.TRAINING["MINING_ROWS"] if limit is None else limit)
+    limit = int(MINING_ROWS if limit is None else limit)
     texts: list[str] = []
     vectors: list[Any] = []
     for ref in field_refs():

@@ -15,17 +15,16 @@ constraints training has, not a guess at what is useful.
 
 from __future__ import annotations
 
-import argparse
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.validators import BaseValidator
-from django.utils.deconstruct import deconstructible
 
-from ..conf import sbert_settings
+from ..conf.options import Option
+from ..encoder.options import FitOptions
+
+TrainingOption = Option  # the training options' vocabulary is every option's (conf/options.py)
 
 # The names of django_sbert.encoder.losses.LOSSES, which imports torch: kept as a tuple so that
 # forms and the API can list them at import time; tests/finetuning/test_runs.py ties the two.
@@ -45,6 +44,8 @@ LOSS_CHOICES = (
 # a teacher fusing the base model with BM25 (encoder/distillation.py), "mnrl" with mined
 # negatives; or "simcse" (a text against itself under another dropout mask).
 ADAPT_LOSSES = ("margin_mse", "mnrl", "simcse")
+ADAPT_LOSS = "margin_mse"  # a content run's loss when none is given
+ADAPT_LEARNING_RATE = 5e-5  # a content run's with mnrl, when none is given
 
 # What a run trains with when given no epochs or learning rate: the best of the settings
 # compared for each loss (docs/fine-tuning.md, "The default recipe"). Early stopping keeps the
@@ -81,144 +82,6 @@ def recipe_summary() -> str:
 # --- the options -------------------------------------------------------------------------------
 
 
-@deconstructible
-class _AboveValidator(BaseValidator):
-    """An open lower bound (Django's ``MinValueValidator`` is closed)."""
-
-    message = "Ensure this value is greater than %(limit_value)s."
-    code = "min_value"
-
-    def compare(self, a: Any, b: Any) -> bool:
-        return bool(a <= b)
-
-
-@deconstructible
-class _BelowValidator(BaseValidator):
-    """An open upper bound (Django's ``MaxValueValidator`` is closed)."""
-
-    message = "Ensure this value is less than %(limit_value)s."
-    code = "max_value"
-
-    def compare(self, a: Any, b: Any) -> bool:
-        return bool(a >= b)
-
-
-@dataclass(frozen=True)
-class TrainingOption:
-    """One training option: what it is, what it accepts and what it is when not given.
-
-    ``default`` None: decided elsewhere, as ``default_text`` says (the loss's recipe, the pairs'
-    shape). ``minimum`` / ``maximum`` are inclusive unless ``open_minimum`` / ``open_maximum``.
-    """
-
-    name: str
-    type: type
-    default: Any
-    help: str
-    minimum: float | None = None
-    maximum: float | None = None
-    open_minimum: bool = False
-    open_maximum: bool = False
-    choices: tuple[str, ...] = ()
-    default_text: str = ""
-
-    @property
-    def flag(self) -> str:
-        """The command-line flag: ``--batch-size``."""
-        return "--" + self.name.replace("_", "-")
-
-    @property
-    def bounds_text(self) -> str:
-        """What the option accepts, in words: ``a whole number from 1 to 100``."""
-        if self.choices:
-            return f"one of {', '.join(self.choices)}"
-        if self.type is bool:
-            return "true or false"
-        lo, hi = _number(self.minimum), _number(self.maximum)
-        if self.open_minimum or self.open_maximum:
-            left = "(" if self.open_minimum else "["
-            right = ")" if self.open_maximum else "]"
-            return f"in {left}{lo}, {hi}{right}"
-        kind = "a whole number" if self.type is int else "a number"
-        if self.maximum is None:
-            return f"{kind} >= {lo}"
-        return f"{kind} from {lo} to {hi}"
-
-    @property
-    def default_description(self) -> str:
-        """The default in words, for help texts and the docs."""
-        if self.default_text:
-            return self.default_text
-        if self.type is bool:
-            return "on" if self.default else "off"
-        return _number(self.default)
-
-    @property
-    def help_text(self) -> str:
-        """``help`` and the default, for a form field, an API field or a flag."""
-        return f"{self.help} Default: {self.default_description}."
-
-    def problem(self, value: Any) -> str | None:
-        """Why ``value`` is refused (``"epochs must be ..., got 0"``), or None when it fits."""
-        if value is None and self.default is None and not self.choices:
-            return None  # left to the recipe (epochs, learning_rate) or to fit (eval_every)
-        numbers = (int,) if self.type is int else (int, float)
-        if self.choices:
-            fits = value in self.choices
-        elif self.type is bool:
-            fits = isinstance(value, bool)
-        elif isinstance(value, bool) or not isinstance(value, numbers):
-            fits = False
-        else:
-            fits = math.isfinite(value) and self._within(value)
-        return None if fits else f"{self.name} must be {self.bounds_text}, got {value!r}"
-
-    def _within(self, value: float) -> bool:
-        if self.minimum is not None and (
-            value <= self.minimum if self.open_minimum else value < self.minimum
-        ):
-            return False
-        return self.maximum is None or (
-            value < self.maximum if self.open_maximum else value <= self.maximum
-        )
-
-    def field_bounds(self) -> dict[str, Any]:
-        """``min_value``, ``max_value`` and ``validators`` keywords for a Django form field or
-        a DRF serializer field: closed bounds as the field's own, open ones as validators."""
-        keywords: dict[str, Any] = {}
-        validators: list[Any] = []
-        if self.minimum is not None:
-            if self.open_minimum:
-                validators.append(_AboveValidator(self.minimum))
-            else:
-                keywords["min_value"] = self.minimum
-        if self.maximum is not None:
-            if self.open_maximum:
-                validators.append(_BelowValidator(self.maximum))
-            else:
-                keywords["max_value"] = self.maximum
-        if validators:
-            keywords["validators"] = validators
-        return keywords
-
-    def parse(self, text: str) -> Any:
-        """A command-line value, checked (argparse's ``type=``)."""
-        try:
-            value = self.type(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{self.name} must be {self.bounds_text}, got {text!r}"
-            ) from None
-        problem = self.problem(value)
-        if problem:
-            raise argparse.ArgumentTypeError(problem)
-        return value
-
-
-def _number(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
 OPTIONS: tuple[TrainingOption, ...] = (
     TrainingOption(
         "loss",
@@ -227,7 +90,7 @@ OPTIONS: tuple[TrainingOption, ...] = (
         "The training objective (docs/training.md).",
         choices=LOSS_CHOICES,
         default_text="picked from the pairs' shape (scores: cosine, labels: softmax, else "
-        "mnrl); a content run: SBERT['ADAPT']['LOSS']",
+        "mnrl); a content run: margin_mse",
     ),
     TrainingOption(
         "epochs",
@@ -241,12 +104,12 @@ OPTIONS: tuple[TrainingOption, ...] = (
     TrainingOption(
         "batch_size",
         int,
-        16,
+        FitOptions.batch_size,
         "Examples per step; with mnrl, the other examples of a batch are each one's negatives.",
         minimum=2,
         maximum=1024,
-        default_text=f"16; a content run with margin_mse: {ADAPT_MARGIN_BATCH_SIZE} (each "
-        "example holds several margins)",
+        default_text=f"{FitOptions.batch_size}; a content run with margin_mse: "
+        f"{ADAPT_MARGIN_BATCH_SIZE} (each example holds several margins)",
     ),
     TrainingOption(
         "learning_rate",
@@ -261,7 +124,7 @@ OPTIONS: tuple[TrainingOption, ...] = (
     TrainingOption(
         "warmup_ratio",
         float,
-        0.1,
+        FitOptions.warmup_ratio,
         "Share of the steps over which the learning rate rises from 0.",
         minimum=0.0,
         maximum=1.0,
@@ -270,7 +133,7 @@ OPTIONS: tuple[TrainingOption, ...] = (
     TrainingOption(
         "seed",
         int,
-        0,
+        FitOptions.seed,
         "Seed of the shuffling, dropout and sampling: the same seed, the same run.",
         minimum=0,
         maximum=2**31 - 1,
@@ -396,15 +259,31 @@ class Hyperparameters:
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in OPTION_NAMES}
 
+    def fit_options(self, early_stopping: bool, **speed: Any) -> FitOptions:
+        """What ``fit()`` trains with for these values (``speed``: ``precision``,
+        ``max_seq_length``, ``length_buckets``); early stopping's only with an evaluator."""
+        return FitOptions(
+            epochs=int(self.epochs),  # type: ignore[arg-type]
+            batch_size=int(self.batch_size),
+            learning_rate=float(self.learning_rate),  # type: ignore[arg-type]
+            warmup_ratio=float(self.warmup_ratio),
+            seed=int(self.seed),
+            report_every=1,
+            eval_every=self.eval_every if early_stopping else None,
+            patience=self.patience if early_stopping else None,
+            tolerance=float(self.tolerance) if early_stopping else 0.0,
+            **speed,
+        )
+
 
 def adapt_hyperparameters(loss: str | None = None, **options: Any) -> Hyperparameters:
     """What "adapt to our content" trains with when the caller gives no value: the recipe
     measured on SciFact (docs/training.md, "Adapt to our content"; ``margin_mse``: 1 epoch at
     2e-5, batch ``ADAPT_MARGIN_BATCH_SIZE``); ``options`` override it."""
-    loss = loss or sbert_settings.ADAPT["LOSS"]
+    loss = loss or ADAPT_LOSS
     recipe: dict[str, Any] = {}
     if loss == "mnrl":
-        recipe = {"learning_rate": sbert_settings.ADAPT["LEARNING_RATE"], "epochs": ADAPT_EPOCHS}
+        recipe = {"learning_rate": ADAPT_LEARNING_RATE, "epochs": ADAPT_EPOCHS}
     elif loss == "margin_mse":
         recipe = {"batch_size": ADAPT_MARGIN_BATCH_SIZE}
     given = {name: value for name, value in options.items() if value is not None}

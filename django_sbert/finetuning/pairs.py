@@ -8,7 +8,7 @@ typo ("scroe") is not silently dropped. Used by the admin's import page and by
 
 Whatever a file holds, the import answers with a report, never a database error: a problem
 with a row (a label longer than its column, a NUL character, a lone surrogate) is a row error;
-a problem with the whole file (larger than ``SBERT["TRAINING"]["PAIRS_MAX_FILE_BYTES"]``, not
+a problem with the whole file (larger than ``MAX_FILE_BYTES``, not
 UTF-8) is a ``PairsImportError``, raised before anything is saved.
 """
 
@@ -26,14 +26,14 @@ from typing import IO, Any
 
 from django.db import transaction
 
-from ..conf import sbert_settings
 from ..exceptions import PairsImportError
 from ..models import TrainingPair
 
 COLUMNS = ("text_a", "text_b", "text_negative", "score", "label", "split")
 REQUIRED = ("text_a", "text_b")
 TEXT_COLUMNS = ("text_a", "text_b", "text_negative", "label")
-SETTING = "SBERT['TRAINING']['PAIRS_MAX_FILE_BYTES']"
+SETTING = "finetuning.pairs.MAX_FILE_BYTES"
+MAX_FILE_BYTES: int | None = 20 * 1024 * 1024  # the largest pairs file an import reads
 LISTED_LINES = 5  # bad lines a "not UTF-8" message names before "and N more"
 
 
@@ -67,10 +67,9 @@ def detect_format(name: str) -> str:
 
 
 def max_file_bytes() -> int | None:
-    """The largest pairs file an import reads (``SBERT["TRAINING"]["PAIRS_MAX_FILE_BYTES"]``;
-    ``None``: no limit). An import holds the whole file in memory: the limit bounds that."""
-    limit = sbert_settings.TRAINING["PAIRS_MAX_FILE_BYTES"]
-    return None if limit is None else int(limit)
+    """The largest pairs file an import reads (``MAX_FILE_BYTES``; ``None``: no limit). An
+    import holds the whole file in memory: the limit bounds that."""
+    return MAX_FILE_BYTES
 
 
 def check_file_size(size: int) -> None:
@@ -83,7 +82,7 @@ def check_file_size(size: int) -> None:
     if limit is not None and size > limit:
         raise PairsImportError(
             f"The file has {size} bytes; a pairs file may have at most {limit} ({SETTING}). "
-            "Split it into smaller files and import each, or raise the setting."
+            "Split it into smaller files and import each."
         )
 
 
@@ -155,7 +154,7 @@ def read_bounded(stream: IO[str] | IO[bytes]) -> str:
     if limit is not None and len(data) > limit:
         raise PairsImportError(
             f"The file has more than {limit} bytes, the most an imported file may have "
-            f"({SETTING}). Split it into smaller files and import each, or raise the setting."
+            f"({SETTING}). Split it into smaller files and import each."
         )
     return decode(data) if isinstance(data, bytes) else data
 
@@ -276,7 +275,7 @@ def import_pairs(
     saves the good rows and reports the rest. A byte stream is decoded as UTF-8.
 
     Raises ``PairsImportError``, with nothing saved, for a file over
-    ``SBERT["TRAINING"]["PAIRS_MAX_FILE_BYTES"]`` (read no further than that), a byte stream
+    ``MAX_FILE_BYTES`` (read no further than that), a byte stream
     that is not UTF-8, or a ``source`` that does not fit its column (see ``source_for_file``).
     """
     if fmt not in ("csv", "jsonl"):

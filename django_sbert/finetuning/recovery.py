@@ -10,7 +10,7 @@ version's cache and doubles indexing work. Every sweep therefore calls, through
     fail_dead_runs()        # running, silent for TRAINING["STALLED_SECONDS"]: failed
     lost_runs()             # queued, untouched that long: claimed for re-sending
     lost_promotions()       # promoting, no progress that long: claimed for re-sending
-                            # (at most TRAINING["PROMOTION_RESENDS"] times, then given up)
+                            # (at most PROMOTION_RESENDS times, then given up)
 
 Re-sending is safe: only a queued run starts (``execution.execute_run``) and a promotion is
 resumable and switches only a version still promoting. Claiming stamps the row, so concurrent
@@ -30,6 +30,9 @@ from ..conf import sbert_settings
 from ..models import EncoderVersion, RunStatus, TrainingRun, VersionStatus
 
 DEAD_WORKER_ERROR = "The worker running this run stopped reporting (killed or lost)."
+# A promotion that made no progress for STALLED_SECONDS is sent again this many times at most;
+# then it is given up (back to candidate, with the error).
+PROMOTION_RESENDS = 3
 
 
 def stalled_before() -> datetime:
@@ -68,7 +71,7 @@ def lost_runs() -> list[int]:
 def lost_promotions() -> list[int]:
     """Promoting versions with no progress since ``stalled_before()``, claimed for re-sending.
 
-    Each is re-sent at most ``TRAINING["PROMOTION_RESENDS"]`` times (counted in
+    Each is re-sent at most ``PROMOTION_RESENDS`` times (counted in
     ``promotion_request["resends"]``); after that it is given up (``give_up_promotion``): back
     to candidate with the error, so a promotion that fails on every worker (files that no host
     can fetch, a worker killed by it) is not sent for ever.
@@ -77,7 +80,7 @@ def lost_promotions() -> list[int]:
     stale = Q(promotion_updated_at__lt=cutoff) | Q(
         promotion_updated_at__isnull=True, created_at__lt=cutoff
     )
-    most = int(sbert_settings.TRAINING["PROMOTION_RESENDS"])
+    most = PROMOTION_RESENDS
     claimed = []
     for pk in EncoderVersion.objects.filter(stale, status=VersionStatus.PROMOTING).values_list(
         "pk", flat=True

@@ -1,7 +1,7 @@
 """The encoder's rows as the gate and the guard sample them.
 
 ``row_pool`` lists ``(index in refs, pk)`` for every field an encoder encodes (the first
-``SBERT["TRAINING"]["MINING_ROWS"]`` in primary-key order, as hard-negative mining reads them);
+``MINING_ROWS`` in primary-key order, as hard-negative mining reads them);
 ``pool_texts`` reads the source texts of a slice of it, one query per field.
 """
 
@@ -10,15 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..conf import sbert_settings
 from ..indexing import FieldRef, field_refs, light_rows
+
+MINING_ROWS = 50000  # stored rows a run mines hard negatives and draws distractors from
 
 
 def row_pool(encoder_name: str) -> tuple[list[FieldRef], list[tuple[int, Any]]]:
     """The fields of ``encoder_name`` and ``(index in them, pk)`` of their first
     ``MINING_ROWS`` rows, in primary-key order."""
     refs = [ref for ref in field_refs() if ref.encoder_name == encoder_name]
-    most = int(sbert_settings.TRAINING["MINING_ROWS"])
+    most = MINING_ROWS
     pool: list[tuple[int, Any]] = []
     for index, ref in enumerate(refs):
         room = most - len(pool)

@@ -18,6 +18,7 @@ from django.db.models import Q
 
 from ..conf import encoder_config
 from ..fields.columns import text_hash
+from ..passages import config as passage_config
 from ..passages import passages_exist
 from ..serving import get_encoder, role_prompt
 from .failures import RowFailure, read_text, record
@@ -129,11 +130,11 @@ def encode_rows(
 
     Each text gets the encoder's document prompt (``serving.role_prompt``).
     ``version`` picks a version of the encoder (default: the serving one). With
-    ``LONG_TEXT="chunk"`` a text counts at most ``MAX_CHUNKS`` windows, so no row's text can
-    make a task (and its redelivery) run out of memory.
+    ``LONG_TEXT="chunk"`` a text counts at most ``passages.config.MAX_CHUNKS`` windows, so no
+    row's text can make a task (and its redelivery) run out of memory.
     """
     config = encoder_config(ref.encoder_name)
-    max_chunks = config["MAX_CHUNKS"]
+    max_chunks = passage_config.MAX_CHUNKS
     model = get_encoder(ref.encoder_name, version)
     vectors = model.encode(
         [row.text for row in rows],

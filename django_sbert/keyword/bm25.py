@@ -26,7 +26,7 @@ package computes it, with Lucene's idf (tests/query/test_bm25.py checks it).
 Cost: a candidate row's exact score reads its whole tsvector (tens of microseconds for an
 abstract), so rows are scored in two steps: a quick score (the sum of the idf of the query
 lexemes a row holds, summed over one GIN index scan per word: query/fusion.CappedMatch)
-orders the candidates, and the best ``SEARCH["BM25_RESCORE"]``
+orders the candidates, and the best ``query.options.BM25_RESCORE``
 of them get the exact score. With the defaults the top 10 keeps 98.6% of the exact BM25 top 10
 on SciFact's dev claims (docs/benchmarks.md).
 """

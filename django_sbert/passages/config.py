@@ -22,7 +22,9 @@ from ..conf import encoder_config
 from ..encoder import ModelSpec, describe
 
 DOCUMENT_VECTORS = ("mean", "first")
-DEFAULT_WINDOWS = 64  # MAX_CHUNKS when it is None: the text budget of one row, in windows
+# Windows a row's text is encoded from at most with LONG_TEXT="chunk" (the rest is ignored,
+# with a warning), so no row can exhaust a worker's memory; also a row's passage budget.
+MAX_CHUNKS = 64
 # Passages of about two sentences by default: on deep-content retrieval they find a sentence in
 # a long article far more often than passages that fill the window (docs/passages.md).
 DEFAULT_MAX_TOKENS = 64
@@ -114,7 +116,7 @@ def model_spec(model: str) -> ModelSpec:
 
 def passage_limit(config: PassageConfig, encoder: str) -> int:
     """Passages one row holds at most: ``config.max_passages``, else as many as hold the text
-    of the encoder's ``MAX_CHUNKS`` windows (64 x 256 tokens for all-MiniLM-L6-v2: 342
+    of ``MAX_CHUNKS`` windows (64 x 256 tokens for all-MiniLM-L6-v2: 342
     passages of 64 tokens that overlap by 16).
 
     Indexing stops a text there; a passage search that must find k rows fetches at most k
@@ -122,7 +124,7 @@ def passage_limit(config: PassageConfig, encoder: str) -> int:
     if config.max_passages is not None:
         return int(config.max_passages)
     settings = encoder_config(encoder)
-    windows = settings["MAX_CHUNKS"] if settings["MAX_CHUNKS"] is not None else DEFAULT_WINDOWS
+    windows = MAX_CHUNKS
     window = model_spec(str(settings["MODEL"])).max_seq_length
     size = min(config.max_tokens or window, window)
     step = max(1, size - config.overlap)  # new tokens per passage

@@ -58,7 +58,7 @@ Two fusions (``serving.FUSIONS``); a row missing from a side's top-N gets nothin
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from django.core.exceptions import EmptyResultSet, FullResultSet
@@ -78,7 +78,8 @@ from django.db.models.sql.where import AND, WhereNode
 from pgvector.django import CosineDistance
 
 from ..keyword import bm25, tsquery
-from .vectors import QuerySource, QueryVector
+from .options import FusionConfig, keyword_max_rows, rescored_rows, tuned_fusion
+from .vectors import QuerySource, QueryVector, same_version
 
 
 def alias_quoter(compiler: Any) -> Callable[[str], str]:
@@ -132,7 +133,7 @@ class Fusion:
     # Where the query vector came from (vectors.QuerySource), so a retry after a switch can
     # compile the vector side with the new version's vector; None for a vector passed in.
     source: QuerySource | None = None
-    # The most rows the keyword side ranks (SBERT["SEARCH"]["KEYWORD_MAX_ROWS"]); None: all.
+    # The most rows the keyword side ranks (options.KEYWORD_MAX_ROWS); None: all.
     max_rows: int | None = None
     # A field with passages=: the vector side ranks rows by their best passage
     # (query/passages.PassageSearch); None: by the rows' own vectors.
@@ -149,6 +150,49 @@ class Fusion:
     rescore: int | None = None
     # The keyword side's rows, ranked ahead while the text was encoded; None: rank them here.
     keyword_rows: KeywordRows | None = None
+
+
+def served_fusion(config: FusionConfig, source: QuerySource | None) -> FusionConfig:
+    """The fusion a search runs: the options the call gave, then those a run tuned for the
+    version that encoded the query (unless the call chose another method;
+    ``options.tuned_fusion``), then the settings."""
+    tuned = tuned_fusion(source)
+    if tuned and config.method in (None, tuned["fusion"]):
+        chosen = {**tuned, "method": tuned["fusion"]}
+        config = replace(
+            config,
+            **{
+                item.name: chosen[item.name]
+                for item in fields(config)
+                if getattr(config, item.name) is None and item.name in chosen
+            },
+        )
+    return config.resolved()
+
+
+def fusion_plan(
+    embedding: Any, text: str, fusion: FusionConfig, match: str, source: QuerySource | None
+) -> Fusion:
+    """The fused table of ``hybrid_search()`` on ``embedding`` before its query vector and
+    keyword terms are known (``fusion`` resolved)."""
+    return Fusion(
+        vector_column=embedding.attname,
+        vector_literal="[]",
+        tsvector_column=embedding.tsvector_field_name,
+        text=text,
+        config=embedding.keyword_config,
+        match=match,
+        terms=(),
+        rrf_k=float(fusion.rrf_k),  # type: ignore[arg-type]
+        vector_weight=float(fusion.vector_weight),  # type: ignore[arg-type]
+        keyword_weight=float(fusion.keyword_weight),  # type: ignore[arg-type]
+        candidates=int(fusion.candidates),  # type: ignore[arg-type]
+        fusion=str(fusion.method),
+        rescore=rescored_rows(fusion.candidates),
+        vector_filter=tuple(same_version(embedding, source).items()),
+        source=source,
+        max_rows=keyword_max_rows(),
+    )
 
 
 @dataclass(frozen=True, eq=False)  # compared by identity: it stands for one statement's result

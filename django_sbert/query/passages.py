@@ -62,13 +62,13 @@ from django.db.models import Expression, F, FloatField, JSONField, QuerySet
 from django.db.models.sql.query import Query
 from pgvector.django import CosineDistance
 
-from ..conf import sbert_settings
 from ..fields import EmbeddingField
 from ..passages import passage_limit
 from .fusion import DerivedTableJoin, FusedColumn, alias_quoter, candidate_queryset
 from .vectors import REBOUND, QuerySource, QueryVector
 
 TABLE_NAME = "sbert_passages"
+PASSAGES_PER_ROW = 4  # passages the index scan fetches per row asked for
 
 
 @dataclass(frozen=True)
@@ -292,13 +292,8 @@ class BestPassage(Expression):
 
 
 def passages_per_row() -> int:
-    """``SBERT["SEARCH"]["PASSAGES_PER_ROW"]``: passages the index scan fetches per row."""
-    value = sbert_settings.SEARCH["PASSAGES_PER_ROW"]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(
-            f"SBERT['SEARCH']['PASSAGES_PER_ROW'] must be a positive integer, got {value!r}."
-        )
-    return value
+    """``PASSAGES_PER_ROW``: passages the index scan fetches per row asked for."""
+    return PASSAGES_PER_ROW
 
 
 def uses_passages(field: EmbeddingField, query: Any, passages: bool | None) -> bool:

@@ -59,7 +59,9 @@ from .fusion import (
     Fusion,
     KeywordRows,
     fused_annotations,
+    fusion_plan,
     prescore_terms,
+    served_fusion,
 )
 from .options import (
     FusionConfig,
@@ -67,8 +69,7 @@ from .options import (
     SearchOptions,
     binary_oversample,
     bm25_settings,
-    hybrid_arguments,
-    hybrid_settings,
+    hybrid_configs,
     keyword_max_df,
     keyword_max_rows,
     keyword_rank,
@@ -76,7 +77,6 @@ from .options import (
     match_share,
     rescored_rows,
     search_options,
-    tuned_fusion,
 )
 from .passages import PassageSearch, hybrid_annotations, join_passages, uses_passages
 from .replicas import search_database
@@ -152,7 +152,7 @@ class SemanticQuerySet(models.QuerySet):
 
         On a field with ``binary_index=True`` the rows are the top ``k x oversample`` by the
         Hamming distance of their binary codes, re-ranked by exact cosine (query/binary.py;
-        default ``SBERT["SEARCH"]["BINARY_OVERSAMPLE"]``, 0: search the float vectors).
+        default ``options.BINARY_OVERSAMPLE``, 0: search the float vectors).
         """
         embedding = self._embedding_field(field)
         binary = binary_oversample(embedding, oversample)
@@ -200,14 +200,14 @@ class SemanticQuerySet(models.QuerySet):
         Needs ``EmbeddingField(..., keyword_search=True)``. ``match="all"`` reads ``text`` like
         a web search box (``websearch_to_tsquery``: every word, ``"a phrase"``, ``-not``,
         ``or``); ``match="any"`` finds rows containing any of its words (words in more than
-        ``max_df`` of the rows, default ``SBERT["SEARCH"]["KEYWORD_MAX_DF"]``, are left out).
+        ``max_df`` of the rows, default ``SBERT["SEARCH"]["KEYWORD"]["MAX_DF"]``, are left out).
         Rows are ranked by Okapi BM25 over the source fields (``rank="bm25"``, the one
-        ranking), each with ``keyword_score``. No vector is computed, and rows need no embedding. An
-        empty or punctuation-only text matches nothing. The words' statistics are read with
-        one small query when called. At most ``SBERT["SEARCH"]["KEYWORD_MAX_ROWS"]`` matching
-        rows are ranked (the first PostgreSQL finds that pass the filters), so a word most
-        rows hold costs no more than that; ``count()`` is at most that many, and with BM25 at
-        most ``max(k, SEARCH["BM25_RESCORE"])`` (the best by a quick score get the exact one).
+        ranking), each with ``keyword_score``. No vector is computed, and rows need no
+        embedding. An empty or punctuation-only text matches nothing. The words' statistics are
+        read with one small query when called. At most ``options.KEYWORD_MAX_ROWS`` matching
+        rows are ranked (the first PostgreSQL finds that pass the filters), so a word most rows
+        hold costs no more than that; ``count()`` is at most that many, and with BM25 at most
+        ``max(k, options.BM25_RESCORE)`` (the best by a quick score get the exact one).
         """
         tsquery.check_text(text)
         embedding = self._embedding_field(field, keyword=True)
@@ -263,30 +263,22 @@ class SemanticQuerySet(models.QuerySet):
     ) -> SemanticQuerySet:
         """Rows ranked by a fusion of vector and keyword search, best first.
 
-        ``fusion=FusionConfig(method, rrf_k, candidates, vector_weight, keyword_weight)`` and
-        ``keyword=KeywordConfig(match, max_df, rank)`` gather the options below; each may also be
-        given as a keyword argument of its own, as before (``fusion="rrf"`` names the method),
-        but not both ways at once.
+        ``fusion=FusionConfig(method, rrf_k, candidates, vector_weight, keyword_weight)``
+        (or the method's name alone) and ``keyword=KeywordConfig(match, max_df)`` choose how;
+        what they leave out comes from ``SBERT["SEARCH"]["FUSION"]`` and ``["KEYWORD"]``,
+        except that while a fine-tuned version whose run chose a fusion on its eval split
+        serves, its fusion comes first (``SEARCH["FUSION"]["TUNED"]``; docs/hybrid.md). The
+        options as keyword arguments of their own (``rrf_k=``, ``match=``...) still work, with
+        a ``DeprecationWarning``.
 
-        The ``candidates`` nearest rows by cosine similarity (HNSW, as ``similar_to``) and the
-        ``candidates`` best full-text matches (GIN, as ``keyword_search``) are fused, a side
-        contributing nothing for a row outside its top list. ``fusion="rrf"``: ``score =
-        vector_weight / (rrf_k + vector_rank) + keyword_weight / (rrf_k + keyword_rank)``;
-        ``fusion="linear"``: ``score = vector_weight * v + keyword_weight * t``, ``v`` the
-        row's cosine min-max normalised over the vector candidates and ``t`` its keyword score
-        over the best one. Rows are
-        annotated with ``score``, ``similarity`` (cosine; None without an embedding),
-        ``vector_rank`` and ``keyword_rank`` (1-based positions in each list, None when absent)
-        and ``keyword_score`` (the keyword side's rank value). Filters, chained before or after,
-        apply to both lists. Needs ``EmbeddingField(..., keyword_search=True)``; defaults come from
-        ``SBERT["SEARCH"]`` (``FUSION``, ``RRF_K``, ``CANDIDATES``, ``VECTOR_WEIGHT``,
-        ``KEYWORD_WEIGHT``, ``KEYWORD_MATCH``, ``KEYWORD_MAX_DF``), except that while a
-        fine-tuned version whose run chose a fusion on its eval split serves, its fusion
-        replaces the settings' (``SEARCH["TUNED_FUSION"]``; docs/hybrid.md); ``match`` and
-        ``max_df`` work as in ``keyword_search()``. A blank text returns no rows. On a field
-        with ``passages=`` the
-        vector side ranks rows by their best passage, and each row gets ``passage`` and the
-        best passage's ``similarity`` (``passages=False``: the row's own vector).
+        The ``candidates`` nearest rows (HNSW, as ``similar_to``) and best full-text matches
+        (GIN, as ``keyword_search``) are fused (query/fusion.py: ``"rrf"`` by rank, ``"linear"``
+        by normalised score), a side giving nothing to a row outside its list. Rows get
+        ``score``, ``similarity`` (None without an embedding), ``vector_rank``,
+        ``keyword_rank`` (None when absent) and ``keyword_score``. Filters, chained before or
+        after, apply to both lists. Needs ``EmbeddingField(..., keyword_search=True)``. A blank
+        text returns no rows. On a field with ``passages=`` the vector side ranks rows by their
+        best passage, and each row gets ``passage`` (``passages=False``: the row's vector).
         """
         if not isinstance(text, str):
             raise TypeError(
@@ -299,7 +291,7 @@ class SemanticQuerySet(models.QuerySet):
                 "hybrid_search() is already applied to this queryset; call it once, on a "
                 "queryset without it (filters may come before or after)."
             )
-        options = hybrid_arguments(
+        given, keyword = hybrid_configs(
             fusion,
             keyword,
             candidates=candidates,
@@ -310,49 +302,22 @@ class SemanticQuerySet(models.QuerySet):
             max_df=max_df,
             rank=rank,
         )
-        fusion, candidates, rrf_k = options["fusion"], options["candidates"], options["rrf_k"]
-        vector_weight, keyword_weight = options["vector_weight"], options["keyword_weight"]
-        match, max_df, rank = options["match"], options["max_df"], options["rank"]
+        keyword = keyword.resolved()
         embedding = self._embedding_field(field, keyword=True)
-        if fusion is None and rrf_k is not None:
-            fusion = "rrf"  # rrf_k means nothing to the other fusion
-        given = {
-            "fusion": fusion,
-            "rrf_k": rrf_k,
-            "vector_weight": vector_weight,
-            "keyword_weight": keyword_weight,
-        }
-        settings = hybrid_settings(candidates=candidates, match=match, **given)
         qs = self._pinned()  # rows and version from one database (query/replicas.py)
         # The text is encoded in another thread while PostgreSQL ranks the keyword side.
         source, pending, wait = (None, None, None)
         if text.strip():
             source, pending, wait = qs._text_vector_pending(text, embedding)
-        tuned = tuned_fusion(source)
-        # The fusion chosen for the serving version, unless the caller chose another kind;
-        # arguments given still win, each on its own.
-        if tuned and fusion in (None, tuned["fusion"]):
-            settings.update({k: v for k, v in tuned.items() if given[k] is None})
+        chosen = served_fusion(given, source)
         text = str(text)  # ahybrid_search() passes an EncodedText: from here on, the words
-        match = settings.pop("match")
-        fusion = Fusion(
-            vector_column=embedding.attname,
-            vector_literal="[]",
-            tsvector_column=embedding.tsvector_field_name,
-            text=text,
-            config=embedding.keyword_config,
-            match=match,
-            terms=(),
-            rescore=rescored_rows(settings["candidates"]),
-            vector_filter=tuple(same_version(embedding, source).items()),
-            source=source,
-            max_rows=keyword_max_rows(),
-            **settings,
-        )
+        fusion = fusion_plan(embedding, text, chosen, str(keyword.match), source)
         if wait is None:
             qs = qs.none()
         else:
-            plan = qs._keyword_plan(embedding, text, match, max_df, rank, fusion, pending.start)
+            plan = qs._keyword_plan(
+                embedding, text, fusion.match, keyword.max_df, keyword.rank, fusion, pending.start
+            )
             fusion = replace(
                 fusion,
                 terms=plan.terms,
@@ -368,14 +333,23 @@ class SemanticQuerySet(models.QuerySet):
                 fusion,
                 vector_literal=literal,
                 passages=search,
-                binary=self._binary_vector_side(embedding, literal, source, settings["candidates"]),
+                binary=self._binary_vector_side(embedding, literal, source, fusion.candidates),
             )
-        literal = fusion.vector_literal
-        query = qs.query
-        parent = query.get_initial_alias()
-        alias = query.join(FusedJoin(fusion, self.model._meta.pk.column, parent))
+        qs = qs._fused(fusion, embedding, encoded=wait is not None)
+        qs = qs._searching(embedding, k=k, ef_search=ef_search, iterative_scan=iterative_scan)
+        qs._search_ordering = None
+        qs._search_source = fusion.source
+        return qs
+
+    def _fused(self, fusion: Fusion, embedding: EmbeddingField, encoded: bool) -> SemanticQuerySet:
+        """This queryset joined to ``fusion``'s table, annotated and ranked by its score
+        (``encoded``: the text has a vector, so rows get a similarity)."""
+        source, literal = fusion.source, fusion.vector_literal
+        parent = self.query.get_initial_alias()
+        alias = self.query.join(FusedJoin(fusion, self.model._meta.pk.column, parent))
         annotations: dict[str, Any] = dict(fused_annotations(alias))
-        if wait is not None:
+        annotations["similarity"] = Value(None, output_field=models.FloatField())
+        if encoded:
             # A row found by its words alone may still carry another version's vector (a
             # switch in progress): it gets no similarity rather than a meaningless one.
             annotations["similarity"] = models.Case(
@@ -386,16 +360,10 @@ class SemanticQuerySet(models.QuerySet):
                 default=None,
                 output_field=models.FloatField(),
             )
-        else:
-            annotations["similarity"] = Value(None, output_field=models.FloatField())
         if fusion.passages is not None:  # similarity and passage of each row's best passage
             same = models.Q(**same_version(embedding, source))
             annotations.update(hybrid_annotations(fusion.passages, same))
-        qs = qs.annotate(**annotations).order_by(models.F("score").desc(), "pk")
-        qs = qs._searching(embedding, k=k, ef_search=ef_search, iterative_scan=iterative_scan)
-        qs._search_ordering = None
-        qs._search_source = source
-        return qs
+        return self.annotate(**annotations).order_by(models.F("score").desc(), "pk")
 
     def suggest(
         self, text: str, k: int | None = None, field: str | None = None, **options: Any
@@ -404,8 +372,8 @@ class SemanticQuerySet(models.QuerySet):
 
         A prefix match of the words on the keyword column (the last, unfinished word as a
         prefix) fused with a vector search of the text; a text shorter than
-        ``SBERT["SEARCH"]["SUGGEST_VECTOR_MIN_CHARS"]`` is answered by the prefix match
-        alone, one shorter than ``SUGGEST_MIN_CHARS`` by nothing. Returns ``Suggestion``s
+        ``suggest.VECTOR_MIN_CHARS`` (4) is answered by the prefix match alone, one
+        shorter than ``suggest.MIN_CHARS`` (2) by nothing. Returns ``Suggestion``s
         (``pk``, ``label``, ``url``, ``score``, ``keyword_rank``, ``vector_rank``,
         ``object``), not a queryset: query/suggest.py, docs/hybrid.md.
         """

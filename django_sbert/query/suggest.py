@@ -15,15 +15,15 @@ Two sides, fused as ``hybrid_search()`` fuses its own (reciprocal rank fusion):
   unfinished word matches a stored word that starts with it (as typed, and as stemmed), or one
   that it starts with and that is at most ``STEM_SLACK`` characters shorter (``inform``,
   ``infor``...), so a word stays found while its last letters are typed. At most
-  ``SUGGEST_MAX_ROWS`` matching rows are ranked (``ts_rank_cd``, title words first), however
+  ``MAX_ROWS`` matching rows are ranked (``ts_rank_cd``, title words first), however
   common the prefix.
 * **Vector search** of the whole text so far (``similar_to()``: the HNSW index, the serving
   encoder version), which finds rows by meaning once the words stop matching, and a misspelt
   word.
 
-How long the text is decides which sides run (``SBERT["SEARCH"]``): shorter than
-``SUGGEST_MIN_CHARS`` (2), nothing (a single letter is a prefix of a large share of any
-table's words, and a list for it helps no one); shorter than ``SUGGEST_VECTOR_MIN_CHARS`` (4),
+How long the text is decides which sides run: shorter than
+``MIN_CHARS`` (2), nothing (a single letter is a prefix of a large share of any
+table's words, and a list for it helps no one); shorter than ``VECTOR_MIN_CHARS`` (4),
 the prefix match alone (the vector of "inf" is a guess, and encoding it costs most of the
 time budget of a keystroke); from then on both. A model without a keyword column is
 suggested from by its vectors alone. docs/hybrid.md has the figures behind these choices.
@@ -57,6 +57,12 @@ WORD = re.compile(r"[^\W_]+")
 STEM_SLACK = 4
 MIN_STEM = 3
 MAX_WORDS = 16  # the last words of a longer text count
+MIN_CHARS = 2  # a shorter text (spaces aside) suggests nothing
+# A shorter text is answered by the prefix match alone, with no vector search (measured in
+# benchmarks/suggest.py: a vector of 1-3 letters finds little).
+VECTOR_MIN_CHARS = 4
+CANDIDATES = 20  # rows taken from each side before fusing
+MAX_ROWS = 1000  # prefix matches ranked at most
 
 
 @dataclass(frozen=True)
@@ -137,7 +143,7 @@ def prefix_matches(
     column = embedding.tsvector_field_name
     query = PrefixQuery(embedding.keyword_config, finished, last)
     matches = tsquery.Matches(F(column), query)
-    limit = max_rows if max_rows is not None else sbert_settings.SEARCH["SUGGEST_MAX_ROWS"]
+    limit = max_rows if max_rows is not None else MAX_ROWS
     rank = SearchRank(F(column), query, weights=list(tsquery.RANK_WEIGHTS), cover_density=True)
     rows = (
         queryset.filter(CappedMatch(matches, limit))
@@ -192,27 +198,27 @@ def suggest(
 ) -> list[Suggestion]:
     """Up to ``k`` rows of ``queryset`` (a SemanticQuerySet) for the text typed so far, best
     first; see the module docstring. ``candidates`` rows come from each side (default
-    ``SBERT["SEARCH"]["SUGGEST_CANDIDATES"]``, at least ``k``)."""
+    ``CANDIDATES``, at least ``k``)."""
     if not isinstance(text, str):
         raise TypeError(f"suggest() takes the text typed so far, not {type(text).__name__}.")
     tsquery.check_text(text)
     search = sbert_settings.SEARCH
-    k = int(search["SUGGEST_K"] if k is None else k)
+    k = int(search["SUGGEST"]["K"] if k is None else k)
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}.")
-    n = max(k, int(candidates or search["SUGGEST_CANDIDATES"]))
+    n = max(k, int(candidates or CANDIDATES))
     embedding = _suggest_field(queryset, field)
     typed = " ".join(text.split())  # what counts: the words, one space apart
-    if len(typed) < search["SUGGEST_MIN_CHARS"]:
+    if len(typed) < MIN_CHARS:
         return []
     qs = queryset._pinned()
     keyword: list[Any] = []
     if embedding.has_keyword_search:  # a space typed last says the last word is finished
         keyword = prefix_matches(qs, embedding, typed + text[len(text.rstrip()) :][:1], n)
     vector: list[Any] = []
-    if len(typed) >= search["SUGGEST_VECTOR_MIN_CHARS"] or not embedding.has_keyword_search:
+    if len(typed) >= VECTOR_MIN_CHARS or not embedding.has_keyword_search:
         vector = list(qs.similar_to(typed, k=n, field=embedding.name).values_list("pk", flat=True))
-    fused = fuse(keyword, vector, float(search["RRF_K"]))[:k]
+    fused = fuse(keyword, vector, float(search["FUSION"]["RRF_K"]))[:k]
     if not fused:
         return []
     wide = [embedding.attname]

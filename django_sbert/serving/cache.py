@@ -47,8 +47,9 @@ import numpy as np
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
-from ..conf import SETTING_NAME, encoder_config, sbert_settings
+from ..conf import SETTING_NAME, encoder_config
 from ..exceptions import VersionUnavailable
+from ..passages import config as passage_config
 from .identity import base_version, forget_base_versions
 from .model_cache import compile_cache, local_directory
 from .paths import encoder_path
@@ -72,6 +73,10 @@ _loading: dict[tuple[str, str | None], Future[SentenceEncoder]] = {}
 # name -> the version this process last used as the serving one: never evicted.
 _serving_now: dict[str, str] = {}
 _query_cache: OrderedDict[tuple[str, str, str], np.ndarray] = OrderedDict()
+QUERY_CACHE_SIZE = 256  # query texts whose vectors each process keeps (LRU); 0: none
+# torch threads while a web process encodes one search query: one short text gains little from
+# more, and threads that spin after the forward pass slow a PostgreSQL on the same cores.
+QUERY_THREADS: int | None = 1  # None: the process setting (THREADS)
 # One forward pass at a time per loaded model: a fast tokenizer shared between threads can
 # fail with "RuntimeError: Already borrowed" (huggingface/tokenizers#537), and torch already
 # uses every configured thread inside one pass. Per model, not per encoder name, so that the
@@ -221,7 +226,7 @@ def _load(name: str, directory: str | None = None) -> SentenceEncoder:
         threads=int(config["THREADS"]) if config["THREADS"] else None,
         query_runtime=path.query_runtime,
         # ONNX Runtime's threads are fixed per session: the ones a web process's query gets.
-        query_threads=int(config["QUERY_THREADS"] or config["THREADS"] or 1),
+        query_threads=int(QUERY_THREADS or config["THREADS"] or 1),
     )
 
 
@@ -274,7 +279,7 @@ def _encode(
     role: Role | None,
 ) -> np.ndarray:
     config = encoder_config(encoder)
-    max_chunks = config["MAX_CHUNKS"]  # with LONG_TEXT="chunk": windows per text at most
+    max_chunks = passage_config.MAX_CHUNKS  # with LONG_TEXT="chunk": windows per text
     with _lock:
         lock = _encode_locks.get(model)
         if lock is None:
@@ -358,17 +363,14 @@ def _cached_query(encoder: str, version: str, text: str) -> np.ndarray | None:
 
 
 def _encode_query(model: SentenceEncoder, encoder: str, version: str, text: str) -> np.ndarray:
-    # One short text gains little from more threads, and threads that spin after the forward
-    # pass slow down a PostgreSQL server on the same cores (docs/settings.md, QUERY_THREADS).
-    threads = encoder_config(encoder)["QUERY_THREADS"]
-    vector = _encode(model, encoder, [text], int(threads) if threads else None, True, "query")[0]
+    vector = _encode(model, encoder, [text], QUERY_THREADS, True, "query")[0]
     vector.flags.writeable = False
     _remember_query(encoder, version, text, vector)
     return vector
 
 
 def _remember_query(encoder: str, version: str, text: str, vector: np.ndarray) -> None:
-    size = int(sbert_settings.QUERY_CACHE_SIZE or 0)
+    size = QUERY_CACHE_SIZE
     if size > 0:
         with _lock:
             _query_cache[(encoder, version, text)] = vector
@@ -398,7 +400,7 @@ def clear_query_cache() -> None:
 
 def query_cache_info() -> dict[str, int]:
     """Entries in this process's query cache and its configured size (for tests and status)."""
-    return {"entries": len(_query_cache), "size": int(sbert_settings.QUERY_CACHE_SIZE or 0)}
+    return {"entries": len(_query_cache), "size": QUERY_CACHE_SIZE}
 
 
 def loaded_versions() -> list[tuple[str, str]]:

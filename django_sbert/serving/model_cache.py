@@ -19,8 +19,8 @@ a cache. Directories and files get the modes the process's umask gives (docs/sec
 A host that cannot fetch or verify the version raises ``VersionUnavailable`` naming the version
 and the storage, whatever the storage raised (botocore's errors are not ``OSError``): it never
 encodes with another version instead. Each storage call runs under
-``SBERT["MODEL_STORAGE_TIMEOUT"]``; a failed fetch is remembered and not tried again for
-``SBERT["MODEL_FETCH_BACKOFF"]`` seconds (doubling per failure, to at most 16 times as long),
+``STORAGE_TIMEOUT`` seconds; a failed fetch is remembered and not tried again for
+``FETCH_BACKOFF`` seconds (doubling per failure, to at most 16 times as long),
 so a corrupt version costs one download per back-off, not one per search.
 """
 
@@ -66,6 +66,12 @@ logger = logging.getLogger(__name__)
 
 ABANDONED_SECONDS = 24 * 3600  # temporary copies older than this were left by a crash
 MAX_BACKOFF_DOUBLINGS = 4  # a failing version is retried at most every 16 back-offs
+# Seconds each call to the model storage may take while a host fetches a version (exists,
+# open, each 1 MiB read): past it the version is unavailable on that host for now.
+STORAGE_TIMEOUT = 30.0
+# Seconds a process waits before fetching again a version it failed to fetch or verify,
+# doubling per failure (MAX_BACKOFF_DOUBLINGS); meanwhile it answers VersionUnavailable.
+FETCH_BACKOFF = 60.0
 
 
 @dataclass(frozen=True)
@@ -140,11 +146,11 @@ def local_directory(name: str, version: str, key: str, manifest_sha256: str | No
     if failure is not None and failure.retry_at > time.monotonic():
         raise VersionUnavailable(
             f"{failure.error} (fetch failed {failure.failures} time(s); next try in "
-            f"{failure.retry_at - time.monotonic():.0f} s, SBERT['MODEL_FETCH_BACKOFF'])"
+            f"{failure.retry_at - time.monotonic():.0f} s, doubling from {FETCH_BACKOFF:g} s)"
         )
     try:
         # A MODEL_STORAGE missing from STORAGES fails before any disk write.
-        storage = TimedStorage(model_storage(), sbert_settings.MODEL_STORAGE_TIMEOUT)
+        storage = TimedStorage(model_storage(), STORAGE_TIMEOUT)
         root = cache_root()
         root.mkdir(parents=True, exist_ok=True)
         with _host_lock(root, key):
@@ -197,7 +203,7 @@ def forget_fetch_failures() -> None:
 
 
 def _remember_failure(key: str, version: str, error: str) -> None:
-    backoff = float(sbert_settings.MODEL_FETCH_BACKOFF or 0)
+    backoff = FETCH_BACKOFF
     with _failures_lock:
         previous = _failures.get(key)
         count = previous.failures + 1 if previous is not None else 1

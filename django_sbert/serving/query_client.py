@@ -38,6 +38,10 @@ HEADER = struct.Struct(">I")
 ANSWER = struct.Struct(">BI")
 OK, BUSY, ERROR = 0, 1, 2
 
+# Seconds a web process waits for the server's answer before encoding the text itself, and
+# how long, after finding the server away, it encodes texts itself before asking again.
+TIMEOUT = 2.0
+RETRY_SECONDS = 5.0
 _local = threading.local()
 _away_until = 0.0  # time.monotonic() before which this process does not ask the server
 _disabled = False  # set in the server's own process: it never asks itself
@@ -60,16 +64,16 @@ def remote_query_vector(text: str, current: Serving) -> np.ndarray | None:
         }
     ).encode()
     try:
-        status, payload = _ask(os.fspath(path), request, float(config["TIMEOUT"]))
+        status, payload = _ask(os.fspath(path), request, TIMEOUT)
     except (OSError, ValueError) as exc:  # not listening, a broken connection, a timeout
-        _away_until = time.monotonic() + float(config["RETRY_SECONDS"])
+        _away_until = time.monotonic() + RETRY_SECONDS
         logger.warning(
             "django-sbert: the query server at %s is away (%s: %s); this process encodes "
             "search texts itself for %g s.",
             path,
             type(exc).__name__,
             exc,
-            float(config["RETRY_SECONDS"]),
+            RETRY_SECONDS,
         )
         return None
     if status == OK:
@@ -78,9 +82,9 @@ def remote_query_vector(text: str, current: Serving) -> np.ndarray | None:
         return vector
     if status == BUSY:
         raise EncoderBusy(
-            f"The query server at {path} has {config['MAX_QUEUE']} texts waiting "
-            "(SBERT['QUERY_SERVER']['MAX_QUEUE']); search refused for now.",
-            retry_after=int(payload.decode() or config["RETRY_AFTER"]),
+            f"The query server at {path} has as many texts waiting as it holds "
+            "(sbert_query_server --max-queue); search refused for now.",
+            retry_after=int(payload.decode() or 1),
         )
     # The server could not encode it (a version it cannot load, say): encoding here gives
     # the same answer or raises the real error where the search can report it.

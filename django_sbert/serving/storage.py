@@ -21,7 +21,7 @@ The manifest cannot vouch for itself: the sha256 of its own bytes is recorded in
 ``EncoderVersion.manifest_sha256`` when the row is saved (``save_encoder`` remembers what it
 sealed), and hosts refuse a manifest whose digest differs. Manifests are read strictly
 (``parse_manifest``): sizes are whole numbers, sums 64 hex digits, paths plain relative
-names. Each storage call of a fetch runs under ``SBERT["MODEL_STORAGE_TIMEOUT"]``
+names. Each storage call of a fetch runs under ``model_cache.STORAGE_TIMEOUT``
 (``TimedStorage``): a storage that hangs makes the version unavailable, not the process.
 """
 
@@ -332,7 +332,7 @@ def missing_spec_files(files: Iterable[str], modules: Any) -> list[str]:
 
 
 class StorageTimeout(TimeoutError):
-    """A call to the model storage ran past ``SBERT["MODEL_STORAGE_TIMEOUT"]``."""
+    """A call to the model storage ran past ``model_cache.STORAGE_TIMEOUT``."""
 
 
 def call_with_timeout(function: Callable[[], T], seconds: float | None, what: str) -> T:
@@ -356,9 +356,7 @@ def call_with_timeout(function: Callable[[], T], seconds: float | None, what: st
 
     threading.Thread(target=run, name="sbert-storage", daemon=True).start()
     if not done.wait(seconds):
-        raise StorageTimeout(
-            f"{what} did not answer within SBERT['MODEL_STORAGE_TIMEOUT'] ({seconds:g} s)"
-        )
+        raise StorageTimeout(f"{what} did not answer within STORAGE_TIMEOUT ({seconds:g} s)")
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]

@@ -18,7 +18,7 @@ matching sentence in ``<mark>``, every part escaped. ``sbert_similarity`` and th
 within ``queryset=`` (pass the rows this page's visitor may see, as a ``SearchView``'s
 ``queryset``; left out: every row of the model's default manager, drafts and private rows
 included) and runs ``similar_to(obj)`` once per serving version, row and queryset, then
-serves it from Django's cache for ``SBERT["SEARCH"]["SIMILAR_CACHE_SECONDS"]``.
+serves it from Django's cache for ``SIMILAR_CACHE_SECONDS`` (5 minutes).
 ``sbert_click_attrs`` writes ``data-sbert-click="<token>"`` for a result ``log_search`` gave
 a click token (nothing otherwise), and ``sbert_click_script`` loads ``django_sbert/clicks.js``
 pointed at ``sbert/click/`` (nothing with ``SBERT["FEEDBACK"]["LOG"]`` off): docs/learning.md.
@@ -43,7 +43,6 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString
 
-from ..conf import sbert_settings
 from ..exceptions import ServiceUnavailable, UnversionedVector
 from ..feedback import logging_on
 from ..fields import EmbeddingField, embedding_fields
@@ -56,6 +55,9 @@ logger = logging.getLogger(__name__)
 SIMILARITY_TEMPLATE = "django_sbert/tags/similarity.html"
 SIMILAR_TEMPLATE = "django_sbert/tags/similar.html"
 ELLIPSIS = "…"
+# How long {% sbert_similar %} keeps a row's similar rows in Django's default cache (keyed by
+# the serving version, so a promotion is seen at once); 0: not cached.
+SIMILAR_CACHE_SECONDS = 300.0
 
 
 def _value(hit: Any, name: str) -> Any:
@@ -247,7 +249,7 @@ def similar_rows(
     model = obj._meta.model
     embedding = _embedding_field(model, field)
     within = _within(model, queryset)
-    seconds = float(sbert_settings.SEARCH["SIMILAR_CACHE_SECONDS"] or 0)
+    seconds = SIMILAR_CACHE_SECONDS
     try:
         key = similar_cache_key(obj, k, embedding, within) if seconds > 0 else None
     except EmptyResultSet:  # queryset.none(), or a filter nothing can match

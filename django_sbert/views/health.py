@@ -10,7 +10,7 @@
 inference paths and the pid are shown only to staff users and to a caller that sends
 ``Authorization: Bearer <SBERT["HEALTH"]["TOKEN"]>``: the reasons name database hosts and users,
 storage locations and versions. Each client (user, else IP address) may ask
-``SBERT["HEALTH"]["THROTTLE_RATE"]`` times (120 a minute); past it the answer is 429 and no
+``SBERT["RATES"]["health"]`` times (120 a minute); past it the answer is 429 and no
 check runs, so the view cannot be used to load the databases (``django_sbert.throttling``).
 """
 
@@ -25,7 +25,7 @@ from django.views.decorators.http import require_GET
 
 from ..conf import sbert_settings
 from ..serving import health as health_checks
-from ..throttling import HEALTH_RATE_SETTING, health_rate, throttle_wait
+from ..throttling import rate, rate_setting, throttle_wait
 
 
 @never_cache
@@ -60,6 +60,6 @@ def may_see_details(request: HttpRequest) -> bool:
 
 
 def _throttled(request: HttpRequest) -> int | None:
-    """Seconds to wait when this client asked ``THROTTLE_RATE`` times within the last period,
+    """Seconds to wait when this client asked ``RATES["health"]`` times within the last period,
     else None (and the request counted)."""
-    return throttle_wait(request, health_rate(), "sbert-health", HEALTH_RATE_SETTING)
+    return throttle_wait(request, rate("health"), "sbert-health", rate_setting("health"))

@@ -43,7 +43,7 @@ A search the database or the encoder cannot answer now (``ServiceUnavailable``: 
 timeout, a model's files away) renders the page with a notice and status 503.
 
 Each search costs an encode and an index scan, so a client (user, else address) may run
-``SBERT["API"]["THROTTLE_RATES"]["search"]`` searches a period (120 a minute), counted together
+``SBERT["RATES"]["search"]`` searches a period (120 a minute), counted together
 with the REST API's ``search/`` and ``similar/``: past it the page answers 429 with the notice
 and ``Retry-After``, before anything is encoded. Staff users are not counted; a view's
 ``throttle_scope = None`` turns it off. Highlighting encodes at most
@@ -78,7 +78,7 @@ from ..query.highlight import highlight_hits
 from ..query.replicas import search_database
 from ..query.vectors import EncodedText
 from ..serving import encode_query_for, peek_query_cache, serving_record
-from ..throttling import api_rate, api_rate_setting, throttle_wait
+from ..throttling import rate, rate_setting, throttle_wait
 from .forms import MODES, SearchForm
 
 logger = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ class SearchView(ListView):
     suggest_url: str | None = None
     # Characters of a result's passage shown by the default template.
     snippet_chars = 300
-    # The scope of SBERT["API"]["THROTTLE_RATES"] searches are counted in (with the REST API's
+    # The scope of SBERT["RATES"] searches are counted in (with the REST API's
     # search/ and similar/); None: this page is not throttled. Staff users never are.
     throttle_scope: str | None = "search"
 
@@ -211,7 +211,7 @@ class SearchView(ListView):
         scope = self.throttle_scope
         # The cache key of the API's throttle of that scope (api/throttling.py): one count.
         return throttle_wait(
-            self.request, api_rate(scope), f"sbert-throttle:{scope}", api_rate_setting(scope)
+            self.request, rate(scope), f"sbert-throttle:{scope}", rate_setting(scope)
         )
 
     def too_many(self, wait: int) -> HttpResponse:

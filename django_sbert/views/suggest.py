@@ -50,7 +50,7 @@ class SuggestView(View):
     queryset: models.QuerySet | models.Manager | None = None
     field: str | None = None  # the EmbeddingField, when the model has several
     fields: Sequence[str] = ()  # model fields added to each suggestion, besides id/label/url
-    k: int | None = None  # default: SBERT["SEARCH"]["SUGGEST_K"]
+    k: int | None = None  # default: SBERT["SEARCH"]["SUGGEST"]["K"]
     max_k = 20
     max_length = 200  # characters of ?q=: what a search box holds
 
@@ -71,7 +71,7 @@ class SuggestView(View):
             return _error(f"q is longer than {self.max_length} characters.")
         if "\x00" in text:
             return _error("q contains a NUL character.")
-        k = self.k or int(sbert_settings.SEARCH["SUGGEST_K"])
+        k = self.k or int(sbert_settings.SEARCH["SUGGEST"]["K"])
         given = request.GET.get("k", "")
         if given:
             # ASCII digits only: "²".isdigit() is True, and int("²") raises.

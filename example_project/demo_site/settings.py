@@ -140,9 +140,9 @@ SBERT = {
         # search/ and similar/ are public: anyone may search the articles, rate-limited.
         # embed/ keeps the package default (a logged-in user) and the fine-tuning endpoints
         # theirs (staff with the model permission): docs/api.md.
-        "SEARCH_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
-        "THROTTLE_RATES": {"search": None if _search_rate.lower() == "off" else _search_rate},
+        "PERMISSION_CLASSES": {"search": ["rest_framework.permissions.AllowAny"]},
     },
+    "RATES": {"search": None if _search_rate.lower() == "off" else _search_rate},
     # The search log and clicks on results (docs/learning.md): what visitors look for, and
     # pairs to learn from. The search page marks its result links; clicks go to sbert/click/.
     "FEEDBACK": {"LOG": True},

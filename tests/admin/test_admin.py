@@ -343,7 +343,7 @@ def test_pairs_and_adaptation_from_the_models_own_content(staff):
     response = select(staff, "/admin/testapp/article/", "adapt_encoder", pks[:1])
     run = TrainingRun.objects.get()
     assert response.status_code == 302 and response.url.endswith(f"/trainingrun/{run.pk}/change/")
-    # SBERT["ADAPT"]'s default: pseudo-queries scored by a teacher fusing the model and BM25.
+    # The content default: pseudo-queries scored by a teacher fusing the model and BM25.
     assert run.loss == "margin_mse" and run.hyperparameters["batch_size"] == 8
     assert run.data == {"content": "testapp.Article.embedding", "eval": []}
 

@@ -8,6 +8,7 @@ import threading
 import numpy as np
 import pytest
 
+from django_sbert.api.settings import APISettings
 from django_sbert.serving import encode_texts, encoder_dimensions
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.api.urls")]
@@ -81,8 +82,9 @@ def test_every_encode_takes_the_encoders_lock(user_client, monkeypatch, normaliz
 
 
 @pytest.mark.parametrize("normalize", [True, False])
-def test_limits_are_settings(user_client, settings, normalize):
-    settings.SBERT = {**settings.SBERT, "API": {"EMBED_MAX_TEXTS": 2, "EMBED_MAX_TEXT_LENGTH": 5}}
+def test_limits_are_settings(user_client, monkeypatch, normalize):
+    monkeypatch.setattr(APISettings, "EMBED_MAX_TEXTS", 2)
+    monkeypatch.setattr(APISettings, "EMBED_MAX_TEXT_LENGTH", 5)
 
     def embed(texts):
         return post(user_client, {"texts": texts, "normalize": normalize})
@@ -99,7 +101,8 @@ def test_limits_are_settings(user_client, settings, normalize):
 def test_limits_are_checked_before_the_encoder_runs(user_client, settings, monkeypatch):
     from django_sbert.serving import cache, get_encoder
 
-    settings.SBERT = {**settings.SBERT, "API": {"EMBED_MAX_TEXTS": 2, "EMBED_MAX_TEXT_LENGTH": 5}}
+    monkeypatch.setattr(APISettings, "EMBED_MAX_TEXTS", 2)
+    monkeypatch.setattr(APISettings, "EMBED_MAX_TEXT_LENGTH", 5)
     lock = RecordingLock()
     monkeypatch.setitem(cache._encode_locks, get_encoder(), lock)  # a lock per loaded model
     for texts in (["a", "b", "c"], ["abcdef"], ["ok", "abcdef"]):
@@ -158,16 +161,16 @@ def test_form_bodies_are_415(user_client):
     assert response.status_code == 415
 
 
-def test_oversized_body_is_413(user_client, settings):
-    settings.SBERT = {**settings.SBERT, "API": {"MAX_BODY_BYTES": 100}}
+def test_oversized_body_is_413(user_client, monkeypatch):
+    monkeypatch.setattr(APISettings, "MAX_BODY_BYTES", 100)
     response = post(user_client, {"texts": ["x" * 200]})
     assert response.status_code == 413
     assert "limit is 100 bytes" in response.json()["detail"]
     assert post(user_client, {"texts": ["x" * 10]}).status_code == 200
 
 
-def test_oversized_body_without_content_length_is_413(user_client, settings):
-    settings.SBERT = {**settings.SBERT, "API": {"MAX_BODY_BYTES": 100}}
+def test_oversized_body_without_content_length_is_413(user_client, monkeypatch):
+    monkeypatch.setattr(APISettings, "MAX_BODY_BYTES", 100)
     body = json.dumps({"texts": ["x" * 200]})
     response = user_client.post(URL, body, content_type="application/json", CONTENT_LENGTH="")
     assert response.status_code in (400, 413)  # never read past the limit, never a 500

@@ -73,7 +73,7 @@ def test_blank_semantic_is_ignored(api_client, articles):
 
 
 def test_too_long_semantic_is_400(api_client, articles, settings):
-    settings.SBERT = {**settings.SBERT, "API": {"MAX_QUERY_LENGTH": 10}}
+    settings.SBERT = {**settings.SBERT, "SEARCH": {"MAX_QUERY_LENGTH": 10}}
     response = api_client.get(URL, {"semantic": "x" * 11})
     assert response.status_code == 400
     assert "Longer than 10 characters" in response.json()["semantic"]
@@ -90,17 +90,17 @@ def test_detail_routes_are_not_ranked(api_client, articles):
     assert response.status_code == 200
 
 
-def test_paging_through_semantic_results_stops_at_filter_max_k(api_client, articles, settings):
-    """The paginator pages through the top FILTER_MAX_K rows only: the count is bounded (its
+def test_paging_through_semantic_results_stops_at_max_k(api_client, articles, settings):
+    """The paginator pages through the top MAX_K rows only: the count is bounded (its
     SQL carries the LIMIT), and a page past them is 404 saying why."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    settings.SBERT = {**settings.SBERT, "API": {"FILTER_MAX_K": 3}}
+    settings.SBERT = {**settings.SBERT, "API": {"MAX_K": 3}}
     expected = list(Article.objects.similar_to("dog", k=3).values_list("pk", flat=True))
     with CaptureQueriesContext(connection) as queries:
         first = api_client.get(URL, {"semantic": "dog"}).json()
-    assert 0 < first["count"] == len(expected) <= 3  # cut at FILTER_MAX_K, not all 8 rows
+    assert 0 < first["count"] == len(expected) <= 3  # cut at MAX_K, not all 8 rows
     counts = [q["sql"] for q in queries if "COUNT(" in q["sql"].upper()]
     assert counts and all("LIMIT 3" in sql for sql in counts)
     ranked = ids(first)
@@ -110,12 +110,12 @@ def test_paging_through_semantic_results_stops_at_filter_max_k(api_client, artic
     for page in (3, 100_000):
         response = api_client.get(URL, {"semantic": "dog", "page": page})
         assert response.status_code == 404
-        assert "FILTER_MAX_K" in response.json()["detail"]
+        assert "['MAX_K']" in response.json()["detail"]
 
 
 def test_paging_depth_defaults_to_max_k(api_client, articles):
-    """Without FILTER_MAX_K a client pages no deeper than MAX_K (100) rows."""
+    """A client pages no deeper than MAX_K (100) rows."""
     assert api_client.get(URL, {"semantic": "dog", "page": 50}).status_code == 404  # 8 rows
     response = api_client.get(URL, {"semantic": "dog", "page": 51})  # first row: the 101st
-    assert response.status_code == 404 and "FILTER_MAX_K" in response.json()["detail"]
+    assert response.status_code == 404 and "['MAX_K']" in response.json()["detail"]
     assert api_client.get(f"{URL}{articles[0].pk}/", {"semantic": "dog"}).status_code == 200

@@ -11,7 +11,7 @@ from django_sbert.serving import encode_query
 from tests.api.conftest import store_vector
 from tests.testapp.models import Article, Note
 
-K = SEARCH_DEFAULTS["RRF_K"]  # rank fusion's k
+K = SEARCH_DEFAULTS["FUSION"]["RRF_K"]  # rank fusion's k
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.api.urls")]
 

@@ -76,7 +76,7 @@ def test_search_and_similar_matrix(client_as, articles, registered, setup, role,
 @pytest.mark.parametrize("role", ROLES)
 def test_embed_matrix(client_as, settings, setup, classes, allowed, role):
     if classes is not None:
-        settings.SBERT = {**settings.SBERT, "API": {"EMBED_PERMISSION_CLASSES": classes}}
+        settings.SBERT = {**settings.SBERT, "API": {"PERMISSION_CLASSES": {"embed": classes}}}
     client = client_as(role)
     response = client.post(
         "/api/sbert/embed/", json.dumps({"texts": ["a dog"]}), content_type="application/json"

@@ -94,12 +94,12 @@ def test_similar_and_embed(schema):
 
 
 def test_schema_is_throttled(api_client, settings):
-    settings.SBERT = {**settings.SBERT, "API": {"THROTTLE_RATES": {"schema": "1/minute"}}}
+    settings.SBERT = {**settings.SBERT, "RATES": {"schema": "1/minute"}}
     assert api_client.get("/api/sbert/schema/", REMOTE_ADDR="10.0.0.1").status_code == 200
     throttled = api_client.get("/api/sbert/schema/", REMOTE_ADDR="10.0.0.1")
     assert throttled.status_code == 429
     assert int(throttled["Retry-After"]) > 0
-    settings.SBERT = {**settings.SBERT, "API": {"THROTTLE_RATES": {"schema": None}}}
+    settings.SBERT = {**settings.SBERT, "RATES": {"schema": None}}
     assert api_client.get("/api/sbert/schema/", REMOTE_ADDR="10.0.0.1").status_code == 200
 
 
@@ -108,7 +108,7 @@ def test_schema_is_open_by_default(api_client):
 
 
 def test_schema_permission_classes_restrict_it(client_as, settings):
-    api = {"SCHEMA_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"]}
+    api = {"PERMISSION_CLASSES": {"schema": ["rest_framework.permissions.IsAdminUser"]}}
     settings.SBERT = {**settings.SBERT, "API": api}
     for role in ("anonymous", "user"):
         response = client_as(role).get("/api/sbert/schema/", {"format": "json"})

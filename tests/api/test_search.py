@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from django_sbert.api.settings import APISettings
+from django_sbert.api.views import SemanticResultsView
+from django_sbert.query import options
 from tests.api.conftest import plant
 from tests.testapp.models import Article
 
@@ -47,7 +50,7 @@ def test_ranking_matches_similar_to(api_client, articles, registered):
 
 def test_default_k_and_page_size(api_client, articles, registered, settings):
     registered()
-    settings.SBERT = {**settings.SBERT, "API": {"DEFAULT_K": 3}}
+    settings.SBERT = {**settings.SBERT, "SEARCH": {"K": 3}}
     body = search(api_client, q="dog").json()
     assert body["count"] == 3
     assert len(body["results"]) == 3
@@ -72,9 +75,9 @@ def test_k_is_the_total_and_pages_split_it(api_client, articles, registered):
     assert beyond.status_code == 404
 
 
-def test_page_size_is_capped(api_client, articles, registered, settings):
+def test_page_size_is_capped(api_client, articles, registered, monkeypatch):
     registered()
-    settings.SBERT = {**settings.SBERT, "API": {"MAX_PAGE_SIZE": 2}}
+    monkeypatch.setattr(APISettings, "MAX_PAGE_SIZE", 2)
     body = search(api_client, q="dog", k=6, page_size=50).json()
     assert len(body["results"]) == 2
     assert body["count"] == 6
@@ -139,9 +142,11 @@ def test_model_label_is_case_insensitive(api_client, articles, registered):
     assert response.status_code == 200
 
 
-def test_without_pagination_results_is_the_whole_top_k(api_client, articles, registered, settings):
+def test_without_pagination_results_is_the_whole_top_k(
+    api_client, articles, registered, monkeypatch
+):
     registered()
-    settings.SBERT = {**settings.SBERT, "API": {"PAGINATION_CLASS": None}}
+    monkeypatch.setattr(SemanticResultsView, "pagination_class", None)  # a subclass's choice
     body = search(api_client, q="dog", k=4).json()
     assert set(body) == {"results"}
     assert len(body["results"]) == 4
@@ -239,7 +244,7 @@ def test_unknown_model_lists_the_registered_models_to_staff(
 
 def test_query_length_limit_is_a_setting(api_client, articles, registered, settings):
     registered()
-    settings.SBERT = {**settings.SBERT, "API": {"MAX_QUERY_LENGTH": 5}}
+    settings.SBERT = {**settings.SBERT, "SEARCH": {"MAX_QUERY_LENGTH": 5}}
     assert search(api_client, q="dogs!").status_code == 200
     response = search(api_client, q="dogs!!")
     assert response.status_code == 400
@@ -266,8 +271,8 @@ def test_unsafe_methods_are_405(api_client, articles, registered):
         assert response.status_code == 405, method
 
 
-def test_keyword_mode_ranks_at_most_keyword_max_rows(api_client, articles, registered, settings):
-    """mode=keyword on a word most rows hold ranks at most SBERT["SEARCH"]["KEYWORD_MAX_ROWS"]
+def test_keyword_mode_ranks_at_most_keyword_max_rows(api_client, articles, registered, monkeypatch):
+    """mode=keyword on a word most rows hold ranks at most query.options.KEYWORD_MAX_ROWS
     of them (issue 14, item 9): the capped sub-select is in the statement, and no more rows
     than the cap come back even when k asks for more."""
     from django.db import connection
@@ -278,7 +283,7 @@ def test_keyword_mode_ranks_at_most_keyword_max_rows(api_client, articles, regis
         Article(title=f"market report {n}", body="the market is open", category="economy")
         for n in range(12)
     )
-    settings.SBERT = {**settings.SBERT, "SEARCH": {"KEYWORD_MAX_ROWS": 4}}
+    monkeypatch.setattr(options, "KEYWORD_MAX_ROWS", 4)
     with CaptureQueriesContext(connection) as ctx:
         response = search(api_client, q="market", mode="keyword", k=10, page_size=10)
     assert response.status_code == 200, response.json()
@@ -286,7 +291,7 @@ def test_keyword_mode_ranks_at_most_keyword_max_rows(api_client, articles, regis
     # BM25 (bm25.py): the rows of each word found in a capped sub-select of their own
     statement = next(q["sql"] for q in ctx.captured_queries if "array_positions" in q["sql"])
     assert "= ANY(ARRAY(SELECT" in statement and "LIMIT 4) AS c (pk)" in statement
-    settings.SBERT = {**settings.SBERT, "SEARCH": {}}
+    monkeypatch.undo()
     assert len(search(api_client, q="market", mode="keyword", k=10).json()["results"]) == 10
 
 
@@ -296,7 +301,7 @@ def test_unknown_model_warnings_are_throttled_first(
     """Unknown models are logged only for requests within the client's rate: an anonymous
     client cannot write a warning per request into the site's log."""
     registered()
-    settings.SBERT = {**settings.SBERT, "API": {"THROTTLE_RATES": {"search": "2/minute"}}}
+    settings.SBERT = {**settings.SBERT, "RATES": {"search": "2/minute"}}
     client = client_as("anonymous")
     with caplog.at_level("WARNING", logger="django_sbert.api.views"):
         answers = [

@@ -134,9 +134,9 @@ def test_an_anonymous_503_names_nothing_of_the_server_but_a_request_id_in_the_lo
 
 @pytest.mark.heavy
 def test_a_search_refused_by_a_full_query_server_answers_503_with_its_retry_after(
-    api_client, articles, registered, settings, tmp_path
+    api_client, articles, registered, settings, tmp_path, monkeypatch
 ):
-    """The host's query server holds MAX_QUEUE texts already: the next search is refused at
+    """The host's query server holds --max-queue texts already: the next search is refused at
     once (back-pressure), not queued and not encoded in the web process instead."""
     import threading
 
@@ -145,9 +145,9 @@ def test_a_search_refused_by_a_full_query_server_answers_503_with_its_retry_afte
     from django_sbert.serving import query_client, query_vector
     from tests.query_server_process import QueryServerProcess
 
-    config = {"MAX_QUEUE": 1, "WINDOW_MS": 3000, "RETRY_AFTER": 2, "TIMEOUT": 30}
-    server = QueryServerProcess(tmp_path, **config)
-    settings.SBERT = {**settings.SBERT, "QUERY_SERVER": {"SOCKET": server.socket, **config}}
+    server = QueryServerProcess(tmp_path, max_queue=1, window_ms=3000, retry_after=2)
+    settings.SBERT = {**settings.SBERT, "QUERY_SERVER": {"SOCKET": server.socket}}
+    monkeypatch.setattr(query_client, "TIMEOUT", 30.0)
     registered()
 
     def waiting_search() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from rest_framework.permissions import IsAuthenticated
 
+from django_sbert.api.settings import APISettings
 from django_sbert.conf import SEARCH_DEFAULTS
 from tests.api.conftest import plant
 from tests.testapp.models import Article
@@ -82,7 +83,7 @@ def test_both_sides_are_fused(api_client, articles, registered):
     by_id = {r["id"]: r for r in results}
     assert results[0]["id"] == articles[5].pk and results[0]["keyword_rank"] == 1
     assert by_id[meaning.pk]["vector_rank"] == 1 and by_id[meaning.pk]["keyword_rank"] is None
-    k = SEARCH_DEFAULTS["RRF_K"]
+    k = SEARCH_DEFAULTS["FUSION"]["RRF_K"]
     for row in results:  # reciprocal rank fusion: 1 / (k + rank) from each side that found it
         ranks = [r for r in (row["keyword_rank"], row["vector_rank"]) if r is not None]
         assert ranks and row["score"] == pytest.approx(sum(1 / (k + r) for r in ranks))
@@ -102,14 +103,14 @@ def test_no_input_breaks_the_prefix_query(api_client, articles, registered):
         assert suggest(api_client, q=text).status_code == 200, text
 
 
-def test_k_bounds(api_client, articles, registered, settings):
+def test_k_bounds(api_client, articles, registered, monkeypatch):
     registered()
     assert len(ids(suggest(api_client, q="the dog", k=2))) == 2
-    assert len(ids(suggest(api_client, q="the dog"))) == 5  # SEARCH["SUGGEST_K"]
+    assert len(ids(suggest(api_client, q="the dog"))) == 5  # SEARCH["SUGGEST"]["K"]
     for bad in (0, -1, 21, "x", 1.5):
         response = suggest(api_client, q="the dog", k=bad)
         assert response.status_code == 400 and "k" in response.json(), bad
-    settings.SBERT = {**settings.SBERT, "API": {"SUGGEST_MAX_K": 3}}
+    monkeypatch.setattr(APISettings, "SUGGEST_MAX_K", 3)
     assert "at most 3" in suggest(api_client, q="dog", k=4).json()["k"][0]
     assert suggest(api_client, q="dog", k="").status_code == 200  # empty: not given
 
@@ -120,7 +121,7 @@ def test_missing_and_overlong_q(api_client, articles, registered, settings):
     assert missing.status_code == 400 and "q" in missing.json()
     long = suggest(api_client, q="a" * 201)
     assert long.status_code == 400
-    assert "SUGGEST_MAX_QUERY_LENGTH" in long.json()["q"][0]
+    assert "longer than 200 characters" in long.json()["q"][0]
     assert suggest(api_client, q="a" * 200).status_code == 200
     nul = suggest(api_client, q="dog\x00")
     assert nul.status_code == 400
@@ -130,7 +131,7 @@ def test_its_throttle_scope_is_not_searchs(api_client, articles, registered, set
     registered()
     settings.SBERT = {
         **settings.SBERT,
-        "API": {"THROTTLE_RATES": {"search": "1/minute", "suggest": "3/minute"}},
+        "RATES": {"search": "1/minute", "suggest": "3/minute"},
     }
     search = "/api/sbert/search/"
     assert api_client.get(search, {"model": "testapp.article", "q": "dog"}).status_code == 200
@@ -143,11 +144,11 @@ def test_its_throttle_scope_is_not_searchs(api_client, articles, registered, set
 
 
 def test_default_rate_lets_typing_through(api_client, articles, registered):
-    from django_sbert.api.settings import api_settings  # read with the test's settings
+    from django_sbert.conf import sbert_settings  # read with the test's settings
 
     registered()
-    assert api_settings.THROTTLE_RATES["suggest"] == "600/minute"
-    assert api_settings.THROTTLE_RATES["search"] == "120/minute"
+    assert sbert_settings.RATES["suggest"] == "600/minute"
+    assert sbert_settings.RATES["search"] == "120/minute"
     text = "central banks raise interest rates"  # one request per character typed
     codes = {suggest(api_client, q=text[:n]).status_code for n in range(1, len(text) + 1)}
     assert codes == {200}

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from django_sbert.api.settings import API_DEFAULTS
+from django_sbert.conf import DEFAULTS
+
+API_SCOPES = ("search", "suggest", "embed", "schema")
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.api.urls")]
 
@@ -14,7 +16,7 @@ SEARCH = "/api/sbert/search/?model=testapp.article&q=dog"
 
 
 def test_defaults_are_on():
-    assert API_DEFAULTS["THROTTLE_RATES"] == {
+    assert {scope: DEFAULTS["RATES"][scope] for scope in API_SCOPES} == {
         "search": "120/minute",
         "suggest": "600/minute",
         "embed": "30/minute",
@@ -24,7 +26,7 @@ def test_defaults_are_on():
 
 def test_search_and_similar_share_the_search_rate(client_as, articles, registered, settings):
     registered()
-    settings.SBERT = {**settings.SBERT, "API": {"THROTTLE_RATES": {"search": "2/minute"}}}
+    settings.SBERT = {**settings.SBERT, "RATES": {"search": "2/minute"}}
     client = client_as("user")
     assert client.get(SEARCH).status_code == 200
     assert client.get(f"/api/sbert/similar/testapp.article/{articles[0].pk}/").status_code == 200
@@ -36,7 +38,7 @@ def test_search_and_similar_share_the_search_rate(client_as, articles, registere
 
 def test_anonymous_clients_are_counted_by_address(api_client, articles, registered, settings):
     registered()
-    settings.SBERT = {**settings.SBERT, "API": {"THROTTLE_RATES": {"search": "1/minute"}}}
+    settings.SBERT = {**settings.SBERT, "RATES": {"search": "1/minute"}}
     assert api_client.get(SEARCH, REMOTE_ADDR="10.0.0.1").status_code == 200
     assert api_client.get(SEARCH, REMOTE_ADDR="10.0.0.1").status_code == 429
     assert api_client.get(SEARCH, REMOTE_ADDR="10.0.0.2").status_code == 200
@@ -49,10 +51,10 @@ def test_embed_rate_and_none_turns_it_off(client_as, settings):
         body = json.dumps({"texts": ["a dog"]})
         return client.post("/api/sbert/embed/", body, content_type="application/json")
 
-    settings.SBERT = {**settings.SBERT, "API": {"THROTTLE_RATES": {"embed": "1/minute"}}}
+    settings.SBERT = {**settings.SBERT, "RATES": {"embed": "1/minute"}}
     assert embed().status_code == 200
     assert embed().status_code == 429
-    settings.SBERT = {**settings.SBERT, "API": {"THROTTLE_RATES": {"embed": None}}}
+    settings.SBERT = {**settings.SBERT, "RATES": {"embed": None}}
     assert embed().status_code == 200
 
 
@@ -61,7 +63,7 @@ def test_a_new_x_forwarded_for_per_request_does_not_reset_the_count(
 ):
     """No proxy is trusted by default: X-Forwarded-For is the client's to invent."""
     registered()
-    settings.SBERT = {**settings.SBERT, "API": {"THROTTLE_RATES": {"search": "1/minute"}}}
+    settings.SBERT = {**settings.SBERT, "RATES": {"search": "1/minute"}}
     first = api_client.get(SEARCH, REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR="1.1.1.1")
     assert first.status_code == 200
     second = api_client.get(SEARCH, REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR="2.2.2.2")
@@ -72,8 +74,8 @@ def test_num_proxies_takes_the_address_the_trusted_proxy_saw(
     api_client, articles, registered, settings
 ):
     registered()
-    api = {"THROTTLE_RATES": {"search": "1/minute"}, "NUM_PROXIES": 1}
-    settings.SBERT = {**settings.SBERT, "API": api}
+    api = {"NUM_PROXIES": 1}
+    settings.SBERT = {**settings.SBERT, "API": api, "RATES": {"search": "1/minute"}}
     proxy = "10.0.0.1"  # every request reaches the site through this one proxy
 
     def get(forwarded):

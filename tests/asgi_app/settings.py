@@ -7,4 +7,4 @@ from tests.settings import SBERT as _BASE
 
 ROOT_URLCONF = "tests.asgi_app.urls"
 ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
-SBERT = {**_BASE, "API": {"THROTTLE_RATES": {"search": None, "embed": None, "schema": None}}}
+SBERT = {**_BASE, "RATES": {"search": None, "embed": None, "schema": None}}

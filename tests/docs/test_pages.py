@@ -127,19 +127,25 @@ SUBSCRIPT = re.compile(r"""SBERT((?:\[(?:"[A-Z0-9_]+"|'[A-Z0-9_]+'|name|[a-z_]+)
 def key_problem(path: list[str]) -> str | None:
     """What is wrong with a path of SBERT keys, or None (``name``: any encoder's name)."""
     from django_sbert import conf
-    from django_sbert.settings_schema import Group, PerName
+    from django_sbert.conf.schema import Group, PerName
 
-    if path[0] in conf.RENAMED:
-        group, key = conf.RENAMED[path[0]]
-        return f"SBERT[{path[0]!r}] is an earlier spelling of SBERT[{group!r}][{key!r}]"
+    for end in range(1, len(path) + 1):
+        old = tuple("*" if p == "name" else p for p in path[:end])
+        # SEARCH["FUSION"] was a method's name and is now the group holding it.
+        if old in conf.RENAMED and old != ("SEARCH", "FUSION"):
+            return f"SBERT{list(old)} is an earlier spelling of SBERT{list(conf.RENAMED[old])}"
+        if old in conf.RETIRED:
+            return f"SBERT{list(old)} is no longer a setting"
     declared = conf.TOP.get(path[0])
     if declared is None:
         return f"SBERT has no key {path[0]!r}"
     rest = path[1:]
     if isinstance(declared, PerName):
         rest, declared = rest[1:], declared.group  # the encoder's name, then its keys
-    if rest and isinstance(declared, Group) and rest[0] not in declared.keys:
-        return f"SBERT[{path[0]!r}] has no key {rest[0]!r}"
+    while rest and isinstance(declared, Group):
+        if rest[0] not in declared.keys:
+            return f"SBERT{path[: len(path) - len(rest)]} has no key {rest[0]!r}"
+        declared, rest = declared.keys[rest[0]], rest[1:]
     return None
 
 
@@ -170,7 +176,7 @@ def dict_paths(node: ast.Dict, prefix: list[str]) -> list[list[str]]:
             continue
         path = [*prefix, key.value]
         found.append(path)
-        depth = 3 if path[0] == "ENCODERS" else 2
+        depth = 3 if path[0] == "ENCODERS" else 2 if path[0] != "SEARCH" else 3
         if isinstance(value, ast.Dict) and len(path) < depth:
             found += dict_paths(value, path)
     return found

@@ -7,7 +7,7 @@ import pytest
 
 from django_sbert.encoder.distillation import lexical_teacher_examples, teacher_scores
 from django_sbert.encoder.lexical import BM25
-from tests.encoder.test_evaluation import TableEncoder, angle
+from tests.encoder.test_metrics import TableEncoder, angle
 
 
 def test_teacher_scores_fuse_on_the_cosines_own_spread():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from django_sbert.encoder.mining import mine_hard_negatives
-from tests.encoder.test_evaluation import TableEncoder, angle
+from tests.encoder.test_metrics import TableEncoder, angle
 
 
 def table() -> TableEncoder:

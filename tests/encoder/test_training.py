@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from django_sbert.encoder.metrics import sts_spearman
+from django_sbert.encoder.options import FitOptions
 from django_sbert.encoder.training import (
     FitResult,
     Progress,
@@ -472,3 +473,19 @@ def test_minilm_short_fine_tune_keeps_sentence_transformers_compatibility(minilm
     texts = ["A man plays music.", "Interest rates are rising."]
     st_vectors = SentenceTransformer(str(tmp_path / "minilm-tuned"), device="cpu").encode(texts)
     np.testing.assert_allclose(st_vectors, result.encoder.encode(texts), atol=1e-4)
+
+
+def test_fit_takes_fit_options_and_its_fields_one_by_one_still_train_the_same(word_encoder):
+    """``fit(..., FitOptions(...))`` trains as the same numbers given one by one (which warn);
+    an unknown name is a TypeError, a bad value the ValueError it always was."""
+    pairs = toy_pairs(32, seed=3)
+    options = FitOptions(batch_size=8, learning_rate=1e-3, seed=7)
+    by_options = fit(word_encoder, pairs, "cosine", options)
+    with pytest.warns(DeprecationWarning, match="FitOptions"):
+        one_by_one = fit(word_encoder, pairs, batch_size=8, learning_rate=1e-3, seed=7)
+    assert by_options.loss_history == one_by_one.loss_history
+    assert same_weights(weights(by_options.encoder), weights(one_by_one.encoder))
+    with pytest.raises(TypeError, match="batchsize"):
+        fit(word_encoder, pairs, batchsize=8)
+    with pytest.raises(ValueError, match="precision"):
+        fit(word_encoder, pairs, options=FitOptions(precision="half"))

@@ -129,7 +129,7 @@ def search_rankings(model, graded: JudgmentList, mode: str) -> dict[str, list[st
     out = {}
     for query in graded.queries.all():
         if mode == "keyword":
-            match = sbert_settings.SEARCH["KEYWORD_MATCH"]
+            match = sbert_settings.SEARCH["KEYWORD"]["MATCH"]
             rows = model.objects.keyword_search(query.text, k=100, match=match)
         else:
             extra = {"passages": False} if model is Report else {}
@@ -286,12 +286,11 @@ def test_the_task_evaluates_every_list_and_skips_one_that_fails():
     assert {e.trigger for e in Evaluation.objects.all()} == {"schedule"}
 
 
-def test_the_beat_entry_follows_schedule_hours(settings):
+def test_the_beat_entry_follows_schedule_hours():
     entry = evaluation_schedule()
     assert entry["task"] == EVALUATE_TASK and entry["schedule"] == 24 * 3600.0
     assert entry["options"]["queue"] == "sbert-train"
-    settings.SBERT = {**settings.SBERT, "EVALUATION": {"SCHEDULE_HOURS": None}}
-    assert evaluation_schedule() is None
+    assert evaluation_schedule(hours=None) is None
     assert evaluation_schedule(hours=1)["schedule"] == 3600.0
 
 

@@ -14,11 +14,13 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def feedback(settings) -> Callable[..., None]:
-    """Set SBERT["FEEDBACK"] (the log on, no per-client rate unless given)."""
+    """Set SBERT["FEEDBACK"] (the log on, no per-client rate unless given); ``rates``:
+    SBERT["RATES"] scopes."""
 
-    def _set(**options: Any) -> None:
-        group = {"LOG": True, "CLIENT_RATE": None, **options}
-        settings.SBERT = {**settings.SBERT, "FEEDBACK": group}
+    def _set(rates: dict[str, Any] | None = None, **options: Any) -> None:
+        group = {"LOG": True, **options}
+        rates = {"logging": None, **(rates or {})}
+        settings.SBERT = {**settings.SBERT, "FEEDBACK": group, "RATES": rates}
 
     return _set
 

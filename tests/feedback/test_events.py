@@ -11,7 +11,7 @@ import pytest
 from django.core import signing
 from django.test import override_settings
 
-from django_sbert.feedback import make_token
+from django_sbert.feedback import make_token, tokens
 from django_sbert.feedback.tokens import SALT
 from django_sbert.models import SearchEvent, SearchLog
 from tests.feedback.conftest import search_url
@@ -93,9 +93,10 @@ def test_a_token_in_the_earlier_json_form_is_still_read(client, logged):
 
 
 @pytest.mark.heavy
-def test_an_expired_token_is_refused(client, logged, feedback):
+def test_an_expired_token_is_refused(client, logged, feedback, monkeypatch):
     token = logged["results"][0]["click_token"]
-    feedback(TOKEN_MAX_AGE=1)
+    monkeypatch.setattr(tokens, "TOKEN_MAX_AGE", 1)
+    feedback()
     time.sleep(2.1)
     response = post(client, EVENTS, token=token)
     assert response.status_code == 400 and "expired" in response.json()["detail"]
@@ -116,7 +117,7 @@ def test_conversions_are_accepted_only_when_configured(client, logged, feedback)
 
 
 def test_events_past_the_clients_rate_get_429_and_are_not_stored(client, logged, feedback):
-    feedback(CLICK_THROTTLE_RATE="3/minute")
+    feedback(rates={"clicks": "3/minute"})
     tokens = [r["click_token"] for r in logged["results"]]
     codes = [post(client, EVENTS, token=t).status_code for t in tokens[:3]]
     codes.append(client.post(CLICK, {"token": tokens[3]}).status_code)  # shared count

@@ -8,7 +8,7 @@ from django.db import connection
 from django.test.client import RequestFactory
 from django.test.utils import CaptureQueriesContext
 
-from django_sbert.feedback import client_key_for_user, log_search, normalize_query, read_token
+from django_sbert.feedback import client_key_for_user, log, log_search, normalize_query, read_token
 from django_sbert.models import SearchLog
 from django_sbert.serving import serving_version
 from tests.api.conftest import plant
@@ -102,8 +102,9 @@ def test_the_client_is_a_keyed_hash_of_the_user_never_the_address(
     assert "203.0.113.9" not in stored and "reader" not in stored
 
 
-def test_the_query_is_cut_to_max_query_length(client, articles, registered, feedback):
-    feedback(MAX_QUERY_LENGTH=10)
+def test_the_query_is_cut_to_max_query_length(client, articles, registered, feedback, monkeypatch):
+    monkeypatch.setattr(log, "MAX_QUERY_LENGTH", 10)
+    feedback()
     registered()
     client.get(search_url("central banks raise interest rates"))
     assert SearchLog.objects.get().query == "central ba"
@@ -143,7 +144,7 @@ def test_log_search_from_a_view_of_ones_own(articles, log_on, rf: RequestFactory
 
 
 def test_sample_rate_zero_logs_nothing(client, articles, registered, feedback):
-    feedback(SAMPLE_RATE=0.0)
+    feedback(LOG=0.0)
     registered()
     response = client.get(search_url())
     assert response.status_code == 200
@@ -162,7 +163,7 @@ def test_crawlers_are_served_but_not_logged(client, articles, registered, log_on
 
 
 def test_a_client_past_its_rate_is_served_but_not_logged(client, articles, registered, feedback):
-    feedback(CLIENT_RATE="2/minute")
+    feedback(rates={"logging": "2/minute"})
     registered()
     for _ in range(4):
         assert client.get(search_url(), REMOTE_ADDR="198.51.100.7").status_code == 200

@@ -141,18 +141,17 @@ def test_without_auto_promote_a_candidate_waits_for_staff(feedback):
     assert row.candidate == candidate and row.decision == decision
 
 
-def test_the_beat_entry_runs_the_loop_on_the_training_queue_every_loop_hours(settings):
+def test_the_beat_entry_runs_the_loop_on_the_training_queue_every_loop_hours():
     from django_sbert.celery import FEEDBACK_LOOP_TASK, feedback_loop_schedule
     from django_sbert.tasks import feedback_loop
 
-    settings.SBERT = {**settings.SBERT, "FEEDBACK": {"LOOP_HOURS": 6}}
-    entry = feedback_loop_schedule()
+    entry = feedback_loop_schedule(hours=6)
     assert entry == {
         "task": FEEDBACK_LOOP_TASK,
         "schedule": 6 * 3600.0,
         "options": {"queue": "sbert-train", "expires": 6 * 3600.0},
     }
     assert feedback_loop.name == FEEDBACK_LOOP_TASK == "django_sbert.feedback_loop"
-    settings.SBERT = {**settings.SBERT, "FEEDBACK": {"LOOP_HOURS": None}}
-    assert feedback_loop_schedule() is None
+    assert feedback_loop_schedule(hours=None) is None
+    assert feedback_loop_schedule()["schedule"] == 24 * 3600.0  # daily by default
     assert feedback_loop_schedule(hours=1, queue="q")["options"]["queue"] == "q"

@@ -156,7 +156,7 @@ def test_client_keys_from_one_network_count_as_one_visitor(client, site, feedbac
 def test_the_logging_budget_is_per_network_too(client, site, feedback):
     """Sessions cost a script nothing either: past NETWORK_RATE_FACTOR clients' budgets, a
     network's searches are served but not logged."""
-    feedback(CLIENT_RATE="2/minute")
+    feedback(rates={"logging": "2/minute"})
     cache.clear()
     for n in range(25):
         client.cookies.clear()

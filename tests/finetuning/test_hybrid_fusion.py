@@ -71,7 +71,7 @@ def test_linear_fuse_sums_the_normalised_scores():
 
 def test_the_grid_tries_the_sites_fusion_first_then_both_kinds():
     grid = fusion_grid(site_fusion())
-    rrf_k = float(SEARCH_DEFAULTS["RRF_K"])
+    rrf_k = float(SEARCH_DEFAULTS["FUSION"]["RRF_K"])
     site = {"fusion": "rrf", "rrf_k": rrf_k, "vector_weight": 1.0, "keyword_weight": 1.0}
     assert grid[0] == site
     assert {**site, "keyword_weight": 0.0} in grid  # vector search alone, in rank order

@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
 
 from django_sbert import serving
-from django_sbert.finetuning import pairs, runs
+from django_sbert.finetuning import options, pairs, runs
 from django_sbert.finetuning.examples import default_loss
 from django_sbert.finetuning.execution import execute_run
 from django_sbert.finetuning.gate import gate
@@ -162,7 +162,7 @@ def articles_to_adapt_to(count: int = 30) -> None:
 def test_adapt_to_content_with_pseudo_queries_holds_back_pairs_without_an_eval_split():
     articles_to_adapt_to()
     hyper = adapt_hyperparameters("mnrl", batch_size=4)
-    assert (hyper.loss, hyper.learning_rate) == ("mnrl", 5e-5)  # SBERT["ADAPT"]'s recipe
+    assert (hyper.loss, hyper.learning_rate) == ("mnrl", 5e-5)  # the content recipe
     run = runs.create_run(
         "default", hyperparameters=hyper, content="testapp.Article.embedding", enqueue=False
     )
@@ -249,11 +249,12 @@ def test_content_too_short_to_cut_pseudo_queries_is_refused_with_the_way_out():
         )
 
 
-def test_the_admin_api_and_command_adapt_with_the_same_defaults(settings):
+def test_the_admin_api_and_command_adapt_with_the_same_defaults(monkeypatch):
     # The default: margin_mse, 1 epoch at 2e-5, batches of 8 four-margin examples.
     assert adapt_hyperparameters() == Hyperparameters(loss="margin_mse", batch_size=8)
     assert adapt_hyperparameters(batch_size=32).batch_size == 32
-    settings.SBERT = {**settings.SBERT, "ADAPT": {"LOSS": "mnrl", "LEARNING_RATE": 1e-4}}
+    monkeypatch.setattr(options, "ADAPT_LOSS", "mnrl")
+    monkeypatch.setattr(options, "ADAPT_LEARNING_RATE", 1e-4)
     assert adapt_hyperparameters(epochs=2, seed=None) == Hyperparameters(
         loss="mnrl", learning_rate=1e-4, epochs=2
     )

@@ -3,7 +3,7 @@
 Each bad input is tried through the admin's import page (the real admin, a superuser, the
 Django test client) and through ``manage.py sbert_import_pairs``, against PostgreSQL: a file
 that is not UTF-8, a ``label`` longer than its column, a NUL in a text, a file name longer
-than ``source`` allows, a file over ``SBERT["TRAINING"]["PAIRS_MAX_FILE_BYTES"]``. Every bad
+than ``source`` allows, a file over ``finetuning.pairs.MAX_FILE_BYTES``. Every bad
 file also holds a good row, so "nothing imported" means the good row was held back too.
 """
 
@@ -43,9 +43,9 @@ def admin_client(client):
 
 
 @pytest.fixture
-def small_files(settings):
+def small_files(monkeypatch):
     """Pairs files of at most 64 bytes."""
-    settings.SBERT = {**settings.SBERT, "TRAINING": {"PAIRS_MAX_FILE_BYTES": 64}}
+    monkeypatch.setattr(pairs, "MAX_FILE_BYTES", 64)
 
 
 def upload(client, name: str, content: bytes, **extra):
@@ -157,7 +157,7 @@ def test_admin_file_over_size_limit_is_a_file_error(admin_client, small_files):
     response, page = upload(admin_client, "pairs.csv", content)
     assert response.status_code == 200
     assert f"The file has {len(content)} bytes; a pairs file may have at most 64" in page
-    assert "PAIRS_MAX_FILE_BYTES" in page
+    assert "MAX_FILE_BYTES" in page
     assert TrainingPair.objects.count() == 0
 
 

@@ -341,10 +341,7 @@ def test_the_sweep_gives_a_promotion_up_after_its_resends(settings):
         version="default:lost", directory="default/lost", status=VersionStatus.PROMOTING
     )
     most = 3
-    settings.SBERT = {
-        **settings.SBERT,
-        "TRAINING": {**settings.SBERT["TRAINING"], "PROMOTION_RESENDS": most},
-    }
+    assert most == recovery.PROMOTION_RESENDS
     claims = [recovery.lost_promotions() for _ in range(most + 2)]
     assert claims == [[version.pk]] * most + [[], []]
     version.refresh_from_db()

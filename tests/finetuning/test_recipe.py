@@ -217,7 +217,8 @@ def test_mined_triples_replace_the_pairs_from_half_of_them(monkeypatch, found, k
 
 def test_runs_train_float32_weights_in_the_precision_of_the_setting(settings, monkeypatch):
     """The serving copy may run bf16 (PRECISION): training starts from float32 weights all
-    the same, and TRAINING_PRECISION reaches fit() and the run's record."""
+    the same, and the runs' precision (execution.PRECISION) reaches fit() and the run's
+    record."""
     from django_sbert.encoder import training
 
     make_pairs()
@@ -226,14 +227,14 @@ def test_runs_train_float32_weights_in_the_precision_of_the_setting(settings, mo
     settings.SBERT = {
         **settings.SBERT,
         "ENCODERS": {**encoders, "default": bf16},
-        "TRAINING": {"PRECISION": "float32"},
     }
+    monkeypatch.setattr(execution, "PRECISION", "float32")
     assert next(serving.get_encoder("default").transformer.parameters()).dtype == torch.bfloat16
     given = []
     real_fit = training.fit
 
     def fit(encoder, *args, **kwargs):
-        given.append(({p.dtype for p in encoder.parameters()}, kwargs["precision"]))
+        given.append(({p.dtype for p in encoder.parameters()}, kwargs["options"].precision))
         return real_fit(encoder, *args, **kwargs)
 
     monkeypatch.setattr(training, "fit", fit)

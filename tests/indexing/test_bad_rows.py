@@ -31,6 +31,7 @@ from django_sbert import indexing
 from django_sbert.fields import text_hash
 from django_sbert.indexing import tasks
 from django_sbert.models import SkippedRow
+from django_sbert.passages import config as passage_config
 from django_sbert.serving import get_encoder
 from tests.celery_app import app
 from tests.testapp.models import Article, Document, Product
@@ -362,12 +363,13 @@ def test_the_tokenizer_reads_only_the_characters_it_can_use(tiny_encoder):
 
 
 @pytest.mark.django_db
-def test_a_huge_row_is_indexed_from_its_first_max_chunks_windows(settings):
+def test_a_huge_row_is_indexed_from_its_first_max_chunks_windows(settings, monkeypatch):
     default = settings.SBERT["ENCODERS"]["default"]
     settings.SBERT = {
         **settings.SBERT,
-        "ENCODERS": {"default": {**default, "LONG_TEXT": "chunk", "MAX_CHUNKS": 3}},
+        "ENCODERS": {"default": {**default, "LONG_TEXT": "chunk"}},
     }
+    monkeypatch.setattr(passage_config, "MAX_CHUNKS", 3)
     encoder = get_encoder("default")
     width = encoder.max_seq_length - 2
     covered = width + 2 * (width - 32)

@@ -20,6 +20,7 @@ from django_sbert.indexing import tasks
 from django_sbert.indexing.passages import encode_with_passages, field_passage_limit, split_rows
 from django_sbert.indexing.rows import PendingRow
 from django_sbert.indexing.writes import write_rows
+from django_sbert.passages import config as passage_config
 from django_sbert.serving import encode_texts, get_encoder
 from tests.celery_app import app
 from tests.testapp.models import Report
@@ -193,17 +194,14 @@ def test_a_row_whose_passage_vector_is_refused_is_skipped_alone(ref):
 
 
 @pytest.mark.django_db
-def test_splitting_follows_the_field_settings(ref, settings):
+def test_splitting_follows_the_field_settings(ref, settings, monkeypatch):
     text = source(Report.objects.create(title="T", body=body(ECONOMY, POLITICS, LEISURE)))
     (split,) = split_rows(ref, [text])
     assert len(split) > 3
     model = get_encoder(ref.encoder_name)
     for passage in split:
         assert len(model.tokenizer.token_spans([passage.text])[0]) <= 24
-    settings.SBERT = {
-        **settings.SBERT,
-        "ENCODERS": {"default": {**settings.SBERT["ENCODERS"]["default"], "MAX_CHUNKS": 1}},
-    }
+    monkeypatch.setattr(passage_config, "MAX_CHUNKS", 1)
     # max_passages: as many passages as hold one 64-token window of text, 18 new tokens each
     assert field_passage_limit(ref) == 4
     (capped,) = split_rows(ref, [text])

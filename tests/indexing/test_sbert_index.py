@@ -1,6 +1,6 @@
-"""manage.py sbert_index (builds the declared HNSW indexes with the SBERT["INDEX"] settings,
-a progress bar and the size it made) and the sizing checks W021 / W022, against real
-PostgreSQL + pgvector."""
+"""manage.py sbert_index (builds the declared HNSW indexes with its --maintenance-work-mem and
+--parallel-workers, a progress bar and the size it made) and the sizing checks W021 / W022,
+against real PostgreSQL + pgvector."""
 
 from __future__ import annotations
 
@@ -44,12 +44,12 @@ def run(*args: str, **settings) -> str:
 
 
 @pytest.mark.django_db(transaction=True)  # CREATE INDEX after inserts: not in their transaction
-def test_rebuilds_the_declared_index_with_the_settings_and_reports_its_size():
+def test_rebuilds_the_declared_index_with_the_flags_and_reports_its_size():
     rows(Article)
     with connection.cursor() as cursor:
         cursor.execute("DROP INDEX article_embedding_hnsw")
     output = run(
-        "testapp.Article.embedding", INDEX={"MAINTENANCE_WORK_MEM": "77MB", "PARALLEL_WORKERS": 1}
+        "testapp.Article.embedding", "--maintenance-work-mem", "77MB", "--parallel-workers", "1"
     )
     assert index_exists("article_embedding_hnsw")
     assert "77MB maintenance_work_mem, up to 1 parallel workers" in output  # read back from
@@ -83,9 +83,9 @@ def test_a_field_without_an_index_and_bad_targets():
     assert "no HNSW index is declared" in run("testapp.Note", "--no-progress")
     with pytest.raises(CommandError, match="no installed model"):
         run("nope.Model")
-    with pytest.raises(CommandError, match="PARALLEL_WORKERS"):
+    with pytest.raises(CommandError, match="--parallel-workers"):
         rows(Article)
-        run("testapp.Article", INDEX={"PARALLEL_WORKERS": -1})
+        run("testapp.Article", "--parallel-workers", "-1")
 
 
 @pytest.mark.django_db(transaction=True)

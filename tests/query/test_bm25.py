@@ -20,9 +20,9 @@ import math
 import pytest
 import rank_bm25
 from django.db import connection
-from django.test.utils import override_settings
 
 from django_sbert.keyword import statistics
+from tests.query.test_query import search_settings
 from tests.testapp.models import Article
 
 BODIES = [
@@ -56,14 +56,12 @@ def lexemes(text: str, config: str = "english") -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def body_only(**search):
-    """Settings ranking by the body alone (weight letter B): one field, plain Okapi BM25."""
-    from django.conf import settings
-
-    base = settings.SBERT.get("SEARCH", {})
+def body_only(rescore: int = 100, **keyword):
+    """Settings ranking by the body alone (weight letter B): one field, plain Okapi BM25, every
+    word of the query a candidate's (``SEARCH["KEYWORD"]`` keys, ``rescore``: BM25_RESCORE)."""
     weights = {"A": 0.0, "B": 1.0, "C": 1.0, "D": 1.0}
-    search = {"BM25_WEIGHTS": weights, "KEYWORD_CANDIDATE_ROWS": None, **search}
-    return {**settings.SBERT, "SEARCH": {**base, **search}}
+    keyword = {"WEIGHTS": weights, **keyword}
+    return search_settings(KEYWORD=keyword, KEYWORD_CANDIDATE_ROWS=None, BM25_RESCORE=rescore)
 
 
 @pytest.fixture
@@ -80,7 +78,7 @@ def test_bm25_scores_equal_rank_bm25(corpus, k1, b):
     reference.avgdl = sum(reference.doc_len) / len(docs)
     query = "cat inflation rates bank"
     expected = reference.get_scores(lexemes(query))
-    with override_settings(SBERT=body_only(BM25_K1=k1, BM25_B=b)):
+    with body_only(K1=k1, B=b):
         searched = Article.objects.keyword_search(query, match="any", max_df=1.0)
         found = dict(searched.values_list("pk", "keyword_score"))
         ranked = list(searched.values_list("pk", flat=True))
@@ -113,14 +111,7 @@ def test_two_fields_are_weighted_and_normalised_each_on_its_own(db):
             tf += weights[letter] * f[i].count("cat") / norm
         if tf:
             expected[title] = idf * tf * (k1 + 1) / (k1 + tf)
-    from django.conf import settings
-
-    search = {
-        **settings.SBERT.get("SEARCH", {}),
-        "BM25_WEIGHTS": weights,
-        "KEYWORD_CANDIDATE_ROWS": None,
-    }
-    with override_settings(SBERT={**settings.SBERT, "SEARCH": search}):
+    with search_settings(KEYWORD={"WEIGHTS": weights}, KEYWORD_CANDIDATE_ROWS=None):
         found = dict(
             Article.objects.keyword_search("cats", match="any", max_df=1.0).values_list(
                 "title", "keyword_score"
@@ -169,6 +160,6 @@ def test_only_the_best_rows_by_the_quick_score_get_the_exact_one(db):
     Article.objects.bulk_create(
         Article(title="", body=f"cat number {i} " + "dog " * (i % 3)) for i in range(30)
     )
-    with override_settings(SBERT=body_only(BM25_RESCORE=5)):
+    with body_only(rescore=5):
         assert len(Article.objects.keyword_search("cat dog", match="any", max_df=1.0)) == 5
         assert len(Article.objects.keyword_search("cat dog", k=12, match="any", max_df=1.0)) == 12

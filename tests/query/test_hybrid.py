@@ -28,7 +28,7 @@ def _fresh_column_statistics():
     clear_statistics_cache()
 
 
-K = SEARCH_DEFAULTS["RRF_K"]  # rank fusion's k (SBERT["SEARCH"]["RRF_K"])
+K = SEARCH_DEFAULTS["FUSION"]["RRF_K"]  # rank fusion's k (SBERT["SEARCH"]["FUSION"]["RRF_K"])
 
 ROWS = [  # (title, body, category)
     ("The XJ-9000 widget", "A rare product code in a catalogue.", "shop"),
@@ -223,7 +223,9 @@ def test_weights_rrf_k_and_candidates(articles):
     assert top.score == pytest.approx(1 / 1)  # the vector side's first row: 1 / (0 + 1)
     few = list(Article.objects.hybrid_search("XJ-9000", candidates=2))
     assert {r.pk for r in few} == {articles[0].pk, articles[1].pk, articles[2].pk}
-    with override_settings(SBERT={**settings.SBERT, "SEARCH": {"RRF_K": 0, "CANDIDATES": 1}}):
+    with override_settings(
+        SBERT={**settings.SBERT, "SEARCH": {"FUSION": {"RRF_K": 0, "CANDIDATES": 1}}}
+    ):
         only = list(Article.objects.hybrid_search("XJ-9000"))
         assert [r.pk for r in only] == [articles[0].pk, articles[1].pk]
         assert only[0].score == pytest.approx(1.0) and only[1].score == pytest.approx(1.0)
@@ -264,7 +266,10 @@ def test_linear_fusion_sums_each_sides_normalised_score(articles):
         articles[2].pk: (2, pytest.approx(0.0)),
     }
     # The same fusion from the settings.
-    search = {**settings.SBERT.get("SEARCH", {}), "FUSION": "linear", "KEYWORD_WEIGHT": 1.5}
+    search = {
+        **settings.SBERT.get("SEARCH", {}),
+        "FUSION": {"METHOD": "linear", "KEYWORD_WEIGHT": 1.5},
+    }
     with override_settings(SBERT={**settings.SBERT, "SEARCH": search}):
         top = Article.objects.hybrid_search("XJ-9000").first()
         assert top == articles[0] and top.score == pytest.approx(1.5)
@@ -635,8 +640,8 @@ def test_a_version_with_a_chosen_fusion_changes_hybrid_searchs_fusion(articles):
     # An argument given still wins over the version's choice, each one on its own.
     given = Article.objects.hybrid_search("XJ-9000", keyword_weight=1.0).first()
     assert given == articles[0] and given.score == pytest.approx(1 / 1 + 1 / len(ROWS))
-    # SEARCH["TUNED_FUSION"] False: the settings, as for a site that never fine-tunes.
-    search = {**settings.SBERT.get("SEARCH", {}), "TUNED_FUSION": False}
+    # SEARCH["FUSION"]["TUNED"] False: the settings, as for a site that never fine-tunes.
+    search = {**settings.SBERT.get("SEARCH", {}), "FUSION": {"TUNED": False}}
     with override_settings(SBERT={**settings.SBERT, "SEARCH": search}):
         assert Article.objects.hybrid_search("XJ-9000").first() == articles[0]
 

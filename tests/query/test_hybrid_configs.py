@@ -4,6 +4,7 @@ the keyword arguments that name the same options, on the real database."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import pytest
 
@@ -80,3 +81,31 @@ def test_the_configs_are_small_frozen_dataclasses():
         config.rrf_k = 1  # type: ignore[misc]
     assert dataclasses.replace(config, rrf_k=10) == FusionConfig(method="rrf", rrf_k=10)
     assert KeywordConfig() == KeywordConfig(match=None, max_df=None)
+
+
+def test_the_options_as_keyword_arguments_are_deprecated(articles):  # noqa: F811
+    """rrf_k=, match=... still rank as the configs do, with a DeprecationWarning; the configs
+    and the method's name alone do not warn."""
+    with pytest.warns(DeprecationWarning, match=r"hybrid_search\(rrf_k=, match=\.\.\.\)"):
+        loose = ranking(Article.objects.hybrid_search("XJ-9000", rrf_k=10, match="any"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        configs = ranking(
+            Article.objects.hybrid_search(
+                "XJ-9000", fusion=FusionConfig(rrf_k=10), keyword=KeywordConfig(match="any")
+            )
+        )
+        Article.objects.hybrid_search("XJ-9000", fusion="linear").first()
+    assert loose == configs
+
+
+def test_a_config_takes_its_defaults_and_rules_from_its_settings_group(settings):
+    settings.SBERT = {
+        **settings.SBERT,
+        "SEARCH": {"FUSION": {"RRF_K": 7}, "KEYWORD": {"MAX_DF": 0.5}},
+    }
+    fusion = FusionConfig(candidates=3).resolved()
+    assert (fusion.method, fusion.rrf_k, fusion.candidates) == ("rrf", 7, 3)
+    assert KeywordConfig().resolved().max_df == 0.5
+    with pytest.raises(ValueError, match=r"SBERT\['SEARCH'\]\['FUSION'\]\['CANDIDATES'\]"):
+        FusionConfig(candidates=0).resolved()

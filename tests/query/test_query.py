@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,7 +17,7 @@ from django.test.utils import CaptureQueriesContext, override_settings
 from pgvector.django import L2Distance
 
 from django_sbert import serving
-from django_sbert.query import SemanticQuerySet
+from django_sbert.query import SemanticQuerySet, options
 from django_sbert.serving import encode_query, encode_texts, get_encoder
 from tests.testapp.models import Article, Author, Note, Product
 
@@ -26,8 +29,18 @@ def unit(vector) -> np.ndarray:
     return vector / np.linalg.norm(vector)
 
 
-def search_settings(**search) -> override_settings:
-    return override_settings(SBERT={**settings.SBERT, "SEARCH": search})
+@contextmanager
+def search_settings(**search: Any) -> Iterator[None]:
+    """``SBERT["SEARCH"]`` keys, and the constants of query/options.py (``ITERATIVE_SCAN``,
+    ``MAX_SCAN_TUPLES``, ``ENABLE_SEQSCAN``) given by their names."""
+    constants = {key: search.pop(key) for key in list(search) if hasattr(options, key)}
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        override_settings(SBERT={**settings.SBERT, "SEARCH": search}),
+    ):
+        for key, value in constants.items():
+            patch.setattr(options, key, value)
+        yield
 
 
 @pytest.fixture
@@ -370,16 +383,16 @@ def test_encoder_threads_setting_is_applied(db):
     assert torch.get_num_threads() == 1
 
 
-def test_query_vectors_are_cached_and_bounded(db):
-    with override_settings(SBERT={**settings.SBERT, "QUERY_CACHE_SIZE": 2}):
-        first = encode_query("rates rise")
-        assert encode_query("rates rise") is first  # cache hit: no second forward pass
-        assert not first.flags.writeable
-        assert np.allclose(first, encode_texts(["rates rise"])[0], atol=1e-6)
-        encode_query("cats")
-        encode_query("dogs")
-        assert serving.query_cache_info() == {"entries": 2, "size": 2}
-        assert encode_query("rates rise") is not first  # evicted, least recently used
+def test_query_vectors_are_cached_and_bounded(db, monkeypatch):
+    monkeypatch.setattr(serving.cache, "QUERY_CACHE_SIZE", 2)
+    first = encode_query("rates rise")
+    assert encode_query("rates rise") is first  # cache hit: no second forward pass
+    assert not first.flags.writeable
+    assert np.allclose(first, encode_texts(["rates rise"])[0], atol=1e-6)
+    encode_query("cats")
+    encode_query("dogs")
+    assert serving.query_cache_info() == {"entries": 2, "size": 2}
+    assert encode_query("rates rise") is not first  # evicted, least recently used
 
 
 def test_forked_child_loads_its_own_encoder(db):
@@ -454,10 +467,8 @@ def test_query_text_is_encoded_with_query_threads(db, settings):
         encode_query("interest rates rise")
         assert seen == [1] and torch.get_num_threads() == before
         default = settings.SBERT["ENCODERS"]["default"]
-        settings.SBERT = {
-            **settings.SBERT,
-            "ENCODERS": {"default": {**default, "THREADS": 2, "QUERY_THREADS": None}},
-        }
+        settings.SBERT = {**settings.SBERT, "ENCODERS": {"default": {**default, "THREADS": 2}}}
+        serving.cache.QUERY_THREADS = None
         hook.remove()
         hook = get_encoder().pooling.register_forward_hook(
             lambda *args: seen.append(torch.get_num_threads())
@@ -465,6 +476,7 @@ def test_query_text_is_encoded_with_query_threads(db, settings):
         encode_query("interest rates fall")
         assert seen[-1] == 2  # None: the process setting, as THREADS set it
     finally:
+        serving.cache.QUERY_THREADS = 1
         hook.remove()
 
 

@@ -19,7 +19,7 @@ from django.db.migrations.autodetector import MigrationAutodetector
 from django.db.migrations.graph import MigrationGraph
 from django.db.migrations.questioner import MigrationQuestioner
 from django.db.migrations.state import ModelState, ProjectState
-from django.test.utils import CaptureQueriesContext, override_settings
+from django.test.utils import CaptureQueriesContext
 from django.urls import include, path
 from pgvector.django import HnswIndex
 
@@ -28,6 +28,7 @@ from django_sbert.api import registry
 from django_sbert.fields import EmbeddingField
 from django_sbert.indexing import bulk_load
 from django_sbert.serving import encoder_version
+from tests.query.test_query import search_settings
 from tests.scaleapp.models import BinaryArticle, HalfArticle, HalfReport
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
@@ -279,11 +280,9 @@ def test_binary_search_ranks_candidates_by_cosine_and_recalls_most(binary):
 def test_binary_filtered_search_returns_k_rows_with_iterative_scan(binary, settings):
     rare = BinaryArticle.objects.filter(category="rare")
     search = {"EF_SEARCH": 10, "BINARY_OVERSAMPLE": 2}
-    with override_settings(SBERT={**settings.SBERT, "SEARCH": {**search, "ITERATIVE_SCAN": "off"}}):
+    with search_settings(**search, ITERATIVE_SCAN="off"):
         short = list(rare.similar_to(binary[5])[:10])
-    with override_settings(
-        SBERT={**settings.SBERT, "SEARCH": {**search, "ITERATIVE_SCAN": "relaxed_order"}}
-    ):
+    with search_settings(**search, ITERATIVE_SCAN="relaxed_order"):
         results = list(rare.similar_to(binary[5])[:10])
     assert len(short) < 10  # the pitfall the iterative scan fixes (pgvector #259)
     assert len(results) == 10 and {r.category for r in results} == {"rare"}

@@ -99,11 +99,6 @@ def test_hybrid_keyword_side_ranks_at_most_keyword_max_rows(common_word):
     assert max(row.keyword_rank for row in rows if row.keyword_rank is not None) == CAP
 
 
-def test_a_bad_keyword_max_rows_is_refused_with_its_name(db):
-    with search_settings(KEYWORD_MAX_ROWS=0), pytest.raises(ValueError, match="KEYWORD_MAX_ROWS"):
-        Article.objects.keyword_search("rates")
-
-
 # -- the statement timeout ---------------------------------------------------------------------
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 from django.db import connection
@@ -10,6 +12,9 @@ from django_sbert.query import Suggestion, suggest
 from django_sbert.query.suggest import PrefixQuery, fuse, prefix_words
 from django_sbert.serving import encode_query, encoder_version
 from tests.testapp.models import Article, Note
+
+# The module (django_sbert.query.suggest is also the function's name in the package).
+suggest_module = importlib.import_module("django_sbert.query.suggest")
 
 ROWS = [  # (title, body)
     ("Information retrieval", "Ranking documents for a query."),
@@ -80,15 +85,15 @@ def test_title_matches_rank_first(rows):
     assert found[0].pk == rates.pk and found[0].keyword_rank == 1
 
 
-def test_short_texts(rows, settings):
+def test_short_texts(rows, monkeypatch):
     assert Article.objects.suggest("i") == []
     short = Article.objects.suggest("inf", k=10)
     assert short and all(s.vector_rank is None for s in short)
     longer = Article.objects.suggest("info", k=10)
     assert any(s.vector_rank for s in longer)
-    settings.SBERT = {**settings.SBERT, "SEARCH": {"SUGGEST_VECTOR_MIN_CHARS": 0}}
+    monkeypatch.setattr(suggest_module, "VECTOR_MIN_CHARS", 0)
     assert any(s.vector_rank for s in Article.objects.suggest("in", k=10))
-    settings.SBERT = {**settings.SBERT, "SEARCH": {"SUGGEST_MIN_CHARS": 5}}
+    monkeypatch.setattr(suggest_module, "MIN_CHARS", 5)
     assert Article.objects.suggest("info") == []
 
 

@@ -11,7 +11,7 @@ import pytest
 from django_sbert import serving
 from django_sbert.exceptions import VersionUnavailable
 from django_sbert.models import EncoderVersion, VersionStatus
-from django_sbert.serving import health
+from django_sbert.serving import health, model_cache
 from django_sbert.serving.model_cache import fetch_failures
 from tests.serving.failing_storage import MeteredStorage, use_storage
 
@@ -50,9 +50,9 @@ def test_three_searches_against_a_corrupt_version_fetch_it_once(corrupt_active_v
     assert reported["version"] == version and reported["failures"] == 1
 
 
-def test_without_a_back_off_every_use_tries_again(corrupt_active_version, settings):
+def test_without_a_back_off_every_use_tries_again(corrupt_active_version, monkeypatch):
     key, _ = corrupt_active_version
-    settings.SBERT = {**settings.SBERT, "MODEL_FETCH_BACKOFF": 0}
+    monkeypatch.setattr(model_cache, "FETCH_BACKOFF", 0.0)
     for _ in range(3):
         with pytest.raises(VersionUnavailable):
             serving.query_vector("central bank")

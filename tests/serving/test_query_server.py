@@ -39,16 +39,14 @@ TEXTS = [
 
 
 @pytest.fixture
-def server(tmp_path, settings):
+def server(tmp_path, settings, monkeypatch):
     started: list[QueryServerProcess] = []
+    monkeypatch.setattr(query_client, "RETRY_SECONDS", 0.0)
 
-    def start(**config) -> QueryServerProcess:
-        process = QueryServerProcess(tmp_path, **config)
+    def start(**flags) -> QueryServerProcess:
+        process = QueryServerProcess(tmp_path, **flags)
         started.append(process)
-        settings.SBERT = {
-            **settings.SBERT,
-            "QUERY_SERVER": {"SOCKET": process.socket, "RETRY_SECONDS": 0, **config},
-        }
+        settings.SBERT = {**settings.SBERT, "QUERY_SERVER": {"SOCKET": process.socket}}
         return process
 
     serving_record("default")  # records the base version before the server reads it
@@ -82,7 +80,7 @@ def test_a_search_text_is_encoded_by_the_server_as_this_process_would(server):
 
 
 def test_texts_that_arrive_together_are_encoded_in_one_batch(server):
-    process = server(WINDOW_MS=300, MAX_BATCH=16)
+    process = server(window_ms=300, max_batch=16)
     texts = TEXTS + TEXTS[:2]  # two texts asked twice while waiting: encoded once each
     results: dict[int, np.ndarray] = {}
     start = threading.Barrier(len(texts))
@@ -128,11 +126,9 @@ def test_searches_go_on_when_the_server_is_away_and_use_it_again_when_it_is_back
     assert back.stats()["encoded"] == 1
 
 
-def test_a_server_with_no_socket_at_all_changes_nothing(settings, tmp_path):
-    settings.SBERT = {
-        **settings.SBERT,
-        "QUERY_SERVER": {"SOCKET": str(tmp_path / "nobody.sock"), "RETRY_SECONDS": 60},
-    }
+def test_a_server_with_no_socket_at_all_changes_nothing(settings, tmp_path, monkeypatch):
+    settings.SBERT = {**settings.SBERT, "QUERY_SERVER": {"SOCKET": str(tmp_path / "nobody.sock")}}
+    monkeypatch.setattr(query_client, "RETRY_SECONDS", 60.0)
     try:
         vector, _ = query_vector(TEXTS[3])
         np.testing.assert_allclose(vector, here(TEXTS[3:4])[0], atol=1e-5)

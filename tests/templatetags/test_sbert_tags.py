@@ -18,6 +18,7 @@ from django_sbert import indexing, serving
 from django_sbert.finetuning import promotion
 from django_sbert.models import VersionStatus
 from django_sbert.query.highlight import Snippet, highlight_hits
+from django_sbert.templatetags import sbert as sbert_tags
 from django_sbert.templatetags.sbert import similar_cache_key, similar_rows
 from tests.finetuning.test_versions import make_pairs, train
 from tests.testapp.models import Article, Report
@@ -213,12 +214,9 @@ def test_a_second_call_is_served_from_the_cache(settings):
     assert len(other_k) >= 1
 
 
-def test_no_caching_with_zero_seconds(settings):
-    settings.SBERT = {
-        **settings.SBERT,
-        "VERSION_CACHE_SECONDS": 600,
-        "SEARCH": {"SIMILAR_CACHE_SECONDS": 0},
-    }
+def test_no_caching_with_zero_seconds(settings, monkeypatch):
+    settings.SBERT = {**settings.SBERT, "VERSION_CACHE_SECONDS": 600}
+    monkeypatch.setattr(sbert_tags, "SIMILAR_CACHE_SECONDS", 0)
     obj = articles()[0]
     similar_rows(obj, 3)
     with CaptureQueriesContext(connection) as second:

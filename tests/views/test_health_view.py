@@ -78,7 +78,7 @@ def test_without_a_token_configured_no_header_opens_the_details(client, settings
 def test_each_client_is_throttled_before_any_check_runs(
     client, settings, django_assert_num_queries
 ):
-    settings.SBERT = {**settings.SBERT, "HEALTH": {"THROTTLE_RATE": "3/minute"}}
+    settings.SBERT = {**settings.SBERT, "RATES": {"health": "3/minute"}}
     for _ in range(3):
         assert client.get("/health/").status_code == 503
     with django_assert_num_queries(0):  # no SELECT 1, no version read

@@ -29,7 +29,7 @@ def test_search_pages_are_throttled_and_highlighting_is_bounded(
     client, embed, settings, monkeypatch
 ):
     embed(*Article.objects.bulk_create(Article(title=f"interest rates {i}") for i in range(3)))
-    settings.SBERT = {**settings.SBERT, "API": {"THROTTLE_RATES": {"search": "3/minute"}}}
+    settings.SBERT = {**settings.SBERT, "RATES": {"search": "3/minute"}}
     # The sync and the async page share one count per client, with the API's search/.
     codes = [
         client.get(url, {"q": "interest rates"}).status_code
@@ -47,7 +47,7 @@ def test_search_pages_are_throttled_and_highlighting_is_bounded(
     client.logout()
     monkeypatch.setattr(search.SearchView, "throttle_scope", None)
     assert client.get("/search/", {"q": "interest rates"}).status_code == 200
-    settings.SBERT = {**settings.SBERT, "API": {"THROTTLE_RATES": {"search": None}}}
+    settings.SBERT = {**settings.SBERT, "RATES": {"search": None}}
 
     # Highlighting: the page's sentences are encoded up to MAX_HIGHLIGHT_SENTENCES, in order.
     Report.objects.bulk_create(Report(title=f"report {i}", body=SENTENCES) for i in range(4))

@@ -41,7 +41,7 @@ def test_queryset_and_fields(client, articles):
 
 
 def test_k(client, articles):
-    assert len(results(client.get("/suggest/", {"q": "the dog"}))) == 5  # SUGGEST_K
+    assert len(results(client.get("/suggest/", {"q": "the dog"}))) == 5  # SEARCH["SUGGEST"]["K"]
     assert len(results(client.get("/suggest/", {"q": "the dog", "k": 2}))) == 2
     assert len(results(client.get("/three/", {"q": "the dog"}))) == 3  # the view's own k
     for bad in ("0", "21", "x", "-1", "1.5"):

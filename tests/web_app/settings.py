@@ -13,9 +13,9 @@ ROOT_URLCONF = "tests.web_app.urls"
 ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
 SBERT = {
     **_BASE,
-    "API": {"THROTTLE_RATES": {"search": None, "embed": None, "schema": None}},
+    "RATES": {"search": None, "embed": None, "schema": None, "health": None},
     # The tests read every check's reason and the pid, as monitoring does with its token.
-    "HEALTH": {"TOKEN": "web-app-health-token-for-tests", "THROTTLE_RATE": None},
+    "HEALTH": {"TOKEN": "web-app-health-token-for-tests"},
 }
 LOGGING = {
     "version": 1,

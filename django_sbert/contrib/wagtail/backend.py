@@ -37,6 +37,7 @@ from modelsearch.utils import get_descendants_content_types_pks
 
 from django_sbert.indexing import embed_stale, get_ref
 from django_sbert.indexing.signals import schedule
+from django_sbert.query import KeywordConfig
 from django_sbert.query.suggest import prefix_matches
 
 from .entries import entry_texts
@@ -214,7 +215,7 @@ class SbertSearchResults(BaseSearchResults):
             ranked = entries.similar_to(text)
             score = "similarity"
         elif mode == "hybrid":
-            ranked = entries.hybrid_search(text, match=compiler.match())
+            ranked = entries.hybrid_search(text, keyword=KeywordConfig(match=compiler.match()))
             score = "score"
         else:
             ranked = entries.keyword_search(text, match=compiler.match() or "all")

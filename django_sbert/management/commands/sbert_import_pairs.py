@@ -6,7 +6,7 @@
     manage.py sbert_import_pairs eval.jsonl --split eval
 
 All or nothing unless ``--skip-invalid``: every bad row is listed with its line number. A
-file over ``SBERT["TRAINING"]["PAIRS_MAX_FILE_BYTES"]`` is refused before it is read, and one
+file over ``finetuning.pairs.MAX_FILE_BYTES`` is refused before it is read, and one
 that is not UTF-8 before anything is saved.
 """
 

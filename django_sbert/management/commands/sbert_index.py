@@ -1,16 +1,17 @@
 """``manage.py sbert_index``: build (or rebuild) the vector indexes of EmbeddingFields, with a
-progress bar, the memory and parallel workers of ``SBERT["INDEX"]``, and the size it made.
+progress bar, the memory and parallel workers its flags give, and the size it made.
 
 ::
 
     manage.py sbert_index                              # every EmbeddingField's vector indexes
     manage.py sbert_index blog.Article.embedding       # one field
     manage.py sbert_index blog.Article --concurrently  # without blocking writes (slower)
+    manage.py sbert_index --maintenance-work-mem 4GB --parallel-workers 3
 
 The indexes are those the model declares (``Meta.indexes``: an ``HnswIndex`` on the field, the
 binary-quantized index of ``binary_index=True``, the passage table's): each is dropped and
-created again, with ``maintenance_work_mem`` = ``SBERT["INDEX"]["MAINTENANCE_WORK_MEM"]`` and
-``max_parallel_maintenance_workers`` = ``SBERT["INDEX"]["PARALLEL_WORKERS"]`` for the build. The
+created again, with ``maintenance_work_mem`` = ``--maintenance-work-mem`` (1GB) and
+``max_parallel_maintenance_workers`` = ``--parallel-workers`` (the server's) for the build. The
 bar follows ``pg_stat_progress_create_index``, read from a second connection while the build
 runs. An HNSW build is fast while its graph fits in ``maintenance_work_mem``; PostgreSQL
 says so in a notice when it stops fitting (docs/scale.md).
@@ -28,7 +29,6 @@ from pgvector.django import HnswIndex
 from tqdm import tqdm
 
 from django_sbert import indexing
-from django_sbert.conf import sbert_settings
 from django_sbert.indexes import BinaryQuantizedIndex
 from django_sbert.indexing.sizing import hnsw_indexes, memory_budget, pretty
 
@@ -57,7 +57,7 @@ def vector_indexes(ref: indexing.FieldRef) -> list[tuple[type[models.Model], Hns
 class Command(BaseCommand):
     help = (
         "Build or rebuild the HNSW indexes of EmbeddingFields, with a progress bar, the "
-        "memory and workers of SBERT['INDEX']['MAINTENANCE_WORK_MEM'] / ['PARALLEL_WORKERS']."
+        "maintenance_work_mem and parallel workers its flags give."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -73,12 +73,28 @@ class Command(BaseCommand):
             help="DROP / CREATE INDEX CONCURRENTLY: writes go on during the build (slower).",
         )
         parser.add_argument("--no-progress", action="store_true", help="No progress bar.")
+        parser.add_argument(
+            "--maintenance-work-mem",
+            default="1GB",
+            help='maintenance_work_mem of the build (default 1GB; "server": the server\'s); '
+            "docs/scale.md#sizing-maintenance_work_mem.",
+        )
+        parser.add_argument(
+            "--parallel-workers",
+            type=int,
+            help="max_parallel_maintenance_workers of the build (default: the server's).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             refs = indexing.resolve_targets(options["targets"])
         except LookupError as exc:
             raise CommandError(str(exc)) from exc
+        workers = options["parallel_workers"]
+        if workers is not None and workers < 0:
+            raise CommandError(f"--parallel-workers must be 0 or more, got {workers}.")
+        memory = options["maintenance_work_mem"]
+        self.session = (None if memory == "server" else memory, workers)
         built = 0
         for ref in refs:
             pairs = vector_indexes(ref)
@@ -106,7 +122,7 @@ class Command(BaseCommand):
         connection = connections[alias]
         table = model._meta.db_table
         with connection.cursor() as cursor:
-            settings = _session_settings(cursor)
+            settings = _session_settings(cursor, *self.session)
         self.stdout.write(
             f"Building {index.name} on {table} ({settings['maintenance_work_mem']} "
             f"maintenance_work_mem, up to {settings['max_parallel_maintenance_workers']} "
@@ -145,18 +161,12 @@ class Command(BaseCommand):
             self.stdout.write(line)
 
 
-def _session_settings(cursor: Any) -> dict[str, str]:
-    """Apply SBERT["INDEX"] to the session (SET, reset after the build); return what holds."""
-    memory = sbert_settings.INDEX["MAINTENANCE_WORK_MEM"]
-    workers = sbert_settings.INDEX["PARALLEL_WORKERS"]
+def _session_settings(cursor: Any, memory: str | None, workers: int | None) -> dict[str, str]:
+    """Apply the build's memory and workers to the session (SET, reset after the build); return
+    what holds (None: the server's)."""
     if memory is not None:
         cursor.execute("SELECT set_config('maintenance_work_mem', %s, false)", [str(memory)])
     if workers is not None:
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-            raise CommandError(
-                f"SBERT['INDEX']['PARALLEL_WORKERS'] must be a non-negative integer or None, got "
-                f"{workers!r}."
-            )
         cursor.execute(
             "SELECT set_config('max_parallel_maintenance_workers', %s, false)", [str(workers)]
         )

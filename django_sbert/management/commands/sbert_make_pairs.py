@@ -22,8 +22,9 @@ from django.apps import apps
 from django.core.exceptions import FieldDoesNotExist
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_sbert.conf.declaration import PAIR_OPTION
 from django_sbert.feedback.analytics import Window
-from django_sbert.feedback.pairs import NEGATIVE_CHOICES, behaviour_pairs
+from django_sbert.feedback.pairs import behaviour_pairs
 from django_sbert.finetuning import pairs
 
 
@@ -44,12 +45,12 @@ class Command(BaseCommand):
             "field_a", nargs="?", help="The field of each pair's first text (a title)."
         )
         parser.add_argument("field_b", nargs="?", help="The field of its positive (a body).")
-        parser.add_argument(
-            "--eval-share",
-            type=float,
-            default=None,
-            help="Share of the pairs kept for the eval split, from 0 up to 1 (default 0.1; "
-            'with --from-events, the most recent share of the days: SBERT["FEEDBACK"]).',
+        share = PAIR_OPTION["eval_share"]
+        share.add_argument(
+            parser,
+            help=f"Share of the pairs kept for the eval split, {share.bounds_text} (default "
+            f"{share.default}; with --from-events, the most recent share of the days: "
+            'SBERT["FEEDBACK"]["EVAL_SHARE"]).',
         )
         parser.add_argument("--seed", type=int, default=0, help="Seed of the eval split's draw.")
         parser.add_argument(
@@ -63,25 +64,10 @@ class Command(BaseCommand):
         )
         events.add_argument("--since", type=date.fromisoformat, help="First day (YYYY-MM-DD).")
         events.add_argument("--until", type=date.fromisoformat, help="Last day, included.")
-        events.add_argument(
-            "--min-clients",
-            type=int,
-            default=None,
-            help='Distinct visitors a pair needs; default: SBERT["FEEDBACK"]["MIN_CLIENTS"].',
-        )
-        events.add_argument(
-            "--min-relevance",
-            type=float,
-            default=None,
-            help="How likely the click model must find it that visitors wanted the row (0 to 1; "
-            '0: off); default: SBERT["FEEDBACK"]["MIN_RELEVANCE"].',
-        )
-        events.add_argument(
-            "--negatives",
-            choices=NEGATIVE_CHOICES,
-            default=None,
-            help='Where negatives come from; default: SBERT["FEEDBACK"]["NEGATIVES"].',
-        )
+        for name in ("min_clients", "min_relevance", "negatives"):
+            option = PAIR_OPTION[name]
+            setting = f'SBERT["FEEDBACK"]["{name.upper()}"]'
+            option.add_argument(events, help=f"{option.help} Default: {setting}.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["from_events"]:
@@ -98,9 +84,7 @@ class Command(BaseCommand):
                 model._meta.get_field(name)
             except FieldDoesNotExist as exc:
                 raise CommandError(f"{model._meta.label} has no field {name!r}.") from exc
-        share = 0.1 if options["eval_share"] is None else options["eval_share"]
-        if not 0 <= share < 1:
-            raise CommandError("--eval-share must be in [0, 1).")
+        share = options["eval_share"] or PAIR_OPTION["eval_share"].default
         created = pairs.content_pairs(
             model,
             options["field_a"],
@@ -121,12 +105,6 @@ class Command(BaseCommand):
         if options["field_a"] or options["source"]:
             raise CommandError("--from-events takes a model at most, and no --source.")
         share = options["eval_share"]
-        if share is not None and not 0 < share <= 0.5:
-            raise CommandError("--eval-share must be in (0, 0.5] with --from-events.")
-        if options["min_clients"] is not None and options["min_clients"] < 1:
-            raise CommandError("--min-clients must be at least 1.")
-        if options["min_relevance"] is not None and not 0 <= options["min_relevance"] <= 1:
-            raise CommandError("--min-relevance must be between 0 and 1.")
         since, until = options["since"], options["until"]
         if since and until and since > until:
             raise CommandError("--since comes after --until.")

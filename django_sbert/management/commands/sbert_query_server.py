@@ -39,8 +39,33 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--socket", help="Unix socket path (default: QUERY_SERVER SOCKET).")
+        parser.add_argument("--threads", type=int, help="torch threads (default: every CPU)")
         parser.add_argument(
-            "--threads", type=int, help="torch threads (default: QUERY_SERVER THREADS, else all)"
+            "--max-batch", type=int, default=16, help="Queries encoded in one forward pass."
+        )
+        parser.add_argument(
+            "--window-ms",
+            type=float,
+            default=1.0,
+            help="Milliseconds a query waits for others to join its batch.",
+        )
+        parser.add_argument(
+            "--max-queue",
+            type=int,
+            default=64,
+            help="Queries waiting at most; past it a search gets 503 with Retry-After.",
+        )
+        parser.add_argument(
+            "--retry-after",
+            type=int,
+            default=1,
+            help="Seconds in the Retry-After of a search refused because the server was busy.",
+        )
+        parser.add_argument(
+            "--cache-size",
+            type=int,
+            default=10000,
+            help="Query vectors kept for every process of the host (LRU; 0: none).",
         )
         parser.add_argument(
             "--stats", action="store_true", help="Print the running server's counters and exit."
@@ -68,9 +93,9 @@ class Command(BaseCommand):
             except OSError as exc:
                 raise CommandError(f"No query server answers on {path}: {exc}") from exc
             return
-        self._serve(str(path), options["threads"] or config["THREADS"], config)
+        self._serve(str(path), options["threads"], options)
 
-    def _serve(self, path: str, threads: int | None, config: dict[str, Any]) -> None:
+    def _serve(self, path: str, threads: int | None, options: dict[str, Any]) -> None:
         import torch  # only where the server runs: --stats answers without loading it
 
         query_client.disable()  # this process encodes: it never asks a server itself
@@ -86,11 +111,11 @@ class Command(BaseCommand):
         server = QueryServer(
             path,
             encode_queries,
-            max_batch=int(config["MAX_BATCH"]),
-            window_ms=float(config["WINDOW_MS"]),
-            max_queue=int(config["MAX_QUEUE"]),
-            cache_size=int(config["CACHE_SIZE"]),
-            retry_after=int(config["RETRY_AFTER"]),
+            max_batch=options["max_batch"],
+            window_ms=options["window_ms"],
+            max_queue=options["max_queue"],
+            cache_size=options["cache_size"],
+            retry_after=options["retry_after"],
         )
         paths = {name: state.path for name, state in states.items()}
         try:

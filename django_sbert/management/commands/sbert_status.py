@@ -138,7 +138,7 @@ class Command(BaseCommand):
         first = oldest.first()
         feedback = sbert_settings.FEEDBACK
         if first is None:
-            return ["Search log: empty."] if feedback["LOG"] else []
+            return ["Search log: empty."] if feedback["LOG"] is not False else []
         days = (timezone.now() - first).days
         line = f"Search log: the oldest search is {days} days old ({first:%Y-%m-%d %H:%M %Z})"
         retention = feedback["RETENTION_DAYS"]

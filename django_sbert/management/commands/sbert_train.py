@@ -12,7 +12,6 @@ records a candidate version; promote it from the admin or with ``--promote``.
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -20,25 +19,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_sbert.exceptions import BrokerUnavailable
 from django_sbert.finetuning import promotion, runs
-from django_sbert.finetuning.options import OPTIONS, TrainingOption
+from django_sbert.finetuning.options import OPTIONS
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, TrainingRun
 
 from ...exceptions import RunConflict
 from ...finetuning.examples import default_loss
 from ...finetuning.execution import execute_run
 from ...finetuning.options import OPTION_NAMES, Hyperparameters, adapt_hyperparameters
-
-
-def add_option_argument(parser: argparse.ArgumentParser, option: TrainingOption) -> None:
-    """The flag of one training option (``finetuning.options.OPTIONS``), checked as it is
-    parsed; not given, it is None and the run takes the option's default."""
-    if option.choices:
-        kind: dict[str, Any] = {"choices": option.choices}
-    elif option.type is bool:
-        kind = {"action": argparse.BooleanOptionalAction}
-    else:
-        kind = {"type": option.parse, "metavar": option.type.__name__.upper()}
-    parser.add_argument(option.flag, help=option.help_text, **kind)
 
 
 class Command(BaseCommand):
@@ -52,12 +39,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--content",
             metavar="app_label.Model.field",
-            help="Adapt to that field's text (no pairs): SBERT['ADAPT']'s loss (margin_mse: "
+            help="Adapt to that field's text (no pairs): by default margin_mse ("
             "pseudo-queries scored by a teacher fusing the model with BM25), else --loss mnrl "
             "(pseudo-queries as pairs) or simcse.",
         )
         for option in OPTIONS:
-            add_option_argument(parser, option)
+            option.add_argument(parser)
         parser.add_argument("--sync", action="store_true", help="Run in this process and wait.")
         parser.add_argument(
             "--promote", action="store_true", help="With --sync: promote if the gate passes."

@@ -1,9 +1,11 @@
-"""The vocabulary ``conf.py`` declares the ``SBERT`` settings in: a setting, a group, a rule.
+"""The vocabulary ``conf.declaration`` declares the ``SBERT`` settings in: a setting, a group,
+a rule.
 
 One declaration serves three readers: the settings object (defaults), the start-up check
 (``django_sbert.E005``: unknown keys with the closest known one, values against their rules)
 and the reference in docs/settings.md (tables rendered by ``python -m django_sbert.conf``).
-No Django import: this module is data and plain functions.
+A group may hold groups (``SEARCH["FUSION"]``); a project's dict is merged over the defaults
+at every level. No Django import: this module is data and plain functions.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ class Setting:
     doc: str
     rule: Rule | None = None
     shown_default: str | None = None  # how the docs show a default that is not a literal
+    merged: bool = False  # a dict value merged over the default dict (naming one scope keeps
+    # the others)
 
 
 @dataclass(frozen=True)
@@ -38,12 +42,16 @@ class Group:
     """A dict-valued key whose entries are declared too; a project's dict is merged over the
     defaults key by key, so ``SEARCH={"K": 5}`` keeps every other search default."""
 
-    keys: Mapping[str, Setting]
+    keys: Mapping[str, Setting | Group]
     doc: str
     anchor: str = ""  # heading in docs/settings.md where the group's table lives
 
     def defaults(self) -> dict[str, Any]:
-        return {name: setting.default for name, setting in self.keys.items()}
+        return {name: default_of(item) for name, item in self.keys.items()}
+
+    def leaves(self) -> int:
+        """How many keys a project can set in it, its groups' keys counted one by one."""
+        return sum(item.leaves() if isinstance(item, Group) else 1 for item in self.keys.values())
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,25 @@ class PerName:
 
 
 Declared = Setting | Group | PerName
+
+
+def default_of(item: Declared) -> Any:
+    """The default value of a declared key: a group's is the dict of its keys' defaults."""
+    return item.defaults() if isinstance(item, Group) else item.default
+
+
+def merged(item: Declared, value: Any) -> Any:
+    """A project's ``value`` for ``item`` over its default: a group's dict key by key (and its
+    groups' likewise), a merged setting's dict scope by scope; any other value as given."""
+    if isinstance(item, Group):
+        given = value if isinstance(value, dict) else {}
+        return {
+            name: merged(inner, given[name]) if name in given else default_of(inner)
+            for name, inner in item.keys.items()
+        } | {name: given[name] for name in given if name not in item.keys}
+    if isinstance(item, Setting) and item.merged and isinstance(value, dict):
+        return {**item.default, **value}
+    return value
 
 
 # Rules. Each returns a Rule whose ``expect`` completes "must be ...".
@@ -131,9 +158,63 @@ IMPORT_STRINGS = Rule(
     lambda v: isinstance(v, list | tuple) and all(isinstance(s, str) or callable(s) for s in v),
     "a list of dotted paths to classes",
 )
-RATES = Rule(
-    lambda v: isinstance(v, dict) and all(r is None or isinstance(r, str) for r in v.values()),
-    'a dict of scope -> rate such as "60/minute" (None turns a scope off)',
+
+_LETTERS = ("A", "B", "C", "D")
+LETTER_NUMBERS = Rule(
+    lambda v: (
+        isinstance(v, dict)
+        and set(v) <= set(_LETTERS)
+        and all(
+            isinstance(n, int | float) and not isinstance(n, bool) and n >= 0 for n in v.values()
+        )
+    ),
+    "a dict of weight letter (A, B, C, D) -> number >= 0",
+)
+LETTER_NUMBERS_OR_FRACTION = Rule(
+    lambda v: (
+        (isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 1)
+        or (
+            isinstance(v, dict)
+            and set(v) <= set(_LETTERS)
+            and all(
+                isinstance(n, int | float) and not isinstance(n, bool) and 0 <= n <= 1
+                for n in v.values()
+            )
+        )
+    ),
+    "a number in [0, 1] or a dict of weight letter (A, B, C, D) -> number in [0, 1]",
+)
+
+
+PERMISSION_SCOPES = Rule(
+    lambda v: (
+        isinstance(v, dict)
+        and set(v) <= {"search", "embed", "schema"}
+        and all(c is None or IMPORT_STRINGS.test(c) for c in v.values())
+    ),
+    "a dict of endpoint (search, embed, schema) -> list of dotted paths to classes, or None",
+)
+
+
+STRINGS = Rule(
+    lambda v: isinstance(v, list | tuple) and all(isinstance(s, str) for s in v),
+    "a list of strings",
+)
+
+
+def _is_rate(value: Any) -> bool:
+    count, _, period = str(value).partition("/")
+    return count.isdigit() and period[:1] in ("s", "m", "h", "d")
+
+
+RATE_SCOPES = Rule(
+    lambda v: (
+        isinstance(v, dict)
+        and set(v) <= {"search", "suggest", "embed", "schema", "clicks", "health", "logging"}
+        and all(r is None or _is_rate(r) for r in v.values())
+    ),
+    "a dict of scope (search, suggest, embed, schema, clicks, health, logging) -> rate such "
+    'as "60/minute" or None',
 )
 
 
@@ -178,7 +259,11 @@ def group_problems(path: str, value: Any, group: Group) -> list[tuple[str, str |
     found: list[tuple[str, str | None]] = []
     found.extend(unknown_key(path, key, group.keys) for key in value if key not in group.keys)
     for key, declared in group.keys.items():
-        if key in value:
+        if key not in value:
+            continue
+        if isinstance(declared, Group):
+            found.extend(group_problems(f"{path}[{key!r}]", value[key], declared))
+        else:
             found.extend(value_problems(f"{path}[{key!r}]", value[key], declared))
     return found
 
@@ -194,9 +279,12 @@ def _shown(setting: Setting) -> str:
     return f"`{text}`"
 
 
-def markdown_table(keys: Mapping[str, Setting]) -> str:
-    """One table: key, default, what it does."""
+def markdown_table(keys: Mapping[str, Setting | Group]) -> str:
+    """One table: key, default, what it does (a group: a link to its own table)."""
     lines = ["| key | default | what it does |", "|---|---|---|"]
-    for name, setting in keys.items():
-        lines.append(f"| `{name}` | {_shown(setting)} | {setting.doc} |")
+    for name, item in keys.items():
+        if isinstance(item, Group):
+            lines.append(f"| `{name}` | `{{}}` | {item.doc} [Keys](#{item.anchor}). |")
+        else:
+            lines.append(f"| `{name}` | {_shown(item)} | {item.doc} |")
     return "\n".join(lines)
