@@ -99,7 +99,7 @@ def _fields(app_configs: Sequence[Any] | None) -> list[tuple[type, EmbeddingFiel
 
 
 def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[Any]:
-    """E005: the SBERT dict follows its declaration in conf.py (unknown keys name the closest
+    """E005: the SBERT dict follows its declaration in conf/declaration.py (unknown keys name the closest
     known one); W003: a key is spelt as in an earlier release."""
     errors: list[checks.CheckMessage] = []
 
