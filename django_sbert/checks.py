@@ -99,8 +99,8 @@ def _fields(app_configs: Sequence[Any] | None) -> list[tuple[type, EmbeddingFiel
 
 
 def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[Any]:
-    """E005: the SBERT dict follows its declaration in conf/declaration.py (unknown keys name the closest
-    known one); W003: a key is spelt as in an earlier release."""
+    """E005: the SBERT dict follows its declaration in conf/declaration.py (unknown keys name
+    the closest known one); W003: a key is spelt as in an earlier release."""
     errors: list[checks.CheckMessage] = []
 
     def error(message: str, hint: str | None = None) -> None:
