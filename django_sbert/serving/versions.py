@@ -43,7 +43,6 @@ import hashlib
 import logging
 import threading
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -201,19 +200,6 @@ def serving_record(
 def serving_version(name: str = "default", using: str | None = None) -> str:
     """The version string that rows encoded by the serving model carry in ``<field>_version``."""
     return serving_record(name, using=using).version
-
-
-def serving(
-    name: str = "default", *, max_age: float | None = None, using: str | None = None
-) -> Serving:
-    """Deprecated: the former name of ``serving_record()``, kept for one release."""
-    warnings.warn(
-        "django_sbert.serving.serving() is now serving_record(); the old name goes in the next "
-        "release.",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return serving_record(name, max_age=max_age, using=using)
 
 
 def serving_changed(name: str, version: str, using: str | None = None) -> str | None:
