@@ -11,30 +11,8 @@ once here and never change, wherever the task functions live::
     django_sbert.feedback_purge   feedback/tasks.py     SBERT["QUEUE"]
     django_sbert.feedback_loop    feedback/learning_tasks.py  SBERT["TRAINING"]["QUEUE"]
 
-Copy the sweep into your project's Celery configuration::
-
-    # proj/celery.py
-    from django_sbert.celery import sweep_schedule
-    app.conf.beat_schedule = {"sbert-sweep": sweep_schedule(every=300)}
-
-    # or, in settings.py with app.config_from_object("django.conf:settings", namespace="CELERY")
-    from django_sbert.celery import SWEEP_SCHEDULE
-    CELERY_BEAT_SCHEDULE = {"sbert-sweep": SWEEP_SCHEDULE}
-
-and the judgment lists' evaluation (quality over time), daily (``hours=`` another interval)::
-
-    from django_sbert.celery import evaluation_schedule
-    app.conf.beat_schedule["sbert-evaluate"] = evaluation_schedule()
-
-and the search log's retention (``SBERT["FEEDBACK"]["RETENTION_DAYS"]``), daily::
-
-    from django_sbert.celery import feedback_purge_schedule
-    app.conf.beat_schedule["sbert-feedback-purge"] = feedback_purge_schedule()
-
-and the loop that learns from visitors' clicks, daily (docs/learning.md)::
-
-    from django_sbert.celery import feedback_loop_schedule
-    app.conf.beat_schedule["sbert-feedback-loop"] = feedback_loop_schedule()
+The ``*_schedule()`` functions build ``beat_schedule`` entries for a project's Celery
+configuration (docs/indexing.md for the sweep, docs/reference.md for the others).
 
 This module imports no Django model and no torch (``conf`` reads settings lazily), so a
 settings module may import it. The worker's per-process setup (torch threads, encoders loaded
