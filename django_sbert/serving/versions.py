@@ -9,29 +9,21 @@ writes to ``<field>_version`` and what a query must filter on::
 
 The database is the only source of truth: a host never decides from its own files which version
 serves. When the serving version's files are missing on a host, loading it raises
-``VersionUnavailable`` (``cache.get_encoder``) instead of encoding with another version, and the
-database system check ``django_sbert.E012`` says so at start-up (``check_local_files``).
+``VersionUnavailable`` instead of encoding with another version (check ``django_sbert.E012``).
 
-Each process trusts what it read for ``SBERT["VERSION_CACHE_SECONDS"]`` (2 s): one indexed
-single-row SELECT per process every 2 s at most, also on a site that never fine-tuned (that is
-its cheap path: the same cached read, which finds no row), and every web process and worker
-notices a promotion within 2 s without a restart. While a promotion is under way nothing is
-cached (one SELECT per use), so the switch is seen by every process at its very next query.
+Each process trusts what it read for ``SBERT["VERSION_CACHE_SECONDS"]`` (2 s), so every process
+notices a promotion within 2 s without a restart; while a promotion is under way nothing is
+cached, so the switch is seen at the very next query (docs/fine-tuning.md).
 
 Writers that must not race a switch (``indexing.writes.write_vectors``) hold
 ``switch_lock(name, shared=True)`` and check ``serving_record(name, max_age=0)`` inside it; the
 switch holds the same lock exclusively (``finetuning.promotion.switch``).
-``promoting_version(name)`` tells the write path which version, if any, is being promoted, so
-rows saved meanwhile get its vectors too.
 
 Which database answers: the primary (``router.db_for_write(EncoderVersion)``) unless the caller
-names one. Indexing, the sweep and the promotion switch read and lock there. A search reads the
-version from the database its rows come from (``serving_record(name, using=queryset.db)``): a
-read replica that lags answers with its own version and its own rows, consistently, never zero
-rows because the primary moved on. The cache is kept per (database, encoder)::
-
-    primary  ── switch commits v2 ──► WAL ──► replica (replays v2 a moment later)
-    search on the replica: version v1 and rows of v1 until v2 is replayed, then v2 and v2's rows
+names one. A search reads the version from the database its rows come from
+(``serving_record(name, using=queryset.db)``), so a lagging replica answers with its own
+version and its own rows, never zero rows because the primary moved on (docs/deployment.md,
+"Read replicas"). The cache is kept per (database, encoder).
 
 Version identity (``base_version``, fingerprints) is in ``identity.py``; where the files of
 fine-tuned versions live is in ``storage.py``.
