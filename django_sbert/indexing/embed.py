@@ -14,10 +14,7 @@ encoded with it and staged (``writes.stage_pending``); a write whose version sto
 because the switch committed meanwhile is refused under the switch lock and the chunk is
 encoded again with the new version.
 
-One bad row never blocks the others: a row whose source raises or whose vector the database
-refuses is recorded in ``SkippedRow`` and skipped (``failures.py``); the rest of the chunk is
-written, and a recorded row that is later embedded (or found current, or deleted) loses its
-record.
+One bad row never blocks the others (``failures.py``).
 """
 
 from __future__ import annotations
