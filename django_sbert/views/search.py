@@ -78,14 +78,7 @@ class SearchTiming:
 class SearchView(ListView):
     """``?q=`` searched in ``?mode=``, ranked, paginated to a bounded depth, highlighted.
 
-    Context, beside ListView's (``page_obj``, ``paginator``, ``is_paginated``,
-    ``object_list``): ``form`` (``SearchForm``), ``query`` (the text, "" for none), ``mode``
-    (the form's), ``ranked_by`` (the mode the results come from: ``"vector"`` for a search by
-    a row), ``modes`` (``(value, label, title)`` each), ``searched`` (whether results are shown),
-    ``search_ms`` and ``timing`` (``SearchTiming``; None when nothing was searched),
-    ``unavailable`` (the search could not run now), ``filterset``, ``page_query`` (the
-    request's parameters without ``page``, for page links), ``suggest_url``, ``placeholder``,
-    ``base_template``, ``snippet_chars``, ``max_pages``, and ``search_log`` once logged.
+    The context it adds to ListView's is listed in docs/howto/search-page.md.
     """
 
     model: type[models.Model] | None = None
