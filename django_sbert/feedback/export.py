@@ -1,8 +1,8 @@
 """The log in OpenSearch's User Behavior Insights (UBI) format, one JSON object a line.
 
 A search is a UBI query (``ubi_queries``, ``query_documents``), an event a UBI event
-(``ubi_events``, ``event_documents``); each function maps the fields. Rows are read in chunks, so a large log is
-written without holding it in memory.
+(``ubi_events``, ``event_documents``); each function maps the fields. Rows are read in
+chunks, so a large log is written without holding it in memory.
 """
 
 from __future__ import annotations
