@@ -8,9 +8,7 @@ and storing the result ``add_evaluation`` too; always a staff user.
 first, paginated. ``POST evaluations/ {"list": name, "version": "serving", "modes": [...],
 "store": true}`` measures the list now (``evaluation.run.evaluate``, the same as ``manage.py
 sbert_evaluate``) and answers with the evaluations, one per mode. The measurement runs within
-the request: a few seconds for a list of a few hundred queries with the serving version, longer
-for a version that does not serve (its pool of rows is encoded first); a larger list belongs in
-the command or the scheduled task.
+the request; a large list belongs in the command or the scheduled task.
 """
 
 from __future__ import annotations
