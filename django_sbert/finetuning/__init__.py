@@ -35,48 +35,34 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = [
-    "GateResult",
-    "Hyperparameters",
-    "ImportReport",
-    "OPTIONS",
-    "RECIPES",
-    "RollbackForbidden",
-    "adapt_hyperparameters",
-    "cancel_promotion",
-    "cancel_run",
-    "content_pairs",
-    "create_run",
-    "default_loss",
-    "execute_run",
-    "import_pairs",
-    "rollback",
-    "start_promotion",
-]
+# Each public name and the module that defines it.
+_HOMES = {
+    "GateResult": "gate",
+    "Hyperparameters": "options",
+    "ImportReport": "pairs",
+    "OPTIONS": "options",
+    "RECIPES": "options",
+    "RollbackForbidden": "promotion",
+    "adapt_hyperparameters": "options",
+    "cancel_promotion": "promotion",
+    "cancel_run": "runs",
+    "content_pairs": "pairs",
+    "create_run": "runs",
+    "default_loss": "examples",
+    "execute_run": "execution",
+    "import_pairs": "pairs",
+    "rollback": "promotion",
+    "start_promotion": "promotion",
+}
+__all__ = sorted(_HOMES)
 
 
 def __getattr__(name: str) -> Any:
-    if name not in __all__:
+    if name not in _HOMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     # Django's loading order: these modules read the models, so they load on first use.
     from . import examples, execution, gate, options, pairs, promotion, runs
 
-    homes = {
-        "GateResult": gate,
-        "Hyperparameters": options,
-        "ImportReport": pairs,
-        "OPTIONS": options,
-        "RECIPES": options,
-        "RollbackForbidden": promotion,
-        "adapt_hyperparameters": options,
-        "cancel_promotion": promotion,
-        "cancel_run": runs,
-        "content_pairs": pairs,
-        "create_run": runs,
-        "default_loss": examples,
-        "execute_run": execution,
-        "import_pairs": pairs,
-        "rollback": promotion,
-        "start_promotion": promotion,
-    }
-    return getattr(homes[name], name)
+    modules = {"examples": examples, "execution": execution, "gate": gate, "options": options}
+    modules.update(pairs=pairs, promotion=promotion, runs=runs)
+    return getattr(modules[_HOMES[name]], name)
