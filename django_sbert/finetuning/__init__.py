@@ -21,11 +21,8 @@ Modules, in the order a fine-tune goes:
   them; ``recovery``: lost and dead runs and promotions.
 * ``errors``: stored errors: the traceback for superusers, the message for other staff.
 
-docs/fine-tuning.md explains the workflow. The wing's public names are importable from here
-(``__all__``); each is the one its module defines::
-
-    from django_sbert.finetuning import Hyperparameters, create_run, start_promotion
-
+docs/fine-tuning.md explains the workflow. The wing's public names (``__all__``) are
+importable from here, e.g. ``from django_sbert.finetuning import create_run``.
 They load on first use: the modules read the models, which importing this package (from the
 app's checks, its tasks, a project's settings) must not. ``gate`` and ``compare`` are modules
 here; their functions of the same names are ``gate.gate`` and ``compare.compare``.
