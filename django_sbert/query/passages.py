@@ -2,21 +2,8 @@
 
 ``similar_to(text)`` on a field with ``passages=`` joins the model's table to a derived table
 built when the query is compiled (like hybrid search's, fusion.py), so every filter of the
-queryset, chained before or after, applies to the passage scan::
-
-    SELECT article.*, 1 - b.distance AS similarity, b.passage
-    FROM article
-    INNER JOIN (
-        SELECT b.row_id AS pk, b.distance,
-               jsonb_build_object('text', b.text, 'start', b.start, 'end', b.stop,
-                                  'index', b.ordinal) AS passage
-        FROM (SELECT DISTINCT ON (c.row_id) row_id, distance, ordinal, start, stop, text
-              FROM (<pool>) AS c (row_id, distance, ordinal, start, stop, text)
-              ORDER BY c.row_id, c.distance, c.ordinal) b      -- each row's best passage
-    ) b ON b.pk = article.id
-    WHERE <filters> AND article.embedding_version = :v
-    ORDER BY b.distance, article.id
-    LIMIT :k
+queryset, chained before or after, applies to the passage scan (docs/passages.md, "How a
+search by passages runs", shows the statement).
 
 The pool is the top N passages by the HNSW index, among the passages of rows the filters keep
 (their offsets and text come with them, from the heap tuples the index scan reads anyway)::
