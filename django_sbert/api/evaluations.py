@@ -1,8 +1,6 @@
 """evaluations/: search quality measured on judgment lists, for staff with the admin's permissions.
 
-Who may do what is what the admin's "Evaluate now" asks (``EvaluationPermissions``): reading
-the stored evaluations needs ``view_evaluation``; measuring a list needs ``change_judgmentlist``,
-and storing the result ``add_evaluation`` too; always a staff user.
+Who may do what is what the admin's "Evaluate now" asks (``EvaluationPermissions``).
 
 ``GET evaluations/?list=<name>`` lists the stored evaluations (of one list, or of all), newest
 first, paginated. ``POST evaluations/ {"list": name, "version": "serving", "modes": [...],
