@@ -11,30 +11,8 @@ once here and never change, wherever the task functions live::
     django_sbert.feedback_purge   feedback/tasks.py     SBERT["QUEUE"]
     django_sbert.feedback_loop    feedback/learning_tasks.py  SBERT["TRAINING"]["QUEUE"]
 
-Copy the sweep into your project's Celery configuration::
-
-    # proj/celery.py
-    from django_sbert.celery import sweep_schedule
-    app.conf.beat_schedule = {"sbert-sweep": sweep_schedule(every=300)}
-
-    # or, in settings.py with app.config_from_object("django.conf:settings", namespace="CELERY")
-    from django_sbert.celery import SWEEP_SCHEDULE
-    CELERY_BEAT_SCHEDULE = {"sbert-sweep": SWEEP_SCHEDULE}
-
-and the judgment lists' evaluation (quality over time), daily (``hours=`` another interval)::
-
-    from django_sbert.celery import evaluation_schedule
-    app.conf.beat_schedule["sbert-evaluate"] = evaluation_schedule()
-
-and the search log's retention (``SBERT["FEEDBACK"]["RETENTION_DAYS"]``), daily::
-
-    from django_sbert.celery import feedback_purge_schedule
-    app.conf.beat_schedule["sbert-feedback-purge"] = feedback_purge_schedule()
-
-and the loop that learns from visitors' clicks, daily (docs/learning.md)::
-
-    from django_sbert.celery import feedback_loop_schedule
-    app.conf.beat_schedule["sbert-feedback-loop"] = feedback_loop_schedule()
+The ``*_schedule()`` functions build ``beat_schedule`` entries for a project's Celery
+configuration (docs/indexing.md for the sweep, docs/reference.md for the others).
 
 This module imports no Django model and no torch (``conf`` reads settings lazily), so a
 settings module may import it. The worker's per-process setup (torch threads, encoders loaded
@@ -58,82 +36,53 @@ FEEDBACK_LOOP_TASK = "django_sbert.feedback_loop"
 DEFAULT_SWEEP_EVERY = 300.0  # seconds
 
 
-def sweep_schedule(every: float = DEFAULT_SWEEP_EVERY, queue: str | None = None) -> dict[str, Any]:
-    """A ``beat_schedule`` entry running the sweep every ``every`` seconds on the SBERT queue.
+def _entry(task: str, every: float, queue: str, **kwargs: Any) -> dict[str, Any]:
+    """A ``beat_schedule`` entry that expires after one interval, so a stopped worker does not
+    come back to a pile of identical runs."""
+    entry: dict[str, Any] = {"task": task, "schedule": float(every)}
+    if kwargs:
+        entry["kwargs"] = kwargs
+    entry["options"] = {"queue": queue, "expires": float(every)}
+    return entry
 
-    The sweep and the tasks it sends expire after one interval, so a stopped worker does not
-    come back to a pile of identical sweeps.
-    """
-    if queue is None:
-        queue = sbert_settings.QUEUE
-    return {
-        "task": SWEEP_TASK,
-        "schedule": float(every),
-        "kwargs": {"expires": float(every)},
-        "options": {"queue": queue, "expires": float(every)},
-    }
+
+def sweep_schedule(every: float = DEFAULT_SWEEP_EVERY, queue: str | None = None) -> dict[str, Any]:
+    """A ``beat_schedule`` entry running the sweep every ``every`` seconds on the SBERT queue;
+    the tasks it sends expire after one interval too."""
+    return _entry(
+        SWEEP_TASK, every, sbert_settings.QUEUE if queue is None else queue, expires=float(every)
+    )
 
 
 # The entry with the default queue name, for settings modules (no Django access at import).
-SWEEP_SCHEDULE: dict[str, Any] = {
-    "task": SWEEP_TASK,
-    "schedule": DEFAULT_SWEEP_EVERY,
-    "kwargs": {"expires": DEFAULT_SWEEP_EVERY},
-    "options": {"queue": DEFAULTS["QUEUE"], "expires": DEFAULT_SWEEP_EVERY},
-}
+SWEEP_SCHEDULE: dict[str, Any] = _entry(
+    SWEEP_TASK, DEFAULT_SWEEP_EVERY, DEFAULTS["QUEUE"], expires=DEFAULT_SWEEP_EVERY
+)
 
 
 def evaluation_schedule(
     hours: float | None = 24.0, queue: str | None = None
 ) -> dict[str, Any] | None:
     """A ``beat_schedule`` entry evaluating every judgment list every ``hours`` (daily) on the
-    training queue; None when ``hours`` is None.
-
-    It expires after one interval, so a stopped worker does not come back to a pile of them.
-    """
+    training queue; None when ``hours`` is None."""
     if hours is None:
         return None
-    if queue is None:
-        queue = sbert_settings.TRAINING["QUEUE"]
-    every = float(hours) * 3600.0
-    return {
-        "task": EVALUATE_TASK,
-        "schedule": every,
-        "kwargs": {"trigger": "schedule"},
-        "options": {"queue": queue, "expires": every},
-    }
+    queue = sbert_settings.TRAINING["QUEUE"] if queue is None else queue
+    return _entry(EVALUATE_TASK, float(hours) * 3600.0, queue, trigger="schedule")
 
 
 def feedback_purge_schedule(every: float = 86400.0, queue: str | None = None) -> dict[str, Any]:
     """A ``beat_schedule`` entry deleting searches and events past
-    ``SBERT["FEEDBACK"]["RETENTION_DAYS"]`` every ``every`` seconds (daily) on the SBERT queue.
-
-    It expires after one interval, so a stopped worker does not come back to a pile of them.
-    """
-    if queue is None:
-        queue = sbert_settings.QUEUE
-    return {
-        "task": FEEDBACK_PURGE_TASK,
-        "schedule": float(every),
-        "options": {"queue": queue, "expires": float(every)},
-    }
+    ``SBERT["FEEDBACK"]["RETENTION_DAYS"]`` every ``every`` seconds (daily) on the SBERT queue."""
+    return _entry(FEEDBACK_PURGE_TASK, every, sbert_settings.QUEUE if queue is None else queue)
 
 
 def feedback_loop_schedule(
     hours: float | None = 24.0, queue: str | None = None
 ) -> dict[str, Any] | None:
     """A ``beat_schedule`` entry running the feedback loop every ``hours`` (daily) on the
-    training queue; None when ``hours`` is None.
-
-    It expires after one interval, so a stopped worker does not come back to a pile of them.
-    """
+    training queue; None when ``hours`` is None."""
     if hours is None:
         return None
-    if queue is None:
-        queue = sbert_settings.TRAINING["QUEUE"]
-    every = float(hours) * 3600.0
-    return {
-        "task": FEEDBACK_LOOP_TASK,
-        "schedule": every,
-        "options": {"queue": queue, "expires": every},
-    }
+    queue = sbert_settings.TRAINING["QUEUE"] if queue is None else queue
+    return _entry(FEEDBACK_LOOP_TASK, float(hours) * 3600.0, queue)

@@ -1,38 +1,7 @@
 """System checks with stable ids; ``manage.py check`` runs them, ``migrate`` adds the database ones.
 
-========================  ======================================================================
-id                        problem
-========================  ======================================================================
-django_sbert.E001         the pgvector extension is not installed in a database (database check)
-django_sbert.E002         a field's dimensions differ from its encoder's, or the column's do
-django_sbert.E003         an encoder cannot be loaded: unknown name, model not found, no torch
-django_sbert.E004         AUTO_EMBED is on but no Celery broker is configured
-django_sbert.E005         settings.SBERT is malformed
-django_sbert.E006         an EmbeddingField's source is not a field, method or function
-django_sbert.E010         keyword_search=True with a source that is not text fields
-django_sbert.E011         keyword_weights do not give one of A-D per source field
-django_sbert.E012         the serving version cannot be fetched or verified here, or this host's
-                          copy of the settings' model differs from the recorded one (database check)
-django_sbert.E014         a kind of FEEDBACK["CONVERSIONS"] does not fit the events' kind column
-django_sbert.E015         a routed SearchView cannot answer as configured: a mode needs a
-                          full-text column its field lacks, no model or field, a suggest_url
-                          that names no route (urls check)
-django_sbert.E016         an encoder's QUERY_RUNTIME is "onnxruntime" but the onnx extra is
-                          not installed
-django_sbert.W001         a large table has no HNSW index the search can use (database check)
-django_sbert.W002         pgvector is older than 0.8: filtered searches may return < k rows
-django_sbert.W003         a settings key is spelt as in an earlier release (still read)
-django_sbert.E020         an EmbeddingField's precision is not "float32" or "float16"
-django_sbert.E023         an EmbeddingField's dimensions cut its encoder's vectors to a size the
-                          encoder was not trained for (MATRYOSHKA_DIMS)
-django_sbert.W021         rows hold a vector but no encoder version (database check,
-                          indexing/sizing.py)
-django_sbert.W022         vector indexes larger than the memory that caches them (database
-                          check, indexing/sizing.py)
-django_sbert.W030         a database searches read opens a connection per request (--deploy)
-django_sbert.W031         a queue holds messages that no live worker consumes (--deploy)
-django_sbert.W032         searches are logged but no beat entry runs the purge (--deploy)
-========================  ======================================================================
+docs/settings.md ("System checks") lists every id and what it means; a field's own checks
+live on the field (``fields/checks.py``), the sizing ones in ``indexing/sizing.py``.
 
 Checks read only configuration and JSON files: no model weights are loaded and no torch
 import. Only W031, a deployment check (``manage.py check --deploy``), asks the broker and the

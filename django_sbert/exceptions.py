@@ -9,18 +9,10 @@ Each keeps the built-in or Django base it had (``LookupError``, ``ValueError``,
 ML core's own exceptions are defined in ``encoder/exceptions.py`` (the core imports nothing of
 Django, nor anything above it) and re-exported here; docs/reference.md lists the family.
 
-The parts a request needs can be away: the broker, a model's files, time. Each of those is a
-``ServiceUnavailable``: the request was valid and may succeed later, and nothing was
-left half done. The REST API answers all of them with 503 (``api/errors.py``); views of a site
-can catch ``ServiceUnavailable`` the same way::
-
-    try:
-        results = list(Article.objects.similar_to(text)[:10])
-    except ServiceUnavailable as exc:
-        return render(request, "busy.html", {"reason": str(exc)}, status=503)
-
-``SearchTimeout`` (a search statement ran past ``SBERT["SEARCH"]["STATEMENT_TIMEOUT"]``) is
-one too.
+The parts a request needs can be away: the broker, a model's files, time (``SearchTimeout``).
+Each of those is a ``ServiceUnavailable``: the request was valid and may succeed later, and
+nothing was left half done; the REST API answers them with 503 (``api/errors.py``), and a
+site's views can catch it the same way.
 """
 
 from __future__ import annotations

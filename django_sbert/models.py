@@ -1,35 +1,12 @@
-"""Fine-tuning bookkeeping: training pairs, training runs, encoder versions, staged vectors.
+"""The package's models: fine-tuning bookkeeping, skipped rows, the search log, judgment lists.
 
-``TrainingPair``
-    One example the site trains on: two texts (and an optional hard negative), with a score, a
-    label, or neither (a positive pair). ``split`` keeps evaluation pairs out of training.
-``TrainingRun``
-    One fine-tuning job: what it trained, how far it got, its losses and metrics, its error.
-``EncoderVersion``
-    A saved fine-tuned model of one configured encoder. At most one per encoder is ``active``
-    (it serves queries and indexing); with none active the model from settings serves.
-``PromotionRecord``
-    One switch of the serving version (from, to, who, when, why, forced or gated): the history
-    rollback follows.
-``StagedEmbedding``
-    Vectors of a version that is not serving: the candidate's while it is being promoted, the
-    previous version's after a switch (so rollback needs no re-encoding).
-``StagedPassage``
-    The passages of such a row, for fields indexed by passages (``passages=``).
-``SearchLog`` and ``SearchEvent``
-    What visitors searched for and what they did with the results (clicks, conversions), when
-    ``SBERT["FEEDBACK"]["LOG"]`` is on: the analytics and the pairs learned from behaviour.
-``PairEvidence``
-    Who made a pair from behaviour (keyed client and network hashes, where and when they
-    clicked): what the loop's safeguards count, and what forgetting a person follows.
-``SkippedRow``
-    A row indexing skipped because of an error of its own (its source raised, or the database
-    refused its vector), so that one bad row never blocks the others (docs/indexing.md).
-``JudgmentList``, ``JudgedQuery``, ``Judgment``
-    A named set of queries over one EmbeddingField's rows, each query with graded rows (0 not
-    relevant .. 3 perfect): what search quality is measured against.
-``Evaluation``
-    One measurement of a judgment list (version, mode, metrics, time), kept for quality over time.
+Fine-tuning: ``TrainingPair``, ``TrainingRun``, ``EncoderVersion`` (at most one ``active`` per
+encoder; with none the settings' model serves), ``PromotionRecord`` (the history rollback
+follows), ``BaseVersion``, and ``StagedEmbedding`` / ``StagedPassage`` (vectors of a version
+that is not serving: a candidate's while promoted, the previous one's after a switch).
+Indexing: ``SkippedRow``. Feedback: ``SearchLog``, ``SearchEvent``, ``PairEvidence``.
+Evaluation: ``JudgmentList``, ``JudgedQuery``, ``Judgment``, ``Evaluation``. Each model's
+docstring says what one row is.
 
 See docs/fine-tuning.md for the workflow and how promotion stays consistent.
 """

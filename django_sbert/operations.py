@@ -9,13 +9,9 @@ table (docs/deployment.md, "Vector storage")::
         dependencies = [("blog", "0003_article_embedding")]
         operations = [SetVectorStorage("article", "embedding", "main")]
 
-pgvector's types are stored ``EXTERNAL``: out of line once a row passes about 2 kB, which a
-384-dimension vector beside a title, some text and a tsvector does. A search PostgreSQL runs
-without the HNSW index (a small table, a selective filter, the vector side of a hybrid search)
-then fetches every row's vector from TOAST. ``MAIN`` keeps it in the row unless the row cannot
-fit a page otherwise. The table and column names come from the migration state, so the
-operation survives ``db_table`` and ``db_column`` settings; it changes no model state, and its
-reverse restores the storage the column's type declares (``EXTERNAL`` for pgvector's).
+The table and column names come from the migration state, so the operation survives
+``db_table`` and ``db_column`` settings; it changes no model state, and its reverse restores the
+storage the column's type declares (``EXTERNAL`` for pgvector's).
 """
 
 from __future__ import annotations

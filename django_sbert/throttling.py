@@ -9,19 +9,9 @@ API's ``search`` scope), the health view's, and the search log's and click event
     if wait is not None:                               # seconds until the client may ask again
         ...429 with Retry-After: wait
 
-* ``parse_rate("60/minute", setting)``: (60, 60), requests and seconds, as DRF writes rates;
-  ``setting`` names the rate in the error for a malformed one.
-* ``client_address(request)``: the client's IP address, trusting only
-  ``SBERT["API"]["NUM_PROXIES"]`` proxies in front of the site.
-* ``client_ident(request)``: who is counted: the user, else (``sessions=True``) the session,
-  else the address.
-* ``count(prefix, ident, allowed, seconds)``: the window, as DRF's ``SimpleRateThrottle``
-  keeps it: the times of the client's requests within the last period, in Django's default
-  cache under ``<prefix>:<sha256 of ident>``; a request past ``allowed`` is not recorded.
-  ``count_all`` counts several identities in one read and one write (a client and its
-  network, for the search log).
-* ``rate(scope)``: ``SBERT["RATES"][scope]`` (``search``, ``health``, ``logging``...), read in
-  one place.
+``parse_rate``, ``client_address`` (trusting ``SBERT["API"]["NUM_PROXIES"]`` proxies),
+``client_ident``, ``count`` / ``count_all`` (DRF's window, in Django's default cache) and
+``rate(scope)`` (``SBERT["RATES"][scope]``, read in one place) each say what they do.
 """
 
 from __future__ import annotations

@@ -357,7 +357,6 @@ def test_model_modules_and_settings_modules_import_no_torch():
         "django_sbert.serving.get_encoder",
         "django_sbert.serving.query_vector",
         "django_sbert.serving.serving_record",
-        "django_sbert.serving.serving",
         "django_sbert.celery.sweep_schedule",
         "django_sbert.celery.SWEEP_SCHEDULE",
         "django_sbert.celery.feedback_purge_schedule",

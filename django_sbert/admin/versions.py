@@ -1,13 +1,9 @@
 """Admin for encoder versions (what serves, and how that changes) and the promotion history.
 
 * Encoder versions: metrics beside the active version's, actions "Promote", "Promote even if
-  worse or not evaluated" (superusers: also a candidate the gate could not compare), "Roll
-  back", "Stop promotion", and a "Before and after" page: the top results of the version it
-  would replace (or replaced) and of this one side by side, for a few eval queries and any
-  query typed in (``finetuning.compare``), over the rows the user may see in each model's own
-  admin (its ``get_queryset(request)``, with its view permission; other models are left out,
-  and the page says so). "Roll back" returns to the version active before this one was
-  promoted (the promotion history); to a version forced past the gate, superusers only.
+  worse or not evaluated" (superusers), "Roll back", "Stop promotion", and a "Before and
+  after" page (``finetuning.compare``) over the rows the user may see in each model's own
+  admin (its ``get_queryset(request)``, with its view permission).
 * Promotion history: every switch, read only.
 
 Every action requires a model permission; a user without it gets 403 (not a silently ignored

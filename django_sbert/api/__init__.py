@@ -9,13 +9,10 @@
     from django_sbert import api
     api.register(Article, fields=["id", "title"])
 
-Modules, one per concept as in DRF: ``registry`` (which models may be searched, and how each
-is shown), ``views`` (search/, similar/, suggest/, embed/, events/), ``finetuning`` (pairs/,
-training-runs/, encoder-versions/), ``evaluations`` (evaluations/: search quality on judgment
-lists, for staff), ``serializers``, ``filters`` (``SemanticSearchFilter`` for any list view),
-``pagination``, ``parsers`` (bodies over the size limit refused), ``permissions``,
-``throttling`` (rate limits with defaults), ``errors`` (503 with the reason when a part is
-away), ``schema`` (OpenAPI through drf-spectacular, when installed), ``settings``
+Modules, one per concept as in DRF: ``registry`` (which models may be searched, and how),
+``views``, ``finetuning`` and ``evaluations`` (the endpoints), ``serializers``, ``filters``
+(``SemanticSearchFilter``), ``pagination``, ``parsers``, ``permissions``, ``throttling``,
+``errors`` (503 with the reason), ``schema`` (OpenAPI, with drf-spectacular), ``settings``
 (``SBERT["API"]``), ``urls``. See docs/api.md.
 """
 

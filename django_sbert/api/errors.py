@@ -7,12 +7,8 @@ missing on this host, a search over ``STATEMENT_TIMEOUT``, the async encoding qu
 
 What the client reads is written for clients: what went away, in general words, and a
 ``request_id``. The exception's own message (storage class, bucket, cache paths, sha256 sums,
-OS errors) goes to the log, at WARNING with the same id, and to staff users, who run the site::
-
-    503 {"detail": "Search is unavailable on this server for a moment; try again shortly.",
-         "request_id": "3f9c0e..."}          Retry-After: 5
-    log: django_sbert.api.errors WARNING 503 for GET /api/sbert/search/ (request 3f9c0e...):
-         VersionUnavailable: Encoder 'default' must encode with version ...
+OS errors) goes to the log, at WARNING with the same id, and to staff users, who run the site
+(docs/api.md shows an answer).
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """evaluations/: search quality measured on judgment lists, for staff with the admin's permissions.
 
-Who may do what is what the admin's "Evaluate now" asks (``EvaluationPermissions``): reading
-the stored evaluations needs ``view_evaluation``; measuring a list needs ``change_judgmentlist``,
-and storing the result ``add_evaluation`` too; always a staff user.
+Who may do what is what the admin's "Evaluate now" asks (``EvaluationPermissions``).
 
 ``GET evaluations/?list=<name>`` lists the stored evaluations (of one list, or of all), newest
 first, paginated. ``POST evaluations/ {"list": name, "version": "serving", "modes": [...],
 "store": true}`` measures the list now (``evaluation.run.evaluate``, the same as ``manage.py
 sbert_evaluate``) and answers with the evaluations, one per mode. The measurement runs within
-the request: a few seconds for a list of a few hundred queries with the serving version, longer
-for a version that does not serve (its pool of rows is encoded first); a larger list belongs in
-the command or the scheduled task.
+the request; a large list belongs in the command or the scheduled task.
 """
 
 from __future__ import annotations

@@ -10,16 +10,9 @@
         semantic_min_similarity = 0.3              # optional: drop weak matches
         semantic_search_mode = "hybrid"            # optional: vector (default), hybrid, keyword
 
-``GET /articles/?semantic=rising+interest+rates&category=economy&page=2`` filters with the other
-backends, then orders the remaining rows by cosine similarity to the text (nearest first,
-annotated ``similarity``); rows without an embedding are left out. The view's paginator pages
-through the top ``SBERT["API"]["MAX_K"]`` rows of the ranking (100):
-its count is at most that, and a page past them is 404, so no request ranks (or counts) the
-whole table. An unpaginated view gets the top ``semantic_search_k`` rows (default
-SBERT["SEARCH"]["K"]). Put it last in ``filter_backends``: a backend after it that orders
-(OrderingFilter with a default ordering, say) would replace the ranking. With
-``semantic_search_mode = "hybrid"`` or ``"keyword"`` the rows are ranked by
-``hybrid_search()`` (annotated ``score``) or ``keyword_search()`` (``keyword_score``) instead.
+The view's paginator pages through the top ``SBERT["API"]["MAX_K"]`` rows of the ranking, so
+no request ranks (or counts) the whole table. Put it last in ``filter_backends``: a backend
+after it that orders would replace the ranking (docs/api.md, "``SemanticSearchFilter``").
 """
 
 from __future__ import annotations

@@ -32,7 +32,6 @@ if HAS_SPECTACULAR:
     from drf_spectacular.openapi import AutoSchema
     from drf_spectacular.types import OpenApiTypes
     from drf_spectacular.utils import (
-        OpenApiExample,
         OpenApiParameter,
         OpenApiResponse,
         extend_schema,
@@ -114,7 +113,7 @@ else:  # pragma: no cover - exercised only without drf-spectacular
     def _unavailable(*args: Any, **kwargs: Any) -> None:
         return None
 
-    OpenApiExample = OpenApiParameter = OpenApiResponse = inline_serializer = _unavailable  # type: ignore[assignment]
+    OpenApiParameter = OpenApiResponse = inline_serializer = _unavailable  # type: ignore[assignment]
 
     class SchemaView(APIView):  # type: ignore[no-redef]
         """GET schema/ without drf-spectacular: 501 with the install hint."""

@@ -1,16 +1,5 @@
 """Settings of the REST API: ``SBERT["API"]``, read through one object with documented defaults.
 
-::
-
-    SBERT = {
-        "API": {
-            "MAX_K": 50,
-            # merged: the other endpoints keep theirs
-            "PERMISSION_CLASSES": {"embed": ["rest_framework.permissions.IsAdminUser"]},
-        },
-        "RATES": {"search": "600/minute"},  # the API's throttle rates, beside the site's
-    }
-
 Like DRF's ``api_settings``: values are read lazily, import strings are imported on access, and
 everything is dropped when ``SBERT`` changes (``override_settings`` in tests). Every key is
 declared, with its default, in ``django_sbert.conf.API`` and listed in docs/settings.md. The

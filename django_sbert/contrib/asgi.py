@@ -8,12 +8,10 @@ query encoder before it takes requests. Wrap the application in the site's ``asg
 
     application = warm_on_startup(get_asgi_application())
 
-and run ``uvicorn proj.asgi:application --workers 2``. Each worker process runs
-``serving.web.prepare_web_process`` (torch's share of the CPUs, ``warm(role="query")``, the
-version watcher) at the lifespan start-up; uvicorn logs "Application startup complete." and
-serves only after it, so the first search pays neither a model load nor a compile.
-``processes`` is the number of worker processes sharing the CPUs (default
-``WEB_CONCURRENCY``, which ``uvicorn --workers`` also defaults to, else 1).
+Each worker process runs ``serving.web.prepare_web_process`` at the lifespan start-up and
+serves only after it (docs/deployment.md). ``processes`` is the number of worker processes
+sharing the CPUs (default ``WEB_CONCURRENCY``, which ``uvicorn --workers`` also defaults to,
+else 1).
 """
 
 from __future__ import annotations

@@ -8,18 +8,12 @@ In the site's ``gunicorn.conf.py`` (docs/deployment.md)::
     workers = 2          # processes; each loads its own encoder (no preload_app: see below)
     timeout = 60         # loading and warming happen before a worker's first heartbeat
 
-* ``on_starting`` (the master, once): runs Django's system checks with the database ones, as
-  ``manage.py check --database <alias>`` would, so a host that cannot fetch or verify the
-  serving version (``django_sbert.E012``) or has broken settings refuses to start with the
-  reason instead of answering 503s. It imports Django but not torch, and closes its database
-  connections and connection pools before any worker forks.
-* ``post_worker_init`` (each worker, after the application loaded): gives torch its share of
-  the CPUs (``THREADS``, else the CPUs divided by ``workers``), loads and warms the query
-  encoders (``serving.web.prepare_web_process``) and starts the watcher that warms promoted
-  versions off the request path. The worker takes requests only after that.
-
-Do not set ``preload_app = True``: torch state inherited across ``fork()`` can hang or
-oversubscribe cores; each worker loads the model itself.
+``on_starting`` (the master, once) runs the system checks with the database ones, so a host
+that cannot serve refuses to start with the reason, and closes its connections before any
+worker forks; ``post_worker_init`` (each worker) gives torch its share of the CPUs, warms the
+query encoders and starts the version watcher before the worker takes requests. Do not set
+``preload_app = True``: torch state inherited across ``fork()`` can hang or oversubscribe
+cores (docs/deployment.md, "Web processes under gunicorn").
 """
 
 from __future__ import annotations

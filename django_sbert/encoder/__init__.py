@@ -7,19 +7,17 @@ model's configuration without torch) can be imported by the Django layer without
 Modules. The model: ``model`` (``SentenceEncoder``: Transformer -> Pooling -> [Dense] ->
 [Normalize]), ``spec`` (find a model and read its configuration, without torch),
 ``transformer``, ``pooling``, ``dense``, ``tokenization``, ``weights`` (safetensors first),
-``fingerprint`` (a stable id of a model directory's files), ``filemodes`` (cache files made
-as the umask says). Inference: ``paths`` (compiled or
-eager, float32 or bfloat16 on this CPU), ``compiled`` (``torch.compile``), ``aot`` (the
-single-query graph compiled ahead of time), ``onnx_query`` (a single query through ONNX
-Runtime), ``matryoshka`` (vectors cut to their first
-dimensions), ``passages`` (long texts split into passages), ``sentences`` (a text's sentence
-spans, which passages and pseudo-queries are cut from). Training: ``training``
+``fingerprint`` (a stable id of a model directory's files), ``filemodes`` (cache files made as
+the umask says). Inference: ``paths`` (which path on this CPU), ``compiled``
+(``torch.compile``), ``aot`` (its query graph kept on disk), ``onnx_query`` (a query through
+ONNX Runtime), ``matryoshka`` (vectors cut to their first dimensions), ``passages`` (long
+texts split into passages), ``sentences`` (a text's sentence spans). Training: ``training``
 (``fit()``), ``options`` (``FitOptions``, without torch), ``losses``, ``data`` (examples
-checked against a loss, and batched), ``mining``
-(hard negatives), ``pseudo_queries`` (pairs cut from unlabelled documents), ``lexical`` (BM25
-in memory), ``distillation`` (Margin-MSE examples from a teacher fusing the model with BM25),
-``metrics`` (STS Spearman, retrieval MRR / nDCG / Recall; ``evaluation``, its former name,
-kept one release). ``exceptions``: the errors the core raises.
+checked against a loss, and batched), ``mining`` (hard negatives), ``pseudo_queries`` (pairs
+cut from unlabelled documents), ``lexical`` (BM25 in memory), ``distillation`` (Margin-MSE
+examples from a teacher fusing the model with BM25), ``metrics`` (STS Spearman, retrieval
+MRR / nDCG / Recall; ``evaluation``, its former name, kept one release). ``exceptions``: the
+errors the core raises.
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
 """The single-query graph compiled ahead of time and kept on disk, so a new process loads it.
 
-``torch.compile`` traces the model again in every new process, seconds of a web process's
-start even with Inductor's code cache warm (docs/benchmarks.md, "Cold start"). Here the
-same graph is exported once (``torch.export``, the sequence length dynamic), compiled by
-AOTInductor into a package (``.pt2``: generated C++ built into a shared library) and stored
-in a cache directory; a later process loads the library in a fraction of a second and runs it
-without Dynamo, tracing or a compiler::
+A package (``.pt2``, exported by ``torch.export`` and built by AOTInductor) loads in a fraction
+of a second, without Dynamo, tracing or a compiler (docs/encoder.md, "Cold start")::
 
     graph = query_graph(transformer, cache_dir)   # load the package, or build and store it
     graph(input_ids, attention_mask)              # last_hidden_state, (1, seq, hidden)
 
-**One package per architecture.** The weights are not built into the package: they are
-handed to it at load time (``load_constants(..., user_managed=True)``: the library reads the
-transformer's own tensors, nothing is copied), so every version of one architecture (a
-promotion) loads the same package. The entry's key (``package_key``) covers everything the
-generated code depends on: the transformer's class, configuration, parameter names, shapes
-and dtypes, the torch and transformers versions, the CPU's instruction sets (the library
-uses the host's vector instructions and must never be loaded on a CPU without them) and
-``PACKAGE_FORMAT``, this code's version of the package, bumped whenever this module exports
-differently.
+**One package per architecture.** The weights are handed to the package at load time
+(``load_constants(..., user_managed=True)``: nothing is copied), so every version of one
+architecture loads it. ``package_key`` covers all the generated code depends on, the CPU's
+instruction sets and ``PACKAGE_FORMAT`` (bumped whenever this module exports differently).
 
 **Pruned.** Loading a package touches it; building a new one deletes the packages no
 process loaded for ``UNUSED_DAYS`` days (a torch upgrade or a new architecture leaves the old

@@ -1,44 +1,18 @@
 """Inference through ``torch.compile``: the same network, about twice as fast on a CPU.
 
-Eager PyTorch runs a BERT layer as a dozen separate kernels and pays Python overhead between
-them, which dominates for short inputs such as one search query. Inductor fuses the
-element-wise work (GELU, layer norm, residual adds) into generated C++ and removes the Python
-overhead between modules: on a CPU about twice the sentences/s of eager mode and half the
-latency of one query, with vectors equal to eager ones within 1e-5 (docs/benchmarks.md).
+Eager PyTorch runs a BERT layer as a dozen separate kernels with Python overhead between them;
+Inductor fuses the element-wise work into generated C++: on a CPU about twice the sentences/s
+and half the latency of one query, with vectors equal to eager ones within 1e-5. docs/encoder.md
+("``compile=True``" and "Cold start") describes the graphs, their shapes and their costs.
 
-**The single-query graph serves every version.** Every encoder of a process goes through one
-compiled function that takes the transformer as an argument. For a single text (a search
-query) the weights are graph inputs, not constants: a fine-tuned version of the same
-architecture (a promotion) runs through the graph already built, so a web process switches
-versions without compiling. For batches, Inductor's ``freezing`` makes the weights constants
-and pre-packs them for the matrix multiplies, which is where most of the batch speed-up comes
-from (without it, batches run no faster than eager mode); the price
-is one batch compile per version, which encoding workers pay once when a promotion first
-encodes with the new version (dynamo guards the frozen graph on the weights' identity, so a
-new version never runs with the old one's weights). Weights changed in place are not seen by
-a frozen graph: ``train()`` switches compiling off and ``load_state_dict`` drops the graphs.
-Inductor's on-disk cache (``TORCHINDUCTOR_CACHE_DIR``, by default under ``/tmp``) holds the
-generated code of the unfrozen graph, keyed by the graph and torch version, so a new process
-skips code generation for it.
-
-**A cache directory makes a new process fast too.** Given one (``cache_dir``; Django's
-``SBERT["COMPILE_CACHE"]``), the single-query graph is compiled ahead of time instead
-(AOTInductor, ``encoder/aot.py``): exported and built once per architecture into a package
-stored there, which a new process loads in a fraction of a second instead of tracing the
-model again (about 10 s of a web process's start with ``torch.compile``). It takes the
-weights at load time, so every version of the architecture shares it too. A package that
-cannot be built (an architecture ``torch.export`` cannot trace) leaves the single-query path
-on ``torch.compile``, with one warning.
-
-**Shapes.** Compiled with dynamic shapes: one graph serves every batch size >= 2 and every
-sequence length, a second one a single text (torch specializes sizes of 1). Warm both before
-traffic (``serving.warmup``) and no input length triggers a compile afterwards.
-
-The costs: a C++ compiler at run time (``g++``/``clang++``, as Inductor needs on a CPU), and
-the first call of each shape family in a process traces the model (a few seconds with a warm
-on-disk cache, 10-30 s without). If compiling fails (no compiler, unsupported platform), a
-warning says why and the encoder carries on in eager mode: compiling is a speed-up, never a
-new way to fail.
+Why the code is shaped as it is: the single-query graph takes the weights as inputs, so every
+version of an architecture (a promotion) runs through the graph already built; batches freeze
+the weights (Inductor's ``freezing`` pre-packs them, which is where the batch speed-up comes
+from), so a new version pays one batch compile, and a frozen graph never sees weights changed
+in place (``train()`` switches compiling off, ``load_state_dict`` drops the graphs). Given a
+``cache_dir``, the single-query graph is built ahead of time instead (``encoder/aot.py``). If
+compiling fails, a warning says why and the encoder carries on in eager mode: compiling is a
+speed-up, never a new way to fail.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """BM25 over a list of texts, in memory: the word-matching half of a lexical teacher.
 
-"Adapt to our content" by distillation (``encoder/distillation.py``) asks, for each
-pseudo-query, how well each candidate passage matches it word for word. That is what BM25
-(Robertson et al. 1994) measures: for every query word the passage holds, the word's rarity
-(idf) times a saturating function of how often the passage holds it, discounted for long
-passages. The texts here are a few thousand passages held by a training run, so a plain
-inverted index in numpy is enough; no database and no Django is involved.
+Distillation (``encoder/distillation.py``) asks how well each candidate passage matches a
+pseudo-query word for word. The texts are a few thousand passages held by a training run, so
+a plain inverted index in numpy is enough.
 
 Words are lower-cased runs of letters and digits; one-character words and common English
 function words are dropped. There is no stemming ("cells" and "cell" are two words), which

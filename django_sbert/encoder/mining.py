@@ -7,12 +7,9 @@ negative: an unlabeled text that is in fact relevant. Candidates are therefore f
 "positive-aware" way of NV-Retriever (Moreira et al. 2024): a candidate scoring at least
 ``max_ratio`` times the anchor's positive is presumed relevant and skipped, as is every text
 given as a positive of the same anchor, as is every text that contains one (the row a content
-pair was cut from: an article holding its lead paragraph answers its headline too). The
-negatives are the best-ranked candidates left (``negatives`` of them, one by default),
-however far down the ranking: a pair whose best-ranked texts all score near its positive is
-one the model ranks badly, the pair it has most to learn from. Leaving such pairs out (the
-50 best-ranked texts only, as before) dropped 56 of 367 SciFact pairs and 1.8 nDCG@10 of the
-fine-tune's gain (docs/training.md, "Hard negatives").
+pair was cut from). The negatives are the best-ranked candidates left, however far down the
+ranking: a pair whose best-ranked texts all score near its positive is the one the model has
+most to learn from (docs/training.md, "Hard negatives").
 """
 
 from __future__ import annotations

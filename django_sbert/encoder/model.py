@@ -193,17 +193,11 @@ class SentenceEncoder(nn.Module):
     ) -> SentenceEncoder:
         """Encode single texts (search queries) through ``runtime`` from now on; returns self.
 
-        ``"onnxruntime"``: the transformer is exported to ONNX and run by ONNX Runtime on
-        ``threads`` threads, in float32 (vectors equal eager float32 ones within 1e-6), faster
-        than torch for one short text on the CPUs measured. It takes ``encode`` calls of one
-        text (a search query); the export (a few seconds) happens at the first of each set of
-        weights; batches keep the torch path, and copies run torch until asked. If it
-        cannot be built, a warning says why and torch serves the queries
-        (``query_runtime_failure``). ``"torch"``: the torch path for everything.
-
-        ``cache``: a directory where exported graphs are kept (``encoder/onnx_query.py``), so
-        that other processes of the host, and later starts, load the graph instead of
-        exporting it again.
+        ``"onnxruntime"``: single texts run through ONNX Runtime on ``threads`` threads, in
+        float32 (``encoder/onnx_query.py``); batches keep the torch path, and copies run torch
+        until asked. If the graph cannot be built, a warning says why and torch serves the
+        queries (``query_runtime_failure``). ``"torch"``: the torch path for everything.
+        ``cache``: a directory where exported graphs are kept for the host's other processes.
         """
         if runtime not in ("torch", "onnxruntime"):
             raise ValueError(f"runtime must be 'torch' or 'onnxruntime', got {runtime!r}.")
@@ -221,18 +215,11 @@ class SentenceEncoder(nn.Module):
         """Run ``encode`` through ``torch.compile`` from now on; returns the encoder.
 
         About twice the throughput and half the latency of eager mode on a CPU, with the same
-        vectors (within 1e-5). It needs a C++ compiler, and the first call of each shape
-        family (batches, a single text) in a process traces and compiles the model. The
-        single-text graph takes the weights as inputs, so it serves every model of the same
-        architecture (another version) without compiling; the batch graph freezes them
-        (pre-packed, for throughput) and is built once per model. ``train()`` switches
-        compiling off (train a copy: ``fit`` does). A failed compile warns and falls back to
-        eager mode. See ``django_sbert/encoder/compiled.py``. (Not ``nn.Module.compile``,
-        which compiles the whole module for training and inference alike.)
-
-        ``cache``: a directory where the single-query graph is kept, compiled ahead of time
-        (``encoder/aot.py``): built there once per architecture and torch version, then loaded
-        by every new process in a fraction of a second instead of being traced again.
+        vectors (within 1e-5); it needs a C++ compiler, and a failed compile warns and falls
+        back to eager mode. ``train()`` switches compiling off (train a copy: ``fit`` does).
+        ``cache``: a directory for the single-query graph compiled ahead of time
+        (``encoder/aot.py``). Why the graphs are built so: ``encoder/compiled.py``. (Not
+        ``nn.Module.compile``, which compiles the whole module for training and inference.)
         """
         if self.quantized:
             raise ValueError(

@@ -1,11 +1,8 @@
 """One search query through ONNX Runtime: float32 vectors, faster than torch's float32 paths.
 
-A query is one short text: its forward pass is a few dozen small matrix multiplies (about 20 x
-384 by 384 x 1536) and the kernel launches, shape checks and allocations between them. ONNX
-Runtime runs the whole exported graph in C++ with its weights pre-packed for its own GEMM
-kernels: 1.5x torch's compiled float32 graph for a SciFact claim (docs/benchmarks.md, "One
-query's encode"), and as fast as its bfloat16 one, with vectors equal to eager float32 ones
-within 1e-6::
+ONNX Runtime runs the whole exported graph of a short text in C++ with its weights pre-packed
+for its own GEMM kernels: 1.5x torch's compiled float32 graph for one query (docs/benchmarks.md,
+"One query's encode"), with vectors equal to eager float32 ones within 1e-6::
 
     graph = OnnxQueryGraph(transformer, threads=1)   # export (a few seconds), then a session
     graph(input_ids, attention_mask)                  # last_hidden_state, (1, seq, hidden)
@@ -16,13 +13,9 @@ which the serving layer's warm-up and its version watcher do before traffic reac
 encoder loaded in bfloat16 for its batches keeps its float32 weights until that export, so
 its queries are float32 too.
 
-**Kept on disk per host.** Given a cache directory (``SBERT["COMPILE_CACHE"]``, as for
-``aot.py``), the exported graph is stored there under a key of the weights' bytes and the
-exporter's versions (``graph_path``), so the other processes of the host, and later starts,
-build a session from the file (well under a second) instead of exporting again. Entries are
-written whole (a temporary file renamed into place, one builder per entry), checked on load
-against the torch transformer like a fresh export, and deleted once unused for
-``UNUSED_DAYS`` days (each version has its own, of the model's float32 size).
+**Kept on disk per host.** Given a cache directory (``SBERT["COMPILE_CACHE"]``), the exported
+graph is stored under a key of the weights' bytes and the exporter's versions (``graph_path``),
+written whole, checked on load, and deleted once unused for ``UNUSED_DAYS`` days.
 
 **Never a new way to fail.** ``onnxruntime`` and the exporter's packages are imported on first
 use; an architecture that does not export, or a graph whose output differs from the torch

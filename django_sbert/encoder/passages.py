@@ -8,22 +8,12 @@ by its best passage (max-sim), keeps every part of it searchable::
     split_passages(text, spans, max_tokens=254, overlap=32)
     # [Passage(start=0, end=1203, text="..."), Passage(start=1108, end=2290, text="..."), ...]
 
-How a passage is made:
-
-* **Sentences are the units.** A text is cut after ``.``, ``!``, ``?`` (and their closing
-  quotes or brackets) when the next sentence starts with a capital, a digit or a quote, and at
-  every line break; common abbreviations and initials ("Mr.", "U.S.") do not end a sentence.
-  A text with no sentence punctuation is cut at line breaks only (``sentences.py``).
-* **Passages are greedy runs of whole sentences** whose tokens fit ``max_tokens`` (counted with
-  the encoder's own tokenizer, so the count is the one the model sees).
-* **A small overlap.** The next passage starts with the last sentences of the previous one that
-  fit in ``overlap`` tokens, so a statement that spans a cut is whole in one of the two.
-* **A sentence longer than the window** is cut into pieces of at most ``max_tokens`` tokens, at
-  word boundaries when there is one in the second half of the piece (inside a word otherwise),
-  the pieces overlapping by ``overlap`` tokens.
-* **Offsets slice back**: ``text[p.start:p.end] == p.text`` for every passage; leading and
-  trailing whitespace is never part of one. A text with no characters but whitespace gives
-  one empty passage covering it, so every row has at least one passage.
+Sentences are the units (``sentences.py``); a passage is a greedy run of whole sentences whose
+tokens (counted with the encoder's own tokenizer) fit ``max_tokens``, the next one starting
+with the last sentences that fit in ``overlap`` tokens; a longer sentence is cut into
+overlapping pieces, at word boundaries where it can be (docs/passages.md, "How a text is
+split"). ``text[p.start:p.end] == p.text`` for every passage, and a blank text gives one empty
+passage, so every row has at least one.
 
 This module is plain Python: the token spans come from the caller (``TextTokenizer
 .token_spans``), which keeps the splitter testable with any tokenizer.

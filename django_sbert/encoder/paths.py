@@ -9,22 +9,12 @@ shown to an operator with its reason (``sbert_status``, the health view)::
     path = choose_path("query", cpu=cpu, compiler=compiler_available())
     path.compile, path.dtype, path.reason
 
-The rules, in order:
-
-* ``QUANTIZE="int8"`` runs the int8 kernels, eager (int8 is never chosen for you: its vectors
-  differ from float32 ones by up to a few hundredths);
-* ``COMPILE="auto"`` compiles on a CPU when a C++ compiler is found (Inductor needs one), and
-  runs eager otherwise (a GPU or MPS device runs eager: the compiled path was measured on CPUs);
-* ``PRECISION="auto"`` runs bfloat16 only where the CPU has native bf16 instructions (AVX-512
-  BF16 or AMX, and a torch build that uses AVX-512) *and* bf16 was measured to keep the
-  model's quality (``BF16_MEASURED_MODELS``); everywhere else float32, because emulated bf16
-  is several times slower than float32;
-* ``QUERY_RUNTIME="auto"`` encodes single texts through ONNX Runtime wherever the path above
-  is float32 on a CPU and the ``onnx`` extra is installed (torch otherwise, silently: the
-  reason says so): 1.5x torch's compiled float32 for
-  one short text, with the same vectors (docs/benchmarks.md, "One query's encode"). Where it
-  is bfloat16, torch's compiled bf16 query was as fast as ONNX Runtime's float32 one, so
-  torch keeps it; so does an int8 or a GPU encoder. Batches always take the torch path above.
+The rules, in order: ``QUANTIZE="int8"`` runs eager int8 (never chosen for you);
+``COMPILE="auto"`` compiles on a CPU when a C++ compiler is found; ``PRECISION="auto"`` runs
+bfloat16 only with native bf16 instructions *and* a model measured to keep its quality in bf16
+(``BF16_MEASURED_MODELS``), as emulated bf16 is several times slower; ``QUERY_RUNTIME="auto"``
+encodes single texts through ONNX Runtime where the path is float32 on a CPU and the ``onnx``
+extra is installed. docs/encoder.md ("Which path each process takes") has the table and figures.
 
 The role decides the shapes warmed before traffic: a web process (``"query"``) warms the
 single-text graph, an encoding worker (``"document"``) the batch graph (and the single-text

@@ -1,20 +1,11 @@
 """Pseudo-queries cut from unlabelled documents: retrieval pairs without labels.
 
-A site that has no (query, relevant document) pairs still has its documents. Two ways to make
-pairs from them, both from the dense retrieval literature:
-
-* ``"ict"``, the inverse cloze task (Lee, Chang and Toutanova 2019): one sentence of a
-  document is the query, the rest of the document its positive. A search query looks more like
-  one sentence (a claim, a title) than like a whole document, and the rest of the document is
-  what a search for it should find.
-* ``"crop"``, contrastive cropping (Izacard et al. 2022, Contriever): two random spans of
-  words of one document are a positive pair.
-
-Every pair keeps the character offsets its texts were cut at, so a reader can check where a
-query came from. A document too short to split (one sentence for ``ict``, fewer than
-``2 * min_words`` words for ``crop``) gives no pair and is listed in ``PseudoPairs.too_short``
-rather than dropped silently. Everything is seeded: the same documents and seed give the same
-pairs.
+Two ways to make pairs from a site's documents (docs/training.md, "pseudo-queries"):
+``"ict"``, the inverse cloze task (Lee, Chang and Toutanova 2019: one sentence is the query,
+the rest of the document its positive), and ``"crop"``, contrastive cropping (Izacard et al.
+2022: two random spans of one document). Every pair keeps the character offsets its texts were
+cut at; a document too short to split is listed in ``PseudoPairs.too_short``, not dropped
+silently. Everything is seeded.
 
 ::
 

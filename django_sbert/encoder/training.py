@@ -8,17 +8,13 @@ Defaults follow the SBERT recipe (lr 2e-5, batch 16, 10% warmup, 1 epoch). They 
 what keeps a small fine-tune from wrecking general quality: a short, low-learning-rate run
 moves the weights little (see docs/training.md for the measurement).
 
-Early stopping: given an ``evaluator`` (encoder -> metric, higher is better), ``fit`` measures
-the model before training and every ``eval_every`` steps, keeps the best weights in memory,
-stops once ``patience`` evaluations in a row did not beat the best (never before ``min_steps``:
-the first steps, still warming up, often measure below the start), and returns the best
-checkpoint, so a longer or stronger schedule cannot end past its peak.
+Early stopping (docs/training.md): given an ``evaluator`` (encoder -> metric, higher is
+better), ``fit`` measures every ``eval_every`` steps, never stops before ``min_steps``, and
+returns the best checkpoint, so a longer schedule cannot end past its peak.
 
-Mixed precision: ``precision="auto"`` runs the forward passes (training steps and the
-evaluations inside ``fit``) under ``torch.autocast`` in bfloat16 where the CPU has native bf16
-(AVX-512 BF16 or AMX: ``paths.CpuFeatures.native_bf16``), float32 elsewhere (emulated bf16 is
-slower than float32). The weights, the gradients' accumulation, the optimizer and the loss stay
-float32: only the matrix multiplies of the encoder run in bf16.
+Mixed precision: ``precision="auto"`` runs the forward passes under ``torch.autocast`` in
+bfloat16 where the CPU has native bf16, float32 elsewhere; weights, optimizer and loss stay
+float32.
 
 Speed on a CPU: ``max_seq_length`` cuts the texts of the training steps shorter than the model
 serves with (evaluations, and the model returned, keep its own length); ``length_buckets``

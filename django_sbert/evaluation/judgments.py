@@ -3,19 +3,11 @@
 A judgment list grades rows of one model's EmbeddingField for a set of queries: each
 ``Judgment`` names a row by its pk (as text) and grades it 0 (not relevant) to 3 (perfect).
 
-File formats (CSV header or JSON keys): ``query``, then ``object_pk`` (the row's pk) or
-``doc_id`` (an id of your own, mapped to rows by ``doc_ids=``), and ``grade`` (0-3). TREC qrels
-are lines ``qid 0 doc_id grade`` (or BEIR's ``query-id<TAB>corpus-id<TAB>score`` with its
-header) with a queries file of ``qid<TAB>text`` lines or JSON Lines (``{"_id", "text"}``).
-``doc_ids`` maps document ids to rows: a dict ``{doc_id: pk or row}``, or the name of the
-model's field that holds each row's document id.
-
-An import is all or nothing, as the pairs import is (``finetuning/pairs.py``): any bad line and
-nothing is saved; the report lists every bad line by its number (``skip_invalid`` saves the
-rest). A problem with the whole file (not UTF-8, too large, a queries file that cannot be
-read) raises ``JudgmentsImportError``. Importing into a list that has judgments adds its
-queries and rows and regrades the rows it names again. Used by
-``manage.py sbert_import_judgments``.
+The file formats (CSV, JSON Lines, TREC qrels with a queries file) and ``doc_ids`` (document
+ids mapped to rows) are in docs/howto/measure-search.md. An import is all or nothing, as the
+pairs import is: any bad line and nothing is saved, and the report lists every bad line by its
+number (``skip_invalid`` saves the rest); a problem with the whole file raises
+``JudgmentsImportError``. Used by ``manage.py sbert_import_judgments``.
 """
 
 from __future__ import annotations

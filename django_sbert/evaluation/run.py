@@ -11,41 +11,22 @@ one encoder version, and the rankings are scored against the grades.
     #  "precision@10": .., "queries": 300, "threshold": {"min_similarity": 0.41, "precision": 0.5},
     #  "timing": {"encode_queries": .., "encode_rows": .., "search": ..}}
 
-The modes (``MODES``; those the field cannot do are left out):
+The modes are ``MODES`` (``vector``, ``keyword``, ``hybrid``, ``passages``; those the field
+cannot do are left out); ``hybrid`` fuses as a search with that version serving would.
+Each query ranks the top ``DEPTH`` (100) rows; ``ranking_metrics`` scores them with the grades
+as gains (docs/api.md lists the metrics). A row is relevant at grade 1 or more; a query whose
+rows are all graded 0 is not scored.
 
-``vector``
-    ``similar_to()`` over the rows' own vectors (``passages=False`` on a field with passages).
-``keyword``
-    ``keyword_search()`` with ``SBERT["SEARCH"]["KEYWORD"]["MATCH"]``, the keyword side of
-    hybrid search (needs ``keyword_search=True``). It does not depend on the encoder version.
-``hybrid``
-    ``hybrid_search()`` fused as a search with that version serving would fuse: the fusion its
-    run chose on its eval split (``SEARCH["FUSION"]["TUNED"]``), else the settings'. Its vector
-    side is the rows' own vectors, as ``vector``.
-``passages``
-    ``similar_to()`` ranking rows by their best passage (a field with ``passages=``).
+**The serving version** is measured on the live table, as a visitor's search runs. **Another
+version** (a candidate, an earlier one, ``"base"``) has no vectors in the table, and measuring
+it must not change what is served; so, as ``finetuning.compare`` does, it ranks a bounded
+*pool*: every graded row, and each query's top ``DEPTH`` rows by the serving version's vectors
+and by keywords, each encoded here with that version. Its vector, passages and hybrid figures
+may therefore read slightly higher than once it serves; keyword figures are the live table's.
 
-Each query ranks the top ``DEPTH`` (100) rows; ``ranking_metrics`` (the gate's and the
-before-and-after page's metrics) scores them with the grades as gains: nDCG@10, Recall@10 and
-@100, MRR@10, and the share of queries with no relevant row in the top 10. A row is relevant at
-grade 1 or more; a query whose rows are all graded 0 is not scored.
-
-**The serving version** is measured on the live table, exactly as a visitor's search runs
-(query texts are encoded once, in batches, before the searches). **Another version** (a
-candidate, an earlier one, ``"base"``) has no vectors in the table, and measuring it must not
-change what is served; so, as the before-and-after page does (``finetuning.compare``), it ranks
-a bounded *pool*: every graded row, and each query's top ``DEPTH`` rows by the serving
-version's vectors and by keywords, each row encoded here with that version as indexing would
-encode it (its passages too, on a field with passages). Vector, passages and hybrid figures of
-such a version are therefore measured on the pool, the rows a search could plausibly return,
-and may read slightly higher than the same version's figures once it serves. Keyword figures
-are the live table's.
-
-**Threshold** (vector and passages modes): pooling every query's returned rows with their
-similarity, the lowest ``min_similarity`` at which at least ``PRECISION_LEVEL`` (half) of the
-rows at or above it are relevant (ungraded rows count as not relevant); below it, precision
-falls under that level. A site can pass it to ``similar_to(min_similarity=...)`` to hide weak
-results. None when no cut-off reaches the level.
+**Threshold** (vector and passages modes): the lowest ``min_similarity`` at which at least
+``PRECISION_LEVEL`` (half) of the pooled rows at or above it are relevant (ungraded rows count
+as not relevant); None when no cut-off reaches the level.
 """
 
 from __future__ import annotations

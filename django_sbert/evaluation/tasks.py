@@ -4,14 +4,10 @@
     Evaluate judgment lists (default: every list) with the serving version in every mode the
     field can do, storing an ``Evaluation`` per mode (``run.evaluate``).
 
-It runs on ``SBERT["TRAINING"]["QUEUE"]`` (it encodes the queries, and for a version that does
-not serve a pool of rows: work that must not hold up indexing), in two ways:
-
-* after a promotion (``SBERT["EVALUATION"]["AFTER_PROMOTION"]``): ``after_promotion``, connected
-  to ``post_save`` of ``EncoderVersion`` in ``apps.py``, queues it for the lists of the promoted
-  encoder's fields once the switch has committed, with trigger ``"promotion"``;
-* on a schedule: the beat entry ``django_sbert.celery.evaluation_schedule()`` (daily, or
-  every ``hours=``), trigger ``"schedule"``.
+It runs on ``SBERT["TRAINING"]["QUEUE"]`` (its encoding must not hold up indexing): after a
+promotion (``SBERT["EVALUATION"]["AFTER_PROMOTION"]``; ``after_promotion``, connected in
+``apps.py``, queues it once the switch has committed, trigger ``"promotion"``) and on a schedule
+(``django_sbert.celery.evaluation_schedule()``, trigger ``"schedule"``).
 """
 
 from __future__ import annotations

@@ -7,18 +7,13 @@ here; nothing here imports them::
     record_event(request, token, "click")              # one event on a logged result
     forget_user(user); purge_expired()                 # privacy and retention
 
-Modules: ``log`` (``log_search``, ``normalize_query``), ``visitors`` (pseudonymous client
-and network keys, crawlers, per-client and per-network budgets), ``tokens`` (signed click tokens),
-``events`` (``record_event``), ``export`` (UBI JSON lines), ``retention`` (purge and forget),
-``tasks`` (the purge task), ``writes`` (the one write, in a savepoint inside a transaction);
-and what is learned from them: ``analytics`` (top queries, no results, no click, click-through
-by position, mean reciprocal rank of the first click per day and version, counted by
-PostgreSQL), ``pairs`` ((query, clicked row) training pairs with negatives from behaviour, and
-who made them), ``evidence`` (what the pairs rest on: eval pairs independent of the train
-pairs' visitors, signals of a scripted run, the pairs forgetting deletes), ``clickmodel``
-(which clicked rows visitors wanted: a position-based click model fitted to the log), ``loop``
-(make pairs, start a fine-tune when enough are new, promote a candidate the gate passes when
-``SBERT["FEEDBACK"]["AUTO_PROMOTE"]``) and ``learning_tasks`` (the loop's Celery task).
+Modules: ``log`` (``log_search``, ``normalize_query``), ``visitors`` (pseudonymous client and
+network keys, crawlers, budgets), ``tokens`` (signed click tokens), ``events``
+(``record_event``), ``export`` (UBI JSON lines), ``retention`` (purge and forget), ``tasks``
+(the purge task), ``writes`` (the one write); and what is learned from them: ``analytics``
+(figures of the log), ``pairs`` (training pairs from clicks), ``evidence`` (what those pairs
+rest on), ``clickmodel`` (which clicked rows visitors wanted), ``loop`` (clicks to a promoted
+fine-tune) and ``learning_tasks`` (the loop's Celery task).
 """
 
 from __future__ import annotations

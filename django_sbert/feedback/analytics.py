@@ -11,13 +11,8 @@
     mrr_by_day(window); mrr_by_version(window)
 
 A search counts once however many rows it showed; its clicks are the ``SearchEvent`` rows of
-kind ``"click"``. Click-through rate of a position: clicks at that position over searches that
-showed one there (the positions are read from ``SearchLog.results`` as jsonb). Mean reciprocal
-rank: over searches that showed at least one row, 1 / the position of the first click, 0 when
-nothing was clicked; per day and per encoder version it shows whether a promotion helped.
-
-Every figure is one SQL statement over the window (no row is read into Python), so the page
-stays fast over months of logs. Days are those of the current time zone.
+kind ``"click"`` (docs/learning.md defines each figure). Every figure is one SQL statement
+over the window (no row is read into Python); days are those of the current time zone.
 """
 
 from __future__ import annotations

@@ -14,10 +14,7 @@ for Web Search*, 2015) separates the two causes of a click:
 
 Expectation-maximisation fits all of these to every result the log shows, clicked or not, so
 no number is set by hand; then each clicked pair gets the posterior probability that it was
-wanted (``PositionModel.relevance``), from every time it was shown and where. Three clicks on
-an eighth result out of ten showings are then strong evidence (eighth places are rarely looked
-at, and looked-at wrong rows are rarely clicked); two clicks on a first result out of thirty
-showings are not.
+wanted (``PositionModel.relevance``).
 
 No Django here: ``feedback.pairs`` reads the counts from the log and calls ``fit``::
 

@@ -1,13 +1,8 @@
 """The log in OpenSearch's User Behavior Insights (UBI) format, one JSON object a line.
 
-A search is a UBI query (``ubi_queries``): ``query_id``, ``user_query`` (and ``query``, the
-same text: there is no query DSL to give), ``client_id``, ``timestamp``, ``query_response_id``,
-``query_response_hit_ids`` (the rows shown, in order) and ``query_attributes`` (mode, model,
-field, encoder and version, filters digest, latency). An event is a UBI event (``ubi_events``):
-``action_name``, ``query_id``, ``client_id``, ``timestamp``, ``message_type``,
-``event_attributes.object`` (``object_id``, ``object_id_field``) and
-``event_attributes.position.ordinal`` (from 1). Rows are read in chunks, so a large log is
-written without holding it in memory.
+A search is a UBI query (``ubi_queries``, ``query_documents``), an event a UBI event
+(``ubi_events``, ``event_documents``); each function maps the fields. Rows are read in
+chunks, so a large log is written without holding it in memory.
 """
 
 from __future__ import annotations

@@ -3,22 +3,15 @@
 ``tick()`` is what the periodic task does (``learning_tasks.feedback_loop``, every
 ``celery.feedback_loop_schedule(hours=...)``):
 
-1. make pairs from the clicks of the last ``FEEDBACK["LOOP_DAYS"]`` days (``pairs``: only
-   pairs not made before are added);
+1. make pairs from the clicks of the last ``FEEDBACK["LOOP_DAYS"]`` days (``pairs``);
 2. for each encoder whose fields have pairs from behaviour, start a run with the default recipe
-   (``runs.create_run``, as the admin's "Fine-tune" with its defaults) on them (the newest
-   ``pairs.MAX_PAIRS`` train pairs), once at least ``FEEDBACK["LOOP_MIN_PAIRS"]`` train pairs
-   are new since the loop's last run of that encoder and there are eval pairs that no visitor
-   (client or network) of a train pair helped make (``evidence.independent_eval``: the gate
-   measures on them, later behaviour of other visitors). The run records the signals its pairs
-   show of a script (``evidence.attack_signals``) as ``data["loop"]["flags"]``;
+   (``runs.create_run``) once ``FEEDBACK["LOOP_MIN_PAIRS"]`` train pairs are new and there are
+   eval pairs no visitor of a train pair helped make (``evidence.independent_eval``); the run
+   records the signals its pairs show of a script (``evidence.attack_signals``);
 3. decide what becomes of each finished run's candidate (``decide``): with
-   ``FEEDBACK["AUTO_PROMOTE"]`` it is promoted through the normal path
-   (``promotion.start_promotion``, which asks the gate again) when no signal flagged its run,
-   the gate passes it (on the eval pairs *and* on the guard set no visitor writes,
-   ``finetuning.guard``) *and* it is better than the serving version on the eval pairs (a run
-   whose best step was its first is the serving model again: not worth re-encoding every
-   row); otherwise it waits for staff.
+   ``FEEDBACK["AUTO_PROMOTE"]``, promoted through ``promotion.start_promotion`` when no signal
+   flagged its run, the gate passes it (eval pairs and guard set) and it beats the serving
+   version; otherwise it waits for staff (docs/learning.md, "The loop").
 
 A run from the loop is an ordinary run (its ``data["loop"]`` marks it and records the
 decision), so staff follow it, compare it and promote or delete it like any other; the

@@ -6,13 +6,8 @@ daily; ``sbert_feedback purge`` from cron). ``forget_client(key)`` deletes one c
 searches and events, for a person's request to be forgotten; ``forget_user(user)`` computes the
 key from the user id.
 
-Both reach the copies too. Forgetting a client deletes every pair from behaviour it helped
-make, every other pair from behaviour with the same query text (the text is what the person
-typed), and the judged queries with that text, in any judgment list. The purge deletes the
-pairs from behaviour whose clicks are all past retention (and those made before pairs recorded
-their visitors, by their own age), and the judged queries with their text that no remaining
-pair has. Weights already trained keep what they learned until the next run trains without
-those pairs (docs/security.md).
+Both reach the copies too: the pairs from behaviour and judged queries made from what was
+forgotten or purged (docs/security.md says which, and what trained weights keep).
 """
 
 from __future__ import annotations

@@ -21,11 +21,8 @@ Modules, in the order a fine-tune goes:
   them; ``recovery``: lost and dead runs and promotions.
 * ``errors``: stored errors: the traceback for superusers, the message for other staff.
 
-docs/fine-tuning.md explains the workflow. The wing's public names are importable from here
-(``__all__``); each is the one its module defines::
-
-    from django_sbert.finetuning import Hyperparameters, create_run, start_promotion
-
+docs/fine-tuning.md explains the workflow. The wing's public names (``__all__``) are
+importable from here, e.g. ``from django_sbert.finetuning import create_run``.
 They load on first use: the modules read the models, which importing this package (from the
 app's checks, its tasks, a project's settings) must not. ``gate`` and ``compare`` are modules
 here; their functions of the same names are ``gate.gate`` and ``compare.compare``.
@@ -35,48 +32,34 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = [
-    "GateResult",
-    "Hyperparameters",
-    "ImportReport",
-    "OPTIONS",
-    "RECIPES",
-    "RollbackForbidden",
-    "adapt_hyperparameters",
-    "cancel_promotion",
-    "cancel_run",
-    "content_pairs",
-    "create_run",
-    "default_loss",
-    "execute_run",
-    "import_pairs",
-    "rollback",
-    "start_promotion",
-]
+# Each public name and the module that defines it.
+_HOMES = {
+    "GateResult": "gate",
+    "Hyperparameters": "options",
+    "ImportReport": "pairs",
+    "OPTIONS": "options",
+    "RECIPES": "options",
+    "RollbackForbidden": "promotion",
+    "adapt_hyperparameters": "options",
+    "cancel_promotion": "promotion",
+    "cancel_run": "runs",
+    "content_pairs": "pairs",
+    "create_run": "runs",
+    "default_loss": "examples",
+    "execute_run": "execution",
+    "import_pairs": "pairs",
+    "rollback": "promotion",
+    "start_promotion": "promotion",
+}
+__all__ = sorted(_HOMES)
 
 
 def __getattr__(name: str) -> Any:
-    if name not in __all__:
+    if name not in _HOMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     # Django's loading order: these modules read the models, so they load on first use.
     from . import examples, execution, gate, options, pairs, promotion, runs
 
-    homes = {
-        "GateResult": gate,
-        "Hyperparameters": options,
-        "ImportReport": pairs,
-        "OPTIONS": options,
-        "RECIPES": options,
-        "RollbackForbidden": promotion,
-        "adapt_hyperparameters": options,
-        "cancel_promotion": promotion,
-        "cancel_run": runs,
-        "content_pairs": pairs,
-        "create_run": runs,
-        "default_loss": examples,
-        "execute_run": execution,
-        "import_pairs": pairs,
-        "rollback": promotion,
-        "start_promotion": promotion,
-    }
-    return getattr(homes[name], name)
+    modules = {"examples": examples, "execution": execution, "gate": gate, "options": options}
+    modules.update(pairs=pairs, promotion=promotion, runs=runs)
+    return getattr(modules[_HOMES[name]], name)

@@ -8,14 +8,10 @@
 
 A candidate's vectors are not in the table before it is promoted, and searching must never
 change what is served, so both versions rank the same bounded *pool* of texts, each encoded
-here by each version: the serving version's top ``k`` rows for every query shown (from the
-live table, ``similar_to``, within the rows the caller may show: ``rows``) and the shown eval
-queries' positives. Each side's top ``k`` of
-the pool is shown with its cosine; an eval query also gets its nDCG@k on the pool for each
-version, a text being relevant when it is one of the query's positives or holds one (the row
-its pair was cut from: ``gate.PositiveIndex``, the rule of the run's own eval corpus). The
-run's aggregate metrics, measured on its whole eval split, are stored on the run and shown
-beside these.
+here by each version: the serving version's top ``k`` rows for every query shown (within the
+rows the caller may show: ``rows``) and the shown eval queries' positives. An eval query also
+gets its nDCG@k on the pool for each version (relevance as in the run's eval corpus:
+``gate.PositiveIndex``).
 """
 
 from __future__ import annotations

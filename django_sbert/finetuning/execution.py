@@ -4,10 +4,8 @@
 serves when it starts, on the selected ``train`` pairs (or on pseudo-queries cut from a field's
 text), with the default recipe unless told otherwise (``options.RECIPES``: mined hard negatives
 for positive pairs, and early stopping on the ``eval`` pairs, which keeps the best checkpoint),
-measures both on the ``eval`` pairs (STS Spearman for scored pairs; nDCG@10 and Recall@10 for
-positive pairs: each ``text_a`` a query, every ``text_b`` and a seeded sample of distractors
-the corpus, ``gate.eval_distractors``), measures a run from behaviour on the guard set too
-(``guard``: evidence no visitor writes), saves the trained model atomically and records it as a
+measures both on the ``eval`` pairs as the gate does (``gate.eval_metrics``), and a run from
+behaviour on the ``guard`` set too, saves the trained model atomically and records it as a
 *candidate* ``EncoderVersion``. Nothing it does changes what serves: a failure or a
 cancellation leaves status and error text and no model.
 """

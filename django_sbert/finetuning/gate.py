@@ -5,20 +5,13 @@
     verdict = gate(candidate)      # GateResult(passed, metric, candidate={...}, active={...})
     verdict.describe()             # "ndcg@10: candidate 0.7012 vs active 0.6650"
 
-Both versions are measured on the candidate run's ``eval`` pairs (``eval_metrics``): STS
-Spearman for scored pairs; nDCG@10 and Recall@10 for positive pairs (each ``text_a`` a query,
-ranked against every ``text_b`` plus the run's *distractors*, ``eval_distractors``: a seeded
-sample of the encoder's rows and the train pairs' positives, so that a small eval split is not
-too easy to tell a better model from the base). Both versions are ranked against the same
-corpus: the run records a digest of its distractors, and when the gate has to measure again
-and the corpus changed since (rows or pairs edited), it measures the candidate again too. The
-gate compares the first of ``PRIMARY_METRICS`` both have and refuses a candidate worse than
-the active version. A candidate trained on
-pairs from visitors' clicks must also hold on the guard set, which no visitor writes
-(``guard``: the site's judged queries, else queries cut from its rows). A candidate it cannot
-compare (its run deleted, no eval pairs, a SimCSE run on content) does not pass either ("no
-evaluation: ..."). Promotion asks it first (``promotion.start_promotion``); only a forced
-promotion, for superusers, skips a refusal.
+Both versions are measured on the candidate run's ``eval`` pairs (``eval_metrics``), ranked
+against the same corpus of *distractors* (``eval_distractors``; the run records their digest,
+and a changed corpus measures the candidate again too). The gate compares the first of
+``PRIMARY_METRICS`` both have and refuses a candidate worse than the active version, or one it
+cannot compare; a candidate trained on visitors' clicks must also hold on the guard set
+(``guard``). docs/fine-tuning.md ("Versions, the gate, promotion and rollback") has the rest;
+only a forced promotion, for superusers, skips a refusal.
 
 Measuring encodes the eval pairs and up to ``EVAL_DISTRACTORS`` texts with both versions, too
 long for a web request: the admin and the API ask ``stored_verdict`` (no encoding: the run's

@@ -2,15 +2,10 @@
 
 Visitors' clicks make both a run from behaviour's lesson (its train pairs) and its exam (the
 eval pairs of later days), so whoever controls enough clicks could write both. Such a run is
-also measured, beside the serving version, on a *guard set* that no visitor controls:
-
-* the site's judged queries for the encoder's fields (``JudgmentList``), less any whose text is
-  the query of a pair from behaviour (those came from visitors): each ranks the rows graded
-  for it (relevant from grade ``RELEVANT_GRADE``) among a sample of the encoder's rows;
-* without judgment lists, pseudo-queries cut from the encoder's rows: one sentence of a row is
-  the query, the rest of the row its answer (the inverse cloze task,
-  ``encoder.pseudo_queries``), ranked among a sample of other rows. The sample is seeded by
-  the serving version, so the set stays fixed for as long as that version serves.
+also measured, beside the serving version, on a *guard set* that no visitor controls: the
+site's judged queries for the encoder's fields, less any a visitor typed, else pseudo-queries
+cut from the encoder's rows (``encoder.pseudo_queries``), each ranked among a sample of rows
+seeded by the serving version (docs/learning.md).
 
 The gate refuses a candidate whose guard nDCG@10 is more than ``GUARD_TOLERANCE`` below the
 serving version's, whatever the eval pairs say (``gate``). Measured at the end of the run

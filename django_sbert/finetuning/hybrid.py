@@ -6,20 +6,14 @@
     # {"keyword_ndcg@10": .., "hybrid_ndcg@10": .., "tuned_ndcg@10": .., "fusion_method":
     #  "linear", "fusion_rrf_k": 60.0, "fusion_vector_weight": 0.7, "fusion_keyword_weight": 0.3}
 
-A fine-tuned encoder's vector side can be much stronger than the keyword side; fused with
-equal weights, the keyword side then pulls the vector side's good results down, and hybrid
-search does worse than vector search alone. So when a run evaluates its candidate
-(``execution._train``), the eval split's positive pairs are ranked three ways (each ``text_a`` a
-query, every ``text_b`` and the run's distractors the corpus, as ``gate.eval_metrics`` does):
-by the candidate's
-vectors, by PostgreSQL full-text search (the ranking ``keyword_search()`` uses, with word
-statistics from the split's own corpus) and fused as ``hybrid_search()`` fuses. A small grid
-of fusions is tried, the site's own settings first, then reciprocal rank fusion at several
-``rrf_k`` and keyword weights and linear fusion at several ``alpha``; the best by nDCG@10
-(the site's settings on a tie, else the earlier in the grid) is stored in the version's metrics
-(``fusion_*`` keys) and ``hybrid_search()`` uses it while that version serves
-(``serving.Serving.fusion``). Keyword weight 0 is in the grid, so on the eval split the chosen
-fusion is never worse than vector search alone, nor than the site's settings.
+A fine-tuned encoder's vector side can be much stronger than the keyword side, and fused with
+equal weights the keyword side pulls its good results down. So when a run evaluates its
+candidate (``execution._train``), the eval split is ranked by vectors, by keywords and fused,
+over a small grid of fusions (the site's settings first); the best by nDCG@10 is stored in the
+version's metrics (``fusion_*`` keys) and used while that version serves
+(``serving.Serving.fusion``; docs/hybrid.md, "The fusion a fine-tuned version chose"). Keyword
+weight 0 is in the grid, so the chosen fusion is never worse on the split than vector search
+alone, nor than the site's settings.
 """
 
 from __future__ import annotations

@@ -182,12 +182,6 @@ OPTION = {option.name: option for option in OPTIONS}
 OPTION_NAMES = tuple(option.name for option in OPTIONS if option.name != "loss")
 
 
-def option_default(name: str) -> Any:
-    """The default of one option, for a form's initial value or a help text (None for epochs
-    and learning_rate: the loss's recipe decides)."""
-    return OPTION[name].default
-
-
 def options_table() -> str:
     """The options as a Markdown table (docs/fine-tuning.md, "Training options")."""
     rows = [

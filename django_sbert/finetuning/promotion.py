@@ -6,12 +6,9 @@
    and queues ``run_promotion``; a gate that must encode both versions runs first thing in
    that task, never in the web request.
 2. ``run_promotion`` *stages* the version's vectors of every row of every EmbeddingField using
-   the encoder in ``StagedEmbedding``, a side table; the live columns, and so every query, keep
-   the serving version's vectors meanwhile. It is resumable: rows already staged from their
-   current text are skipped, so an interrupted run (or a rollback to a version whose vectors
-   are still kept) re-encodes only what is missing. Rows saved while it runs are staged by
-   their own embedding task as well (``indexing.embed_pks``); the staged writes themselves are
-   ``indexing.writes``.
+   the encoder in ``StagedEmbedding``, a side table, while every query keeps the serving
+   version's vectors. It is resumable (rows already staged from their current text are
+   skipped); rows saved meanwhile are staged by their own embedding task (``indexing.writes``).
 3. ``switch`` then runs one transaction holding the encoder's switch lock: it keeps the
    serving version's vectors in the side table (for rollback), copies the staged vectors into
    the live columns with one ``UPDATE ... FROM`` per field, retires the old version and

@@ -8,12 +8,9 @@ many messages wait in them.
     queue_lengths(["sbert-train"])    # {"sbert-train": 3}: messages waiting, from the broker
     waiting_without_worker()     # [("sbert-train", "training", 3)]: messages nobody will take
 
-A queued training run waits silently when no worker listens on ``SBERT["TRAINING"]["QUEUE"]``;
-the admin's run page and ``sbert_status`` use this to say so. The workers are asked through
-Celery's remote control (``inspect().active_queues()``) for at most ``REPLY_SECONDS``, and the
-answer is kept in Django's cache for ``CACHE_SECONDS``, so a page asks at most once per
-interval and never waits long. A worker started with ``--pool solo`` answers only between
-tasks, so one busy with a long task looks absent until it finishes.
+The admin's run page and ``sbert_status`` use this to say a queued run waits for no one. The
+workers are asked (``inspect().active_queues()``) for at most ``REPLY_SECONDS`` and the answer
+is cached for ``CACHE_SECONDS``; a ``--pool solo`` worker busy with a long task looks absent.
 """
 
 from __future__ import annotations

@@ -12,10 +12,8 @@ version's cache and doubles indexing work. Every sweep therefore calls, through
     lost_promotions()       # promoting, no progress that long: claimed for re-sending
                             # (at most PROMOTION_RESENDS times, then given up)
 
-Re-sending is safe: only a queued run starts (``execution.execute_run``) and a promotion is
-resumable and switches only a version still promoting. Claiming stamps the row, so concurrent
-sweeps send one message, and a run that waits behind a long task is re-sent at most once per
-``TRAINING["STALLED_SECONDS"]``.
+Re-sending is safe (only a queued run starts; a promotion resumes and switches once), and
+claiming stamps the row, so concurrent sweeps send one message (docs/security.md).
 """
 
 from __future__ import annotations

@@ -9,12 +9,7 @@
 ``create_run`` checks everything that can be checked before a worker is involved (the
 options, the encoder, the examples the loss needs), records the run and queues it once its row
 is committed; ``RunConflict`` when a run of the same encoder is queued or running. The rest of
-a run's life lives beside it, each name in its own module (and the wing's public ones in
-``django_sbert.finetuning``): ``options`` (the losses, their recipes, the training options and
-``Hyperparameters``), ``examples`` (pairs or a field's text -> what a loss trains on),
-``execution`` (``execute_run``: the run in the worker, measured and saved as a candidate),
-``progress`` (what a running run writes). The gate that compares a candidate with the serving
-version is in ``gate.py``.
+a run's life lives in the modules beside it (``django_sbert.finetuning`` names each).
 """
 
 from __future__ import annotations

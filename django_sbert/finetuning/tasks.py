@@ -5,9 +5,7 @@
 ``promote_version``
     Stage every row's vectors with a candidate version, then switch (``promotion.run_promotion``).
 
-Both run on ``SBERT["TRAINING"]["QUEUE"]`` ("sbert-train"), so indexing never waits behind them::
-
-    celery -A proj worker -Q sbert-train --pool solo
+Both run on ``SBERT["TRAINING"]["QUEUE"]`` ("sbert-train"), so indexing never waits behind them.
 
 ``runs.create_run`` and ``promotion.start_promotion`` queue them through ``enqueue_training``
 and ``enqueue_promotion`` here: the one import loop the layout allows (a wing's enqueue calling

@@ -14,18 +14,12 @@ The rows are written with PostgreSQL's ``COPY`` (psycopg's ``cursor.copy``), a m
 minutes, together with each vector's bookkeeping: the hash of the row's text and the encoder
 version. So the rows are searchable by text at once, and the sweep does not encode them again.
 
-What is refused, before anything is written: a vector of the wrong size, a NaN or infinite
-value, a count that does not match the rows, and a ``version`` that is not the one the
-encoder serves (its rows would be stale, left out of text searches and re-encoded). A field
-with ``passages=`` is refused too: its passages must be encoded from the text
-(``manage.py sbert_reindex``). So is a load while a version of the encoder is being promoted
-(``PromotionRefused``): its rows would miss the new version's vectors. A load that is running
-when a promotion starts stops at its next ``COPY_CHUNK_ROWS`` rows, writes nothing and
-raises the same, so the promotion's switch never waits behind a long COPY.
-
-Rows bulk-created with only the vector set (``bulk_create``, ``update()``, raw SQL) carry no
-hash and no version: text searches leave them out until the sweep re-encodes them, and check
-``django_sbert.W021`` counts them (docs/scale.md).
+What is refused, before anything is written (docs/scale.md, "Loading precomputed vectors"):
+a vector of the wrong size or not finite, a count that does not match the rows, a ``version``
+the encoder does not serve, a field with ``passages=``, and a load while a version is being
+promoted (``PromotionRefused``). A load running when a promotion starts stops at its next
+``COPY_CHUNK_ROWS`` rows, writes nothing and raises the same, so the switch never waits behind
+a long COPY.
 """
 
 from __future__ import annotations

@@ -9,15 +9,12 @@ Bookkeeping lives in three companion columns that ``EmbeddingField`` adds beside
 ``staleness.py``; how a vector is written without racing edits or a switch is ``writes.py``.
 
 Versions (docs/fine-tuning.md): "the current encoder" is the encoder's *serving* version
-(``serving.serving``). While a new version is being promoted, rows embedded here are also
+(``serving.serving_record``). While a new version is being promoted, rows embedded here are also
 encoded with it and staged (``writes.stage_pending``); a write whose version stopped serving
 because the switch committed meanwhile is refused under the switch lock and the chunk is
 encoded again with the new version.
 
-One bad row never blocks the others: a row whose source raises or whose vector the database
-refuses is recorded in ``SkippedRow`` and skipped (``failures.py``); the rest of the chunk is
-written, and a recorded row that is later embedded (or found current, or deleted) loses its
-record.
+One bad row never blocks the others (``failures.py``).
 """
 
 from __future__ import annotations

@@ -8,16 +8,11 @@ Two errors belong to one row, not to the task that met them:
   CHECK constraint or trigger of the table): ``each_or_alone`` writes the rows one by one, each
   in its own savepoint, to find it.
 
-Such a row is logged at WARNING (model, pk, field, error), recorded in ``SkippedRow`` (counted
-and listed by ``sbert_status``) and skipped; the rest of the chunk is written. A database error
-raised *by a source* is not the row's fault: it fails the task (retried when transient).
-
-The sweep leaves a recorded row alone while it is unchanged (same text hash, or still
-unreadable, and the same serving version) until its ``retry_after``: ``RETRY_SECONDS`` (an
-hour) after the first failure, doubling with each further one up to ``RETRY_MAX_SECONDS``
-(7 days).
-An edit, a new version, an ``embed_rows`` task or ``sbert_reindex`` tries it at once, and a
-row that is then embedded (or found up to date, or deleted) loses its record.
+Such a row is logged, recorded in ``SkippedRow`` and skipped; the rest of the chunk is
+written (docs/indexing.md). A database error raised *by a source* is not the row's fault: it
+fails the task (retried when transient). The sweep leaves a recorded row alone while it is
+unchanged until its ``retry_after`` (``RETRY_SECONDS``, doubling per failure up to
+``RETRY_MAX_SECONDS``); a row that is then embedded (or current, or deleted) loses its record.
 """
 
 from __future__ import annotations

@@ -256,12 +256,6 @@ def passage_rows(ref: FieldRef, pk: Pk) -> list[dict]:
     )
 
 
-def passage_count(ref: FieldRef) -> int:
-    """How many passages the field's table holds (all rows)."""
-    model = ref.field.passage_model
-    return 0 if model is None else model._default_manager.using(ref.db_alias).count()
-
-
 __all__ = [
     "RowPassages",
     "by_pk",
@@ -269,7 +263,6 @@ __all__ = [
     "encode_with_passages",
     "field_passage_limit",
     "has_passages",
-    "passage_count",
     "passage_rows",
     "replace_passages",
     "split_rows",

@@ -1,16 +1,9 @@
 """How large the vector indexes are against the memory that caches them, and rows that hold a
 vector django-sbert did not write (docs/scale.md).
 
-An HNSW search reads graph pages at random: it is fast while the index stays in memory, in
-PostgreSQL's ``shared_buffers`` or the operating system's file cache. PostgreSQL's own estimate
-of those two together is ``effective_cache_size``; the rule used here is that the HNSW indexes
-of a database should fit in it (or in ``SBERT["INDEX"]["MEMORY"]`` when set, e.g. on a host whose
-``effective_cache_size`` was never tuned). Check W022 warns when they do not.
-
-Check W021 counts rows with a vector but no encoder version: written around django-sbert
-(``bulk_create(embedding=...)``, ``update()``, raw SQL). Text searches compare only rows of
-the serving version, so those rows stay invisible to them until the sweep re-encodes them;
-``django_sbert.indexing.bulk_load()`` writes vectors with their version instead.
+Check W022 warns when a database's HNSW indexes do not fit in ``effective_cache_size`` (or
+``SBERT["INDEX"]["MEMORY"]``); check W021 counts rows with a vector but no encoder version,
+which text searches cannot see until the sweep re-encodes them.
 """
 
 from __future__ import annotations

@@ -10,16 +10,9 @@
     ``queryset.update()``, a killed worker, a new encoder version) and send ``embed_rows``
     tasks for them. Run it periodically with Celery beat (``django_sbert.celery``).
 
-The indexing tasks run on ``SBERT["QUEUE"]`` ("sbert") so encoding can have its own workers::
-
-    celery -A proj worker -Q sbert --pool solo          # indexing, one per host
-    celery -A proj worker -Q sbert-train --pool solo    # fine-tuning and promotions
-
-(a small site runs one worker for both: ``-Q sbert,sbert-train --pool solo``; docs/commands.md).
-
-Task names are defined in ``django_sbert.celery`` (the wire format); the fine-tuning tasks are
-in ``django_sbert.finetuning.tasks``; ``django_sbert.tasks`` re-exports all four, which is
-where Celery's autodiscovery finds them.
+The indexing tasks run on ``SBERT["QUEUE"]`` ("sbert"), so encoding can have its own workers
+(docs/commands.md, "Celery workers"). Task names are defined in ``django_sbert.celery``;
+``django_sbert.tasks`` re-exports every task, which is where Celery's autodiscovery finds them.
 
 ``acks_late`` + ``reject_on_worker_lost``: a worker killed mid-task leaves the message on the
 broker and another worker runs it again; whatever the killed one already wrote is skipped.

@@ -9,9 +9,7 @@ task (or the sweep) embeds it; an older vector never overwrites a newer text.
 They are also guarded against a promotion's switch: a write whose version stopped serving
 because the switch committed meanwhile is refused (``VersionChanged``) under the switch lock.
 
-One bad row costs only itself: when the database refuses a batch because of one row
-(``DataError``, ``IntegrityError``), the rows are written one by one, each in its own
-savepoint, and the refused ones are recorded and skipped (``failures.py``).
+A batch the database refuses because of one row is written row by row (``failures.py``).
 
 Staged writes put a candidate version's vectors in ``StagedEmbedding`` beside the live ones,
 keyed by content type, field, version and primary key; the promotion's switch copies them into

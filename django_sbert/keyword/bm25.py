@@ -19,9 +19,7 @@ each field's total length. With ``avglen_f = total_f / N``::
     tf~(t)  = sum over fields f of  w_f * tf_f(t) / (1 - b_f + b_f * len_f / avglen_f)
     score   = sum over query lexemes t of  idf(t) * tf~(t) * (k1 + 1) / (k1 + tf~(t))
 
-(Robertson and Zaragoza's BM25F: the fields' term frequencies are normalised and weighted
-first, saturated once.) With one field and weight 1 it is Okapi BM25 as the ``rank-bm25``
-package computes it, with Lucene's idf (tests/query/test_bm25.py checks it).
+(BM25F as in docs/hybrid.md, "Keyword ranking: BM25"; tests/query/test_bm25.py checks it.)
 
 Cost: a candidate row's exact score reads its whole tsvector (tens of microseconds for an
 abstract), so rows are scored in two steps: a quick score (the sum of the idf of the query

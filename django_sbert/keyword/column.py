@@ -1,12 +1,8 @@
 """The stored half of keyword search: the generated ``tsvector`` column of a field.
 
 ``EmbeddingField(source=("title", "body"), keyword_search=True)`` adds a generated column
-``<name>_tsv``::
-
-    embedding_tsv tsvector GENERATED ALWAYS AS (
-        setweight(to_tsvector('english'::regconfig, COALESCE(title, '')), 'A') ||
-        setweight(to_tsvector('english'::regconfig, COALESCE(body, '')), 'B')
-    ) STORED
+``<name>_tsv``: ``setweight(to_tsvector(<config>, COALESCE(<field>, '')), <letter>)`` per
+source field, joined with ``||`` (docs/hybrid.md).
 
 PostgreSQL computes it on every INSERT and UPDATE (``queryset.update()``, raw SQL and
 ``bulk_create`` included), and a GIN index serves ``tsv @@ query``. The expression is immutable

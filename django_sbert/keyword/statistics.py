@@ -7,22 +7,14 @@ tables of ours (migration 0009) hold, under the key ``"<table>.<column>"``:
   the total length of that field (distinct lexemes, as bm25.py measures a field);
 * ``django_sbert_keyword_lexeme``: per lexeme, how many rows hold it (any field).
 
-Triggers on the table keep them right whatever writes the rows: ``save()``, ``bulk_create``,
-``queryset.update()``, ``delete()``, raw SQL, COPY, ``TRUNCATE``:
-
-* ``AFTER INSERT`` and ``AFTER DELETE``, once per statement, read the statement's rows from
-  its transition table (``REFERENCING NEW/OLD TABLE``) and add or subtract their counts in one
-  upsert per table: a ``bulk_create`` of 1,000 rows is two statements, not 1,000;
-* ``AFTER UPDATE OF <column>``, per row, ``WHEN (OLD.<column> IS DISTINCT FROM NEW.<column>)``:
-  an update that leaves the text alone (an embedding written, a flag set) never even queues
-  the trigger, and one that changes it moves only the lexemes that came or went (PostgreSQL
-  allows no transition table on a trigger with a column list);
-* ``AFTER TRUNCATE`` sets the counts to zero.
+Triggers on the table keep them right whatever writes the rows (``save()``, ``bulk_create``,
+``update()``, raw SQL, COPY, ``TRUNCATE``): per statement for INSERT and DELETE (transition
+tables: one upsert per table, not one per row), per row for ``UPDATE OF <column>`` only when
+the text changed (PostgreSQL allows no transition table with a column list).
 
 Every run first upserts the ``'*'`` row of its column, then lexemes in lexeme order: two
-transactions writing the same table queue on that one row (until the first commits) rather
-than deadlock over lexemes taken in different orders. That is the price of exact counts: writers
-of one table's text commit one after the other (docs/hybrid.md).
+transactions writing the same table queue on that one row rather than deadlock over lexemes
+taken in different orders; the price of exact counts (docs/hybrid.md).
 
 ``install()`` (run after ``migrate`` by apps.py, idempotent) creates the functions and
 triggers, and counts the rows already there when the column has no statistics yet, under a

@@ -9,16 +9,11 @@ The stored ``tsvector`` column is column.py's; its BM25 rank is bm25.py's (see d
 
 Rows are ranked by BM25 (bm25.py) from the exact statistics the triggers keep
 (statistics.py). Where a column has no statistics (a role that may not create triggers) the
-rank is PostgreSQL's: ``ts_rank_cd`` (cover density) for "all", and for "any"
-``sum(idf(word) * ts_rank(weights, tsv, word))``. ``ts_rank`` alone has no notion of how rare
-a word is, so a row with many common words ("patients", "increase") would outrank one with
-the rare word that matters; the inverse document frequency then comes from the statistics
-PostgreSQL's ANALYZE already keeps for a tsvector column (``pg_stats.most_common_elems``).
-Words in more than ``max_df`` of the rows are dropped (unless every word is), and a row must
-hold one of the rarest words (together in at most ``MATCH_DF`` of the rows) to be ranked at
-all, which keeps the rows to rank few. A word the statistics do not list (rarer than every
-listed word, or in no row at all: a typo, a name the site never mentions) is always searched
-for but takes none of that share, so it can never be the only word a row may hold.
+rank is PostgreSQL's (docs/hybrid.md): ``ts_rank_cd`` for "all", and for "any" ``ts_rank``
+weighted by each word's idf from ANALYZE's ``pg_stats.most_common_elems``, as ``ts_rank``
+alone would let many common words outrank the rare word that matters. Words in more than
+``max_df`` of the rows are dropped (unless every word is); a word the statistics do not list is
+always searched for, but is never the only word a row may hold.
 
 Neither raises on user input at evaluation: an empty or punctuation-only text simply matches
 no row, and a text PostgreSQL cannot take (a NUL character) is refused by ``check_text()``

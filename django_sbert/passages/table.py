@@ -11,11 +11,8 @@ For ``Article.embedding`` the model is ``ArticleEmbeddingPassage`` in the same a
     text     the passage itself
     vector   vector(n), n read from the field's encoder; HNSW index with vector_cosine_ops
 
-Why a table per field rather than one shared table keyed by content type, primary key and
-field: an HNSW index needs a column of one fixed width, and each field's encoder has its own;
-the row is a real foreign key (any primary key type, deleted with its row, joined by an index
-on the row's own key) instead of a text copy of the key that filters and joins must cast; and
-the index holds the passages of one field only, so a search scans no one else's.
+Why a table per field rather than one shared table: docs/passages.md ("Where passages live,
+and why one table per field").
 
 Only the serving version's passages live here. A version being promoted stages its passages in
 ``django_sbert.StagedPassage`` and the promotion's switch swaps them in, in the same

@@ -11,18 +11,9 @@ the serving version through ``sync_to_async`` (Django's thread for database work
 returns it as an ``EncodedText``, a ``str`` carrying its vector and version, which
 ``similar_to()`` and ``hybrid_search()`` take as the text already encoded.
 
-Why a dedicated pool rather than ``sync_to_async``: with ``thread_sensitive=True`` the encode
-would run on the thread Django keeps for one request's database work (one thread per request
-under ASGI, so no bound at all; outside a request, the one thread every coroutine's queries
-share, so an encode would hold up all of them); with ``thread_sensitive=False`` it would take
-threads of the event loop's default executor, which other work (DNS lookups, file reads)
-needs. Encodes of one model run one at a time anyway (``serving.cache`` holds a lock per
-loaded model around each forward pass), so a few threads keep the encoders busy; further
-queries wait in the pool's queue, not in threads of their own. The queue is bounded
-(``ENCODE_QUEUE``): past it a search is refused at once with ``ServiceUnavailable`` (a 503 with
-``Retry-After`` in the API, a page saying so in ``AsyncSearchView``) rather than queued for
-longer than any client waits, and with no memory growing without limit while the model
-storage or the CPU is slow. Nothing in the pool reads the database
+Why a dedicated pool rather than ``sync_to_async``, and why its queue is bounded
+(``ENCODE_QUEUE``: past it a search is refused at once with ``ServiceUnavailable``):
+docs/search.md ("Async views"). Nothing in the pool reads the database
 (``serving.encode_query_for``), so no connection is opened outside Django's threads.
 
 A text search built in async code without these (``similar_to(text)`` on the event loop) would

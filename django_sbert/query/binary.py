@@ -1,23 +1,12 @@
 """Binary-quantized search with re-ranking: the top ``k x oversample`` rows by Hamming distance
 on 1-bit codes (an HNSW index on ``binary_quantize(embedding)::bit(n)``), re-ranked by exact
-cosine distance, in one SQL statement (pgvector's documented pattern)::
-
-    SELECT article.*, 1 - cosine_distance(article.embedding, :q) AS similarity
-    FROM article
-    WHERE <filters> AND article.embedding_version = :v
-      AND article.id = ANY(ARRAY(
-          SELECT id FROM article WHERE <filters> AND article.embedding_version = :v
-          ORDER BY binary_quantize(embedding)::bit(384) <~> binary_quantize(:q)   -- HNSW
-          LIMIT :k * :oversample))
-    ORDER BY cosine_distance(article.embedding, :q), article.id
-    LIMIT :k
+cosine distance, in one SQL statement (pgvector's documented pattern; docs/scale.md shows it).
 
 Like hybrid search's derived table (fusion.py), the candidate sub-select is built when the query
-is compiled, from the queryset's filters at that moment (chained before or after
-``similar_to()``), so iterative index scans (``hnsw.iterative_scan``) keep filling a filtered
-top-k on the bit index. The outer ORDER BY calls the function ``cosine_distance()`` rather
-than the operator ``<=>``: a float HNSW index on the same column cannot serve a function, so
-the re-rank is always the exact sort of the few candidates, never a second index scan.
+is compiled, from the queryset's filters at that moment, so iterative index scans keep filling
+a filtered top-k on the bit index. The re-rank calls ``cosine_distance()`` rather than ``<=>``:
+a float HNSW index on the same column cannot serve a function, so the re-rank is always the
+exact sort of the few candidates, never a second index scan.
 
 Without a limit (``count()``, an unsliced ``iterator()``) every row the filters keep is a
 candidate: exact, and as costly as a full scan.

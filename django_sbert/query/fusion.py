@@ -40,19 +40,8 @@ again, but only where its keyword side compiles to exactly the statement that ra
 SQL, same parameters): a filter chained after ``hybrid_search()`` changes it, and the keyword
 side then runs inside the fused statement as above.
 
-Two fusions (``serving.FUSIONS``); a row missing from a side's top-N gets nothing from that side:
-
-- ``"rrf"``, reciprocal rank fusion (Cormack, Clarke and Buettcher 2009, with per-side
-  weights): ``sum over sides of weight / (rrf_k + rank)``, rank 1 for the best row of a side.
-  Only the order of each list counts.
-- ``"linear"``, a weighted sum of the two sides' scores, each brought to [0, 1] within its own
-  list (Bruch, Gai and Ingber 2023; Elasticsearch's ``linear`` retriever):
-  ``vector_weight * (d_max - d) / (d_max - d_min) + keyword_weight * s / s_max``, with ``d``
-  the row's cosine distance and ``d_min`` / ``d_max`` the nearest and farthest of the vector
-  candidates (every candidate gets 1 when they are equally near), ``s`` its keyword score and
-  ``s_max`` the best one (a keyword score is never below 0, so 0 stays 0). How far ahead the
-  best rows are counts, not only their order: a vector candidate far ahead of the rest keeps
-  its lead over a row that only a few matching words put near the top of the keyword list.
+Two fusions (``serving.FUSIONS``), ``"rrf"`` and ``"linear"``, whose formulas docs/hybrid.md
+("Fusion") gives; a row missing from a side's top-N gets nothing from that side.
 """
 
 from __future__ import annotations

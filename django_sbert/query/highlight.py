@@ -9,16 +9,10 @@ a page that shows it can point at the one sentence that matches the query best::
     marks = best_sentences(q, [row.passage["text"] for row in rows])
     # marks[i]: Highlight(start, end, similarity) inside rows[i].passage["text"], or None
 
-or let ``highlight_hits`` do it and give each row a ``snippet`` to show (the best sentence
-with some of the passage around it; ``{% sbert_passage row %}`` renders it, escaped)::
-
-    highlight_hits(rows, q)
-    rows[0].snippet  # Snippet(before="…the council said ", match="The stadium ...", after="…")
-
-The sentences of all the passages are encoded in one call (the document prompt, as indexing
-encodes), and compared with the query's vector (the query prompt, cached like a search's);
-both come from the serving version. Ten passages of ~200 tokens are ~80 short sentences: tens
-of milliseconds on a CPU, so call it for the page shown, not for a whole ranking.
+or let ``highlight_hits(rows, q)`` give each row a ``snippet`` (the best sentence with some
+of the passage around it), which ``{% sbert_passage row %}`` renders escaped. All the sentences
+are encoded in one call with the serving version: tens of milliseconds for a page of ten, so
+call it for the page shown, not for a whole ranking.
 """
 
 from __future__ import annotations

@@ -2,21 +2,8 @@
 
 ``similar_to(text)`` on a field with ``passages=`` joins the model's table to a derived table
 built when the query is compiled (like hybrid search's, fusion.py), so every filter of the
-queryset, chained before or after, applies to the passage scan::
-
-    SELECT article.*, 1 - b.distance AS similarity, b.passage
-    FROM article
-    INNER JOIN (
-        SELECT b.row_id AS pk, b.distance,
-               jsonb_build_object('text', b.text, 'start', b.start, 'end', b.stop,
-                                  'index', b.ordinal) AS passage
-        FROM (SELECT DISTINCT ON (c.row_id) row_id, distance, ordinal, start, stop, text
-              FROM (<pool>) AS c (row_id, distance, ordinal, start, stop, text)
-              ORDER BY c.row_id, c.distance, c.ordinal) b      -- each row's best passage
-    ) b ON b.pk = article.id
-    WHERE <filters> AND article.embedding_version = :v
-    ORDER BY b.distance, article.id
-    LIMIT :k
+queryset, chained before or after, applies to the passage scan (docs/passages.md, "How a
+search by passages runs", shows the statement).
 
 The pool is the top N passages by the HNSW index, among the passages of rows the filters keep
 (their offsets and text come with them, from the heap tuples the index scan reads anyway)::
@@ -26,15 +13,10 @@ The pool is the top N passages by the HNSW index, among the passages of rows the
     WHERE p.row_id IN (SELECT id FROM article WHERE <filters> AND embedding_version = :v ...)
     ORDER BY p.vector <=> :q LIMIT :n                    -- HNSW, iterative scans with filters
 
-How large N must be: ``k`` rows come back when the top N passages belong to at least ``k``
-rows. ``N = k * PASSAGES_PER_ROW`` (k counts from the first row, so an offset or a later page
-asks for more) almost always does, since a query's best passages seldom crowd into fewer
-than ``k`` rows; when those N passages name fewer than ``k`` rows and there were N of them
-(more passages exist), the same statement takes a pool four times as large, and if that is
-not enough either, ``k * passage_limit`` passages (at most that many passages of one row can
-crowd the others out), which certainly holds ``k`` rows when they exist. PostgreSQL runs a
-larger pool's scan only then (InitPlans run when first read, and a false gate stops before
-reading the next)::
+How large N must be (``k * PASSAGES_PER_ROW``, then four times that, then ``k *
+passage_limit``, which holds ``k`` rows whenever they exist) is docs/passages.md. PostgreSQL
+scans a larger pool only when the smaller one named fewer than ``k`` rows (InitPlans run when
+first read, and a false gate stops before reading the next)::
 
     WITH pool0 AS MATERIALIZED (<scan LIMIT n>),
          ok0 AS (SELECT count(DISTINCT row_id) >= k OR count(*) < n AS done FROM pool0),

@@ -5,12 +5,9 @@
     SBERT = {"SEARCH": {"DATABASE": "replica"}}  # every search reads the replica
     Article.objects.using("primary").similar_to("rates")   # ...except one that names a database
 
-A search reads two things: its rows and the serving encoder version, whose vectors it compares
-the query with. Both come from the same database, chosen once per search (``pinned()``), so a
-replica that lags behind the primary answers consistently with itself: while a promotion's
-switch is not yet replayed there, the replica's rows still carry the old version and the
-search encodes its text with the old version too; once replayed, both are the new one. Reading
-the version from the primary and the rows from a lagging replica would find no row at all.
+A search reads its rows and the serving encoder version from the same database, chosen once
+per search (``pinned()``), so a replica that lags behind the primary answers consistently with
+itself (docs/deployment.md, "Read replicas").
 
 Writes never come here: indexing, the sweep and the promotion switch read the version and take
 the switch lock on the primary (``router.db_for_write``; serving/versions.py).

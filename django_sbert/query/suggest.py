@@ -5,28 +5,13 @@
     Article.objects.suggest("central bank inter")         # [Suggestion(pk, label, url, ...)]
     Article.objects.filter(published=True).suggest("infl", k=8)
 
-Two sides, fused as ``hybrid_search()`` fuses its own (reciprocal rank fusion):
-
-* **Prefix match** on the field's keyword column (``keyword_search=True``): every finished
-  word must occur (stemmed by the field's configuration, as ``keyword_search()``), and the last
-  word, still being typed, is a prefix. The tsquery is written from the words alone (letters
-  and digits; never the visitor's own syntax), so no input can make it fail. A stemmer stores
-  "information" as ``inform``, so the prefix ``informat`` is shorter than no stored word: the
-  unfinished word matches a stored word that starts with it (as typed, and as stemmed), or one
-  that it starts with and that is at most ``STEM_SLACK`` characters shorter (``inform``,
-  ``infor``...), so a word stays found while its last letters are typed. At most
-  ``MAX_ROWS`` matching rows are ranked (``ts_rank_cd``, title words first), however
-  common the prefix.
-* **Vector search** of the whole text so far (``similar_to()``: the HNSW index, the serving
-  encoder version), which finds rows by meaning once the words stop matching, and a misspelt
-  word.
-
-How long the text is decides which sides run: shorter than
-``MIN_CHARS`` (2), nothing (a single letter is a prefix of a large share of any
-table's words, and a list for it helps no one); shorter than ``VECTOR_MIN_CHARS`` (4),
-the prefix match alone (the vector of "inf" is a guess, and encoding it costs most of the
-time budget of a keystroke); from then on both. A model without a keyword column is
-suggested from by its vectors alone. docs/hybrid.md has the figures behind these choices.
+Two sides, fused as ``hybrid_search()`` fuses its own (reciprocal rank fusion): a **prefix
+match** on the field's keyword column (every finished word must occur, the last one, still
+being typed, is a prefix, within ``STEM_SLACK`` characters of a stem; at most ``MAX_ROWS``
+rows ranked), and a **vector search** of the whole text so far. The tsquery is written from the
+words alone (letters and digits; never the visitor's own syntax), so no input can make it fail.
+Shorter than ``MIN_CHARS`` (2): nothing; shorter than ``VECTOR_MIN_CHARS`` (4): the prefix
+match alone; then both. docs/hybrid.md ("Search-as-you-type") gives the reasons and figures.
 
 Each suggestion has a ``label`` (the field's first source field, else ``str(row)``) and the
 row's ``get_absolute_url()`` when the model has one.

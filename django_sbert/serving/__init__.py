@@ -13,9 +13,9 @@ these names::
 The public interface is ``__all__``: ``Serving``, ``serving_record``, ``serving_version``,
 ``serving_changed``, ``get_encoder``, ``encode_texts``, ``encode_query``, ``query_vector``,
 ``peek_query_cache``, ``clear_query_cache``, ``query_cache_info``, ``role_prompt``,
-``encoder_version``, ``encoder_dimensions``, ``path_report``, and ``serving`` (the former name
-of ``serving_record``, deprecated). The other names imported here are the wing's internals,
-kept importable for the other wings and the tests; new code imports them from their modules.
+``encoder_version``, ``encoder_dimensions`` and ``path_report``. The other names imported here
+are the wing's internals, kept importable for the other wings and the tests; new code imports
+them from their modules.
 
 Modules: ``identity`` (what a version is), ``storage`` (where its files live: a Django storage
 backend), ``model_cache`` (each host's verified copy of them), ``versions``
@@ -42,7 +42,7 @@ from .cache import (
     role_prompt,
 )
 from .paths import path_report
-from .versions import Serving, serving, serving_changed, serving_record, serving_version
+from .versions import Serving, serving_changed, serving_record, serving_version
 
 # isort: split
 # The wing's internals, not in __all__: importable here for the other wings and the tests.
@@ -66,7 +66,6 @@ __all__ = [
     "query_cache_info",
     "query_vector",
     "role_prompt",
-    "serving",
     "serving_changed",
     "serving_record",
     "serving_version",

@@ -1,14 +1,7 @@
 """Encoders by settings name, loaded once per process, and the per-process query cache.
 
 The Django layer reaches the ML core only through this module (re-exported by
-``django_sbert.serving``)::
-
-    get_encoder("default")            # a SentenceEncoder, loaded on first use, then shared
-    encode_texts(texts, "default")    # (n, dim) float32 with the encoder's batch size
-    encode_query("central banks")     # (dim,) float32, with the query prompt, LRU-cached
-    encoder_version("default")        # version string of the serving model (see versions.py)
-    query_vector("central banks")     # (vector, version it was encoded with), for searches
-    role_prompt("default", "document", model)   # the text put before each indexed row
+``django_sbert.serving``, whose docstring shows each call).
 
 Queries and documents may take different prompts (e5's ``query: `` / ``passage: ``):
 ``QUERY_PROMPT`` and ``DOCUMENT_PROMPT`` in the encoder's settings, else the prompts the model
@@ -27,10 +20,8 @@ and in the child after ``fork()``: torch state inherited from a parent (Celery p
 gunicorn --preload) can hang or oversubscribe cores, so each child loads its own copy with its
 own thread count.
 
-An encoder name serves one version at a time (``versions.serving_record``): the model from settings,
-or an active fine-tuned version. ``get_encoder(name)`` returns the serving one, so web processes
-and workers switch to a promoted version within ``SBERT["VERSION_CACHE_SECONDS"]``, without a
-restart; ``get_encoder(name, version)`` returns a given one (promotion encodes with both).
+``get_encoder(name)`` returns the serving version (``versions.serving_record``), so processes
+switch to a promoted one without a restart; ``get_encoder(name, version)`` a given one.
 """
 
 from __future__ import annotations

@@ -4,11 +4,7 @@
 
     report = check()                  # a web process: databases and warmed query encoders
     report = check(broker=True, warmed=False)   # a worker host's probe (sbert_health --broker)
-    report.ok, report.as_dict()       # {"status": "ok", "checks": {"database:default": "ok",
-                                      #  "encoder:default": "ok"}, "versions": {"default": ...},
-                                      #  "paths": {"default": {"path": "compiled float32",
-                                      #  "reason": "..."}}, "fetch_failures": [{"version":
-                                      #  ..., "error": ..., "failures": 2, "retry_in": 95.0}]}
+    report.ok, report.as_dict()       # {"status": "ok", "checks": {...}, "versions": {...}, ...}
 
 An encoder is ready when the version the database says serves is the one ``warm()`` loaded
 and ran in this process, without error (``serving.warmup.warm_state()``): a process that has

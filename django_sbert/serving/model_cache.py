@@ -8,13 +8,11 @@
     fetch_failures()                  # versions this process failed to fetch, and when it retries
 
 On first need a host copies the version from the model storage (``storage.py``) into a
-temporary directory inside its cache, checks the manifest's own sha256 against the one the
-database recorded for the version, checks every file's size and sha256 against the manifest,
-keeps the manifest in the copy as its marker (``storage.MARKER``) and renames the directory into
-place. Before each use the copy is checked against its marker (every file present, of its
-size): a copy someone partly deleted or truncated is fetched again, never served. Processes of
-one host share the cache and download once (an ``fcntl`` lock per version); hosts never share
-a cache. Directories and files get the modes the process's umask gives (docs/security.md).
+temporary directory inside its cache, checks the manifest's own sha256 against the database's
+and every file against the manifest, and renames the directory into place; before each use
+the copy is checked against its marker (``storage.MARKER``), so a damaged copy is fetched
+again, never served. Processes of one host share the cache and download once (an ``fcntl``
+lock per version); docs/security.md ("Model files: what a host trusts").
 
 A host that cannot fetch or verify the version raises ``VersionUnavailable`` naming the version
 and the storage, whatever the storage raised (botocore's errors are not ``OSError``): it never

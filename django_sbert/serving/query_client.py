@@ -6,12 +6,11 @@ process's own cache, when ``SBERT["QUERY_SERVER"]["SOCKET"]`` is set::
 
     vector = remote_query_vector(text, current)   # (dim,) float32, or None: encode it here
 
-Each thread keeps one connection (a sync web process has one thread, so one connection). A
-server that does not listen, breaks the connection or takes longer than ``TIMEOUT`` is away:
-the process encodes its searches itself for ``RETRY_SECONDS``, then asks again, so a search
-never fails because the server restarted. A server that is busy (``MAX_QUEUE`` texts waiting)
-is not away: the search is refused with ``EncoderBusy`` (a 503 with ``Retry-After``), since
-encoding here too would add load to a host that has none to spare.
+Each thread keeps one connection. A server that does not listen, breaks the connection or
+takes longer than ``TIMEOUT`` is away: the process encodes its searches itself for
+``RETRY_SECONDS``, then asks again. A server that is busy is not away: the search is refused
+with ``EncoderBusy`` (a 503 with ``Retry-After``), as encoding here too would add load to a
+host that has none to spare.
 """
 
 from __future__ import annotations

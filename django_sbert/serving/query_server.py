@@ -9,16 +9,12 @@ Searches' SQL stays in the web processes: only the text travels, and 1.5 KiB com
 
     python manage.py sbert_query_server        # listens on SBERT["QUERY_SERVER"]["SOCKET"]
 
-Design: an asyncio loop reads requests from any number of connections (``query_client``'s
-wire format) and answers from the cache at once; the rest wait in a bounded queue. One
-batcher takes up to ``MAX_BATCH`` texts of one version (``WINDOW_MS`` after the oldest
-arrived, or at once when the batch is full) and encodes them in the encoding thread, while
-the loop goes on reading; texts that arrive meanwhile make the next batch. Equal texts waiting
-together are encoded once. Past ``MAX_QUEUE`` waiting texts a request is answered busy at once
-(back-pressure: the search gets 503 with ``Retry-After``). The server encodes with exactly the
-version a request names (a promoted one is loaded on first use and pre-loaded by the version
-watcher, as in a web process); a base-model version it does not have is an error, which the
-web process answers by encoding the text itself.
+An asyncio loop reads requests (``query_client``'s wire format) and answers from the cache at
+once; one batcher encodes up to ``MAX_BATCH`` texts of one version, ``WINDOW_MS`` after the
+oldest arrived, in the encoding thread while the loop goes on reading. Past ``MAX_QUEUE``
+waiting texts a request is answered busy at once (the search gets 503). The server encodes with
+exactly the version a request names; a base-model version it does not have is an error, which
+the web process answers by encoding the text itself (docs/search.md).
 """
 
 from __future__ import annotations

@@ -17,12 +17,11 @@ django-storages); by default a ``FileSystemStorage`` under ``model_root()``
 (``SBERT["MODEL_DIR"]``), so a one-host site needs no setting at all. Which version serves is
 never read from here but from the database (``versions.py``).
 
-The manifest cannot vouch for itself: the sha256 of its own bytes is recorded in the version's
-``EncoderVersion.manifest_sha256`` when the row is saved (``save_encoder`` remembers what it
-sealed), and hosts refuse a manifest whose digest differs. Manifests are read strictly
-(``parse_manifest``): sizes are whole numbers, sums 64 hex digits, paths plain relative
-names. Each storage call of a fetch runs under ``model_cache.STORAGE_TIMEOUT``
-(``TimedStorage``): a storage that hangs makes the version unavailable, not the process.
+The manifest cannot vouch for itself: the sha256 of its own bytes is recorded in
+``EncoderVersion.manifest_sha256``, and hosts refuse a manifest whose digest differs.
+Manifests are read strictly (``parse_manifest``), and each storage call of a fetch runs under a
+timeout (``TimedStorage``), so a storage that hangs makes the version unavailable, not the
+process.
 """
 
 from __future__ import annotations

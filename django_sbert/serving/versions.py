@@ -9,29 +9,21 @@ writes to ``<field>_version`` and what a query must filter on::
 
 The database is the only source of truth: a host never decides from its own files which version
 serves. When the serving version's files are missing on a host, loading it raises
-``VersionUnavailable`` (``cache.get_encoder``) instead of encoding with another version, and the
-database system check ``django_sbert.E012`` says so at start-up (``check_local_files``).
+``VersionUnavailable`` instead of encoding with another version (check ``django_sbert.E012``).
 
-Each process trusts what it read for ``SBERT["VERSION_CACHE_SECONDS"]`` (2 s): one indexed
-single-row SELECT per process every 2 s at most, also on a site that never fine-tuned (that is
-its cheap path: the same cached read, which finds no row), and every web process and worker
-notices a promotion within 2 s without a restart. While a promotion is under way nothing is
-cached (one SELECT per use), so the switch is seen by every process at its very next query.
+Each process trusts what it read for ``SBERT["VERSION_CACHE_SECONDS"]`` (2 s), so every process
+notices a promotion within 2 s without a restart; while a promotion is under way nothing is
+cached, so the switch is seen at the very next query (docs/fine-tuning.md).
 
 Writers that must not race a switch (``indexing.writes.write_vectors``) hold
 ``switch_lock(name, shared=True)`` and check ``serving_record(name, max_age=0)`` inside it; the
 switch holds the same lock exclusively (``finetuning.promotion.switch``).
-``promoting_version(name)`` tells the write path which version, if any, is being promoted, so
-rows saved meanwhile get its vectors too.
 
 Which database answers: the primary (``router.db_for_write(EncoderVersion)``) unless the caller
-names one. Indexing, the sweep and the promotion switch read and lock there. A search reads the
-version from the database its rows come from (``serving_record(name, using=queryset.db)``): a
-read replica that lags answers with its own version and its own rows, consistently, never zero
-rows because the primary moved on. The cache is kept per (database, encoder)::
-
-    primary  ── switch commits v2 ──► WAL ──► replica (replays v2 a moment later)
-    search on the replica: version v1 and rows of v1 until v2 is replayed, then v2 and v2's rows
+names one. A search reads the version from the database its rows come from
+(``serving_record(name, using=queryset.db)``), so a lagging replica answers with its own
+version and its own rows, never zero rows because the primary moved on (docs/deployment.md,
+"Read replicas"). The cache is kept per (database, encoder).
 
 Version identity (``base_version``, fingerprints) is in ``identity.py``; where the files of
 fine-tuned versions live is in ``storage.py``.
@@ -43,7 +35,6 @@ import hashlib
 import logging
 import threading
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -201,19 +192,6 @@ def serving_record(
 def serving_version(name: str = "default", using: str | None = None) -> str:
     """The version string that rows encoded by the serving model carry in ``<field>_version``."""
     return serving_record(name, using=using).version
-
-
-def serving(
-    name: str = "default", *, max_age: float | None = None, using: str | None = None
-) -> Serving:
-    """Deprecated: the former name of ``serving_record()``, kept for one release."""
-    warnings.warn(
-        "django_sbert.serving.serving() is now serving_record(); the old name goes in the next "
-        "release.",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return serving_record(name, max_age=max_age, using=using)
 
 
 def serving_changed(name: str, version: str, using: str | None = None) -> str | None:

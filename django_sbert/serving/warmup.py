@@ -10,14 +10,10 @@ first task of a worker. A process calls ``warm()`` once at start-up (a Celery wo
     warm(["default"], role="document")  # encoding worker: the batch path
     warm_state()["default"].version     # which version this process warmed, and when
 
-``role`` says which shapes to run: ``"query"`` runs one text (what a search encodes),
-``"document"`` runs a batch of two (what indexing encodes), ``"both"`` runs both. With the
-compiled path (``COMPILE="auto"`` on a CPU with a C++ compiler) these passes build the
-compiled graphs, so no request or task waits for a compile. The single-query graph takes the
-weights as inputs, so a version promoted later runs through it without compiling again; the
-batch graph freezes them and is compiled once per version (``encoder/compiled.py``).
-``WarmState.path`` and ``reason`` say which path each encoder took and why
-(``serving.paths``).
+``role`` says which shapes to run: one text (``"query"``), a batch of two (``"document"``), or
+``"both"``; with the compiled path these passes build the graphs (``encoder/compiled.py``), so
+no request or task waits for a compile. ``WarmState.path`` and ``reason`` say which path each
+encoder took and why (``serving.paths``).
 """
 
 from __future__ import annotations

@@ -8,10 +8,8 @@ from gunicorn's ``post_worker_init``)::
     prepare_web_process(processes=2)   # threads, warm(["default"], role="query"), the watcher
 
 The watcher is a daemon thread that keeps what this process warmed in step with the database
-without a request paying for it: while a version is being promoted it loads that version and
-runs a query through it (so the switch finds it loaded), and once the serving version is no
-longer the one ``warm()`` recorded it calls ``warm()`` again (milliseconds: the model is
-already loaded). The health view (``django_sbert.serving.health``) answers 503 only in that gap.
+without a request paying for it: it loads a version being promoted before the switch, and
+warms again once the serving version changed (the health view answers 503 only in that gap).
 """
 
 from __future__ import annotations

@@ -7,27 +7,15 @@ forks:
 * ``worker_init`` (main process) records the worker; nothing heavy happens there, so no torch
   state is inherited by forked children (transformers #7516, sentence-transformers #1318).
 * ``worker_process_init`` (each prefork child, or the solo worker itself) sets torch's thread
-  count explicitly — ``SBERT["ENCODERS"][name]["THREADS"]``, else the CPUs divided by the
-  processes of the pool (``worker_processes()``: ``-c N`` prefork children share the CPUs;
-  a solo, threads, gevent or eventlet worker is one process that runs one encode at a time,
-  so it gets them all) — and starts loading every encoder an ``EmbeddingField`` uses, once
-  per process, in a background thread so the child still reports "up" to its parent in time.
-  Pools that send no ``worker_process_init`` (threads, gevent, eventlet) do the same from
-  ``worker_init``: they never fork.
-  A task that arrives before the warm-up has finished waits for it (``task_prerun``): two
-  threads compiling the same graph at once fail inside Dynamo, and running the model beside
-  the export of its query graph is not safe either (the export's tracer patches
-  ``nn.Module.__call__`` for every thread while it traces).
-  A one-process pool (solo, threads, gevent, eventlet) has no parent waiting on it, so it
-  warms up before it starts consuming: its "ready" line comes once the encoders are loaded
-  and compiled, and a task saved after it is embedded in well under a second. The solo worker
-  of the tutorial and README says "ready" about a minute after it starts on two cores the
-  first time on a host (the compiled query graph is then kept in the compile cache); the rows
-  saved meanwhile wait in the queue.
-  A worker that consumes ``SBERT["TRAINING"]["QUEUE"]`` and not ``SBERT["QUEUE"]`` loads none:
-  a training run and a promotion load the models they need (the base or a candidate
-  version), never the serving one, so warming it would only take the cores from the
-  indexing worker at start-up.
+  count (``THREADS``, else the CPUs divided by the pool's processes: ``worker_processes()``)
+  and loads every encoder an ``EmbeddingField`` uses in a background thread, so the child still
+  reports "up" to its parent in time. Pools that never fork (threads, gevent, eventlet) do the
+  same from ``worker_init``, and warm up before they start consuming, having no parent waiting.
+* ``task_prerun`` makes a task that arrives before the warm-up has finished wait for it: two
+  threads compiling the same graph at once fail inside Dynamo, and the export's tracer patches
+  ``nn.Module.__call__`` for every thread while it traces.
+* A worker that consumes ``SBERT["TRAINING"]["QUEUE"]`` and not ``SBERT["QUEUE"]`` loads none:
+  a training run and a promotion load the models they need, never the serving one.
 """
 
 from __future__ import annotations

@@ -12,16 +12,9 @@
     <a href="{{ hit.get_absolute_url }}" {% sbert_click_attrs hit %}>   {# a logged result #}
     {% sbert_click_script %}                       {# reports clicks on such links #}
 
-``sbert_passage`` renders ``hit.snippet`` (``query.highlight.highlight_hits``) with the
-matching sentence in ``<mark>``, every part escaped. ``sbert_similarity`` and the list of
-``sbert_similar`` render templates under ``django_sbert/tags/``. ``sbert_similar`` ranks
-within ``queryset=`` (pass the rows this page's visitor may see, as a ``SearchView``'s
-``queryset``; left out: every row of the model's default manager, drafts and private rows
-included) and runs ``similar_to(obj)`` once per serving version, row and queryset, then
-serves it from Django's cache for ``SIMILAR_CACHE_SECONDS`` (5 minutes).
-``sbert_click_attrs`` writes ``data-sbert-click="<token>"`` for a result ``log_search`` gave
-a click token (nothing otherwise), and ``sbert_click_script`` loads ``django_sbert/clicks.js``
-pointed at ``sbert/click/`` (nothing with ``SBERT["FEEDBACK"]["LOG"]`` off): docs/learning.md.
+docs/reference.md describes each tag. ``sbert_similar`` ranks within ``queryset=`` (pass the
+rows this page's visitor may see; left out: every row of the model's default manager, drafts
+and private rows included).
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Django views of django-sbert that are not part of the REST API.
 
-Modules:
-
-* ``click``: a click or conversion on a logged search result (``django_sbert/clicks.js``
-  posts here), for server-rendered pages.
-* ``errors``: what a client reads when a part is away (a 503), shared with the REST API.
-* ``forms``: ``SearchForm``, the query and the mode of a search page.
-* ``health``: the readiness of this process, for a load balancer or an orchestrator.
-* ``search``: ``SearchView`` and ``AsyncSearchView``, a search page (form, modes, filters,
-  pagination to a bounded depth, highlighted passages) on the default template
-  ``django_sbert/search.html``.
-* ``suggest``: ``SuggestView``, search-as-you-type suggestions as JSON, for sites without
-  Django REST framework (``django_sbert/suggest.js`` shows them under a search box).
+Modules: ``click`` (a click or conversion on a logged search result, posted by
+``django_sbert/clicks.js``), ``errors`` (what a client reads when a part is away),
+``forms`` (``SearchForm``), ``health`` (this process's readiness), ``search``
+(``SearchView`` and ``AsyncSearchView``, a search page) and ``suggest`` (``SuggestView``,
+search-as-you-type as JSON, for sites without Django REST framework).
 
 ``from django_sbert.views import health`` keeps working: the names are re-exported here.
 """

@@ -6,12 +6,9 @@
     path("sbert/", include("django_sbert.urls"))     # GET /sbert/health/
 
 200 ``{"status": "ok"}`` when every check passes, 503 ``{"status": "unavailable"}`` otherwise
-(``django_sbert.serving.health``). Each check's outcome or reason, the versions warmed, the
-inference paths and the pid are shown only to staff users and to a caller that sends
-``Authorization: Bearer <SBERT["HEALTH"]["TOKEN"]>``: the reasons name database hosts and users,
-storage locations and versions. Each client (user, else IP address) may ask
-``SBERT["RATES"]["health"]`` times (120 a minute); past it the answer is 429 and no
-check runs, so the view cannot be used to load the databases (``django_sbert.throttling``).
+(``django_sbert.serving.health``). The details (reasons name database hosts, storage locations
+and versions) go only to staff users and to a caller with ``SBERT["HEALTH"]["TOKEN"]``, and
+``SBERT["RATES"]["health"]`` bounds the checks a client can make run (docs/deployment.md).
 """
 
 from __future__ import annotations

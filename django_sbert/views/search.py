@@ -10,44 +10,14 @@
     # urls.py
     path("search/", ArticleSearch.as_view(), name="search")
 
-What a request goes through (``get``):
+docs/howto/search-page.md describes what a request goes through: the form, the filters, the
+``max_pages`` bound (404 before anything is encoded), the search, highlighting, the search log,
+503 when the database or the encoder cannot answer now, and 429 past
+``SBERT["RATES"]["search"]`` (counted with the REST API's searches).
 
-1. ``SearchForm`` reads ``?q=`` and ``?mode=`` (one of ``modes``; left out: ``default_mode``).
-   No ``q``: the page shows the form and no results. An invalid form (an unknown mode, a ``q``
-   over ``SBERT["SEARCH"]["MAX_QUERY_LENGTH"]`` characters): the page with the form's errors,
-   status 400.
-2. ``get_queryset()`` (ListView's: ``model`` or ``queryset``) goes through
-   ``filter_queryset()``: ``filterset_class`` (django-filter, when installed) or the site's own
-   override.
-3. ``?page=`` past ``max_pages``: 404 before anything is encoded or searched. A search page
-   shows at most ``paginate_by * max_pages`` results, so a crawler or a hand-edited URL can
-   never ask the database for an offset deep in a ranking.
-4. ``search()`` ranks the rows: ``similar_to()`` (``min_similarity``), ``keyword_search()``
-   (``keyword_match``) or ``hybrid_search()`` on ``field``. The text is encoded first, so
-   ``timing`` tells encoding and the database apart; then the top ``paginate_by * max_pages``
-   rows are fetched in one query, and ListView's paginator splits them (``page_obj``,
-   ``paginator``, ``is_paginated``; a page past the last one: 404, as in any ListView).
-5. The rows of the page shown that were found by a passage get ``snippet``
-   (``query.highlight.highlight_hits``), which ``{% sbert_passage hit %}`` renders.
-6. With ``SBERT["FEEDBACK"]["LOG"]`` on, the first page of a text search is logged
-   (``feedback.log_search``): its rows get click tokens, which ``{% sbert_click_attrs hit %}``
-   puts on the result links, and the context gets ``search_log`` (docs/learning.md).
-
-``AsyncSearchView`` does the same in an async ``get``: the text is encoded in the async
-searches' pool of threads (``query/aio.py``, as ``asimilar_to()`` does), never on the event
-loop; the hooks (``filter_queryset()``, ``search()``, ``get_context_data()``) run in Django's
-thread for database work, so one override serves both views; the rows are fetched with
-``async for``, under the search's settings and statement timeout.
-
-A search the database or the encoder cannot answer now (``ServiceUnavailable``: a statement
-timeout, a model's files away) renders the page with a notice and status 503.
-
-Each search costs an encode and an index scan, so a client (user, else address) may run
-``SBERT["RATES"]["search"]`` searches a period (120 a minute), counted together
-with the REST API's ``search/`` and ``similar/``: past it the page answers 429 with the notice
-and ``Retry-After``, before anything is encoded. Staff users are not counted; a view's
-``throttle_scope = None`` turns it off. Highlighting encodes at most
-``MAX_HIGHLIGHT_SENTENCES`` sentences a page: rows past them show their passage unmarked.
+``AsyncSearchView`` encodes in the async searches' pool of threads (``query/aio.py``), never on
+the event loop, and runs the same hooks (``filter_queryset()``, ``search()``,
+``get_context_data()``) in Django's thread, so one override serves both views.
 """
 
 from __future__ import annotations
@@ -108,14 +78,7 @@ class SearchTiming:
 class SearchView(ListView):
     """``?q=`` searched in ``?mode=``, ranked, paginated to a bounded depth, highlighted.
 
-    Context, beside ListView's (``page_obj``, ``paginator``, ``is_paginated``,
-    ``object_list``): ``form`` (``SearchForm``), ``query`` (the text, "" for none), ``mode``
-    (the form's), ``ranked_by`` (the mode the results come from: ``"vector"`` for a search by
-    a row), ``modes`` (``(value, label, title)`` each), ``searched`` (whether results are shown),
-    ``search_ms`` and ``timing`` (``SearchTiming``; None when nothing was searched),
-    ``unavailable`` (the search could not run now), ``filterset``, ``page_query`` (the
-    request's parameters without ``page``, for page links), ``suggest_url``, ``placeholder``,
-    ``base_template``, ``snippet_chars``, ``max_pages``, and ``search_log`` once logged.
+    The context it adds to ListView's is listed in docs/howto/search-page.md.
     """
 
     model: type[models.Model] | None = None

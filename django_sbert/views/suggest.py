@@ -12,12 +12,10 @@
 
     {"results": [{"id": 12, "label": "Central banks raise rates", "url": "/articles/12/"}]}
 
-with the rows of ``query.suggest()`` (a prefix match fused with a vector search of the text
-so far). Each suggestion holds its ``id``, ``label`` (the EmbeddingField's first source field,
-else ``str(row)``), ``url`` (``get_absolute_url()``, or null) and the model fields listed in
-``fields``, nothing else. The script ``django_sbert/suggest.js`` (a static file) shows them
-under a search box. Visibility is the queryset's (override ``get_queryset()`` for per-user
-rows); rate limits are the site's own (the REST API's ``suggest/`` has a throttle).
+with the rows of ``query.suggest()``: ``id``, ``label``, ``url`` and the model fields listed
+in ``fields``, nothing else; ``django_sbert/suggest.js`` shows them under a search box.
+Visibility is the queryset's (override ``get_queryset()`` for per-user rows); rate limits are
+the site's own (the REST API's ``suggest/`` has a throttle).
 """
 
 from __future__ import annotations

@@ -11,11 +11,8 @@
     $ manage.py sbert_evaluate scifact-claims --encoder-version base --mode vector --json
     $ manage.py sbert_evaluate scifact-claims --fail-under ndcg@10=0.62 --fail-under recall@10=0.7
 
-``--encoder-version``: ``serving`` (default), ``base`` (the settings' model), or a version string or
-id of the encoder (a candidate before it is promoted). ``--fail-under METRIC=VALUE`` (any
-number of times) exits with status 1, naming the figures below their threshold, when a mode
-measured scores under it: a deploy pipeline's check. Evaluations are stored (trigger
-``manual``) unless ``--no-store``. The modes and how a version that does not serve is
+The options are in docs/commands.md; ``--fail-under METRIC=VALUE`` exits with status 1 when a
+mode scores under it: a deploy pipeline's check. How a version that does not serve is
 measured: ``django_sbert.evaluation.run``.
 """
 

@@ -4,11 +4,9 @@
 
     manage.py sbert_health --broker     # exit 0 and {"status": "ok", ...}, or exit 1 and why
 
-Checks, in a process of its own: the databases that searches and version lookups read answer,
-the broker answers (``--broker``), and this host can serve each encoder's serving version (it
-is in the host's model cache, verified, or can be fetched and verified now). Web processes
-answer the same questions about themselves, plus "warmed in this process", at
-``GET sbert/health/`` (``django_sbert.views.health``).
+Checks, in a process of its own, the databases, the broker (``--broker``) and that this host
+can serve each encoder's serving version; web processes answer the same about themselves, plus
+"warmed in this process", at ``GET sbert/health/`` (``django_sbert.views.health``).
 """
 
 from __future__ import annotations

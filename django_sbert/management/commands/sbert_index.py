@@ -8,13 +8,9 @@ progress bar, the memory and parallel workers its flags give, and the size it ma
     manage.py sbert_index blog.Article --concurrently  # without blocking writes (slower)
     manage.py sbert_index --maintenance-work-mem 4GB --parallel-workers 3
 
-The indexes are those the model declares (``Meta.indexes``: an ``HnswIndex`` on the field, the
-binary-quantized index of ``binary_index=True``, the passage table's): each is dropped and
-created again, with ``maintenance_work_mem`` = ``--maintenance-work-mem`` (1GB) and
-``max_parallel_maintenance_workers`` = ``--parallel-workers`` (the server's) for the build. The
-bar follows ``pg_stat_progress_create_index``, read from a second connection while the build
-runs. An HNSW build is fast while its graph fits in ``maintenance_work_mem``; PostgreSQL
-says so in a notice when it stops fitting (docs/scale.md).
+The indexes are those the model declares (``Meta.indexes``: the field's ``HnswIndex``, the
+binary-quantized one, the passage table's): each is dropped and created again; the bar follows
+``pg_stat_progress_create_index`` from a second connection (docs/scale.md).
 """
 
 from __future__ import annotations

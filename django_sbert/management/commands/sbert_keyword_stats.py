@@ -7,11 +7,9 @@
     $ python manage.py sbert_keyword_stats --rebuild
     counted again: blog_article.embedding_tsv
 
-Triggers keep the counts exact as rows are written (django_sbert/keyword/statistics.py;
-``migrate`` installs them). ``--rebuild`` reinstalls the triggers and counts every keyword
-column again from scratch, holding writers of each table back meanwhile (readers go on): after
-a restore that skipped triggers (``pg_restore --disable-triggers``, ``session_replication_role
-= replica``), or to check nothing drifted (``--check`` counts without writing).
+Triggers keep the counts exact as rows are written (``keyword/statistics.py``). ``--rebuild``
+reinstalls them and counts every keyword column again, holding writers back meanwhile: after a
+restore that skipped triggers, say (docs/hybrid.md, "The statistics and their upkeep").
 """
 
 from __future__ import annotations

@@ -7,10 +7,8 @@
 
 From content, each row whose two fields are non-empty gives a (FIELD_A, FIELD_B) pair; a seeded
 share goes to the eval split. ``--from-events`` makes (query, clicked row) pairs from the search
-log (``django_sbert.feedback.pairs``: clicks from at least ``--min-clients`` visitors, on rows
-a click model fitted to the log finds at least ``--min-relevance`` likely to be wanted, the most
-recent days' clicks as the eval split, negatives from behaviour or mined); running it again
-makes only the pairs not made before.
+log (``django_sbert.feedback.pairs``; docs/learning.md); running it again makes only the pairs
+not made before.
 """
 
 from __future__ import annotations

@@ -7,21 +7,12 @@
     manage.py sbert_manifest --force VERSION        # also over a malformed manifest
     manage.py sbert_manifest --forget-base default  # the settings' model changed on purpose
 
-Hosts serve a version only from files that match its ``manifest.json`` (sizes and sha256
-sums), whose own sha256 the version's database row records. Versions saved by an older
-django-sbert have their files in the model storage but no manifest; this hashes the files as
-they are now, writes one and records its digest. Run it once, where the model storage
-(``SBERT["MODEL_STORAGE"]``, by default ``SBERT["MODEL_DIR"]``) holds those files.
-
-It never runs for a version whose row records a manifest digest (its files were sealed when
-it was saved: a manifest missing now was deleted, and writing a new one would vouch for
-whatever the files are now), refuses a malformed manifest unless ``--force``, and refuses
-files that lack one the version's configuration names. A version with a valid manifest but no
-recorded digest gets that manifest's digest recorded.
-
-``--forget-base ENCODER`` deletes the database's record of the settings' model of an encoder
-(``serving.identity``): the next host to serve it records its own files. Use it after changing
-the model files on every host on purpose; rows are then re-encoded under the new version.
+Versions saved by an older django-sbert have their files in the model storage but no
+manifest; this hashes the files as they are now, writes one and records its digest. It never
+runs for a version whose row records a manifest digest (a manifest missing now was deleted,
+and a new one would vouch for whatever the files are now). ``--forget-base ENCODER`` deletes
+the record of the settings' model's files (``serving.identity``): the next host to serve it
+records its own. docs/security.md ("Model files: what a host trusts").
 """
 
 from __future__ import annotations

@@ -7,12 +7,10 @@
     manage.py sbert_query_server --stats             # the running server's counters, as JSON
     manage.py sbert_query_server --stats --clear     # ... then empty its cache, zero them
 
-It loads and warms the serving version of every encoder an ``EmbeddingField`` uses (the
-single-query and the batch path), starts the version watcher (a promotion's version is loaded
-before the switch), then listens; "ready" is printed once it accepts connections. SIGTERM or
-Ctrl-C stops it; web processes then encode their searches themselves until it is back
-(``serving.query_client``). Run one per host, under the same settings as the web processes
-(docs/deployment.md, "One query encoder per host").
+It loads and warms the serving version of every encoder an ``EmbeddingField`` uses, starts
+the version watcher, then listens ("ready" once it accepts connections); while it is stopped,
+web processes encode their searches themselves (docs/deployment.md, "One query encoder per
+host").
 """
 
 from __future__ import annotations

@@ -8,32 +8,12 @@
 ``stale`` counts rows that need a vector: missing ones, and those whose text or encoder
 changed since they were encoded. Fields with a callable source are scanned in Python.
 
-Rows that indexing skipped after an error of their own (their source raised, or the database
-refused their vector) are counted per field below the table, the newest few with their error::
-
-    blog.Article.embedding: 1 row(s) skipped after errors of their own (newest first):
-      pk=42  write  DataError: NaN not allowed in vector  (3 times, last 2026-05-01 12:00:00 UTC)
-
-Before the table, each encoder's inference path on this host, and why
-(``serving.path_report``: the same decision web processes and workers here make when they load
-it)::
-
-    encoder 'default': compiled float32 (float32: no native bf16 on this CPU (torch AVX2); the
-    compiled batch and single-query path (COMPILE='auto', C++ compiler found))
-      chosen for this host's CPU: AMD EPYC (torch AVX2; avx2)
-
-A host that cannot fetch or verify the version the database says serves gets a line saying so, and
-so does a django-sbert queue that no Celery worker consumes (the workers are asked for about a
-second)::
-
-    No worker is consuming the training queue 'sbert-train' (1 message waiting): fine-tuning
-    runs and promotions wait until one starts (celery -A <project> worker -Q sbert-train).
-
-With searches logged (``SBERT["FEEDBACK"]["LOG"]``) or log rows left, the age of the oldest
-search in the log, so a purge that never runs shows::
-
-    Search log: the oldest search is 412 days old (2025-03-01 09:12 UTC), past RETENTION_DAYS
-    (180): is the purge task scheduled? (feedback_purge_schedule(), check django_sbert.W032)
+Around the table: each encoder's inference path on this host and why (``serving.path_report``,
+the same decision web processes and workers here make), rows that indexing skipped after an
+error of their own (the newest few with their error), a serving version this host cannot fetch
+or verify, a django-sbert queue that no Celery worker consumes (the workers are asked for about
+a second), and, with searches logged, the age of the oldest search in the log, so a purge that
+never runs shows (check ``django_sbert.W032``).
 """
 
 from __future__ import annotations
