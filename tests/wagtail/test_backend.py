@@ -197,3 +197,33 @@ def test_a_long_body_is_searched_by_its_passages(site, news, add_news):
     assert "zebra symphony" in last
     found = list(NewsPage.objects.live().search(last)[:3])
     assert found[0].pk == long_page.pk
+
+
+@pytest.mark.parametrize("mode", ["keyword", "vector", "hybrid"])
+def test_page_searches_keep_the_querysets_order_and_specific(news, mode):
+    """``order_by`` on a field, ``F()`` orderings and ``specific()`` on a site's pages, with
+    ``order_by_relevance=False`` (the admin's sorted search): the queryset's own order."""
+    from django.db.models import F
+
+    def search(queryset, **kwargs):
+        return list(queryset.search("the", backend=mode, order_by_relevance=False, **kwargs))
+
+    titles = sorted(p.title for p in news)
+    by_title = search(NewsPage.objects.order_by("title"))
+    assert [p.title for p in by_title] == titles[: len(by_title)] and by_title
+    assert search(NewsPage.objects.order_by("-title")) == by_title[::-1]
+    assert search(NewsPage.objects.order_by(F("title").asc(nulls_first=True))) == by_title
+    specific = search(Page.objects.filter(depth__gt=3).specific().order_by("title"))
+    assert specific == by_title and all(isinstance(p, NewsPage) for p in specific)
+    assert list(Page.objects.filter(depth__gt=3).specific().search("striker", backend=mode))
+
+
+@pytest.mark.parametrize("mode", ["keyword", "vector", "hybrid"])
+def test_order_by_a_nullable_date_keeps_wagtails_order(news, mode):
+    """Wagtail's admin orders by ``latest_revision_created_at``, which may be null."""
+    news[0].save_revision()
+    news[3].save_revision()
+    queryset = NewsPage.objects.order_by("-latest_revision_created_at", "pk")
+    expected = [p for p in queryset if p in set(queryset.search("the", backend=mode))]
+    found = list(queryset.search("the", backend=mode, order_by_relevance=False))
+    assert found == expected
