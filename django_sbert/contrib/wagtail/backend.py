@@ -297,11 +297,10 @@ class SbertSearchResults(BaseSearchResults):
             score = "keyword_score"
         return ranked.annotate(_sbert_score=models.F(score))
 
-    def _all_ids(self, *, words: bool = False) -> set[str]:
-        """Every object the mode can match: with a vector (vector, hybrid) or any row
-        (keyword mode, or ``words``: matched by the words)."""
+    def _all_ids(self) -> set[str]:
+        """Every object the mode can match: with a vector (vector, hybrid) or any row."""
         entries = self.compiler.entries()
-        if self.backend.mode != "keyword" and not words:
+        if self.backend.mode != "keyword":
             entries = entries.filter(embedding__isnull=False)
         return set(entries.values_list("object_id", flat=True))
 
@@ -418,18 +417,16 @@ class SbertSearchResults(BaseSearchResults):
             return [(key, float(rank)) for key, rank in pairs]
         return self._meaning_order({key for key, _ in pairs})
 
-    def _matching_ids(self, *, words: bool = False) -> list[str] | None:
+    def _matching_ids(self) -> list[str] | None:
         """Object ids of every match, in no order; None: every object of the queryset
-        (``MATCH_ALL``). ``words``: the objects holding the words, in every mode (a search
-        sorted by the queryset's own order; every object is near by meaning, so that list
-        would hold them all)."""
+        (``MATCH_ALL``)."""
         compiler = self.compiler
         if isinstance(compiler.query, MatchAll) and not compiler.fields:
             return None
         if compiler.autocomplete:
             return [key for key, _ in self._ranked()]
-        if words or self.backend.mode == "keyword":
-            return list(self._matching(compiler.query, self._all_ids(words=True), words=True))
+        if self.backend.mode == "keyword":
+            return list(self._matching(compiler.query, self._all_ids(), words=True))
         if self._is_plain():
             return list(self._all_ids())
         return [key for key, _ in self._ranked()]
@@ -440,7 +437,7 @@ class SbertSearchResults(BaseSearchResults):
         """order_by_relevance=False: the matching objects in the queryset's own order."""
         compiler = self.compiler
         queryset = compiler.queryset
-        ids = self._matching_ids(words=True)
+        ids = self._matching_ids()
         if ids is not None:
             to_python = queryset.model._meta.pk.to_python
             queryset = queryset.filter(pk__in=[to_python(i) for i in ids])

@@ -5,9 +5,9 @@ django-sbert's backend in each mode, on the suite's own models and data.
 Each class is the suite as Wagtail subclasses it for a backend: the mixin, the backend's path,
 the backend as the only entry of ``WAGTAILSEARCH_BACKENDS``.
 
-A test that differs by design (``DIFFERS``, the table in docs/wagtail.md) is an expected
-failure with the tiny random model: a vector or hybrid search finds every object, ranked by
-meaning, where the suite expects only those holding the words. With the real model
+A test that differs by design (``DIFFERS`` in differences.py, the table in docs/wagtail.md) is
+an expected failure with the tiny random model: a vector or hybrid search finds every object,
+ranked by meaning, where the suite expects only those holding the words. With the real model
 (``SBERT_SUITE_MODEL=minilm``) it runs instead as what is right for it: the suite's own
 assertions hold on the first N results, N being how many objects hold the words (the keyword
 mode's count of the same search).
@@ -33,78 +33,18 @@ sys.modules.setdefault("modelsearch.models", wagtail.search.models)
 from modelsearch.tests.test_backends import BackendTests  # noqa: E402
 
 from django_sbert.contrib.wagtail.backend import SbertSearchBackend  # noqa: E402
+from tests.wagtail.suite.differences import DIFFERS, OPEN  # noqa: E402
 
 SBERT = "django_sbert.contrib.wagtail"
 DATABASE = "wagtail.search.backends.database"
 REAL_MODEL = os.environ.get("SBERT_SUITE_MODEL", "") == "minilm"
 
-# Vector and hybrid modes: a search finds every object with a vector, best first; the suite
-# expects only the objects holding the words. Each is right when the suite's assertions hold
-# on the first N results, N the number of objects holding the words.
-EVERY_OBJECT_RANKED = "every object is found, ranked by meaning"
-_BY_MEANING = {
-    "test_add_bulk": EVERY_OBJECT_RANKED,
-    "test_and": EVERY_OBJECT_RANKED,
-    "test_count_cache": EVERY_OBJECT_RANKED,
-    "test_filter_on_related_fields_foreign_key": EVERY_OBJECT_RANKED,
-    "test_filter_on_related_fields_forward_many_to_many": EVERY_OBJECT_RANKED,
-    "test_filter_on_related_fields_one_to_many": EVERY_OBJECT_RANKED,
-    "test_filter_on_related_fields_one_to_one": EVERY_OBJECT_RANKED,
-    "test_filter_on_related_fields_reverse_many_to_many": EVERY_OBJECT_RANKED,
-    "test_get_ancestors_filter": EVERY_OBJECT_RANKED,
-    "test_get_children_filter": EVERY_OBJECT_RANKED,
-    "test_get_descendants_filter": EVERY_OBJECT_RANKED,
-    "test_get_root_nodes_filter": EVERY_OBJECT_RANKED,
-    "test_get_siblings_filter": EVERY_OBJECT_RANKED,
-    "test_incomplete_plain_text": EVERY_OBJECT_RANKED,
-    "test_negated_and": EVERY_OBJECT_RANKED,
-    "test_negated_or": EVERY_OBJECT_RANKED,
-    "test_operators_combination": EVERY_OBJECT_RANKED,
-    "test_or": EVERY_OBJECT_RANKED,
-    "test_phrase": EVERY_OBJECT_RANKED,
-    "test_plain_text_multiple_words_and": EVERY_OBJECT_RANKED,
-    "test_plain_text_multiple_words_or": EVERY_OBJECT_RANKED,
-    "test_plain_text_operator_case": EVERY_OBJECT_RANKED,
-    "test_plain_text_single_word": EVERY_OBJECT_RANKED,
-    "test_ranking": EVERY_OBJECT_RANKED,
-    "test_refresh_all_indexes": EVERY_OBJECT_RANKED,
-    "test_results_cache": EVERY_OBJECT_RANKED,
-    "test_search_and_match_all": EVERY_OBJECT_RANKED,
-    "test_search_and_operator": EVERY_OBJECT_RANKED,
-    "test_search_boosting_on_related_fields": EVERY_OBJECT_RANKED,
-    "test_search_callable_field": EVERY_OBJECT_RANKED,
-    "test_search_child_class_field_from_parent": EVERY_OBJECT_RANKED,
-    "test_search_count": EVERY_OBJECT_RANKED,
-    "test_search_does_not_return_results_from_wrong_model": EVERY_OBJECT_RANKED,
-    "test_search_on_nested_related_fields": EVERY_OBJECT_RANKED,
-    "test_search_on_related_fields": EVERY_OBJECT_RANKED,
-    "test_search_on_related_fields_reverse_one_to_one": EVERY_OBJECT_RANKED,
-    "test_search_or_match_none": EVERY_OBJECT_RANKED,
-    "test_search_simple": EVERY_OBJECT_RANKED,
-    "test_search_via_queryset": EVERY_OBJECT_RANKED,
-    "test_search_via_queryset_with_filter": EVERY_OBJECT_RANKED,
-    "test_search_with_time_lt_filter": EVERY_OBJECT_RANKED,
-}
-DIFFERS: dict[str, dict[str, str]] = {"keyword": {}, "vector": _BY_MEANING, "hybrid": _BY_MEANING}
-
-# Failing, not by design: still to fix (docs/wagtail.md lists them too).
-OPEN: dict[str, dict[str, str]] = {
-    "keyword": {
-        "test_search_boosting_on_related_fields": "boosts below 1 weigh as the body",
-    },
-    "vector": {
-        "test_boost": "Boost() does not change a ranking by meaning",
-    },
-    "hybrid": {
-        "test_boost": "Boost() does not change a ranking by meaning",
-    },
-}
-
 
 @contextlib.contextmanager
 def first_n_by_keyword_count() -> Iterator[None]:
     """Each vector or hybrid search cut at the number of objects holding its words (the keyword
-    mode's count of the same search)."""
+    mode's count of the same search); sorted by the queryset's order (``order_by_relevance=
+    False``), the first N by meaning in that order."""
     search, autocomplete = SbertSearchBackend.search, SbertSearchBackend.autocomplete
 
     def cut(method: Callable) -> Callable:
@@ -114,7 +54,11 @@ def first_n_by_keyword_count() -> Iterator[None]:
                 return results
             keyword = SbertSearchBackend({"MODE": "keyword"})
             n = method(keyword, query, model_or_queryset, **kwargs).count()
-            return results[:n]
+            if kwargs.get("order_by_relevance", True):
+                return results[:n]
+            relevance = {**kwargs, "order_by_relevance": True}
+            first = {o.pk for o in method(self, query, model_or_queryset, **relevance)[:n]}
+            return [o for o in results if o.pk in first]
 
         return cut_search
 
