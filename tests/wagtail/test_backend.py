@@ -244,3 +244,23 @@ def test_order_by_a_nullable_date_keeps_wagtails_order(news, mode):
         "striker marathon rates", backend=backend, operator="or", order_by_relevance=False
     )
     assert list(found) == [p for p in queryset if p in matches]
+
+
+@pytest.mark.parametrize("mode", ["keyword", "vector", "hybrid"])
+def test_admin_page_search_sorted_by_title_lists_titles_in_order(client, settings, news, mode):
+    settings.ROOT_URLCONF = "tests.wagtail.urls"
+    settings.WAGTAILSEARCH_BACKENDS = {
+        "default": {"BACKEND": "django_sbert.contrib.wagtail", "OPTIONS": {"MODE": mode}}
+    }
+    user = get_user_model().objects.create_superuser("admin", "a@example.com", "pw")
+    client.force_login(user)
+    response = client.get("/cms/pages/search/", {"q": "r", "ordering": "title"})
+    assert response.status_code == 200
+    html = response.content.decode()
+    shown = sorted((html.find(p.title), p.title) for p in news if p.title in html)
+    assert len(shown) == 4  # raises, river, results, record
+    assert [title for _, title in shown] == sorted(title for _, title in shown)
+    response = client.get("/cms/pages/search/", {"q": "r", "ordering": "-title"})
+    html = response.content.decode()
+    shown = sorted((html.find(p.title), p.title) for p in news if p.title in html)
+    assert [title for _, title in shown] == sorted((title for _, title in shown), reverse=True)

@@ -76,9 +76,7 @@ BOOST = "Boost() does not change a ranking by meaning"
 OR_CLAUSES = "an Or ranks by all its words at once: a one-word clause ranks low"
 PHRASE = "a phrase ranks by meaning: word order hardly counts"
 OPEN: dict[str, dict[str, str]] = {
-    "keyword": {
-        "test_search_boosting_on_related_fields": "boosts below 1 weigh as the body",
-    },
+    "keyword": {},
     "vector": {
         "test_boost": BOOST,
         "test_operators_combination": OR_CLAUSES,
