@@ -264,3 +264,19 @@ def test_admin_page_search_sorted_by_title_lists_titles_in_order(client, setting
     html = response.content.decode()
     shown = sorted((html.find(p.title), p.title) for p in news if p.title in html)
     assert [title for _, title in shown] == sorted((title for _, title in shown), reverse=True)
+
+
+def test_keyword_search_of_stop_words_finds_nothing_sorted_or_not(news):
+    """Only stop words: no tsquery; nothing is found, whatever the ordering (it used to fail
+    with "non-integer constant in ORDER BY")."""
+    from django.db.models import F
+
+    keyword = {"backend": "keyword"}
+    assert list(NewsPage.objects.search("the", **keyword)) == []
+    for queryset in (
+        NewsPage.objects.order_by("title"),
+        NewsPage.objects.order_by(F("title").desc()),
+        Page.objects.specific().order_by("title"),
+    ):
+        found = queryset.search("the of", order_by_relevance=False, **keyword)
+        assert list(found) == [] and found.count() == 0
