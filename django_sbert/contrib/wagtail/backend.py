@@ -377,9 +377,39 @@ class SbertSearchResults(BaseSearchResults):
                     key=lambda pair: (-(pair[1] or 0.0), _sort_key(pair[0])),
                 )
             else:
-                ranked = self._meaning_order(found)
+                scores = self._meaning_scores(compiler.query)
+                ranked = sorted(
+                    ((key, scores.get(key)) for key in found),
+                    key=lambda pair: (pair[1] is None, -(pair[1] or 0.0), _sort_key(pair[0])),
+                )
         self._ranked_cache = ranked
         return ranked
+
+    def _meaning_scores(self, query: Any, weight: float = 1.0) -> dict[str, float]:
+        """Vector, hybrid: each object's score for a compound query, the sum of its clauses'
+        scores by meaning, each times its ``Boost`` (``Not`` adds nothing)."""
+        if isinstance(query, Boost):
+            return self._meaning_scores(query.subquery, weight * float(query.boost))
+        if isinstance(query, (And, Or)):
+            parts = [self._meaning_scores(sub, weight) for sub in query.subqueries]
+            parts = [part for part in parts if part]
+            if not parts:
+                return {}
+            keys = set().union(*parts)
+            return {key: sum(part.get(key, 0.0) for part in parts) for key in keys}
+        if isinstance(query, (Not, MatchAll)):
+            return {}
+        text = query_text(query)
+        if not text.strip():
+            return {}
+        operator = getattr(query, "operator", None)
+        match = OPERATOR_MATCH.get(str(operator).lower()) if operator else None
+        ranked = self._ranked_entries(text, match)
+        count = ranked.count()
+        if not count:
+            return {}
+        rows = ranked[:count].values_list("object_id", "_sbert_score")
+        return {key: weight * float(score) for key, score in rows}
 
     def _meaning_order(self, found: set[str]) -> Ranked:
         """``found`` in the order of the mode's ranking of the query's positive words."""
