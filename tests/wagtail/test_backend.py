@@ -197,3 +197,86 @@ def test_a_long_body_is_searched_by_its_passages(site, news, add_news):
     assert "zebra symphony" in last
     found = list(NewsPage.objects.live().search(last)[:3])
     assert found[0].pk == long_page.pk
+
+
+BACKEND_OF_MODE = {"vector": "default", "hybrid": "hybrid", "keyword": "keyword"}
+
+
+@pytest.mark.parametrize("mode", ["keyword", "vector", "hybrid"])
+def test_page_searches_keep_the_querysets_order_and_specific(news, mode):
+    """``order_by`` on a field, ``F()`` orderings and ``specific()`` on a site's pages, with
+    ``order_by_relevance=False`` (the admin's sorted search): the matches of the search, in
+    the queryset's own order."""
+    from django.db.models import F
+
+    backend = BACKEND_OF_MODE[mode]
+    query = "striker marathon rates"
+
+    def search(queryset):
+        return list(
+            queryset.search(query, backend=backend, operator="or", order_by_relevance=False)
+        )
+
+    matches = set(NewsPage.objects.search(query, backend=backend, operator="or"))
+    assert len(matches) == (3 if mode == "keyword" else len(news))
+    by_title = search(NewsPage.objects.order_by("title"))
+    assert by_title == sorted(matches, key=lambda p: p.title)
+    assert search(NewsPage.objects.order_by("-title")) == by_title[::-1]
+    assert search(NewsPage.objects.order_by(F("title").asc(nulls_first=True))) == by_title
+    pages = Page.objects.filter(depth__gt=3).specific()
+    specific = search(pages.order_by("title"))
+    assert specific == by_title and all(isinstance(p, NewsPage) for p in specific)
+    found = list(pages.search("striker", backend=backend))
+    assert news[3] in found and all(isinstance(p, NewsPage) for p in found)
+    assert list(NewsPage.objects.search("striker", backend=backend, fields=["title"]))[0] == news[3]
+
+
+@pytest.mark.parametrize("mode", ["keyword", "vector", "hybrid"])
+def test_order_by_a_nullable_date_keeps_wagtails_order(news, mode):
+    """Wagtail's admin orders by ``latest_revision_created_at``, which may be null: the
+    search keeps the queryset's order, nulls where PostgreSQL puts them."""
+    news[0].save_revision()
+    news[3].save_revision()
+    backend = BACKEND_OF_MODE[mode]
+    queryset = NewsPage.objects.order_by("-latest_revision_created_at", "title")
+    matches = set(queryset.search("striker marathon rates", backend=backend, operator="or"))
+    found = queryset.search(
+        "striker marathon rates", backend=backend, operator="or", order_by_relevance=False
+    )
+    assert list(found) == [p for p in queryset if p in matches]
+
+
+@pytest.mark.parametrize("mode", ["keyword", "vector", "hybrid"])
+def test_admin_page_search_sorted_by_title_lists_titles_in_order(client, settings, news, mode):
+    settings.ROOT_URLCONF = "tests.wagtail.urls"
+    settings.WAGTAILSEARCH_BACKENDS = {
+        "default": {"BACKEND": "django_sbert.contrib.wagtail", "OPTIONS": {"MODE": mode}}
+    }
+    user = get_user_model().objects.create_superuser("admin", "a@example.com", "pw")
+    client.force_login(user)
+    response = client.get("/cms/pages/search/", {"q": "r", "ordering": "title"})
+    assert response.status_code == 200
+    html = response.content.decode()
+    shown = sorted((html.find(p.title), p.title) for p in news if p.title in html)
+    assert len(shown) == 4  # raises, river, results, record
+    assert [title for _, title in shown] == sorted(title for _, title in shown)
+    response = client.get("/cms/pages/search/", {"q": "r", "ordering": "-title"})
+    html = response.content.decode()
+    shown = sorted((html.find(p.title), p.title) for p in news if p.title in html)
+    assert [title for _, title in shown] == sorted((title for _, title in shown), reverse=True)
+
+
+def test_keyword_search_of_stop_words_finds_nothing_sorted_or_not(news):
+    """Only stop words: no tsquery; nothing is found, whatever the ordering (it used to fail
+    with "non-integer constant in ORDER BY")."""
+    from django.db.models import F
+
+    keyword = {"backend": "keyword"}
+    assert list(NewsPage.objects.search("the", **keyword)) == []
+    for queryset in (
+        NewsPage.objects.order_by("title"),
+        NewsPage.objects.order_by(F("title").desc()),
+        Page.objects.specific().order_by("title"),
+    ):
+        found = queryset.search("the of", order_by_relevance=False, **keyword)
+        assert list(found) == [] and found.count() == 0

@@ -17,11 +17,13 @@ or ``"hybrid"`` (both, fused). ``autocomplete()`` (the admin's search boxes) is 
 from __future__ import annotations
 
 import sys
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.contrib.contenttypes.models import ContentType
-from django.core.exceptions import ImproperlyConfigured
+from django.contrib.postgres.search import SearchQuery, SearchRank, SearchVector
+from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
 from django.db import models
 from django.db.models.functions import Cast
 from modelsearch.backends.base import (
@@ -29,6 +31,8 @@ from modelsearch.backends.base import (
     BaseSearchBackend,
     BaseSearchQueryCompiler,
     BaseSearchResults,
+    FilterFieldError,
+    SearchFieldError,
     get_model_root,
 )
 from modelsearch.index import get_indexed_models
@@ -38,14 +42,16 @@ from modelsearch.utils import get_descendants_content_types_pks
 from django_sbert.indexing import embed_stale, get_ref
 from django_sbert.indexing.signals import schedule
 from django_sbert.query import KeywordConfig
-from django_sbert.query.suggest import prefix_matches
+from django_sbert.query.suggest import prefix_words
 
 from .entries import entry_texts
 from .models import SearchEntry
 
 MODES = ("vector", "hybrid", "keyword")
 OPERATOR_MATCH = {"and": "all", "or": "any"}  # Wagtail's operator -> django-sbert's match
-AUTOCOMPLETE_LIMIT = 100  # rows an unsliced autocomplete() ranks
+# Autocomplete ranks its prefix matches by meaning from this many characters typed on (vector,
+# hybrid); shorter, by the prefix match.
+AUTOCOMPLETE_VECTOR_MIN_CHARS = 4
 
 
 def query_text(query: Any) -> str:
@@ -91,6 +97,11 @@ class SbertIndex(BaseIndex):
 
     def reset(self) -> None:
         SearchEntry.objects.all().delete()
+
+    def refresh(self) -> None:
+        """Make what was just added searchable now: embed the rows still without a current
+        vector in this process (as ``update_index`` does) instead of waiting for the worker."""
+        embed_stale(get_ref(SearchEntry._meta.label, "embedding"))
 
     def add_item(self, obj: models.Model) -> None:
         """One object (a save): ``update_or_create`` sends ``post_save``, whose handler sends
@@ -179,14 +190,52 @@ class SbertQueryCompiler(BaseSearchQueryCompiler):
     """Keeps the queryset, query and options; ``SbertSearchResults`` runs the search."""
 
     autocomplete = False
+    # order_by_relevance=False keeps the queryset's own order, expressions included: the
+    # matching objects are read from the queryset itself.
+    HANDLES_ORDER_BY_EXPRESSIONS = True
 
     def entries(self) -> models.QuerySet:
-        """The index rows of the queryset's objects (any filter on it applies)."""
+        """The index rows of the queryset's objects (any filter on it applies), restricted to
+        those whose ``fields`` hold the words when ``fields=`` is given."""
         model = self.queryset.model
         return SearchEntry.objects.filter(
             content_type_id__in=get_descendants_content_types_pks(model),
-            object_id__in=object_ids(self.queryset),
+            object_id__in=object_ids(self.objects()),
         )
+
+    def objects(self) -> models.QuerySet:
+        """The queryset, restricted to the objects whose ``fields`` hold the query's words."""
+        if not self.fields:
+            return self.queryset
+        words = query_text(self.query)
+        columns = self.field_columns()
+        if self.autocomplete:
+            match, config = prefix_query(words), "simple"
+        else:
+            config = keyword_config()
+            if self.match() == "any":
+                words = " or ".join(words.split())
+            match = SearchQuery(words, search_type="websearch", config=config)
+        vector = SearchVector(*columns, config=config)
+        return self.queryset.annotate(_sbert_fields=vector).filter(_sbert_fields=match)
+
+    def field_columns(self) -> list[str]:
+        """The model columns ``fields=`` names (Wagtail checked they are search fields)."""
+        columns = []
+        for name in self.fields:
+            try:
+                field = self.queryset.model._meta.get_field(name)
+            except FieldDoesNotExist:
+                field = None
+            if field is None or field.is_relation or not field.concrete:
+                raise SearchFieldError(
+                    f'Cannot search with field "{name}": django-sbert searches fields= only '
+                    f"on columns of {self.queryset.model.__name__}; leave fields= out to search "
+                    "the whole object.",
+                    field_name=name,
+                )
+            columns.append(field.attname)
+        return columns
 
     def match(self) -> str | None:
         operator = getattr(self.query, "operator", None)
@@ -197,54 +246,237 @@ class SbertAutocompleteQueryCompiler(SbertQueryCompiler):
     autocomplete = True
 
 
-class SbertSearchResults(BaseSearchResults):
-    """The queryset's objects in the order of their index rows' ranking."""
+def keyword_config() -> str:
+    """The text search configuration of the index's keyword column (its body's, if per field)."""
+    config = SearchEntry._meta.get_field("embedding").keyword_config
+    return config if isinstance(config, str) else config.get("body", next(iter(config.values())))
 
-    supports_facet = False
+
+def prefix_query(text: str) -> SearchQuery:
+    """Every word of ``text`` as a prefix (``'learn':* & 'pyth':*``), unstemmed."""
+    finished, last = prefix_words(text)
+    words = [*finished, *([last] if last else [])]
+    raw = " & ".join("'" + w.replace("'", "''").replace("\\", "\\\\") + "':*" for w in words)
+    return SearchQuery(raw or "''", search_type="raw", config="simple")
+
+
+Ranked = list[tuple[str, "float | None"]]  # (object id, score), best first
+
+
+class SbertSearchResults(BaseSearchResults):
+    """The queryset's objects in the order of their index rows' ranking.
+
+    A plain query (words, a phrase) is ranked in SQL and sliced there. A query built of
+    ``And``, ``Or``, ``Not``, ``Boost``, ``MATCH_ALL`` or ``MATCH_NONE`` is matched as sets of
+    objects (``Not`` leaves out the objects holding its words, in every mode) and ranked by
+    its positive words; ``order_by_relevance=False`` keeps the queryset's own order
+    (primary key descending where it has none, as Wagtail's backends do).
+    """
+
+    supports_facet = True
 
     @property
     def compiler(self) -> SbertQueryCompiler:
         return self.query_compiler
 
-    def _ranked_entries(self) -> models.QuerySet:
+    # -- matching ----------------------------------------------------------------------------
+
+    def _ranked_entries(self, text: str | None = None, match: str | None = None):
         """The index rows, best first, annotated with ``_sbert_score``."""
         compiler, mode = self.compiler, self.backend.mode
-        text = query_text(compiler.query)
+        text = query_text(compiler.query) if text is None else text
+        match = compiler.match() if match is None else match
         entries = compiler.entries()
         if mode == "vector":
             ranked = entries.similar_to(text)
             score = "similarity"
         elif mode == "hybrid":
-            ranked = entries.hybrid_search(text, keyword=KeywordConfig(match=compiler.match()))
+            ranked = entries.hybrid_search(text, keyword=KeywordConfig(match=match))
             score = "score"
         else:
-            ranked = entries.keyword_search(text, match=compiler.match() or "all")
+            ranked = entries.keyword_search(text, match=match or "all")
             score = "keyword_score"
         return ranked.annotate(_sbert_score=models.F(score))
 
-    def _matching_ids(self) -> list[str]:
-        """Object ids of every matching row (``order_by_relevance=False``: the queryset's
-        own order). In vector and hybrid modes every row with a vector matches."""
+    def _all_ids(self) -> set[str]:
+        """Every object the mode can match: with a vector (vector, hybrid) or any row."""
+        entries = self.compiler.entries()
+        if self.backend.mode != "keyword":
+            entries = entries.filter(embedding__isnull=False)
+        return set(entries.values_list("object_id", flat=True))
+
+    def _keyword_scores(self, query: Any) -> dict[str, float]:
+        """object id -> keyword score of the objects holding ``query``'s words."""
+        text = query_text(query)
+        if not text.strip():
+            return {}
+        operator = getattr(query, "operator", None)
+        match = OPERATOR_MATCH.get(str(operator).lower(), "all") if operator else "all"
+        ranked = self.compiler.entries().keyword_search(text, match=match)
+        count = ranked.count()
+        if not count:
+            return {}
+        return dict(ranked[:count].values_list("object_id", "keyword_score"))
+
+    def _matching(self, query: Any, universe: set[str], *, words: bool = False) -> set[str]:
+        """The objects ``query`` matches; ``words`` (under a ``Not``): holding its words."""
+        if isinstance(query, MatchAll):
+            return universe
+        if isinstance(query, Not):
+            return universe - self._matching(query.subquery, universe, words=True)
+        if isinstance(query, Boost):
+            return self._matching(query.subquery, universe, words=words)
+        if isinstance(query, And):
+            found = universe
+            for sub in query.subqueries:
+                found = found & self._matching(sub, universe, words=words)
+            return found
+        if isinstance(query, Or):
+            found: set[str] = set()
+            for sub in query.subqueries:
+                found |= self._matching(sub, universe, words=words)
+            return found
+        if words or self.backend.mode == "keyword":
+            return set(self._keyword_scores(query)) & universe
+        return universe  # vector, hybrid: every object matches, ranked by meaning
+
+    def _keyword_weighted(self, query: Any, weight: float = 1.0) -> dict[str, float]:
+        """Keyword mode: each object's score, the sum of its positive clauses' scores times
+        their ``Boost``."""
+        if isinstance(query, Boost):
+            return self._keyword_weighted(query.subquery, weight * float(query.boost))
+        if isinstance(query, (And, Or)):
+            total: dict[str, float] = {}
+            for sub in query.subqueries:
+                for key, score in self._keyword_weighted(sub, weight).items():
+                    total[key] = total.get(key, 0.0) + score
+            return total
+        if isinstance(query, (Not, MatchAll)):
+            return {}
+        return {k: weight * float(v) for k, v in self._keyword_scores(query).items()}
+
+    def _is_plain(self) -> bool:
+        return isinstance(self.compiler.query, (PlainText, Phrase, Fuzzy)) and not (
+            self.compiler.autocomplete
+        )
+
+    def _ranked(self) -> Ranked:
+        """Every matching object, best first (ties by primary key): the path of compound
+        queries and autocomplete; a plain query is ranked in SQL (``_do_search``)."""
+        if hasattr(self, "_ranked_cache"):
+            return self._ranked_cache
         compiler = self.compiler
-        if self.backend.mode == "keyword":
-            ranked = self._ranked_entries()
-            return list(ranked[: self._unsliced_count(ranked)].values_list("object_id", flat=True))
-        entries = compiler.entries().filter(embedding__isnull=False)
-        return list(entries.values_list("object_id", flat=True))
+        if compiler.autocomplete:
+            ranked = self._autocomplete_ranked()
+        else:
+            universe = self._all_ids()
+            found = self._matching(compiler.query, universe)
+            if self.backend.mode == "keyword":
+                scores = self._keyword_weighted(compiler.query)
+                ranked = sorted(
+                    ((key, scores.get(key)) for key in found),
+                    key=lambda pair: (-(pair[1] or 0.0), _sort_key(pair[0])),
+                )
+            else:
+                scores = self._meaning_scores(compiler.query)
+                ranked = sorted(
+                    ((key, scores.get(key)) for key in found),
+                    key=lambda pair: (pair[1] is None, -(pair[1] or 0.0), _sort_key(pair[0])),
+                )
+        self._ranked_cache = ranked
+        return ranked
 
-    @staticmethod
-    def _unsliced_count(ranked: models.QuerySet) -> int:
-        return max(ranked.count(), 1)
+    def _meaning_scores(self, query: Any, weight: float = 1.0) -> dict[str, float]:
+        """Vector, hybrid: each object's score for a compound query, the sum of its clauses'
+        scores by meaning, each times its ``Boost`` (``Not`` adds nothing)."""
+        if isinstance(query, Boost):
+            return self._meaning_scores(query.subquery, weight * float(query.boost))
+        if isinstance(query, (And, Or)):
+            parts = [self._meaning_scores(sub, weight) for sub in query.subqueries]
+            parts = [part for part in parts if part]
+            if not parts:
+                return {}
+            keys = set().union(*parts)
+            return {key: sum(part.get(key, 0.0) for part in parts) for key in keys}
+        if isinstance(query, (Not, MatchAll)):
+            return {}
+        text = query_text(query)
+        if not text.strip():
+            return {}
+        operator = getattr(query, "operator", None)
+        match = OPERATOR_MATCH.get(str(operator).lower()) if operator else None
+        ranked = self._ranked_entries(text, match)
+        count = ranked.count()
+        if not count:
+            return {}
+        rows = ranked[:count].values_list("object_id", "_sbert_score")
+        return {key: weight * float(score) for key, score in rows}
 
-    def _autocomplete_entries(self, limit: int) -> list[tuple[Any, float | None]]:
-        """(entry pk, score) for the text typed so far, best first."""
+    def _meaning_order(self, found: set[str]) -> Ranked:
+        """``found`` in the order of the mode's ranking of the query's positive words."""
+        text = query_text(self.compiler.query)
+        order: Ranked = []
+        if text.strip():
+            ranked = self._ranked_entries(text, self.compiler.match())
+            count = ranked.count()
+            if count:
+                order = [
+                    (key, score)
+                    for key, score in ranked[:count].values_list("object_id", "_sbert_score")
+                    if key in found
+                ]
+        seen = {key for key, _ in order}
+        return order + [(key, None) for key in sorted(found - seen, key=_sort_key)]
+
+    def _autocomplete_ranked(self) -> Ranked:
+        """The objects whose autocomplete fields have words starting with the words typed,
+        ranked by the prefix match (keyword) or by meaning (vector, hybrid)."""
         compiler = self.compiler
         text = query_text(compiler.query)
-        entries = compiler.entries()
+        query = prefix_query(text)
+        if not prefix_words(text)[0] and prefix_words(text)[1] is None:
+            return []
+        candidates = (
+            compiler.entries()
+            .annotate(_sbert_prefix=SearchVector("autocomplete", config="simple"))
+            .filter(_sbert_prefix=query)
+            .annotate(_sbert_rank=SearchRank(models.F("_sbert_prefix"), query))
+            .order_by("-_sbert_rank", "pk")
+        )
+        pairs = list(candidates.values_list("object_id", "_sbert_rank"))
+        if self.backend.mode == "keyword" or len(text.strip()) < AUTOCOMPLETE_VECTOR_MIN_CHARS:
+            return [(key, float(rank)) for key, rank in pairs]
+        return self._meaning_order({key for key, _ in pairs})
+
+    def _matching_ids(self) -> list[str] | None:
+        """Object ids of every match, in no order; None: every object of the queryset
+        (``MATCH_ALL``)."""
+        compiler = self.compiler
+        if isinstance(compiler.query, MatchAll) and not compiler.fields:
+            return None
+        if compiler.autocomplete:
+            return [key for key, _ in self._ranked()]
         if self.backend.mode == "keyword":
-            field = SearchEntry._meta.get_field("embedding")
-            return [(pk, None) for pk in prefix_matches(entries, field, text, limit)]
-        return [(s.pk, s.score) for s in entries.suggest(text, k=limit, candidates=limit)]
+            return list(self._matching(compiler.query, self._all_ids(), words=True))
+        if self._is_plain():
+            return list(self._all_ids())
+        return [key for key, _ in self._ranked()]
+
+    # -- results -----------------------------------------------------------------------------
+
+    def _ordered_queryset(self) -> models.QuerySet:
+        """order_by_relevance=False: the matching objects in the queryset's own order."""
+        compiler = self.compiler
+        queryset = compiler.queryset
+        ids = self._matching_ids()
+        if ids is not None:
+            to_python = queryset.model._meta.pk.to_python
+            queryset = queryset.filter(pk__in=[to_python(i) for i in ids])
+        if not queryset.ordered:
+            queryset = queryset.order_by("-pk")
+        if self.prefetch_related:
+            queryset = queryset.prefetch_related(*self.prefetch_related)
+        return queryset
 
     def _objects(self, pairs: Sequence[tuple[str, float | None]]) -> list[models.Model]:
         """The queryset's objects for (object id, score) pairs, in their order."""
@@ -260,50 +492,74 @@ class SbertSearchResults(BaseSearchResults):
             if obj is None:
                 continue  # deleted, or filtered out, since the rows were ranked
             if self._score_field:
-                setattr(obj, self._score_field, score)
+                setattr(obj, self._score_field, None if score is None else float(score))
             results.append(obj)
         return results
 
     def _do_search(self) -> list[models.Model]:
         compiler = self.compiler
-        if isinstance(compiler.query, MatchAll):
-            return list(compiler.queryset[self.start : self.stop])
-        if isinstance(compiler.query, Not) and isinstance(compiler.query.subquery, MatchAll):
+        if compiler.queryset.query.is_empty():
             return []
-        if compiler.autocomplete:
-            pairs = self._autocomplete_pairs()
-            return self._objects(pairs[self.start : self.stop])
         if not compiler.order_by_relevance:
-            ids = self._matching_ids()
-            queryset = compiler.queryset.filter(
-                pk__in=[compiler.queryset.model._meta.pk.to_python(i) for i in ids]
-            )
-            return list(queryset[self.start : self.stop])
+            return list(self._ordered_queryset()[self.start : self.stop])
+        if isinstance(compiler.query, MatchAll) and not compiler.fields:
+            return list(compiler.queryset[self.start : self.stop])
+        if not self._is_plain():
+            return self._objects(self._ranked()[self.start : self.stop])
+        if not query_text(compiler.query).strip():
+            return []
         ranked = self._ranked_entries()
-        stop = self.stop if self.stop is not None else self.start + self._unsliced_count(ranked)
+        stop = self.start + ranked.count() if self.stop is None else self.stop
+        if stop <= self.start:
+            return []
         rows = ranked.only("pk", "object_id")[self.start : stop]
         return self._objects([(row.object_id, row._sbert_score) for row in rows])
 
-    def _autocomplete_pairs(self) -> list[tuple[str, float | None]]:
-        limit = self.stop if self.stop is not None else AUTOCOMPLETE_LIMIT
-        scored = self._autocomplete_entries(max(limit, 1))
-        ids = SearchEntry.objects.in_bulk([pk for pk, _ in scored])
-        return [(ids[pk].object_id, score) for pk, score in scored if pk in ids]
-
     def _do_count(self) -> int:
         compiler = self.compiler
-        if isinstance(compiler.query, MatchAll):
-            return compiler.queryset.count()
-        if isinstance(compiler.query, Not) and isinstance(compiler.query.subquery, MatchAll):
+        if compiler.queryset.query.is_empty():
             return 0
-        if compiler.autocomplete:
-            count = len(self._autocomplete_pairs())
+        if isinstance(compiler.query, MatchAll) and not compiler.fields:
+            count = compiler.queryset.count()
         elif not compiler.order_by_relevance:
-            count = len(self._matching_ids())
+            count = self._ordered_queryset().count()
+        elif not self._is_plain():
+            count = len(self._ranked())
+        elif not query_text(compiler.query).strip():
+            count = 0
         else:
             count = self._ranked_entries().count()
         count = max(count - self.start, 0)
         return count if self.stop is None else min(count, self.stop - self.start)
+
+    def facet(self, field_name: str) -> OrderedDict:
+        """{value: how many matching objects have it}, most first (ties by value), for a
+        ``FilterField`` (a many-to-many one counts each related object; None: none)."""
+        compiler = self.compiler
+        field = compiler._get_filterable_field(field_name)
+        if field is None:
+            raise FilterFieldError(
+                f'Cannot facet search results with field "{field_name}". Please add '
+                f'index.FilterField("{field_name}") to {compiler.queryset.model.__name__}'
+                ".search_fields.",
+                field_name=field_name,
+            )
+        queryset = compiler.queryset.order_by()
+        ids = self._matching_ids()
+        if ids is not None:
+            to_python = queryset.model._meta.pk.to_python
+            queryset = queryset.filter(pk__in=[to_python(i) for i in ids])
+        counts = (
+            queryset.values(field.field_name)
+            .annotate(_sbert_count=models.Count("pk", distinct=True))
+            .order_by("-_sbert_count")
+        )
+        return OrderedDict((row[field.field_name], row["_sbert_count"]) for row in counts)
+
+
+def _sort_key(object_id: str) -> tuple[int, Any]:
+    """Ties in primary key order: numbers as numbers."""
+    return (0, int(object_id)) if object_id.isdigit() else (1, object_id)
 
 
 class SbertSearchBackend(BaseSearchBackend):

@@ -27,11 +27,13 @@ def plain(value: Any) -> str:
     return force_str(value)
 
 
-def _values(obj: Model, fields: Any) -> Iterator[tuple[Any, str]]:
-    """(search field, its text) for every SearchField / AutocompleteField, related ones too."""
+def _values(obj: Model, fields: Any, path: str = "") -> Iterator[tuple[str, Any, str]]:
+    """(path, search field, its text) for every SearchField / AutocompleteField, related ones
+    too (``path``: the relations followed, so that the same text under two relations, as a
+    novel's protagonist among its characters, counts twice)."""
     for field in fields:
         if isinstance(field, (SearchField, AutocompleteField)):
-            yield field, plain(field.get_value(obj))
+            yield path, field, plain(field.get_value(obj))
         elif isinstance(field, RelatedFields):
             related = field.get_value(obj)
             if related is None:
@@ -41,26 +43,28 @@ def _values(obj: Model, fields: Any) -> Iterator[tuple[Any, str]]:
             else:
                 related_objs = [related() if callable(related) else related]
             for sub_obj in related_objs:
-                yield from _values(sub_obj, field.fields)
+                yield from _values(sub_obj, field.fields, f"{path}{field.field_name}.")
 
 
 def entry_texts(obj: Model) -> dict[str, str]:
     """``{"title": ..., "body": ..., "autocomplete": ...}`` for ``obj``'s index row."""
-    title: list[str] = []
-    body: list[str] = []
-    autocomplete: list[str] = []
-    for field, text in _values(obj, obj.get_search_fields()):
+    # (where it came from, text) -> text: a field listed twice counts once.
+    title: dict[tuple[str, str], str] = {}
+    body: dict[tuple[str, str], str] = {}
+    autocomplete: dict[tuple[str, str], str] = {}
+    for path, field, text in _values(obj, obj.get_search_fields()):
         text = text.strip()
         if not text:
             continue
+        key = (path + field.field_name, text)
         if isinstance(field, AutocompleteField):
-            autocomplete.append(text)
+            autocomplete[key] = text
         elif field.field_name == "title" or (field.boost or 0) > TITLE_BOOST:
-            title.append(text)
+            title[key] = text
         else:
-            body.append(text)
+            body[key] = text
     return {
-        "title": "\n".join(dict.fromkeys(title)),  # a field listed twice counts once
-        "body": "\n".join(dict.fromkeys(body)),
-        "autocomplete": "\n".join(dict.fromkeys(autocomplete)),
+        "title": "\n".join(title.values()),
+        "body": "\n".join(body.values()),
+        "autocomplete": "\n".join(dict.fromkeys(autocomplete.values())),
     }
