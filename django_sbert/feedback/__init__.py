@@ -13,8 +13,9 @@ and network keys, crawlers, per-client and per-network budgets), ``tokens`` (sig
 ``tasks`` (the purge task), ``writes`` (the one write, in a savepoint inside a transaction);
 and what is learned from them: ``analytics`` (top queries, no results, no click, click-through
 by position, mean reciprocal rank of the first click per day and version, counted by
-PostgreSQL), ``pairs`` ((query, clicked row) training pairs with negatives from behaviour, and
-who made them), ``evidence`` (what the pairs rest on: eval pairs independent of the train
+PostgreSQL), ``clicks`` (the log's clicks read for pairs: visits, results shown, negatives),
+``pairs`` ((query, clicked row) training pairs with negatives from behaviour, and who made
+them), ``evidence`` (what the pairs rest on: eval pairs independent of the train
 pairs' visitors, signals of a scripted run, the pairs forgetting deletes), ``clickmodel``
 (which clicked rows visitors wanted: a position-based click model fitted to the log), ``loop``
 (make pairs, start a fine-tune when enough are new, promote a candidate the gate passes when
