@@ -182,10 +182,8 @@ def shown(
 
 
 def negatives(events: Any, eval_from: date | None) -> dict[tuple, dict[str, str]]:
-    """For each (split, query, model, field, clicked row): the pk of the result most often
-    shown above the click and not clicked ("skipped"), and the one most often shown below the
-    search's last click ("unexamined"), ties to the better position. A row anyone clicked for
-    the query is never a candidate. One SQL statement over the results' jsonb positions."""
+    """For each (split, query, model, field, clicked row): the pk of its "skipped" and of its
+    "unexamined" negative (feedback.pairs), ties to the better position. One SQL statement."""
     sql, params = events.values("id").query.sql_with_params()
     log = connection.ops.quote_name(SearchLog._meta.db_table)
     event = connection.ops.quote_name(SearchEvent._meta.db_table)

@@ -18,11 +18,8 @@ clicks the same chosen rows from every address it has; an office's visitors clic
 queries' rows), and its searches are left out of the click model
 (``PairsReport.heavy_networks``).
 
-Visitors click what they see first whether it is right or not, and a wrong row shown deep down
-gathers a few chance clicks once a query is searched often; the model learns from the log how
-often each position is looked at and how often wanted and unwanted rows are clicked when they
-are, and weighs each pair's clicks against every time it was shown (each visitor counted once,
-so no visitor's repeated searches outweigh the others'). The text of the row is what its
+The click model weighs each pair's clicks against every time it was shown (each visitor counted
+once, so no visitor's repeated searches outweigh the others'). The text of the row is what its
 EmbeddingField encodes (``EmbeddingField.get_source_text``), so the pair teaches exactly what
 search compares.
 
@@ -125,9 +122,8 @@ def network_spans(visits: dict[PairKey, list[Visit]]) -> dict[str, int]:
 
 
 def visitors(found: Iterable[Visit], spans: dict[str, int] | None = None) -> float:
-    """How many visitors ``found`` are: the fewer of distinct clients and of networks, each
-    network worth ``NETWORK_BUDGET / n`` of a visitor when it clicked ``n`` pairs, more than
-    the budget (``spans``: ``network_spans``; without it each network is worth one)."""
+    """How many visitors ``found`` are, counted as the module's docstring says (``spans``:
+    ``network_spans``; without it each network is worth one)."""
     found = list(found)
     networks = {v.network_or_client for v in found}
     worth = sum(min(1.0, NETWORK_BUDGET / (spans or {}).get(n, 1)) for n in networks)
@@ -153,10 +149,8 @@ def _relevance(
     for label, rows in by_label.items():
         model = models[label] = fit([s for _, s, _ in rows], [c for _, _, c in rows])
         clicked = [(identity, shown) for identity, shown, _ in rows if identity is not None]
-        for (identity, _), chance in zip(
-            clicked, relevances(model, [s for _, s in clicked]), strict=True
-        ):
-            normalized, field_name, pk = identity
+        chances = relevances(model, [s for _, s in clicked])
+        for ((normalized, field_name, pk), _), chance in zip(clicked, chances, strict=True):
             wanted[(normalized, label, field_name, pk)] = chance
     return wanted, models
 
@@ -185,8 +179,7 @@ def row_texts(model_label: str, field_name: str, pks: Iterable[str]) -> dict[str
     texts: dict[str, str] = {}
     keys = list(values)
     for start in range(0, len(keys), 500):
-        rows = light_rows(ref, ref.manager.filter(pk__in=keys[start : start + 500]))
-        for instance in rows:
+        for instance in light_rows(ref, ref.manager.filter(pk__in=keys[start : start + 500])):
             text = ref.field.get_source_text(instance).strip()
             if text:
                 texts[str(instance.pk)] = text
@@ -342,11 +335,8 @@ def _save_new(made: list[tuple[TrainingPair, list[Visit], str]], report: PairsRe
     with transaction.atomic():
         TrainingPair.objects.bulk_create(new, batch_size=1000)
         existing.update({(p.text_a, p.text_b, p.split): p.pk for p in new})
-        recorded = set(
-            PairEvidence.objects.filter(pair__in=[existing[k] for k in evidence]).values_list(
-                "pair", "client"
-            )
-        )
+        recorded_rows = PairEvidence.objects.filter(pair__in=[existing[k] for k in evidence])
+        recorded = set(recorded_rows.values_list("pair", "client"))
         rows = []
         for key, found in evidence.items():
             pk = existing[key]
@@ -375,12 +365,8 @@ def _by_client(found: Iterable[Visit]) -> Iterator[Visit]:
     for visit in found:
         seen = merged.get(visit.client)
         if seen is not None:
-            visit = Visit(
-                visit.client,
-                visit.network or seen.network,
-                min(visit.position, seen.position),
-                max(visit.last, seen.last),
-            )
+            position, last = min(visit.position, seen.position), max(visit.last, seen.last)
+            visit = Visit(visit.client, visit.network or seen.network, position, last)
         merged[visit.client] = visit
     return iter(merged.values())
 

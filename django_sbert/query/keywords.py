@@ -1,7 +1,6 @@
-"""The keyword side of a search: the words of a text to look for, how they are ranked, and the
-filter that finds the rows holding them (``keyword_search()``, and the keyword list that
-``hybrid_search()`` fuses). The SQL pieces are django_sbert.keyword's; the cap on the rows
-ranked is fusion.CappedMatch.
+"""The keyword side of a search (``keyword_search()``, ``hybrid_search()``'s keyword list): the
+words of a text to look for, how they are ranked, and the filter that finds the rows holding
+them. The SQL pieces are django_sbert.keyword's; the cap on the rows ranked is fusion.CappedMatch.
 """
 
 from __future__ import annotations
@@ -39,6 +38,13 @@ class KeywordPlan:
     # hybrid_search(): the keyword side's rows, ranked already (fusion.KeywordRows)
     rows: KeywordRows | None = None
 
+    def applied_to(self, fusion: Fusion, **changes: Any) -> Fusion:
+        """``fusion`` with this plan's terms, BM25 parameters and ranked rows (and ``changes``)."""
+        terms, share, rows = self.terms, self.match_share, self.rows
+        return replace(
+            fusion, terms=terms, bm25=self.bm25, match_share=share, keyword_rows=rows, **changes
+        )
+
 
 def keyword_plan(
     queryset: models.QuerySet,
@@ -50,11 +56,10 @@ def keyword_plan(
     fusion: Fusion | None = None,
     before_ranking: Callable[[], None] | None = None,
 ) -> KeywordPlan:
-    """The words of ``text`` to search for and how to rank them (one query, under the
-    statement timeout like the search). BM25: ``(lexeme, idf, df)`` from the column's
-    exact statistics, for either match; where the column has none (its triggers could
-    not be installed): the terms of tsquery.query_terms for match="any", () for
-    match="all".
+    """The words of ``text`` to search for and how to rank them (one query, under the statement
+    timeout like the search). BM25: ``(lexeme, idf, df)`` from the column's exact statistics, for
+    either match; where the column has none (its triggers could not be installed): the terms of
+    tsquery.query_terms for match="any", () for match="all".
 
     With ``fusion`` (hybrid_search(): the fused table's settings, its terms still to come)
     the plan also carries the keyword side's rows, ranked in the same transaction;
@@ -68,8 +73,8 @@ def keyword_plan(
         plan = _terms(queryset.model, embedding, text, match, max_df, connection)
         if fusion is None:
             return plan
-        fused = replace(fusion, terms=plan.terms, bm25=plan.bm25, match_share=plan.match_share)
-        join = FusedJoin(fused, queryset.model._meta.pk.column, queryset.query.get_initial_alias())
+        alias = queryset.query.get_initial_alias()
+        join = FusedJoin(plan.applied_to(fusion), queryset.model._meta.pk.column, alias)
         rows = join.keyword_rows_ahead(queryset.query, connection, before_ranking)
         return replace(plan, rows=rows)
 

@@ -29,13 +29,11 @@ How it stays fast and correct (see docs/search.md):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from asgiref.sync import sync_to_async
 from django.db import models
-from django.db.models import Value
 from pgvector import Vector
 
 from ..fields import EmbeddingField, embedding_fields
@@ -260,16 +258,7 @@ class SemanticQuerySet(RankedQuerySet):
             if oversample is not None:  # the top candidates of candidates x oversample codes
                 top = fusion.candidates * oversample
                 binary = reranked(embedding, literal, source, oversample, top)  # query/binary.py
-            fusion = replace(
-                fusion,
-                terms=plan.terms,
-                bm25=plan.bm25,
-                match_share=plan.match_share,
-                keyword_rows=plan.rows,
-                vector_literal=literal,
-                passages=search,
-                binary=binary,
-            )
+            fusion = plan.applied_to(fusion, vector_literal=literal, passages=search, binary=binary)
         qs = qs._fused(fusion, embedding, encoded=wait is not None)
         qs = qs._searching(embedding, k=k, ef_search=ef_search, iterative_scan=iterative_scan)
         qs._search_ordering = None
@@ -284,13 +273,12 @@ class SemanticQuerySet(RankedQuerySet):
         parent = self.query.get_initial_alias()
         alias = self.query.join(FusedJoin(fusion, self.model._meta.pk.column, parent))
         annotations: dict[str, Any] = dict(fused_annotations(alias))
-        annotations["similarity"] = Value(None, output_field=models.FloatField())
+        annotations["similarity"] = models.Value(None, output_field=models.FloatField())
         if encoded:
             # A row found by its words alone may still carry another version's vector (a
             # switch in progress): it gets no similarity rather than a meaningless one.
             annotations["similarity"] = models.Case(
                 models.When(same, then=1.0 - cosine_distance(embedding, literal, source)),
-                default=None,
                 output_field=models.FloatField(),
             )
         if fusion.passages is not None:  # similarity and passage of each row's best passage
@@ -300,15 +288,9 @@ class SemanticQuerySet(RankedQuerySet):
     def suggest(
         self, text: str, k: int | None = None, field: str | None = None, **options: Any
     ) -> list[Suggestion]:
-        """Search-as-you-type: up to ``k`` rows for the text typed so far, best first.
-
-        A prefix match of the words on the keyword column (the last, unfinished word as a
-        prefix) fused with a vector search of the text; a text shorter than
-        ``suggest.VECTOR_MIN_CHARS`` (4) is answered by the prefix match alone, one
-        shorter than ``suggest.MIN_CHARS`` (2) by nothing. Returns ``Suggestion``s
-        (``pk``, ``label``, ``url``, ``score``, ``keyword_rank``, ``vector_rank``,
-        ``object``), not a queryset: query/suggest.py, docs/hybrid.md.
-        """
+        """Search-as-you-type: up to ``k`` ``Suggestion``s for the text typed so far, best first:
+        a prefix match of its words fused with a vector search of it; a list, not a queryset
+        (query/suggest.py, docs/hybrid.md)."""
         return suggest(self, text, k, field, **options)
 
     # -- async: the query text is encoded off the event loop (aio.py) ------------------------
@@ -339,8 +321,7 @@ class SemanticQuerySet(RankedQuerySet):
         """``hybrid_search()`` for async code; the text is encoded off the event loop."""
         qs = self._pinned()
         if isinstance(text, str):
-            encoder = qs._embedding_field(field, keyword=True).encoder
-            text = await encode_text(text, encoder, qs.db)
+            text = await encode_text(text, qs._embedding_field(field, keyword=True).encoder, qs.db)
         return await sync_to_async(qs.hybrid_search)(text, k, field, **options)
 
     async def akeyword_search(
@@ -362,8 +343,7 @@ class SemanticQuerySet(RankedQuerySet):
         a query never mixes the vectors of two encoder versions, even while a promotion
         switches them (docs/fine-tuning.md).
         """
-        exclude_pk = None
-        source = None
+        exclude_pk = source = None
         if isinstance(query, models.Model):
             vector, source = instance_vector(query, embedding, self.db)
             if query._meta.concrete_model is self.model._meta.concrete_model:
@@ -382,11 +362,10 @@ class SemanticQuerySet(RankedQuerySet):
         try:
             return embedding.fit_vectors(vector)
         except ValueError:
-            dimensions = embedding.get_dimensions()
             cut = " (or its encoder's wider vectors, cut to that)" if embedding.truncates else ""
             raise ValueError(
                 f"The query vector has {len(vector)} dimensions but {self.model._meta.label}."
-                f"{embedding.name} holds {dimensions}{cut}; encode it with encoder "
+                f"{embedding.name} holds {embedding.get_dimensions()}{cut}; encode it with encoder "
                 f"{embedding.encoder!r}."
             ) from None
 

@@ -1,7 +1,5 @@
-"""How a built search runs, however the queryset is evaluated (iteration, ``iterator()``,
-``aiterator()``, ``count()``, ``exists()``, ``aggregate()``, ``explain()``).
-
-``SemanticQuerySet`` (queryset.py) builds a search's SQL; ``RankedQuerySet``, its base, runs it:
+"""``RankedQuerySet``, the base of ``SemanticQuerySet`` (queryset.py): how a built search runs,
+however it is evaluated (iteration, ``iterator()``, ``aiterator()``, ``count()``, ``explain()``...):
 
 * ``hnsw.ef_search``, ``hnsw.iterative_scan`` and ``hnsw.max_scan_tuples`` are set with
   ``set_config(..., is_local => true)`` inside a transaction that also runs the query: a
@@ -50,11 +48,10 @@ class RankedQuerySet(models.QuerySet):
     def _running(self, *, pipelined: bool = False) -> Iterator[None]:
         """Run the block with ``k`` applied and this search's pgvector settings.
 
-        ``k`` caps the rows only while the statement runs: the queryset's own limits are put
-        back afterwards, so after evaluation it can still be filtered, counted or sliced like
-        any queryset. ``pipelined``: the block fetches its rows whole on ordinary cursors, so
-        the transaction's start, the settings and the statement may share a round trip
-        (``search_options``).
+        ``k`` caps the rows only while the statement runs: the queryset's own limits are put back
+        afterwards, so after evaluation it can still be filtered, counted or sliced like any
+        queryset. ``pipelined``: the block fetches its rows whole on ordinary cursors, so the
+        transaction's start, the settings and the statement may share a round trip.
         """
         assert self._search is not None
         query = self.query
@@ -72,12 +69,11 @@ class RankedQuerySet(models.QuerySet):
             return super()._fetch_all()
         with self._running(pipelined=True):  # rows fetched whole, on a client-side cursor
             super()._fetch_all()
-        if self._came_back_short(self._result_cache):
-            retry = self._after_switch()
-            if retry is not None:
-                retry._fetch_all()
-                self._result_cache = retry._result_cache
-                self._prefetch_done = retry._prefetch_done
+        retry = self._after_switch() if self._came_back_short(self._result_cache) else None
+        if retry is not None:
+            retry._fetch_all()
+            self._result_cache = retry._result_cache
+            self._prefetch_done = retry._prefetch_done
         if self._search.iterative_scan == "relaxed_order" and self._ordered_by_distance():
             self._result_cache = _resorted(self._result_cache)
 
