@@ -11,9 +11,10 @@ Modules: ``log`` (``log_search``, ``normalize_query``), ``visitors`` (pseudonymo
 network keys, crawlers, budgets), ``tokens`` (signed click tokens), ``events``
 (``record_event``), ``export`` (UBI JSON lines), ``retention`` (purge and forget), ``tasks``
 (the purge task), ``writes`` (the one write); and what is learned from them: ``analytics``
-(figures of the log), ``pairs`` (training pairs from clicks), ``evidence`` (what those pairs
-rest on), ``clickmodel`` (which clicked rows visitors wanted), ``loop`` (clicks to a promoted
-fine-tune) and ``learning_tasks`` (the loop's Celery task).
+(figures of the log), ``clicks`` (the log's clicks read for pairs), ``pairs`` (training pairs
+from clicks), ``evidence`` (what those pairs rest on), ``clickmodel`` (which clicked rows
+visitors wanted), ``loop`` (clicks to a promoted fine-tune) and ``learning_tasks`` (the loop's
+Celery task).
 """
 
 from __future__ import annotations

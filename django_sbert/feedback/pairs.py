@@ -18,11 +18,8 @@ clicks the same chosen rows from every address it has; an office's visitors clic
 queries' rows), and its searches are left out of the click model
 (``PairsReport.heavy_networks``).
 
-Visitors click what they see first whether it is right or not, and a wrong row shown deep down
-gathers a few chance clicks once a query is searched often; the model learns from the log how
-often each position is looked at and how often wanted and unwanted rows are clicked when they
-are, and weighs each pair's clicks against every time it was shown (each visitor counted once,
-so no visitor's repeated searches outweigh the others'). The text of the row is what its
+The click model weighs each pair's clicks against every time it was shown (each visitor counted
+once, so no visitor's repeated searches outweigh the others'). The text of the row is what its
 EmbeddingField encodes (``EmbeddingField.get_source_text``), so the pair teaches exactly what
 search compares.
 
@@ -57,19 +54,17 @@ from datetime import date, datetime
 from typing import Any
 
 from django.apps import apps
-from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import Case, CharField, Max, Min, Q, Value, When
-from django.utils import timezone
+from django.db import transaction
 
 from ..conf import sbert_settings
 from ..conf.declaration import NEGATIVE_CHOICES, PAIR_OPTIONS
 from ..indexing import field_refs, get_ref, light_rows
-from ..models import BEHAVIOUR_SOURCE, PairEvidence, SearchEvent, SearchLog, TrainingPair
+from ..models import BEHAVIOUR_SOURCE, PairEvidence, TrainingPair
+from . import clicks
 from .clickmodel import PositionModel, Shown, fit, relevances
+from .clicks import PairKey, Visit, click_days
 
 SOURCE_PREFIX = BEHAVIOUR_SOURCE
-CLICK = "click"
 # Visitors one network is worth in a build at most, spread over the (query, row) pairs it
 # clicked: the visitors of one network click their own few queries' rows, where a script
 # clicks its chosen rows from every address it has.
@@ -108,38 +103,6 @@ class PairsReport:
         )
 
 
-def _tz_name() -> str:
-    return timezone.get_current_timezone_name() if settings.USE_TZ else "UTC"
-
-
-def _within(
-    rows: Any, since: datetime | None, until: datetime | None, label: str | None, label_path: str
-) -> Any:
-    """``rows`` created in [since, until), of the model ``label`` (at ``label_path``) if given."""
-    if since is not None:
-        rows = rows.filter(created_at__gte=since)
-    if until is not None:
-        rows = rows.filter(created_at__lt=until)
-    return rows.filter(**{label_path: label}) if label else rows
-
-
-def _clicks(since: datetime | None, until: datetime | None, model_label: str | None) -> Any:
-    events = SearchEvent.objects.filter(kind=CLICK)
-    return _within(events, since, until, model_label, "search__model_label")
-
-
-def click_days(events: Any) -> list[date]:
-    """The distinct days (in the current time zone) ``events`` fall on, oldest first."""
-    sql, params = events.values("created_at").query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT DISTINCT (t.created_at AT TIME ZONE %s)::date AS day FROM ({sql}) t "
-            "ORDER BY day",
-            [_tz_name(), *params],
-        )
-        return [row[0] for row in cursor.fetchall()]
-
-
 def eval_window(days: list[date], share: float) -> date | None:
     """The first day of the eval window: the most recent ``share`` of ``days`` (at least one
     day, when there are two days or more; None with fewer: no eval pairs)."""
@@ -147,64 +110,6 @@ def eval_window(days: list[date], share: float) -> date | None:
         return None
     count = min(len(days) - 1, max(1, round(len(days) * share)))
     return days[-count]
-
-
-@dataclass(frozen=True)
-class Visit:
-    """One visitor's clicks on one row for one query (in one split)."""
-
-    client: str
-    network: str  # "" for searches logged before networks were
-    position: int  # the best position it was clicked at
-    last: datetime  # the latest click
-
-    @property
-    def network_or_client(self) -> str:
-        """What counts as the visitor's network (a search without one: its own client)."""
-        return self.network or f"client:{self.client}"
-
-
-# (split, query, model, field, row): a clicked pair of a build
-PairKey = tuple[str, str, str, str, str]
-
-
-def _visits(events: Any, eval_from: date | None) -> dict[PairKey, list[Visit]]:
-    """Each clicked (split, query, model, field, row) with its visitors, grouped by
-    PostgreSQL and read in chunks."""
-    split: Any = Value("train", output_field=CharField())
-    if eval_from is not None:  # created_at__date: the day in the current time zone
-        split = Case(
-            When(created_at__date__gte=eval_from, then=Value("eval")),
-            default=Value("train"),
-            output_field=CharField(),
-        )
-    rows = (
-        events.annotate(split=split)
-        .values(
-            "split",
-            "search__normalized",
-            "search__model_label",
-            "search__field",
-            "object_pk",
-            "client",
-            "search__network",
-        )
-        .annotate(best=Min("position"), last=Max("created_at"))
-        .order_by()
-    )
-    visits: dict[PairKey, list[Visit]] = defaultdict(list)
-    for row in rows.iterator(chunk_size=5000):
-        key = (
-            row["split"],
-            row["search__normalized"],
-            row["search__model_label"],
-            row["search__field"],
-            row["object_pk"],
-        )
-        visits[key].append(
-            Visit(row["client"], row["search__network"] or "", row["best"], row["last"])
-        )
-    return visits
 
 
 def network_spans(visits: dict[PairKey, list[Visit]]) -> dict[str, int]:
@@ -217,95 +122,12 @@ def network_spans(visits: dict[PairKey, list[Visit]]) -> dict[str, int]:
 
 
 def visitors(found: Iterable[Visit], spans: dict[str, int] | None = None) -> float:
-    """How many visitors ``found`` are: the fewer of distinct clients and of networks, each
-    network worth ``NETWORK_BUDGET / n`` of a visitor when it clicked ``n`` pairs, more than
-    the budget (``spans``: ``network_spans``; without it each network is worth one)."""
+    """How many visitors ``found`` are, counted as the module's docstring says (``spans``:
+    ``network_spans``; without it each network is worth one)."""
     found = list(found)
     networks = {v.network_or_client for v in found}
     worth = sum(min(1.0, NETWORK_BUDGET / (spans or {}).get(n, 1)) for n in networks)
     return min(len({v.client for v in found}), worth)
-
-
-def _searches(
-    events: Any, since: datetime | None, until: datetime | None, label: str | None
-) -> Any:
-    """The searches logged in [since, until) (of ``label`` if given), and those of ``events``
-    (a click just inside the window on a search just before it)."""
-    window = _within(SearchLog.objects.all(), since, until, label, "model_label")
-    return SearchLog.objects.filter(
-        Q(pk__in=window.values("pk")) | Q(pk__in=events.values("search_id"))
-    )
-
-
-def _shown_pairs(
-    since: datetime | None,
-    until: datetime | None,
-    model_label: str | None,
-    events: Any = None,
-    set_aside: Iterable[str] = (),
-) -> list[tuple[str, tuple[str, str, str] | None, Shown, int]]:
-    """Every (query, row) pair the searches logged in [since, until) showed, as (model,
-    (query, field, row) or None, where it was shown and clicked, how many such pairs). Pairs
-    never clicked come grouped by their shape, with no identity: the click model needs how
-    many there are, not which. A place counts visitors, not searches: one visitor who
-    searched the same query twenty times and clicked the row each time (or never) is one
-    showing and one click (or none), as ``MIN_CLIENTS`` counts them; a visitor is a network
-    (a search logged without one: its client), and the ``set_aside`` networks' searches are
-    left out. One SQL statement over the jsonb results."""
-    if events is None:
-        events = _clicks(since, until, model_label)
-    searches = _searches(events, since, until, model_label)
-    sql, params = searches.values("id").query.sql_with_params()
-    log = connection.ops.quote_name(SearchLog._meta.db_table)
-    event = connection.ops.quote_name(SearchEvent._meta.db_table)
-    query = f"""
-        WITH shown AS (
-            SELECT s.id AS search_id, s.normalized, s.model_label, s.field,
-                   COALESCE(NULLIF(s.network, ''), 'client:' || s.client) AS client,
-                   r.value->>0 AS object_pk, (r.value->>1)::int AS position
-            FROM {log} s CROSS JOIN LATERAL jsonb_array_elements(s.results) r
-            WHERE s.id IN ({sql})
-              AND NOT COALESCE(NULLIF(s.network, ''), 'client:' || s.client) = ANY(%s)
-        ),
-        clicked AS (
-            SELECT DISTINCT search_id, object_pk FROM {event}
-            WHERE kind = %s AND search_id IN ({sql})
-        ),
-        places AS (
-            SELECT shown.normalized, shown.model_label, shown.field, shown.object_pk,
-                   shown.position, count(DISTINCT shown.client) AS shown,
-                   count(DISTINCT shown.client) FILTER (WHERE c.search_id IS NOT NULL)
-                       AS clicked
-            FROM shown LEFT JOIN clicked c
-              ON c.search_id = shown.search_id AND c.object_pk = shown.object_pk
-            WHERE shown.position >= 1
-            GROUP BY 1, 2, 3, 4, 5
-        ),
-        pairs AS (
-            SELECT normalized, model_label, field, object_pk,
-                   array_agg(position ORDER BY position) AS positions,
-                   array_agg(shown ORDER BY position) AS shown,
-                   array_agg(clicked ORDER BY position) AS clicked,
-                   sum(clicked) > 0 AS any_click
-            FROM places GROUP BY 1, 2, 3, 4
-        )
-        SELECT model_label, normalized, field, object_pk, positions, shown, clicked, 1
-        FROM pairs WHERE any_click
-        UNION ALL
-        SELECT model_label, NULL, NULL, NULL, positions, shown, clicked, count(*)
-        FROM pairs WHERE NOT any_click GROUP BY model_label, positions, shown, clicked
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(query, [*params, list(set_aside), CLICK, *params])
-        return [
-            (
-                label,
-                None if normalized is None else (normalized, field_name, pk),
-                Shown(tuple(positions), tuple(shown), tuple(clicked)),
-                int(count),
-            )
-            for label, normalized, field_name, pk, positions, shown, clicked, count in cursor
-        ]
 
 
 def _relevance(
@@ -320,73 +142,17 @@ def _relevance(
     result the window's searches (and those of its clicks) showed, less the ``set_aside``
     networks'; and the fitted models."""
     by_label: dict[str, list[tuple[tuple[str, str, str] | None, Shown, int]]] = defaultdict(list)
-    shown_pairs = _shown_pairs(since, until, model_label, events, set_aside)
-    for label, identity, shown, count in shown_pairs:
+    for label, identity, shown, count in clicks.shown(since, until, model_label, events, set_aside):
         by_label[label].append((identity, shown, count))
     wanted: dict[tuple[str, str, str, str], float] = {}
     models: dict[str, PositionModel] = {}
     for label, rows in by_label.items():
         model = models[label] = fit([s for _, s, _ in rows], [c for _, _, c in rows])
         clicked = [(identity, shown) for identity, shown, _ in rows if identity is not None]
-        for (identity, _), chance in zip(
-            clicked, relevances(model, [s for _, s in clicked]), strict=True
-        ):
-            normalized, field_name, pk = identity
+        chances = relevances(model, [s for _, s in clicked])
+        for ((normalized, field_name, pk), _), chance in zip(clicked, chances, strict=True):
             wanted[(normalized, label, field_name, pk)] = chance
     return wanted, models
-
-
-def _negatives(events: Any, eval_from: date | None) -> dict[tuple, dict[str, str]]:
-    """For each (split, query, model, field, clicked row): the pk of the result most often
-    shown above the click and not clicked ("skipped"), and the one most often shown below the
-    search's last click ("unexamined"), ties to the better position. A row anyone clicked for
-    the query is never a candidate. One SQL statement over the results' jsonb positions."""
-    sql, params = events.values("id").query.sql_with_params()
-    log = connection.ops.quote_name(SearchLog._meta.db_table)
-    event = connection.ops.quote_name(SearchEvent._meta.db_table)
-    cutoff = eval_from or date.max
-    query = f"""
-        WITH clicks AS (
-            SELECT e.search_id, e.object_pk, e.position, s.normalized, s.model_label, s.field,
-                   CASE WHEN (e.created_at AT TIME ZONE %s)::date >= %s THEN 'eval'
-                        ELSE 'train' END AS split
-            FROM {event} e JOIN {log} s ON s.id = e.search_id
-            WHERE e.id IN ({sql})
-        ),
-        positives AS (SELECT DISTINCT normalized, model_label, field, object_pk FROM clicks),
-        last_click AS (SELECT search_id, max(position) AS last FROM clicks GROUP BY search_id),
-        shown AS (
-            SELECT c.split, c.normalized, c.model_label, c.field, c.object_pk AS clicked,
-                   r.value->>0 AS candidate, (r.value->>1)::int AS position,
-                   CASE WHEN (r.value->>1)::int < c.position THEN 'skipped'
-                        WHEN (r.value->>1)::int > l.last THEN 'unexamined' END AS kind
-            FROM clicks c
-            JOIN {log} s ON s.id = c.search_id
-            JOIN last_click l ON l.search_id = c.search_id
-            CROSS JOIN LATERAL jsonb_array_elements(s.results) r
-        ),
-        counted AS (
-            SELECT split, normalized, model_label, field, clicked, kind, candidate,
-                   count(*) AS votes, avg(position) AS mean_position
-            FROM shown
-            WHERE kind IS NOT NULL AND NOT EXISTS (
-                SELECT 1 FROM positives p WHERE p.normalized = shown.normalized
-                AND p.model_label = shown.model_label AND p.field = shown.field
-                AND p.object_pk = shown.candidate)
-            GROUP BY split, normalized, model_label, field, clicked, kind, candidate
-        )
-        SELECT DISTINCT ON (split, normalized, model_label, field, clicked, kind)
-               split, normalized, model_label, field, clicked, kind, candidate
-        FROM counted
-        ORDER BY split, normalized, model_label, field, clicked, kind, votes DESC,
-                 mean_position, candidate
-    """
-    chosen: dict[tuple, dict[str, str]] = defaultdict(dict)
-    with connection.cursor() as cursor:
-        cursor.execute(query, [_tz_name(), cutoff, *params])
-        for split, normalized, label, field_name, clicked, kind, candidate in cursor.fetchall():
-            chosen[(split, normalized, label, field_name, clicked)][kind] = candidate
-    return chosen
 
 
 def _field_name(model_label: str, field_name: str) -> str:
@@ -413,8 +179,7 @@ def row_texts(model_label: str, field_name: str, pks: Iterable[str]) -> dict[str
     texts: dict[str, str] = {}
     keys = list(values)
     for start in range(0, len(keys), 500):
-        rows = light_rows(ref, ref.manager.filter(pk__in=keys[start : start + 500]))
-        for instance in rows:
+        for instance in light_rows(ref, ref.manager.filter(pk__in=keys[start : start + 500])):
             text = ref.field.get_source_text(instance).strip()
             if text:
                 texts[str(instance.pk)] = text
@@ -453,22 +218,21 @@ def behaviour_pairs(
 ) -> PairsReport:
     """Make training pairs from the clicks logged in [``since``, ``until``) and save the new
     ones; see the module's docstring. Options left None take ``SBERT["FEEDBACK"]``'s."""
-    given = {
-        "min_clients": min_clients,
-        "min_relevance": min_relevance,
-        "negatives": negatives,
-        "eval_share": eval_share,
-    }
-    chosen = pair_options(**given)
+    chosen = pair_options(
+        min_clients=min_clients,
+        min_relevance=min_relevance,
+        negatives=negatives,
+        eval_share=eval_share,
+    )
     min_clients, min_relevance = chosen["min_clients"], chosen["min_relevance"]
     negatives, share = chosen["negatives"], chosen["eval_share"]
     report = PairsReport()
-    events = _clicks(since, until, model_label)
+    events = clicks.between(since, until, model_label)
     report.days = click_days(events)
     if not report.days:
         return report
     report.eval_from = eval_window(report.days, share)
-    visits = _visits(events, report.eval_from)
+    visits = clicks.visits(events, report.eval_from)
     spans = network_spans(visits)
     heavy = {network for network, span in spans.items() if span > NETWORK_BUDGET}
     report.heavy_networks = len(heavy)
@@ -491,7 +255,7 @@ def behaviour_pairs(
         }
         report.unlikely = len(kept) - len(likely)
         kept = likely
-    chosen = _negatives(events, report.eval_from) if negatives != "mined" else {}
+    chosen = clicks.negatives(events, report.eval_from) if negatives != "mined" else {}
     fallback = {"unexamined": "skipped", "skipped": "unexamined"}.get(negatives, "")
 
     by_target: dict[tuple[str, str], list[PairKey]] = defaultdict(list)
@@ -571,11 +335,8 @@ def _save_new(made: list[tuple[TrainingPair, list[Visit], str]], report: PairsRe
     with transaction.atomic():
         TrainingPair.objects.bulk_create(new, batch_size=1000)
         existing.update({(p.text_a, p.text_b, p.split): p.pk for p in new})
-        recorded = set(
-            PairEvidence.objects.filter(pair__in=[existing[k] for k in evidence]).values_list(
-                "pair", "client"
-            )
-        )
+        recorded_rows = PairEvidence.objects.filter(pair__in=[existing[k] for k in evidence])
+        recorded = set(recorded_rows.values_list("pair", "client"))
         rows = []
         for key, found in evidence.items():
             pk = existing[key]
@@ -604,12 +365,8 @@ def _by_client(found: Iterable[Visit]) -> Iterator[Visit]:
     for visit in found:
         seen = merged.get(visit.client)
         if seen is not None:
-            visit = Visit(
-                visit.client,
-                visit.network or seen.network,
-                min(visit.position, seen.position),
-                max(visit.last, seen.last),
-            )
+            position, last = min(visit.position, seen.position), max(visit.last, seen.last)
+            visit = Visit(visit.client, visit.network or seen.network, position, last)
         merged[visit.client] = visit
     return iter(merged.values())
 

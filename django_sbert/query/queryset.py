@@ -18,16 +18,9 @@ How it stays fast and correct (see docs/search.md):
 
 * it orders by ``embedding <=> query`` (``CosineDistance``), the operator of an HNSW index built
   with ``vector_cosine_ops``; ordering by the ``similarity`` annotation would bypass the index;
-* ``hnsw.ef_search``, ``hnsw.iterative_scan`` and ``hnsw.max_scan_tuples`` are set with
-  ``set_config(..., is_local => true)`` inside a transaction that also runs the query: a
-  ``SET LOCAL`` outside a transaction does nothing (pgvector #675);
-* iterative index scans (pgvector >= 0.8) keep scanning until a filtered top-k has k rows;
-* with ``relaxed_order`` scans the fetched rows are re-sorted by similarity in Python, since
-  the index may return them slightly out of order.
-* a text or row search that comes back short because a promotion's switch committed after
-  its version was read runs once more, on a copy, with the new version (vectors.py);
-* a keyword search ranks at most ``KEYWORD_MAX_ROWS`` matching rows (fusion.CappedMatch), and
-  every statement runs under ``STATEMENT_TIMEOUT`` (options.py).
+* a keyword search ranks at most ``KEYWORD_MAX_ROWS`` matching rows (fusion.CappedMatch);
+* the search runs with ``k``, its pgvector settings and ``STATEMENT_TIMEOUT``, and once more
+  after a promotion's switch, as running.py describes (``RankedQuerySet``, the base class).
 
 ``hybrid_search()`` shares the encoding, the filtering and the index settings with
 ``similar_to()``; its SQL is described in fusion.py, the full-text pieces in django_sbert.keyword.
@@ -35,94 +28,46 @@ How it stays fast and correct (see docs/search.md):
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from asgiref.sync import sync_to_async
-from django.db import connections, models
-from django.db.models import Value
+from django.db import models
 from pgvector import Vector
 
 from ..fields import EmbeddingField, embedding_fields
 from ..fields.columns import vector_literal
-from ..keyword import bm25, tsquery
-from ..keyword.column import field_weights
+from ..keyword import tsquery
 from .aio import PendingVector, encode_text, pending_text_vector
 from .binary import reranked
-from .fusion import (
-    KEYWORDS_INSIDE,
-    CappedMatch,
-    FusedJoin,
-    Fusion,
-    KeywordRows,
-    fused_annotations,
-    fusion_plan,
-    prescore_terms,
-    served_fusion,
-)
+from .fusion import FusedJoin, Fusion, fused_annotations, fusion_plan, served_fusion
+from .keywords import check_keyword_search, keyword_filter, keyword_plan
 from .options import (
     FusionConfig,
     KeywordConfig,
     SearchOptions,
     binary_oversample,
-    bm25_settings,
     hybrid_configs,
-    keyword_max_df,
     keyword_max_rows,
-    keyword_rank,
     match_mode,
-    match_share,
-    rescored_rows,
-    search_options,
 )
 from .passages import PassageSearch, hybrid_annotations, join_passages, uses_passages
 from .replicas import search_database
+from .running import RankedQuerySet
 from .suggest import Suggestion, suggest
 from .vectors import (
     QuerySource,
     as_vector,
     cosine_distance,
     instance_vector,
-    rebind,
-    rebound_for,
     same_version,
     text_vector,
 )
 
 
-@dataclass(frozen=True)
-class KeywordPlan:
-    """What a keyword search looks for: its terms ``(lexeme, idf, df)``, the BM25 parameters
-    (None: the column has no statistics, ts_rank) and the share of rows a candidate's rarest
-    words may cover."""
-
-    terms: tuple[tsquery.Term, ...]
-    bm25: bm25.Bm25 | None
-    match_share: float
-    # hybrid_search(): the keyword side's rows, ranked already (fusion.KeywordRows)
-    rows: KeywordRows | None = None
-
-
-class SemanticQuerySet(models.QuerySet):
+class SemanticQuerySet(RankedQuerySet):
     """A QuerySet with ``similar_to()``; everything else is plain Django."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._search: SearchOptions | None = None
-        # similar_to()'s ordering, to re-sort relaxed_order scans; None for the other searches.
-        self._search_ordering: tuple[Any, ...] | None = ()
-        # Where the query vector came from (a text or a row), to search again after a switch.
-        self._search_source: QuerySource | None = None
-
-    def _clone(self) -> SemanticQuerySet:
-        clone = super()._clone()
-        clone._search = self._search
-        clone._search_ordering = self._search_ordering
-        clone._search_source = self._search_source
-        return clone
 
     def similar_to(
         self,
@@ -214,28 +159,8 @@ class SemanticQuerySet(models.QuerySet):
         match = match_mode(match)
         max_rows = keyword_max_rows()  # checked even when no word is searched for
         pinned = self._pinned()
-        plan = pinned._keyword_plan(embedding, text, match, max_df, rank)
-        matches, rank_expression = tsquery.keyword_filter_and_rank(
-            embedding.tsvector_field_name,
-            text,
-            embedding.keyword_config,
-            match,
-            plan.terms,
-            plan.bm25,
-            plan.match_share,
-        )
-        if isinstance(matches, tsquery.Matches):
-            # Rank at most KEYWORD_MAX_ROWS of the matching rows, however common the words;
-            # BM25: the exact score for the best of them by a quick score only.
-            by_bm25 = plan.bm25 is not None
-            matches = CappedMatch(
-                matches,
-                max_rows,
-                prescore=prescore_terms(plan.terms, match, plan.match_share) if by_bm25 else None,
-                keep=rescored_rows(k),
-                tsvector_column=embedding.tsvector_field_name,
-                require_condition=match == "all",
-            )
+        plan = keyword_plan(pinned, embedding, text, match, max_df, rank)  # query/keywords.py
+        matches, rank_expression = keyword_filter(embedding, text, match, plan, k, max_rows)
         qs = pinned.filter(matches).annotate(keyword_score=rank_expression)
         qs = qs.order_by(models.F("keyword_score").desc(), "pk")
         qs = qs._searching(embedding, k=k, vector_settings=False)
@@ -286,7 +211,7 @@ class SemanticQuerySet(models.QuerySet):
                 "similar_to() to search by a vector or a model instance."
             )
         tsquery.check_text(text)
-        if any(isinstance(join, FusedJoin) for join in self.query.alias_map.values()):
+        if self._is_hybrid():
             raise ValueError(
                 "hybrid_search() is already applied to this queryset; call it once, on a "
                 "queryset without it (filters may come before or after)."
@@ -315,26 +240,25 @@ class SemanticQuerySet(models.QuerySet):
         if wait is None:
             qs = qs.none()
         else:
-            plan = qs._keyword_plan(
-                embedding, text, fusion.match, keyword.max_df, keyword.rank, fusion, pending.start
-            )
-            fusion = replace(
+            plan = keyword_plan(
+                qs,
+                embedding,
+                text,
+                fusion.match,
+                keyword.max_df,
+                keyword.rank,
                 fusion,
-                terms=plan.terms,
-                bm25=plan.bm25,
-                match_share=plan.match_share,
-                keyword_rows=plan.rows,
+                pending.start,
             )
             literal = vector_literal(wait())
-            search = None
+            search = binary = None
             if uses_passages(embedding, text, passages):
                 search = PassageSearch.for_field(embedding, literal, source)  # query/passages.py
-            fusion = replace(
-                fusion,
-                vector_literal=literal,
-                passages=search,
-                binary=self._binary_vector_side(embedding, literal, source, fusion.candidates),
-            )
+            oversample = binary_oversample(embedding, None)
+            if oversample is not None:  # the top candidates of candidates x oversample codes
+                top = fusion.candidates * oversample
+                binary = reranked(embedding, literal, source, oversample, top)  # query/binary.py
+            fusion = plan.applied_to(fusion, vector_literal=literal, passages=search, binary=binary)
         qs = qs._fused(fusion, embedding, encoded=wait is not None)
         qs = qs._searching(embedding, k=k, ef_search=ef_search, iterative_scan=iterative_scan)
         qs._search_ordering = None
@@ -345,38 +269,28 @@ class SemanticQuerySet(models.QuerySet):
         """This queryset joined to ``fusion``'s table, annotated and ranked by its score
         (``encoded``: the text has a vector, so rows get a similarity)."""
         source, literal = fusion.source, fusion.vector_literal
+        same = models.Q(**same_version(embedding, source))
         parent = self.query.get_initial_alias()
         alias = self.query.join(FusedJoin(fusion, self.model._meta.pk.column, parent))
         annotations: dict[str, Any] = dict(fused_annotations(alias))
-        annotations["similarity"] = Value(None, output_field=models.FloatField())
+        annotations["similarity"] = models.Value(None, output_field=models.FloatField())
         if encoded:
             # A row found by its words alone may still carry another version's vector (a
             # switch in progress): it gets no similarity rather than a meaningless one.
             annotations["similarity"] = models.Case(
-                models.When(
-                    models.Q(**same_version(embedding, source)),
-                    then=1.0 - cosine_distance(embedding, literal, source),
-                ),
-                default=None,
+                models.When(same, then=1.0 - cosine_distance(embedding, literal, source)),
                 output_field=models.FloatField(),
             )
         if fusion.passages is not None:  # similarity and passage of each row's best passage
-            same = models.Q(**same_version(embedding, source))
             annotations.update(hybrid_annotations(fusion.passages, same))
         return self.annotate(**annotations).order_by(models.F("score").desc(), "pk")
 
     def suggest(
         self, text: str, k: int | None = None, field: str | None = None, **options: Any
     ) -> list[Suggestion]:
-        """Search-as-you-type: up to ``k`` rows for the text typed so far, best first.
-
-        A prefix match of the words on the keyword column (the last, unfinished word as a
-        prefix) fused with a vector search of the text; a text shorter than
-        ``suggest.VECTOR_MIN_CHARS`` (4) is answered by the prefix match alone, one
-        shorter than ``suggest.MIN_CHARS`` (2) by nothing. Returns ``Suggestion``s
-        (``pk``, ``label``, ``url``, ``score``, ``keyword_rank``, ``vector_rank``,
-        ``object``), not a queryset: query/suggest.py, docs/hybrid.md.
-        """
+        """Search-as-you-type: up to ``k`` ``Suggestion``s for the text typed so far, best first:
+        a prefix match of its words fused with a vector search of it; a list, not a queryset
+        (query/suggest.py, docs/hybrid.md)."""
         return suggest(self, text, k, field, **options)
 
     # -- async: the query text is encoded off the event loop (aio.py) ------------------------
@@ -407,8 +321,7 @@ class SemanticQuerySet(models.QuerySet):
         """``hybrid_search()`` for async code; the text is encoded off the event loop."""
         qs = self._pinned()
         if isinstance(text, str):
-            encoder = qs._embedding_field(field, keyword=True).encoder
-            text = await encode_text(text, encoder, qs.db)
+            text = await encode_text(text, qs._embedding_field(field, keyword=True).encoder, qs.db)
         return await sync_to_async(qs.hybrid_search)(text, k, field, **options)
 
     async def akeyword_search(
@@ -430,8 +343,7 @@ class SemanticQuerySet(models.QuerySet):
         a query never mixes the vectors of two encoder versions, even while a promotion
         switches them (docs/fine-tuning.md).
         """
-        exclude_pk = None
-        source = None
+        exclude_pk = source = None
         if isinstance(query, models.Model):
             vector, source = instance_vector(query, embedding, self.db)
             if query._meta.concrete_model is self.model._meta.concrete_model:
@@ -439,13 +351,7 @@ class SemanticQuerySet(models.QuerySet):
         elif isinstance(query, str):
             # The version serving on this queryset's database (a replica's own); or asimilar_to()'s
             vector, version = text_vector(query, embedding.encoder, self.db)
-            source = QuerySource(
-                encoder=embedding.encoder,
-                version=version,
-                text=str(query),
-                database=self.db,
-                dimensions=embedding.get_dimensions(),
-            )
+            source = self._text_source(query, embedding, version)
         else:
             vector = as_vector(query)
         return self._fitted(vector, embedding), exclude_pk, source
@@ -456,11 +362,10 @@ class SemanticQuerySet(models.QuerySet):
         try:
             return embedding.fit_vectors(vector)
         except ValueError:
-            dimensions = embedding.get_dimensions()
             cut = " (or its encoder's wider vectors, cut to that)" if embedding.truncates else ""
             raise ValueError(
                 f"The query vector has {len(vector)} dimensions but {self.model._meta.label}."
-                f"{embedding.name} holds {dimensions}{cut}; encode it with encoder "
+                f"{embedding.name} holds {embedding.get_dimensions()}{cut}; encode it with encoder "
                 f"{embedding.encoder!r}."
             ) from None
 
@@ -470,91 +375,13 @@ class SemanticQuerySet(models.QuerySet):
         """A text query's source now, its vector to ``start()`` encoding in another thread
         (``aio.pending_text_vector``), and a call returning the vector fitted to the field."""
         pending = pending_text_vector(text, embedding.encoder, self.db)
-        source = QuerySource(
-            encoder=embedding.encoder,
-            version=pending.version,
-            text=str(text),
-            database=self.db,
-            dimensions=embedding.get_dimensions(),
-        )
+        source = self._text_source(text, embedding, pending.version)
         return source, pending, lambda: self._fitted(pending.result(), embedding)
 
-    def _binary_vector_side(
-        self,
-        embedding: EmbeddingField,
-        literal: str,
-        source: QuerySource | None,
-        candidates: int,
-    ) -> tuple[Any, Any] | None:
-        """hybrid_search()'s vector side on a field with ``binary_index=True``: its top
-        ``candidates`` come from ``candidates x oversample`` rows by Hamming distance."""
-        oversample = binary_oversample(embedding, None)
-        if oversample is None:
-            return None
-        return reranked(embedding, literal, source, oversample, candidates * oversample)
-
-    def _keyword_plan(
-        self,
-        embedding: EmbeddingField,
-        text: str,
-        match: str,
-        max_df: float | None,
-        rank: str | None = None,
-        fusion: Fusion | None = None,
-        before_ranking: Callable[[], None] | None = None,
-    ) -> KeywordPlan:
-        """The words of ``text`` to search for and how to rank them (one query, under the
-        statement timeout like the search). BM25: ``(lexeme, idf, df)`` from the column's
-        exact statistics, for either match; where the column has none (its triggers could
-        not be installed): the terms of tsquery.query_terms for match="any", () for
-        match="all".
-
-        With ``fusion`` (hybrid_search(): the fused table's settings, its terms still to come)
-        the plan also carries the keyword side's rows, ranked in the same transaction;
-        ``before_ranking`` is called once their statement is compiled, just before it runs.
-        """
-        keyword_rank(rank)  # checked: BM25 is the one ranking
-        if not text.strip():
-            return KeywordPlan((), None, tsquery.MATCH_DF)
-        connection = connections[self.db]
-        with search_options(self.db, SearchOptions.without_index_settings(), pipelined=True):
-            plan = self._keyword_terms(embedding, text, match, max_df, connection)
-            if fusion is None:
-                return plan
-            fused = replace(fusion, terms=plan.terms, bm25=plan.bm25, match_share=plan.match_share)
-            join = FusedJoin(fused, self.model._meta.pk.column, self.query.get_initial_alias())
-            rows = join.keyword_rows_ahead(self.query, connection, before_ranking)
-            return replace(plan, rows=rows)
-
-    def _keyword_terms(
-        self,
-        embedding: EmbeddingField,
-        text: str,
-        match: str,
-        max_df: float | None,
-        connection: Any,
-    ) -> KeywordPlan:
-        """_keyword_plan()'s terms and parameters, in the caller's transaction."""
-        max_df = keyword_max_df(max_df)
-        table = self.model._meta.db_table
-        column = self.model._meta.get_field(embedding.tsvector_field_name).column
-        configs = tsquery.query_configs(embedding.keyword_config)
-        sources = embedding._keyword_source_fields(self.model) or ()
-        terms, parameters = tsquery.bm25_terms(
-            connection,
-            bm25.relation_key(table, column),
-            configs,
-            text,
-            max_df if match == "any" else 1.0,
-            field_weights(sources, embedding.keyword_weights),
-            **bm25_settings(),
-        )
-        if parameters is not None:
-            return KeywordPlan(terms, parameters, match_share(parameters.rows))
-        if match != "any":
-            return KeywordPlan((), None, tsquery.MATCH_DF)
-        terms = tsquery.query_terms(connection, table, column, configs[0], text, max_df)
-        return KeywordPlan(terms, None, tsquery.MATCH_DF)
+    def _text_source(self, text: str, embedding: EmbeddingField, version: str) -> QuerySource:
+        """Where a text's vector came from: ``version`` of the field's encoder on this database."""
+        size = embedding.get_dimensions()
+        return QuerySource(embedding.encoder, version, str(text), database=self.db, dimensions=size)
 
     def _searching(
         self,
@@ -589,6 +416,8 @@ class SemanticQuerySet(models.QuerySet):
         return self if self._db is not None else self.using(search_database(self))
 
     def _embedding_field(self, name: str | None, keyword: bool = False) -> EmbeddingField:
+        """The EmbeddingField searched: ``name``, or the model's only one (``keyword``: the
+        only one with a full-text column, if several have none)."""
         fields = embedding_fields(self.model)
         label = self.model._meta.label
         if keyword and name is None:
@@ -596,197 +425,21 @@ class SemanticQuerySet(models.QuerySet):
             if len(with_keywords) == 1:
                 return with_keywords[0]
         if name is not None:
-            for candidate in fields:
-                if candidate.name == name:
-                    return _check_keyword_search(candidate) if keyword else candidate
-            known = ", ".join(f.name for f in fields) or "none"
-            raise ValueError(f"{label} has no EmbeddingField {name!r} (it has: {known}).")
-        if len(fields) == 1:
-            return _check_keyword_search(fields[0]) if keyword else fields[0]
-        if not fields:
+            found = next((f for f in fields if f.name == name), None)
+            if found is None:
+                known = ", ".join(f.name for f in fields) or "none"
+                raise ValueError(f"{label} has no EmbeddingField {name!r} (it has: {known}).")
+        elif len(fields) == 1:
+            found = fields[0]
+        elif not fields:
             raise ValueError(
                 f"{label} has no EmbeddingField; add one, e.g. "
                 "embedding = EmbeddingField(source=('title', 'body'))."
             )
-        names = ", ".join(repr(f.name) for f in fields)
-        raise ValueError(f"{label} has several EmbeddingFields ({names}); pass field=...")
-
-    # -- execution ---------------------------------------------------------------------------
-
-    @contextmanager
-    def _running(self, *, pipelined: bool = False) -> Iterator[None]:
-        """Run the block with ``k`` applied and this search's pgvector settings.
-
-        ``k`` caps the rows only while the statement runs: the queryset's own limits are put
-        back afterwards, so after evaluation it can still be filtered, counted or sliced like
-        any queryset. ``pipelined``: the block fetches its rows whole on ordinary cursors, so
-        the transaction's start, the settings and the statement may share a round trip
-        (``search_options``).
-        """
-        assert self._search is not None
-        query = self.query
-        limits = (query.low_mark, query.high_mark)
-        if self._search.k is not None and query.high_mark is None:
-            query.set_limits(high=int(self._search.k))  # relative to an offset, if any
-        try:
-            with search_options(self.db, self._search, pipelined=pipelined):
-                yield
-        finally:
-            query.low_mark, query.high_mark = limits
-
-    def _fetch_all(self) -> None:
-        if self._search is None or self._result_cache is not None:
-            return super()._fetch_all()
-        with self._running(pipelined=True):  # rows fetched whole, on a client-side cursor
-            super()._fetch_all()
-        if self._came_back_short(self._result_cache):
-            retry = self._after_switch()
-            if retry is not None:
-                retry._fetch_all()
-                self._result_cache = retry._result_cache
-                self._prefetch_done = retry._prefetch_done
-        if self._search.iterative_scan == "relaxed_order" and self._ordered_by_distance():
-            self._result_cache = _resorted(self._result_cache)
-
-    def _ordered_by_distance(self) -> bool:
-        """Still ordered nearest first, as similar_to() left it (not re-ordered or reversed)."""
-        return (
-            self._search_ordering is not None
-            and self.query.standard_ordering
-            and self.query.order_by == self._search_ordering
-        )
-
-    # A search by a text or a row compares only rows of its vector's encoder version. When a
-    # promotion's switch commits between reading that version and running the statement,
-    # every row already carries the new one, and the search finds (almost) nothing. So a
-    # result that came back short is checked: if the version moved on, the search runs once
-    # more, on a copy of this queryset whose SQL carries the new version and its vector.
-
-    def _came_back_short(self, rows: list[Any]) -> bool:
-        """Fewer rows than asked for (a slice, or ``k``), or, for a hybrid search, none from
-        the vector side (or no way to tell, e.g. ``values_list()``)."""
-        if self._search_source is None:
-            return False
-        query = self.query
-        if query.high_mark is not None:
-            expected: int | None = query.high_mark - query.low_mark
         else:
-            expected = None if self._search.k is None else int(self._search.k)
-        if not rows or (expected is not None and len(rows) < expected):
-            return True
-        return self._is_hybrid() and all(_vector_rank(row) is None for row in rows)
-
-    def _after_switch(self) -> SemanticQuerySet | None:
-        """A copy of this search bound to the version its rows moved on to, if they did since
-        the query vector was read; None otherwise, and for a copy that is already bound."""
-        source = self._search_source
-        if source is None or rebound_for(self.query, source) is not None:
-            return None  # a vector passed in, or the retry itself: once is enough
-        rebound = source.moved()
-        if rebound is None:
-            return None
-        retry = self._chain()
-        rebind(retry.query, source, rebound)
-        return retry
-
-    def _is_hybrid(self) -> bool:
-        return any(isinstance(join, FusedJoin) for join in self.query.alias_map.values())
-
-    def iterator(self, chunk_size: int | None = None) -> Iterator[Any]:
-        if self._search is None:
-            yield from super().iterator(chunk_size)
-            return
-        if self._is_hybrid():
-            # At most 2 * candidates rows: fetched whole, so that the vector side can be
-            # checked before any row is handed out.
-            rows = self._chain()
-            rows._fetch_all()
-            yield from rows._result_cache
-            return
-        found = False
-        with self._running():
-            for row in super().iterator(chunk_size):
-                found = True
-                yield row
-        retry = None if found else self._after_switch()
-        if retry is not None:
-            yield from retry.iterator(chunk_size)
-
-    def explain(self, *, format: str | None = None, **options: Any) -> str:
-        if self._search is None:
-            return super().explain(format=format, **options)
-        qs = self
-        if self._is_hybrid():  # the whole search in one plan, its keyword side included
-            qs = self._chain()
-            setattr(qs.query, KEYWORDS_INSIDE, True)
-        with qs._running():
-            return super(SemanticQuerySet, qs).explain(format=format, **options)
-
-    def count(self) -> int:
-        if self._search is None or self._result_cache is not None:
-            return super().count()
-        with search_options(self.db, self._search):  # a hybrid count runs the index scans
-            count = super().count()
-        retry = self._after_switch() if count == 0 else None
-        return count if retry is None else retry.count()
-
-    def exists(self) -> bool:
-        if self._search is None or self._result_cache is not None:
-            return super().exists()
-        with search_options(self.db, self._search):
-            found = super().exists()
-        retry = None if found else self._after_switch()
-        return found if retry is None else retry.exists()
-
-    def aggregate(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        if self._search is None:
-            return super().aggregate(*args, **kwargs)
-        with search_options(self.db, self._search):  # over every matching row, like count()
-            return super().aggregate(*args, **kwargs)
-
-    async def aiterator(self, chunk_size: int = 2000) -> AsyncIterator[Any]:
-        if self._search is None:
-            async for row in super().aiterator(chunk_size):
-                yield row
-            return
-        # Django's aiterator() would bypass k and the search's settings and timeout. Nor can
-        # rows be streamed: the settings live in a transaction, which would stay open across
-        # awaits while other coroutines' queries run on the same connection. So the (bounded:
-        # k or a slice) rows are fetched in one thread-sensitive call, exactly as `async for`
-        # does: re-sorted after a relaxed_order scan, prefetched, retried after a switch.
-        rows = self._chain()
-        await sync_to_async(rows._fetch_all)()
-        for row in rows._result_cache:
-            yield row
-
-
-def _check_keyword_search(field: EmbeddingField) -> EmbeddingField:
-    if field.has_keyword_search:
-        return field
-    raise ValueError(
-        f"{field.model._meta.label}.{field.name} has no full-text column: declare it with "
-        f"EmbeddingField(..., keyword_search=True) and run makemigrations and migrate "
-        f"(it adds the generated column {field.tsvector_field_name} and its GIN index)."
-    )
-
-
-def _vector_rank(row: Any) -> Any:
-    """A hybrid result row's ``vector_rank``: None when absent or not carried (values_list)."""
-    return row.get("vector_rank") if isinstance(row, dict) else getattr(row, "vector_rank", None)
-
-
-def _resorted(rows: list[Any]) -> list[Any]:
-    """Sort rows by descending similarity when each carries it (instances or dicts)."""
-
-    def key(row: Any) -> float | None:
-        value = row.get("similarity") if isinstance(row, dict) else getattr(row, "similarity", None)
-        return None if value is None else -float(value)
-
-    keys = [key(row) for row in rows]
-    if not rows or any(k is None for k in keys):
-        return rows
-    order = sorted(range(len(rows)), key=keys.__getitem__)  # stable: ties keep index order
-    return [rows[i] for i in order]
+            names = ", ".join(repr(f.name) for f in fields)
+            raise ValueError(f"{label} has several EmbeddingFields ({names}); pass field=...")
+        return check_keyword_search(found) if keyword else found
 
 
 def as_semantic(queryset: models.QuerySet) -> SemanticQuerySet:
