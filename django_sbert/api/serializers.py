@@ -21,6 +21,27 @@ from .schema import extend_schema_field
 from .settings import APISettings, api_settings
 
 
+def cap(field: serializers.Field, limit: int, message: str) -> None:
+    """Bound ``field`` by a limit read from the settings when the serializer is built: an
+    integer's value, else a length. Both the schema (``max_value`` / ``max_length``) and the
+    validation, with ``message``, follow it."""
+    if isinstance(field, serializers.IntegerField):
+        field.max_value = limit
+        field.validators.append(MaxValueValidator(limit, message=message))
+    else:
+        field.max_length = limit
+        field.validators.append(MaxLengthValidator(limit, message=message))
+
+
+def without_empty(kwargs: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """``kwargs`` whose ``data`` leaves out the empty ``names``: an empty optional query
+    parameter (``?k=``) means "not given", as in a form."""
+    data = kwargs.get("data")
+    if data is not None:
+        kwargs["data"] = {k: v for k, v in data.items() if not (k in names and v == "")}
+    return kwargs
+
+
 class StrictCharField(serializers.CharField):
     """A CharField that accepts JSON strings only (DRF's turns 12 into "12")."""
 
@@ -99,23 +120,13 @@ class SimilarQuerySerializer(serializers.Serializer):
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        data = kwargs.get("data")
-        if data is not None:
-            # An empty optional parameter (?min_similarity=) means "not given", as in a form.
-            optional = ("k", "min_similarity", "field")
-            kwargs["data"] = {
-                key: value for key, value in data.items() if not (key in optional and value == "")
-            }
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **without_empty(kwargs, ("k", "min_similarity", "field")))
         max_k = int(api_settings.MAX_K)
-        k = self.fields["k"]
-        k.max_value = max_k
-        k.validators.append(
-            MaxValueValidator(
-                max_k,
-                message=f"k must be at most {max_k} (SBERT['API']['MAX_K']); use pagination "
-                "within those results, or ask for fewer.",
-            )
+        cap(
+            self.fields["k"],
+            max_k,
+            f"k must be at most {max_k} (SBERT['API']['MAX_K']); use pagination within those "
+            "results, or ask for fewer.",
         )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -159,19 +170,13 @@ class SearchQuerySerializer(SimilarQuerySerializer):
     field_order = ("model", "q", "mode", "k", "min_similarity", "field")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        data = kwargs.get("data")
-        if data is not None and data.get("mode") == "":  # ?mode= means the default
-            kwargs["data"] = {key: value for key, value in data.items() if key != "mode"}
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **without_empty(kwargs, ("mode",)))
         limit = int(sbert_settings.SEARCH["MAX_QUERY_LENGTH"])
-        q = self.fields["q"]
-        q.max_length = limit
-        q.validators.append(
-            MaxLengthValidator(
-                limit,
-                message=f"q is longer than {limit} characters "
-                "(SBERT['SEARCH']['MAX_QUERY_LENGTH']); shorten the search text.",
-            )
+        cap(
+            self.fields["q"],
+            limit,
+            f"q is longer than {limit} characters (SBERT['SEARCH']['MAX_QUERY_LENGTH']); "
+            "shorten the search text.",
         )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -363,27 +368,15 @@ class SuggestQuerySerializer(serializers.Serializer):
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        data = kwargs.get("data")
-        if data is not None:  # ?k= and ?field= empty mean "not given"
-            kwargs["data"] = {
-                key: value
-                for key, value in data.items()
-                if not (key in ("k", "field") and value == "")
-            }
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **without_empty(kwargs, ("k", "field")))
         max_k = int(api_settings.SUGGEST_MAX_K)
-        k = self.fields["k"]
-        k.max_value = max_k
-        k.validators.append(MaxValueValidator(max_k, message=f"k must be at most {max_k}."))
+        cap(self.fields["k"], max_k, f"k must be at most {max_k}.")
         limit = int(api_settings.SUGGEST_MAX_QUERY_LENGTH)
-        q = self.fields["q"]
-        q.max_length = limit
-        q.validators.append(
-            MaxLengthValidator(
-                limit,
-                message=f"q is longer than {limit} characters "
-                "; suggestions are for a search box: search/ takes longer texts.",
-            )
+        cap(
+            self.fields["q"],
+            limit,
+            f"q is longer than {limit} characters ; suggestions are for a search box: search/ "
+            "takes longer texts.",
         )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -502,20 +495,15 @@ class EmbedRequestSerializer(NoUnknownKeysMixin, serializers.Serializer):
         max_texts = int(api_settings.EMBED_MAX_TEXTS)
         max_length = int(api_settings.EMBED_MAX_TEXT_LENGTH)
         texts = self.fields["texts"]
-        texts.max_length = max_texts
-        texts.validators.append(
-            MaxLengthValidator(
-                max_texts,
-                message=f"At most {max_texts} texts per request; split them over several requests.",
-            )
+        cap(
+            texts,
+            max_texts,
+            f"At most {max_texts} texts per request; split them over several requests.",
         )
-        child = texts.child
-        child.max_length = max_length
-        child.validators.append(
-            MaxLengthValidator(
-                max_length,
-                message=f"Each text may have at most {max_length} characters; shorten or split it.",
-            )
+        cap(
+            texts.child,
+            max_length,
+            f"Each text may have at most {max_length} characters; shorten or split it.",
         )
 
     def validate_encoder(self, value: str) -> str:

@@ -180,6 +180,11 @@ class SemanticResultsView(ServiceErrorsMixin, GenericAPIView):
 
     # -- results ----------------------------------------------------------------------------
 
+    def searched_field(self, name: str | None) -> EmbeddingField:
+        """The EmbeddingField searched: ``name``, or the model's first."""
+        fields = self.get_entry().embedding_fields
+        return next((f for f in fields if f.name == name), fields[0])
+
     def embedding_field_name(self, name: str | None) -> str | None:
         """Validate ``?field=`` against the model's EmbeddingFields."""
         fields = [f.name for f in self.get_entry().embedding_fields]
@@ -332,11 +337,6 @@ class SearchAPIView(SemanticResultsView):
         )
         return {"search_id": None if entry is None else str(entry.pk)}
 
-    def searched_field(self, name: str | None) -> EmbeddingField:
-        """The EmbeddingField searched: ``name``, or the model's first."""
-        fields = self.get_entry().embedding_fields
-        return next((f for f in fields if f.name == name), fields[0])
-
     def keyword_field_name(self, field: str | None, mode: str) -> str | None:
         """The EmbeddingField whose full-text column mode=keyword/hybrid searches; 400 if none."""
         fields = self.get_entry().embedding_fields
@@ -394,8 +394,7 @@ class SimilarView(SemanticResultsView):
         # DRF's get_object_or_404 also turns a malformed pk ("abc" for an integer key) into 404.
         obj = get_object_or_404(queryset, pk=self.kwargs["pk"])
         self.check_object_permissions(request, obj)
-        embedding = self.get_entry().embedding_fields
-        source = next((f for f in embedding if f.name == field), embedding[0])
+        source = self.searched_field(field)
         # A vector without its encoder version (written outside django-sbert) cannot be kept
         # to one version's rows: as good as none until the sweep re-embeds it.
         if getattr(obj, source.attname) is None or getattr(obj, source.version_field_name) is None:

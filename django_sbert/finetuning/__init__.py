@@ -30,6 +30,7 @@ here; their functions of the same names are ``gate.gate`` and ``compare.compare`
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import Any
 
 # Each public name and the module that defines it.
@@ -58,8 +59,4 @@ def __getattr__(name: str) -> Any:
     if name not in _HOMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     # Django's loading order: these modules read the models, so they load on first use.
-    from . import examples, execution, gate, options, pairs, promotion, runs
-
-    modules = {"examples": examples, "execution": execution, "gate": gate, "options": options}
-    modules.update(pairs=pairs, promotion=promotion, runs=runs)
-    return getattr(modules[_HOMES[name]], name)
+    return getattr(import_module(f"{__name__}.{_HOMES[name]}"), name)
