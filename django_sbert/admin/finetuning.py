@@ -38,7 +38,7 @@ from ..models import (
 from .display import metrics_table, progress_bar, search_table, training_curves
 from .mixins import (
     ForbidMissingActionsMixin,
-    error_fields,
+    StoredErrorMixin,
     page_urls,
     render_page,
     require_permission,
@@ -197,7 +197,7 @@ class TrainingPairAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
 
 
 @admin.register(TrainingRun)
-class TrainingRunAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
+class TrainingRunAdmin(StoredErrorMixin, ForbidMissingActionsMixin, admin.ModelAdmin):
     list_display = ("id", "encoder_name", "loss", "status", "progress", "created_at", "created_by")
     list_filter = ("status", "encoder_name", "loss")
     actions = ["cancel"]
@@ -242,12 +242,6 @@ class TrainingRunAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
         if TrainingRun.objects.filter(status=RunStatus.RUNNING).exists():
             return None
         return training_worker_hint()
-
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        return error_fields(request, super().get_fields(request, obj), "error")
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        return error_fields(request, super().get_readonly_fields(request, obj), "error")
 
     @admin.display(description="error")
     def error_text(self, obj: TrainingRun) -> str:

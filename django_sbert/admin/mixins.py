@@ -76,13 +76,24 @@ def viewing_admin(admin_site: AdminSite, request: HttpRequest, model: Any) -> Mo
     return model_admin
 
 
-def error_fields(request: HttpRequest, fields: Any, name: str) -> Any:
-    """``fields`` with the stored error ``name`` (traceback included) for superusers, and for
-    other staff its message only (the ``<name>_text`` display): a traceback shows the server's
+class StoredErrorMixin:
+    """Shows the stored error ``error_field`` (traceback included) to superusers, and to other
+    staff its message only (the ``<name>_text`` display): a traceback shows the server's
     paths, settings and code."""
-    if may_see_traceback(request.user):
-        return fields
-    return tuple(f"{name}_text" if field == name else field for field in fields)
+
+    error_field = "error"
+
+    def _error_fields(self, request: HttpRequest, fields: Any) -> Any:
+        if may_see_traceback(request.user):
+            return fields
+        return tuple(f"{field}_text" if field == self.error_field else field for field in fields)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return self._error_fields(request, super().get_fields(request, obj))  # type: ignore[misc]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = super().get_readonly_fields(request, obj)  # type: ignore[misc]
+        return self._error_fields(request, fields)
 
 
 class SemanticChangeList(ChangeList):

@@ -29,7 +29,7 @@ from ..serving import forget_serving, serving_version
 from .display import metrics_table, progress_bar, search_table
 from .mixins import (
     ForbidMissingActionsMixin,
-    error_fields,
+    StoredErrorMixin,
     page_urls,
     render_page,
     require_permission,
@@ -40,7 +40,7 @@ __all__ = ["EncoderVersionAdmin", "PromotionRecordAdmin"]
 
 
 @admin.register(EncoderVersion)
-class EncoderVersionAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
+class EncoderVersionAdmin(StoredErrorMixin, ForbidMissingActionsMixin, admin.ModelAdmin):
     list_display = ("version", "encoder_name", "status", "compared", "promotion", "activated_at")
     list_filter = ("encoder_name", "status")
     actions = ["promote", "promote_even_if_worse", "rollback", "stop_promotion"]
@@ -67,11 +67,7 @@ class EncoderVersionAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # versions come from training runs
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        return error_fields(request, super().get_fields(request, obj), "promotion_error")
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        return error_fields(request, super().get_readonly_fields(request, obj), "promotion_error")
+    error_field = "promotion_error"
 
     @admin.display(description="promotion error")
     def promotion_error_text(self, obj: EncoderVersion) -> str:

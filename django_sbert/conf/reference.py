@@ -41,11 +41,17 @@ def _path(path: Path) -> str:
 
 def write_reference(text: str) -> str:
     """``text`` (docs/settings.md) with every marked table replaced by the rendered one."""
-    for part, table in reference_tables().items():
-        begin, end = BEGIN.format(part), END.format(part)
+    return replace_tables(text, reference_tables(), (BEGIN, END), "docs/settings.md")
+
+
+def replace_tables(text: str, tables: dict[str, str], markers: tuple[str, str], page: str) -> str:
+    """``text`` with the table between each name's ``markers`` (``{}``: the name) replaced by
+    ``tables[name]``; ``page`` names the file in the error for a missing marker."""
+    for name, table in tables.items():
+        begin, end = (marker.format(name) for marker in markers)
         head, found, rest = text.partition(begin)
         if not found:
-            raise ValueError(f"docs/settings.md lacks the marker {begin}")
+            raise ValueError(f"{page} lacks the marker {begin}")
         _, _, tail = rest.partition(end)
         text = f"{head}{begin}\n{table}\n{end}{tail}"
     return text

@@ -129,12 +129,9 @@ def choose_path(
         return EncoderPath(False, "float32", quantize, reason)
 
     reasons: list[str] = []
-    if precision == "bfloat16":
-        dtype = "bfloat16"
-        reasons.append("PRECISION='bfloat16'")
-    elif precision == "float32":
-        dtype = "float32"
-        reasons.append("PRECISION='float32'")
+    if precision != "auto":
+        dtype = precision
+        reasons.append(f"PRECISION={precision!r}")
     elif not on_cpu:
         dtype = "float32"
         reasons.append(f"float32 on {device}")

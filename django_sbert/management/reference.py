@@ -20,6 +20,8 @@ import django
 from django.conf import settings
 from django.core.management import load_command_class
 
+from ..conf.reference import replace_tables
+
 COMMANDS_DIR = Path(__file__).parent / "commands"
 BEGIN, END = "<!-- commands:{} -->", "<!-- /commands:{} -->"
 # The options BaseCommand adds to every parser (django/core/management/base.py).
@@ -99,14 +101,7 @@ def reference_tables() -> dict[str, str]:
 
 def write_reference(text: str) -> str:
     """``text`` (docs/commands.md) with every marked table replaced by the rendered one."""
-    for name, table in reference_tables().items():
-        begin, end = BEGIN.format(name), END.format(name)
-        head, found, rest = text.partition(begin)
-        if not found:
-            raise ValueError(f"docs/commands.md lacks the marker {begin}")
-        _, _, tail = rest.partition(end)
-        text = f"{head}{begin}\n{table}\n{end}{tail}"
-    return text
+    return replace_tables(text, reference_tables(), (BEGIN, END), "docs/commands.md")
 
 
 def _setup_django() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from django.utils.deconstruct import deconstructible
@@ -31,7 +32,12 @@ DEFAULT_MAX_TOKENS = 64
 DEFAULT_OVERLAP = 16
 
 
+def _integer(value: Any, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
 @deconstructible(path="django_sbert.passages.PassageConfig")
+@dataclass(unsafe_hash=True)  # hashable although mutable: a field's argument, never changed
 class PassageConfig:
     """How a field's text is split into passages, and what the row's own vector holds.
 
@@ -48,55 +54,25 @@ class PassageConfig:
       passage's vector: what ``LONG_TEXT="truncate"`` would store).
     """
 
-    def __init__(
-        self,
-        max_tokens: int | None = DEFAULT_MAX_TOKENS,
-        overlap: int = DEFAULT_OVERLAP,
-        max_passages: int | None = None,
-        document: str = "mean",
-    ) -> None:
-        self.max_tokens = max_tokens
-        self.overlap = overlap
-        self.max_passages = max_passages
-        self.document = document
+    max_tokens: int | None = DEFAULT_MAX_TOKENS
+    overlap: int = DEFAULT_OVERLAP
+    max_passages: int | None = None
+    document: str = "mean"
 
     def problems(self) -> list[str]:
         """What is wrong with these values (for check django_sbert.E013); [] when none."""
         found = []
-        if self.max_tokens is not None and (
-            isinstance(self.max_tokens, bool)
-            or not isinstance(self.max_tokens, int)
-            or self.max_tokens < 2
-        ):
+        if self.max_tokens is not None and not _integer(self.max_tokens, 2):
             found.append(f"max_tokens must be an integer >= 2 or None, not {self.max_tokens!r}")
-        if isinstance(self.overlap, bool) or not isinstance(self.overlap, int) or self.overlap < 0:
+        if not _integer(self.overlap, 0):
             found.append(f"overlap must be an integer >= 0, not {self.overlap!r}")
         elif isinstance(self.max_tokens, int) and self.overlap >= self.max_tokens:
             found.append(f"overlap ({self.overlap}) must be smaller than max_tokens")
-        if self.max_passages is not None and (
-            isinstance(self.max_passages, bool)
-            or not isinstance(self.max_passages, int)
-            or self.max_passages < 1
-        ):
+        if self.max_passages is not None and not _integer(self.max_passages, 1):
             found.append(f"max_passages must be an integer >= 1 or None, not {self.max_passages!r}")
         if self.document not in DOCUMENT_VECTORS:
             found.append(f"document must be one of {DOCUMENT_VECTORS}, not {self.document!r}")
         return found
-
-    def _values(self) -> tuple[Any, ...]:
-        return (self.max_tokens, self.overlap, self.max_passages, self.document)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, PassageConfig) and self._values() == other._values()
-
-    def __hash__(self) -> int:
-        return hash(self._values())
-
-    def __repr__(self) -> str:
-        return (
-            f"PassageConfig(max_tokens={self.max_tokens!r}, overlap={self.overlap!r}, "
-            f"max_passages={self.max_passages!r}, document={self.document!r})"
-        )
 
 
 def passage_config(value: bool | PassageConfig | None) -> PassageConfig | None:
