@@ -383,28 +383,21 @@ def default_min_steps(batches: Sequence[tuple[int, Any]]) -> int:
     return min(first_epoch, math.ceil(len(batches) / 2))
 
 
+@dataclass(eq=False)
 class _EarlyStopping:
     """The evaluations of one run: the best checkpoint's weights, and the patience left."""
 
-    def __init__(
-        self,
-        evaluator: Callable[[Any], float],
-        every: int,
-        patience: int | None,
-        min_steps: int = 0,
-        tolerance: float = 0.0,
-    ) -> None:
-        self.evaluator = evaluator
-        self.every = every
-        self.patience = patience
-        self.min_steps = min_steps
-        self.tolerance = tolerance
-        self.history: list[tuple[int, float]] = []
-        self.top: float | None = None  # the highest metric measured
-        self.best_step: int | None = None  # the checkpoint kept, and its metric
-        self.best_metric: float | None = None
-        self.best_weights: dict[str, torch.Tensor] | None = None
-        self.since_best = 0
+    evaluator: Callable[[Any], float]
+    every: int
+    patience: int | None
+    min_steps: int = 0
+    tolerance: float = 0.0
+    history: list[tuple[int, float]] = field(default_factory=list)
+    top: float | None = None  # the highest metric measured
+    best_step: int | None = None  # the checkpoint kept, and its metric
+    best_metric: float | None = None
+    best_weights: dict[str, torch.Tensor] | None = None
+    since_best: int = 0
 
     def measure(self, model: SentenceEncoder, step: int) -> None:
         model.eval()

@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connections
@@ -67,18 +68,18 @@ class Heartbeat:
             connections.close_all()  # this thread's own connections
 
 
+@dataclass(eq=False)
 class Reporter:
     """Progress and loss history for the admin, written at most every few seconds."""
 
-    def __init__(self, run: TrainingRun) -> None:
-        self.run = run
-        self.history: list[list[float]] = []
-        self.step = 0
-        self.total = 0
-        self.every = PROGRESS_SECONDS
-        self.last_write = 0.0
-        self.last_check = 0.0
-        self.cancelled = False
+    run: TrainingRun
+    history: list[list[float]] = field(default_factory=list)
+    step: int = 0
+    total: int = 0
+    every: float = field(default_factory=lambda: PROGRESS_SECONDS)  # read when a run starts
+    last_write: float = 0.0
+    last_check: float = 0.0
+    cancelled: bool = False
 
     def __call__(self, progress: Any) -> None:
         self.step, self.total = progress.step, progress.total_steps
@@ -104,27 +105,20 @@ class Reporter:
         return self.cancelled
 
 
+@dataclass(eq=False)
 class EvalTracker:
     """Early stopping's evaluator for a run: ``measure``'s metrics (the eval split's, or the
     held-back pseudo-pairs') at every evaluation, ``metric`` the one compared, written to
     ``TrainingRun.evaluations`` as they come, for the run page and the API."""
 
-    def __init__(
-        self,
-        run: TrainingRun,
-        before: dict[str, float],
-        reporter: Reporter,
-        measure: Callable[[Any], dict[str, float]],
-        metric: str,
-    ) -> None:
-        self.run = run
-        self.reporter = reporter  # its step is the step just taken when fit evaluates
-        self.metric = metric
-        self.before = before
-        self.measure = measure
-        self.measured: dict[int, dict[str, float]] = {}
-        self.vectors: dict[int, Any] = {}  # step -> the VectorCache its metrics came from
-        self.history: list[list[float]] = []
+    run: TrainingRun
+    before: dict[str, float]
+    reporter: Reporter  # its step is the step just taken when fit evaluates
+    measure: Callable[[Any], dict[str, float]]
+    metric: str
+    measured: dict[int, dict[str, float]] = field(default_factory=dict)
+    vectors: dict[int, Any] = field(default_factory=dict)  # step -> its metrics' VectorCache
+    history: list[list[float]] = field(default_factory=list)
 
     def __call__(self, encoder: Any) -> float:
         # torch: only in the worker, where fit calls this
