@@ -38,7 +38,7 @@ from ..models import (
 from .display import metrics_table, progress_bar, search_table, training_curves
 from .mixins import (
     ForbidMissingActionsMixin,
-    StoredErrorMixin,
+    StoredErrorAdminMixin,
     page_urls,
     render_page,
     require_permission,
@@ -197,7 +197,7 @@ class TrainingPairAdmin(ForbidMissingActionsMixin, admin.ModelAdmin):
 
 
 @admin.register(TrainingRun)
-class TrainingRunAdmin(StoredErrorMixin, ForbidMissingActionsMixin, admin.ModelAdmin):
+class TrainingRunAdmin(StoredErrorAdminMixin, ForbidMissingActionsMixin, admin.ModelAdmin):
     list_display = ("id", "encoder_name", "loss", "status", "progress", "created_at", "created_by")
     list_filter = ("status", "encoder_name", "loss")
     actions = ["cancel"]

@@ -76,7 +76,7 @@ def viewing_admin(admin_site: AdminSite, request: HttpRequest, model: Any) -> Mo
     return model_admin
 
 
-class StoredErrorMixin:
+class StoredErrorAdminMixin:
     """Shows the stored error ``error_field`` (traceback included) to superusers, and to other
     staff its message only (the ``<name>_text`` display): a traceback shows the server's
     paths, settings and code."""

@@ -29,7 +29,7 @@ from ..serving import forget_serving, serving_version
 from .display import metrics_table, progress_bar, search_table
 from .mixins import (
     ForbidMissingActionsMixin,
-    StoredErrorMixin,
+    StoredErrorAdminMixin,
     page_urls,
     render_page,
     require_permission,
@@ -40,7 +40,7 @@ __all__ = ["EncoderVersionAdmin", "PromotionRecordAdmin"]
 
 
 @admin.register(EncoderVersion)
-class EncoderVersionAdmin(StoredErrorMixin, ForbidMissingActionsMixin, admin.ModelAdmin):
+class EncoderVersionAdmin(StoredErrorAdminMixin, ForbidMissingActionsMixin, admin.ModelAdmin):
     list_display = ("version", "encoder_name", "status", "compared", "promotion", "activated_at")
     list_filter = ("encoder_name", "status")
     actions = ["promote", "promote_even_if_worse", "rollback", "stop_promotion"]

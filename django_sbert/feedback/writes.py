@@ -20,6 +20,8 @@ from typing import Any
 
 from django.db import connections, models, transaction
 
+from ..query.options import pipeline_supported
+
 
 @contextlib.contextmanager
 def isolated(database: str) -> Iterator[None]:
@@ -82,13 +84,3 @@ def insert_params(instance: models.Model, database: str) -> list[Any]:
 
 # For the current transaction only (is_local): the request's other writes keep the default.
 SYNCHRONOUS_COMMIT_OFF = "SELECT set_config('synchronous_commit', 'off', true)"
-
-
-@functools.cache
-def pipeline_supported() -> bool:
-    """Whether psycopg 3's pipeline mode is here (libpq 14+); psycopg 2 has none."""
-    try:
-        from psycopg import Pipeline  # psycopg 3 only: psycopg 2 has no pipeline mode
-    except ImportError:
-        return False
-    return bool(Pipeline.is_supported())

@@ -175,7 +175,7 @@ def _transaction(connection: Any, pipelined: bool) -> Iterator[None]:
     if pipelined and connection.get_autocommit() and not connection.in_atomic_block:
         connection.ensure_connection()
         start = getattr(connection.connection, "pipeline", None)
-        if start is not None and _pipeline_supported():
+        if start is not None and pipeline_supported():
             with start():
                 yield
             return
@@ -184,7 +184,8 @@ def _transaction(connection: Any, pipelined: bool) -> Iterator[None]:
 
 
 @functools.cache
-def _pipeline_supported() -> bool:
+def pipeline_supported() -> bool:
+    """Whether psycopg 3's pipeline mode is here (libpq 14+); psycopg 2 has none."""
     try:
         from psycopg import Pipeline  # psycopg 3 only
     except ImportError:
