@@ -11,6 +11,7 @@ at every level. No Django import: this module is data and plain functions.
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -274,9 +275,18 @@ def group_problems(path: str, value: Any, group: Group) -> list[tuple[str, str |
 def _shown(setting: Setting) -> str:
     if setting.shown_default is not None:
         return setting.shown_default
-    value = setting.default
-    text = f'"{value}"' if isinstance(value, str) else repr(value)
-    return f"`{text}`"
+    return f"`{_python(setting.default)}`"
+
+
+def _python(value: Any) -> str:
+    """A default as a settings module writes it (strings in double quotes)."""
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_python(k)}: {_python(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_python(v) for v in value) + "]"
+    return repr(value)
 
 
 def markdown_table(keys: Mapping[str, Setting | Group]) -> str:
