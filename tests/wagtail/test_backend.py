@@ -21,6 +21,8 @@ from tests.wagtail.newsapp.models import NewsPage  # noqa: E402
 
 pytestmark = pytest.mark.django_db
 
+BACKEND_OF_MODE = {"vector": "default", "hybrid": "hybrid", "keyword": "keyword"}
+
 STORIES = [
     ("Central bank raises rates", "The central bank raised interest rates by half a point."),
     ("Floods hit the river valley", "Heavy rain flooded farms and villages along the river."),
@@ -110,6 +112,27 @@ def test_hybrid_mode_finds_words_and_meaning(news):
     assert results[0] == news[4]
 
 
+@pytest.mark.parametrize("mode", ["vector", "hybrid", "keyword"])
+def test_a_phrase_keeps_only_the_objects_holding_it_in_every_mode(news, mode):
+    from modelsearch.query import Phrase
+
+    backend = get_search_backend(BACKEND_OF_MODE[mode])
+    results = backend.search(Phrase("world record"), NewsPage)
+    assert list(results) == [news[4]]
+    assert results.count() == 1
+    assert list(backend.search(Phrase("record world"), NewsPage)) == []
+
+
+def test_a_boost_of_two_reorders_the_clauses_in_vector_mode(news):
+    """Each clause scores 1 / rank: the boosted clause's best object comes first."""
+    from modelsearch.query import Boost, PlainText
+
+    marathon, bank = PlainText(page_text(news[4])), PlainText(page_text(news[0]))
+    vector = get_search_backend("default")
+    assert list(vector.search(marathon | Boost(bank, 2.0), NewsPage))[0] == news[0]
+    assert list(vector.search(marathon | Boost(bank, 0.5), NewsPage))[0] == news[4]
+
+
 def test_mode_can_be_chosen_per_call(news):
     keyword = get_search_backend("default", MODE="keyword")
     assert keyword.mode == "keyword"
@@ -197,9 +220,6 @@ def test_a_long_body_is_searched_by_its_passages(site, news, add_news):
     assert "zebra symphony" in last
     found = list(NewsPage.objects.live().search(last)[:3])
     assert found[0].pk == long_page.pk
-
-
-BACKEND_OF_MODE = {"vector": "default", "hybrid": "hybrid", "keyword": "keyword"}
 
 
 @pytest.mark.parametrize("mode", ["keyword", "vector", "hybrid"])

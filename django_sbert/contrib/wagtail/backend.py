@@ -266,11 +266,12 @@ Ranked = list[tuple[str, "float | None"]]  # (object id, score), best first
 class SbertSearchResults(BaseSearchResults):
     """The queryset's objects in the order of their index rows' ranking.
 
-    A plain query (words, a phrase) is ranked in SQL and sliced there. A query built of
-    ``And``, ``Or``, ``Not``, ``Boost``, ``MATCH_ALL`` or ``MATCH_NONE`` is matched as sets of
-    objects (``Not`` leaves out the objects holding its words, in every mode) and ranked by
-    its positive words; ``order_by_relevance=False`` keeps the queryset's own order
-    (primary key descending where it has none, as Wagtail's backends do).
+    Words (and, in keyword mode, a phrase) are ranked in SQL and sliced there. A query built
+    of ``And``, ``Or``, ``Not``, ``Boost``, ``MATCH_ALL`` or ``MATCH_NONE`` is matched as sets
+    of objects (``Not`` leaves out the objects holding its words, and a ``Phrase`` keeps only
+    those holding it, in every mode) and ranked by its positive clauses;
+    ``order_by_relevance=False`` keeps the queryset's own order (primary key descending where
+    it has none, as Wagtail's backends do).
     """
 
     supports_facet = True
@@ -336,7 +337,8 @@ class SbertSearchResults(BaseSearchResults):
             for sub in query.subqueries:
                 found |= self._matching(sub, universe, words=words)
             return found
-        if words or self.backend.mode == "keyword":
+        if words or self.backend.mode == "keyword" or isinstance(query, Phrase):
+            # A phrase asks for those words in that order: matched as a filter in every mode.
             return set(self._keyword_scores(query)) & universe
         return universe  # vector, hybrid: every object matches, ranked by meaning
 
@@ -356,9 +358,10 @@ class SbertSearchResults(BaseSearchResults):
         return {k: weight * float(v) for k, v in self._keyword_scores(query).items()}
 
     def _is_plain(self) -> bool:
-        return isinstance(self.compiler.query, (PlainText, Phrase, Fuzzy)) and not (
-            self.compiler.autocomplete
-        )
+        """Ranked in SQL: words (a phrase too in keyword mode; in the others a phrase filters,
+        so it takes the path of compound queries)."""
+        plain = (PlainText, Fuzzy, Phrase) if self.backend.mode == "keyword" else (PlainText, Fuzzy)
+        return isinstance(self.compiler.query, plain) and not self.compiler.autocomplete
 
     def _ranked(self) -> Ranked:
         """Every matching object, best first (ties by primary key): the path of compound
@@ -377,8 +380,10 @@ class SbertSearchResults(BaseSearchResults):
                     ((key, scores.get(key)) for key in found),
                     key=lambda pair: (-(pair[1] or 0.0), _sort_key(pair[0])),
                 )
+            elif isinstance(compiler.query, Phrase):
+                ranked = self._meaning_order(found)  # the holders of the phrase, by meaning
             else:
-                scores = self._meaning_scores(compiler.query)
+                scores = self._meaning_scores(compiler.query, universe)
                 ranked = sorted(
                     ((key, scores.get(key)) for key in found),
                     key=lambda pair: (pair[1] is None, -(pair[1] or 0.0), _sort_key(pair[0])),
@@ -386,13 +391,21 @@ class SbertSearchResults(BaseSearchResults):
         self._ranked_cache = ranked
         return ranked
 
-    def _meaning_scores(self, query: Any, weight: float = 1.0) -> dict[str, float]:
-        """Vector, hybrid: each object's score for a compound query, the sum of its clauses'
-        scores by meaning, each times its ``Boost`` (``Not`` adds nothing)."""
+    def _meaning_scores(
+        self, query: Any, universe: set[str], weight: float = 1.0
+    ) -> dict[str, float]:
+        """Vector, hybrid: each object's score for a compound query, the sum of the scores of
+        the clauses that match it, each times its ``Boost``. A clause scores an object by its
+        rank among the clause's matches by meaning: 1 / rank (vector; not the cosine, whose
+        spread is too narrow for a ``Boost`` of 2 to reorder) or the fused score, itself made
+        of ranks (hybrid). ``Not`` adds nothing; an ``And`` ranks its clauses among the
+        objects it matches, so an object it leaves out gets nothing from it."""
         if isinstance(query, Boost):
-            return self._meaning_scores(query.subquery, weight * float(query.boost))
+            return self._meaning_scores(query.subquery, universe, weight * float(query.boost))
         if isinstance(query, (And, Or)):
-            parts = [self._meaning_scores(sub, weight) for sub in query.subqueries]
+            if isinstance(query, And):
+                universe = self._matching(query, universe)  # each clause ranks among these
+            parts = [self._meaning_scores(sub, universe, weight) for sub in query.subqueries]
             parts = [part for part in parts if part]
             if not parts:
                 return {}
@@ -403,14 +416,22 @@ class SbertSearchResults(BaseSearchResults):
         text = query_text(query)
         if not text.strip():
             return {}
+        matched = self._matching(query, universe)
         operator = getattr(query, "operator", None)
         match = OPERATOR_MATCH.get(str(operator).lower()) if operator else None
         ranked = self._ranked_entries(text, match)
         count = ranked.count()
         if not count:
             return {}
-        rows = ranked[:count].values_list("object_id", "_sbert_score")
-        return {key: weight * float(score) for key, score in rows}
+        rows = [
+            (key, score)
+            for key, score in ranked[:count].values_list("object_id", "_sbert_score")
+            if key in matched
+        ]
+        if self.backend.mode == "hybrid":  # already a sum over ranks (docs/hybrid.md)
+            return {key: weight * float(score) for key, score in reversed(rows)}
+        keys = dict.fromkeys(key for key, _ in rows)  # best first; a row per object
+        return {key: weight / rank for rank, key in enumerate(keys, start=1)}
 
     def _meaning_order(self, found: set[str]) -> Ranked:
         """``found`` in the order of the mode's ranking of the query's positive words."""
