@@ -1,11 +1,9 @@
 """Wagtail's search backend API on django-sbert's index table (docs/wagtail.md).
 
-Writing: Wagtail calls ``add()`` after a page, snippet, image or document is saved (publish,
-unpublish, edits) and ``delete()`` when it is deleted. ``add()`` writes the object's text to
-its ``SearchEntry`` row; django-sbert's ``post_save`` handler then sends the row to the embed
-task when the transaction commits, and the sweep embeds any row a lost task missed.
-``update_index`` writes the rows in bulk and embeds the stale ones in its own process, with
-progress, unless the backend says ``"UPDATE_INDEX_EMBEDS": False`` (then the worker does).
+Writing (index.py): Wagtail calls ``add()`` after a page, snippet, image or document is saved
+and ``delete()`` when it is deleted; ``add()`` writes the object's text to its ``SearchEntry``
+row, which django-sbert embeds on commit (the sweep embeds any row a lost task missed).
+``update_index`` embeds in its own process unless ``"UPDATE_INDEX_EMBEDS": False``.
 
 Reading: ``search()`` ranks the index rows of the objects in the queryset it is given, so every
 queryset filter (``live()``, ``descendant_of()``, locale, ``filter_fields``) applies as it is;
@@ -16,35 +14,27 @@ or ``"hybrid"`` (both, fused). ``autocomplete()`` (the admin's search boxes) is 
 
 from __future__ import annotations
 
-import sys
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from django.contrib.contenttypes.models import ContentType
 from django.contrib.postgres.search import SearchQuery, SearchRank, SearchVector
 from django.core.exceptions import FieldDoesNotExist, ImproperlyConfigured
 from django.db import models
-from django.db.models.functions import Cast
 from modelsearch.backends.base import (
-    BaseIndex,
     BaseSearchBackend,
     BaseSearchQueryCompiler,
     BaseSearchResults,
     FilterFieldError,
     SearchFieldError,
-    get_model_root,
 )
-from modelsearch.index import get_indexed_models
 from modelsearch.query import And, Boost, Fuzzy, MatchAll, Not, Or, Phrase, PlainText
 from modelsearch.utils import get_descendants_content_types_pks
 
-from django_sbert.indexing import embed_stale, get_ref
-from django_sbert.indexing.signals import schedule
 from django_sbert.query import KeywordConfig
 from django_sbert.query.suggest import prefix_words
 
-from .entries import entry_texts
+from .index import SbertIndex, SbertRebuilder, object_ids
 from .models import SearchEntry
 
 MODES = ("vector", "hybrid", "keyword")
@@ -65,125 +55,6 @@ def query_text(query: Any) -> str:
     if isinstance(query, (And, Or)):
         return " ".join(t for t in (query_text(q) for q in query.subqueries) if t)
     return ""  # MatchAll, Not
-
-
-def _pk_type(model: type[models.Model]) -> models.Field:
-    """A field of the type of ``model``'s primary key column (a page's is its parent's id)."""
-    field = model._meta.pk
-    while field.is_relation:
-        field = field.target_field
-    if isinstance(field, (models.AutoField, models.BigAutoField, models.IntegerField)):
-        return models.BigIntegerField()
-    if isinstance(field, models.UUIDField):
-        return models.UUIDField()
-    return models.CharField()
-
-
-def object_ids(queryset: models.QuerySet) -> models.QuerySet:
-    """The queryset's primary keys as the text ``SearchEntry.object_id`` holds (a subquery)."""
-    return (
-        queryset.order_by()
-        .annotate(_sbert_object_id=Cast("pk", models.CharField()))
-        .values("_sbert_object_id")
-    )
-
-
-class SbertIndex(BaseIndex):
-    """The one index: the ``SearchEntry`` table, for every indexed model."""
-
-    def __init__(self, backend: SbertSearchBackend) -> None:
-        super().__init__(backend)
-        self.defer_embedding = False  # update_index embeds in finish(), not through tasks
-
-    def reset(self) -> None:
-        SearchEntry.objects.all().delete()
-
-    def refresh(self) -> None:
-        """Make what was just added searchable now: embed the rows still without a current
-        vector in this process (as ``update_index`` does) instead of waiting for the worker."""
-        embed_stale(get_ref(SearchEntry._meta.label, "embedding"))
-
-    def add_item(self, obj: models.Model) -> None:
-        """One object (a save): ``update_or_create`` sends ``post_save``, whose handler sends
-        the row to the embed task on commit, only when its text changed."""
-        texts = entry_texts(obj)
-        SearchEntry.objects.update_or_create(
-            content_type=ContentType.objects.get_for_model(type(obj)),
-            object_id=str(obj.pk),
-            defaults=texts,
-        )
-
-    def add_items(self, model: type[models.Model], items: Iterable[models.Model]) -> None:
-        """Many objects (``update_index``, ``add_bulk``): one upsert, no signals, so the rows
-        are scheduled here (the embed task skips those whose text and version are current)."""
-        if not model.get_search_fields():
-            return
-        content_type = ContentType.objects.get_for_model(model)
-        rows = [
-            SearchEntry(content_type=content_type, object_id=str(obj.pk), **entry_texts(obj))
-            for obj in items
-        ]
-        if not rows:
-            return
-        written = SearchEntry.objects.bulk_create(
-            rows,
-            update_conflicts=True,
-            unique_fields=["content_type", "object_id"],
-            update_fields=["title", "body", "autocomplete"],
-        )
-        if self.defer_embedding:
-            return
-        using = SearchEntry.objects.db
-        for row in written:
-            schedule(SearchEntry._meta.label, "embedding", row.pk, using)
-
-    def delete_item(self, item: models.Model) -> None:
-        SearchEntry.objects.filter(
-            content_type_id__in=get_descendants_content_types_pks(get_model_root(type(item))),
-            object_id=str(item.pk),
-        ).delete()
-
-    def delete_stale_entries(self) -> int:
-        """Delete the rows of objects that no longer exist; returns how many."""
-        deleted = 0
-        for model in get_indexed_models():
-            if model._meta.parents:
-                continue  # a child's rows go with its root model's
-            deleted += (
-                SearchEntry.objects.filter(
-                    content_type_id__in=get_descendants_content_types_pks(model)
-                )
-                .exclude(object_id__in=object_ids(model._default_manager.all()))
-                .delete()[0]
-            )
-        return deleted
-
-
-class SbertRebuilder:
-    """``update_index``: drop the rows of deleted objects, write every object's row, then
-    embed the stale rows here with progress (or leave them to the worker)."""
-
-    def __init__(self, index: SbertIndex) -> None:
-        self.index = index
-
-    def start(self) -> SbertIndex:
-        self.index.defer_embedding = self.index.backend.update_index_embeds
-        self.index.delete_stale_entries()
-        return self.index
-
-    def finish(self) -> None:
-        ref = get_ref(SearchEntry._meta.label, "embedding")
-        if not self.index.defer_embedding:
-            return  # each chunk was scheduled for the worker as it was written
-        done = [0]
-
-        def progress(rows: int) -> None:
-            done[0] += rows
-            sys.stdout.write(f"django-sbert: embedded {done[0]} rows\n")
-            sys.stdout.flush()
-
-        embed_stale(ref, progress=progress)
-        self.index.defer_embedding = False
 
 
 class SbertQueryCompiler(BaseSearchQueryCompiler):
