@@ -180,6 +180,29 @@ def test_no_import_cycles_except_a_wings_enqueue():
     assert _cycles(graph) == []
 
 
+ROOT_MODULES = 12  # files directly in django_sbert/, __init__.py included: the rest are wings
+MODULE_LINES = 600
+FUNCTION_LINES = 100
+
+
+def test_the_root_stays_small_and_modules_and_functions_stay_readable():
+    """At most ROOT_MODULES files at the root, MODULE_LINES lines per module and
+    FUNCTION_LINES per function (docs/architecture.md): what grows past them is split by job."""
+    root = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(root) <= ROOT_MODULES, f"{len(root)} root modules: {root}"
+    long_modules, long_functions = [], []
+    for name, path in _modules().items():
+        source = path.read_text()
+        if len(source.splitlines()) > MODULE_LINES:
+            long_modules.append(name)
+        for node in ast.walk(ast.parse(source)):
+            function = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            if function and node.end_lineno - node.lineno + 1 > FUNCTION_LINES:
+                long_functions.append(f"{name}.{node.name}")
+    assert long_modules == [], f"modules over {MODULE_LINES} lines"
+    assert long_functions == [], f"functions over {FUNCTION_LINES} lines"
+
+
 def test_the_checker_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 

@@ -130,7 +130,9 @@ class TsvectorRank(Expression):
         (self.column,) = exprs
 
     def score_sql(self, tsv_sql: str) -> tuple[str, list[Any]]:
-        raise NotImplementedError
+        """The rank's SQL and parameters; each subclass (``Bm25Rank``, ``tsquery.IdfRank``)
+        writes its own."""
+        raise NotImplementedError(f"{type(self).__name__} must define score_sql()")
 
     def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
         column_sql, column_params = compiler.compile(self.column)
