@@ -140,7 +140,8 @@ class SbertSearchResults(BaseSearchResults):
     Words (and, in keyword mode, a phrase) are ranked in SQL and sliced there. A query built
     of ``And``, ``Or``, ``Not``, ``Boost``, ``MATCH_ALL`` or ``MATCH_NONE`` is matched as sets
     of objects (``Not`` leaves out the objects holding its words, and a ``Phrase`` keeps only
-    those holding it, in every mode) and ranked by its positive clauses;
+    those holding it, in every mode) and ranked by its positive clauses, the objects its
+    words select first (in vector and hybrid modes, where every object matches);
     ``order_by_relevance=False`` keeps the queryset's own order (primary key descending where
     it has none, as Wagtail's backends do).
     """
@@ -254,10 +255,19 @@ class SbertSearchResults(BaseSearchResults):
             elif isinstance(compiler.query, Phrase):
                 ranked = self._meaning_order(found)  # the holders of the phrase, by meaning
             else:
+                # The objects the query's words select (keyword mode's matches) come first:
+                # a compound query is written in words, and ranking by meaning orders within
+                # the two groups, never lifting a non-holder above a holder.
+                held = self._matching(compiler.query, universe, words=True)
                 scores = self._meaning_scores(compiler.query, universe)
                 ranked = sorted(
                     ((key, scores.get(key)) for key in found),
-                    key=lambda pair: (pair[1] is None, -(pair[1] or 0.0), _sort_key(pair[0])),
+                    key=lambda pair: (
+                        pair[0] not in held,
+                        pair[1] is None,
+                        -(pair[1] or 0.0),
+                        _sort_key(pair[0]),
+                    ),
                 )
         self._ranked_cache = ranked
         return ranked
