@@ -133,6 +133,21 @@ def test_a_boost_of_two_reorders_the_clauses_in_vector_mode(news):
     assert list(vector.search(marathon | Boost(bank, 0.5), NewsPage))[0] == news[4]
 
 
+@pytest.mark.parametrize("mode", ["vector", "hybrid"])
+def test_a_compound_query_lists_the_objects_its_words_select_first(news, mode):
+    """Every object is found, but the holders of a clause's words come before the rest,
+    whatever the meaning of the words says of the others."""
+    from modelsearch.query import PlainText
+
+    backend = get_search_backend(BACKEND_OF_MODE[mode])
+    for words in (("striker", "marathon"), ("floods", "election"), ("rates", "record")):
+        query = PlainText(words[0]) | PlainText(words[1])
+        results = list(backend.search(query, NewsPage))
+        held = {page for page in news if any(w in page_text(page).lower() for w in words)}
+        assert len(held) == 2 and len(results) == len(news)
+        assert set(results[:2]) == held, words
+
+
 def test_mode_can_be_chosen_per_call(news):
     keyword = get_search_backend("default", MODE="keyword")
     assert keyword.mode == "keyword"
