@@ -120,3 +120,24 @@ def test_in_process_while_away_encodes_here(client, away, settings):
     assert "degraded" not in body and "similarity" in body["results"][0]
     assert query_client.encoding_report()["layout"] == "query server, in-process while away"
     assert degraded_count() == 0
+
+
+@override_settings(ROOT_URLCONF="tests.views.urls")
+def test_the_async_page_answers_by_words_too(away):
+    from asgiref.sync import async_to_sync
+    from django.test import AsyncClient
+
+    response = async_to_sync(AsyncClient().get)("/async/", {"q": QUERY, "mode": "hybrid"})
+    assert response.status_code == 200
+    assert response.context["degraded"] == "keyword" and len(response.context["page_obj"]) > 0
+    assert 'data-sbert-degraded="keyword"' in response.content.decode()
+
+
+@override_settings(ROOT_URLCONF="tests.api.urls")
+def test_suggestions_come_from_the_prefix_match_alone(client, away):
+    registry.register(Article, fields=["id", "title"])
+    response = client.get("/api/sbert/suggest/testapp.article/", {"q": "interest ra"})
+    assert response.status_code == 200, response.content
+    results = response.json()["results"]
+    assert results and all(row["vector_rank"] is None for row in results)
+    assert results[0]["keyword_rank"] == 1
