@@ -5,6 +5,13 @@
     python -m benchmarks.memory --role web      # default path, warm, 200 queries
     python -m benchmarks.memory --role worker   # default path, 1,000 batches of 32
         [--batches 1000] [--batch-size 32] [--random-lengths] [--unbucketed]
+    flock /tmp/sbert-bench.lock python -m benchmarks.memory --layouts [--rounds 3]
+        [--rows 1000] [--light-workers 9] [--workers 2] [--json PATH]
+
+``--layouts`` measures the web layouts of docs/deployment.md as a site runs them (benchmarks/
+_site_memory.py): gunicorn with the load test's site, warmed by semantic and hybrid REST
+searches, and the host's query server; the RSS (and PSS) of each web process and of the
+encoder process, and the host's total for 9 web processes plus the encoder.
 
 ``--role`` loads the encoder on the path a web process (``query``) or an encoding worker
 (``document``) takes by default (``encoder.paths``), warms it, and prints RSS after warming
@@ -135,8 +142,19 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="--role worker: texts each")
     parser.add_argument("--random-lengths", action="store_true", help="texts of 1-250 words")
     parser.add_argument("--unbucketed", action="store_true", help="pad to the longest text")
+    parser.add_argument("--layouts", action="store_true", help="web layouts: RSS of a site")
+    parser.add_argument("--rounds", type=int, default=3, help="--layouts: runs (medians)")
+    parser.add_argument("--rows", type=int, default=1000, help="--layouts: SciFact rows")
+    parser.add_argument("--workers", type=int, default=2, help="--layouts: in-process workers")
+    parser.add_argument("--light-workers", type=int, default=9, help="--layouts: light workers")
     add_json_option(parser)
     args = parser.parse_args()
+    if args.layouts:
+        from benchmarks._site_memory import measure_layouts
+
+        print(cpu_line(), flush=True)
+        write_json(args.json, measure_layouts(args))
+        return
     torch.set_num_threads(args.threads)
     print(cpu_line())
     if args.role:

@@ -33,6 +33,7 @@ __all__ = [
     "AlreadyRegistered",
     "BrokerUnavailable",
     "CompareError",
+    "EncoderAway",
     "EncoderBusy",
     "EvaluationError",
     "EventRefused",
@@ -82,6 +83,21 @@ class EncoderBusy(ServiceUnavailable):
     """
 
     def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class EncoderAway(ServiceUnavailable):
+    """This host's query server does not answer (not listening, a broken connection, past its
+    timeout, or it could not encode the text), and this process loads no model to encode the
+    text itself (``SBERT["QUERY_SERVER"]["SOCKET"]`` a path: the light layout).
+
+    The REST API's search/ and ``SearchView`` answer such a search from the keyword side,
+    marked ``degraded``; where the model has no full-text column, a 503 with ``Retry-After``
+    (``retry_after``: the seconds before this process asks the server again).
+    """
+
+    def __init__(self, message: str, retry_after: int = 5) -> None:
         super().__init__(message)
         self.retry_after = retry_after
 

@@ -474,6 +474,14 @@ class SearchLog(models.Model):
     # the loop counts as one visitor (feedback.visitors.network_key).
     network = models.CharField(max_length=32, blank=True, default="", db_index=True)
     latency_ms = models.FloatField(null=True, blank=True)
+    # "keyword": the search asked for mode's vectors but the encoder was away (the host's
+    # query server, in the light layout), so its results came from the keyword side.
+    degraded = models.CharField(
+        max_length=10,
+        blank=True,
+        default="",
+        help_text='"keyword": answered from the keyword side, the encoder being away.',
+    )
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:

@@ -1,8 +1,10 @@
-"""What a process serves now: its pid and the version its next search or indexing task uses."""
+"""What a process serves now: its pid, the version its next search or indexing task uses, and
+the heavy libraries it has imported (``benchmarks.memory --layouts``)."""
 
 from __future__ import annotations
 
 import os
+import sys
 
 from django_sbert.conf import sbert_settings
 from django_sbert.serving import serving_record
@@ -16,4 +18,5 @@ def probe() -> dict[str, object]:
         "pid": os.getpid(),
         "search_version": serving_record("default", using=alias).version,
         "index_version": serving_record("default").version,
+        "heavy": [m for m in ("torch", "onnxruntime", "transformers") if m in sys.modules],
     }

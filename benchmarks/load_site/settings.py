@@ -10,6 +10,8 @@ environment that ``benchmarks.load`` gives each one.
     only); this process's own cache of verified copies (one per simulated host).
 ``SBERT_QUERY_SOCKET``
     The host's query server (``benchmarks.throughput``); unset: each process encodes its own.
+    Web processes load no model (the light layout) unless ``SBERT_QUERY_FALLBACK=in-process``
+    (they encode texts themselves while the server is away: ``benchmarks.memory --layouts``).
 ``SBERT_PRECISION``, ``SBERT_QUERY_RUNTIME``
     The encoder's ``PRECISION`` and ``QUERY_RUNTIME``; unset: ``"auto"``.
 """
@@ -62,6 +64,8 @@ SBERT = {
     "RATES": {"search": None},  # the load client is one address
     "QUERY_SERVER": {"SOCKET": os.environ.get("SBERT_QUERY_SOCKET") or None},
 }
+if os.environ.get("SBERT_QUERY_SOCKET") and os.environ.get("SBERT_QUERY_FALLBACK"):
+    SBERT["QUERY_SERVER"]["SOCKET"] = [os.environ["SBERT_QUERY_SOCKET"], "in-process"]
 
 CELERY_BROKER_URL = os.environ["CELERY_BROKER_URL"]
 CELERY_RESULT_BACKEND = os.environ["CELERY_BROKER_URL"]  # the probe task's answers

@@ -89,8 +89,16 @@ class SearchLogListAdmin(ReadOnlyLogAdmin):
     """The searches' list and its UBI download; registered with the analytics page as
     ``admin.feedback.SearchLogAdmin``."""
 
-    list_display = ("query", "mode", "model_label", "result_count", "latency_ms", "created_at")
-    list_filter = ("mode", "model_label", "created_at")
+    list_display = (
+        "query",
+        "mode",
+        "degraded",
+        "model_label",
+        "result_count",
+        "latency_ms",
+        "created_at",
+    )
+    list_filter = ("mode", "degraded", "model_label", "created_at")
     search_fields = ("normalized",)
     date_hierarchy = "created_at"
     actions = ["download_ubi"]

@@ -25,7 +25,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ..exceptions import EventRefused
+from ..exceptions import EncoderAway, EventRefused
 from ..feedback import (
     log_search,
     logging_on,
@@ -34,6 +34,7 @@ from ..feedback import (
 )
 from ..fields import EmbeddingField
 from ..query import SearchTimeout, SemanticQuerySet, suggest
+from ..query.fallback import DEGRADED, from_keywords
 from ..serving import encode_texts
 from .errors import ServiceErrorsMixin
 from .pagination import SearchPagination
@@ -89,6 +90,11 @@ def _search_response(name: str, result: Any = None, logged: bool = False) -> Any
             help_text="Only with SBERT['FEEDBACK']['LOG'] on: the logged search's id; null "
             "when this search was not logged (sampled out, a later page).",
         )
+        fields["degraded"] = serializers.CharField(
+            required=False,
+            help_text='Only when the encoder was away: "keyword", the results came from the '
+            "keyword side (keyword_score, no similarity).",
+        )
     return inline_serializer(name=name, fields=fields)
 
 
@@ -113,6 +119,7 @@ class SemanticResultsView(ServiceErrorsMixin, GenericAPIView):
     schema = schema_class()
     _entry: SearchEntry | None = None
     search_mode = "vector"  # what the results carry: see serializers.RESULT_SERIALIZERS
+    degraded = ""  # "keyword": answered from the keyword side (query/fallback.py)
 
     pagination_class = SearchPagination  # a subclass may name another (or None: one page)
 
@@ -221,6 +228,8 @@ class SemanticResultsView(ServiceErrorsMixin, GenericAPIView):
         else:
             response = self.get_paginated_response(serializer.data)
         response.data.update(extra)
+        if self.degraded:  # answered from the keyword side: the encoder was away
+            response.data["degraded"] = self.degraded
         return write_after_response(self.request, response)
 
     def log_shown(self, rows: list[Any], queryset: SemanticQuerySet) -> dict[str, Any]:
@@ -289,17 +298,21 @@ class SearchAPIView(SemanticResultsView):
         data = params.validated_data
         field = self.embedding_field_name(data.get("field"))
         self.search_mode = mode = data["mode"]
-        queryset = self.get_queryset()
-        if mode == "vector":
-            queryset = queryset.similar_to(
-                data["q"], k=data["k"], min_similarity=data.get("min_similarity"), field=field
-            )
-        else:
-            field = self.keyword_field_name(field, mode)
-            if mode == "hybrid":
-                queryset = queryset.hybrid_search(data["q"], k=data["k"], field=field)
+        rows = queryset = self.get_queryset()
+        try:
+            if mode == "vector":
+                queryset = rows.similar_to(
+                    data["q"], k=data["k"], min_similarity=data.get("min_similarity"), field=field
+                )
             else:
-                queryset = queryset.keyword_search(data["q"], k=data["k"], field=field)
+                field = self.keyword_field_name(field, mode)
+                if mode == "hybrid":
+                    queryset = rows.hybrid_search(data["q"], k=data["k"], field=field)
+                else:
+                    queryset = rows.keyword_search(data["q"], k=data["k"], field=field)
+        except EncoderAway as away:  # the host's query server is away (the light layout)
+            queryset, field = from_keywords(rows, data["q"], away, k=data["k"], field=field)
+            self.search_mode, self.degraded = "keyword", DEGRADED
         self._searched = {"q": data["q"], "mode": mode, "field": field}
         return self.results_response(queryset, data["k"])
 
@@ -334,6 +347,7 @@ class SearchAPIView(SemanticResultsView):
             latency_ms=(perf_counter() - self._started) * 1000,
             using=queryset.db,
             defer=True,  # written once the response is sent (results_response)
+            degraded=self.degraded,
         )
         return {"search_id": None if entry is None else str(entry.pk)}
 

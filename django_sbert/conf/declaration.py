@@ -22,6 +22,7 @@ from .schema import (
     POSITIVE_INTEGERS,
     RATE_SCOPES,
     SIZE,
+    SOCKET,
     STRINGS,
     TEXT,
     Group,
@@ -435,9 +436,11 @@ QUERY_SERVER = Group(
             None,
             "Unix socket of this host's query server (`manage.py sbert_query_server`): web "
             "processes send it the texts of searches, which it encodes in batches and caches "
-            "for the whole host. `None`: each process encodes its own "
-            "([deployment.md](deployment.md#one-query-encoder-per-host)).",
-            optional(PATH),
+            "for the whole host, and load no model (while it is away, searches answer from "
+            'the keyword side, marked). `[path, "in-process"]`: a process encodes texts '
+            "itself while the server is away (it loads the model then). `None`: each process "
+            "encodes its own ([deployment.md](deployment.md#one-query-encoder-per-host)).",
+            optional(SOCKET),
         ),
     },
     "One query encoder per host, shared by its web processes "

@@ -147,6 +147,17 @@ def number(
 BOOLEAN = Rule(lambda v: isinstance(v, bool), "True or False")
 TEXT = Rule(lambda v: isinstance(v, str), "a string")
 PATH = Rule(lambda v: isinstance(v, str) or hasattr(v, "__fspath__"), "a path")
+# QUERY_SERVER SOCKET: a path (web processes load no model), or [path, "in-process"] (they
+# encode texts themselves while the server is away).
+SOCKET = Rule(
+    lambda v: (
+        PATH.test(v)
+        or (
+            isinstance(v, list | tuple) and len(v) == 2 and PATH.test(v[0]) and v[1] == "in-process"
+        )
+    ),
+    'a path, or [path, "in-process"]',
+)
 SIZE = Rule(
     lambda v: (_is_int(v) and v > 0) or (isinstance(v, str) and v.strip() != ""),
     'a number of bytes or a PostgreSQL size such as "1GB"',

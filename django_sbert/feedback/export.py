@@ -34,6 +34,7 @@ def ubi_query(entry: SearchLog) -> dict[str, Any]:
         "object_id_field": "pk",
         "query_attributes": {
             "mode": entry.mode,
+            "degraded": entry.degraded,
             "model": entry.model_label,
             "field": entry.field,
             "encoder": entry.encoder_name,

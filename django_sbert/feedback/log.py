@@ -125,6 +125,7 @@ def log_search(
     latency_ms: float | None = None,
     using: str | None = None,
     defer: bool = False,
+    degraded: str = "",
 ) -> SearchLog | None:
     """Log a search whose first page is ``results`` (model instances or ``values()`` dicts,
     best first) and give each a click token (``hit.sbert_click_token``); the ``SearchLog``,
@@ -136,7 +137,9 @@ def log_search(
     serving ``encoder`` now on ``using``; none for keyword searches). ``latency_ms``: how
     long the search took. ``defer=True`` keeps the INSERT on ``request`` until
     ``write_after_response(request, response)`` runs it once the response is sent; the
-    results get their tokens now either way.
+    results get their tokens now either way. ``degraded="keyword"``: the search asked for
+    ``mode`` but the encoder was away, so the results came from the keyword side (their
+    scores are ``keyword_score``; no version served).
     """
     if not logging_on():
         return None  # off: nothing read, nothing written
@@ -147,10 +150,13 @@ def log_search(
     results = list(results)
     search_id = uuid.uuid4()
     text = str(query)[:MAX_QUERY_LENGTH]
-    if version is None:
+    if degraded:
+        version = ""  # no encoder served the search
+    elif version is None:
         version = "" if mode == "keyword" else serving_record(encoder, using=using).version
+    scored = degraded or mode
     shown = [
-        [str(_pk(hit)), position, _score(hit, mode)] for position, hit in enumerate(results, 1)
+        [str(_pk(hit)), position, _score(hit, scored)] for position, hit in enumerate(results, 1)
     ]
     entry = SearchLog(
         id=search_id,
@@ -167,6 +173,7 @@ def log_search(
         client=client_key(request, search_id),
         network=network_key(request),
         latency_ms=None if latency_ms is None else round(float(latency_ms), 3),
+        degraded=degraded,
     )
     if defer:
         request.__dict__.setdefault(_DEFERRED, []).append(entry)

@@ -18,7 +18,8 @@ text off the event loop), ``keywords`` (a keyword search's words, their ranking 
 prefix match fused with a vector search of the text so far), ``passages`` (rows ranked by their
 best passage), ``highlight`` (the sentence of a passage that answers the query), ``binary``
 (search on binary codes, re-ranked by exact cosine), ``replicas`` (which database a search
-reads). The full-text pieces are in ``django_sbert.keyword``.
+reads), ``fallback`` (a search whose encoder is away, answered from the keyword side). The
+full-text pieces are in ``django_sbert.keyword``.
 """
 
 from __future__ import annotations

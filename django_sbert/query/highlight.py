@@ -25,6 +25,7 @@ from django.db.models import Model
 
 from ..encoder.sentences import sentence_spans
 from ..serving import encode_query, encode_texts
+from ..serving.query_client import light
 
 ELLIPSIS = "…"
 
@@ -92,9 +93,11 @@ def highlight_hits(
     (``hit.passage["text"]``, from a search by passages); other hits are left alone.
 
     The sentences of all those passages are encoded in one call, so call it for the page shown.
+    A light web process (``SBERT["QUERY_SERVER"]["SOCKET"]`` a path) loads no model to encode
+    them: its hits keep their passage without a mark.
     """
     found = [hit for hit in hits if (getattr(hit, "passage", None) or {}).get("text")]
-    if not found:
+    if not found or light():
         return
     texts = [hit.passage["text"] for hit in found]
     marks = best_sentences(query, texts, encoder)

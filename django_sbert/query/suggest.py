@@ -29,6 +29,7 @@ from django.db import models
 from django.db.models import Expression, F
 
 from ..conf import sbert_settings
+from ..exceptions import EncoderAway
 from ..fields import EmbeddingField, embedding_fields
 from ..keyword import tsquery
 from .fusion import CappedMatch
@@ -202,7 +203,12 @@ def suggest(
         keyword = prefix_matches(qs, embedding, typed + text[len(text.rstrip()) :][:1], n)
     vector: list[Any] = []
     if len(typed) >= VECTOR_MIN_CHARS or not embedding.has_keyword_search:
-        vector = list(qs.similar_to(typed, k=n, field=embedding.name).values_list("pk", flat=True))
+        try:
+            ranked = qs.similar_to(typed, k=n, field=embedding.name)
+            vector = list(ranked.values_list("pk", flat=True))
+        except EncoderAway:  # the host's query server is away: the prefix match alone
+            if not embedding.has_keyword_search:
+                raise
     fused = fuse(keyword, vector, float(search["FUSION"]["RRF_K"]))[:k]
     if not fused:
         return []

@@ -44,7 +44,7 @@ from ..passages import config as passage_config
 from .identity import base_version, forget_base_versions
 from .model_cache import compile_cache, local_directory
 from .paths import encoder_path
-from .query_client import remote_query_vector
+from .query_client import light, remote_query_vector
 from .versions import Serving, serving_record, serving_version, version_directory
 
 if TYPE_CHECKING:
@@ -299,6 +299,9 @@ def encode_query(text: str, encoder: str = "default", version: str | None = None
     cached = _cached_query(encoder, version, text)
     if cached is not None:
         return cached
+    if light():  # the query server encodes it (this process loads no model)
+        directory = version_directory(encoder, version)
+        return encode_query_for(text, Serving(encoder, version, directory))
     return _encode_query(get_encoder(encoder, version), encoder, version, text)
 
 

@@ -6,6 +6,10 @@
     report = check(broker=True, warmed=False)   # a worker host's probe (sbert_health --broker)
     report.ok, report.as_dict()       # {"status": "ok", "checks": {...}, "versions": {...}, ...}
 
+The query server being away does not make a light web process unready: its searches answer
+from the keyword side meanwhile, marked, and ``encoding`` counts them (``degraded_searches``)
+and says whether the server answered at the last ask.
+
 An encoder is ready when the version the database says serves is the one ``warm()`` loaded
 and ran in this process, without error (``serving.warmup.warm_state()``): a process that has
 not warmed, that warmed another version (a switch it has not caught up with yet), or that
@@ -25,6 +29,7 @@ from ..conf import sbert_settings
 from ..fields import all_embedding_fields
 from ..models import EncoderVersion
 from .model_cache import fetch_failures, unavailable_reason
+from .query_client import encoding_report
 from .versions import serving_record
 from .warmup import warm_state
 from .web import served_encoders
@@ -43,6 +48,9 @@ class HealthReport:
     paths: dict[str, dict[str, str]] = field(default_factory=dict)
     # versions this process failed to fetch and will not try again before retry_in seconds
     fetch_failures: list[dict[str, Any]] = field(default_factory=list)
+    # how this process encodes search texts: in-process, or the host's query server (is it
+    # away, and how many searches answered from the keyword side): query_client
+    encoding: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -55,6 +63,7 @@ class HealthReport:
             "versions": dict(self.versions),
             "paths": {name: dict(path) for name, path in self.paths.items()},
             "fetch_failures": [dict(failure) for failure in self.fetch_failures],
+            "encoding": dict(self.encoding),
         }
 
 
@@ -87,6 +96,7 @@ def check(
     if broker:
         report.checks["broker"] = _broker()
     report.fetch_failures = fetch_failures()
+    report.encoding = encoding_report()
     return report
 
 

@@ -14,7 +14,8 @@ once; one batcher encodes up to ``MAX_BATCH`` texts of one version, ``WINDOW_MS`
 oldest arrived, in the encoding thread while the loop goes on reading. Past ``MAX_QUEUE``
 waiting texts a request is answered busy at once (the search gets 503). The server encodes with
 exactly the version a request names; a base-model version it does not have is an error, which
-the web process answers by encoding the text itself (docs/search.md).
+the web process answers by encoding the text itself, or in the light layout from the keyword
+side (docs/deployment.md).
 """
 
 from __future__ import annotations

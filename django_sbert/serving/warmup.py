@@ -26,9 +26,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from .cache import encode_texts, encoder_for
+from ..exceptions import EncoderAway
+from .cache import encode_query_for, encode_texts, encoder_for
 from .paths import encoder_path
-from .versions import serving_record
+from .query_client import layout, light
+from .versions import Serving, serving_record
 
 if TYPE_CHECKING:
     from ..encoder import SentenceEncoder
@@ -72,6 +74,10 @@ def warm(names: Iterable[str], role: WarmRole = "both") -> dict[str, WarmState]:
         try:
             current = serving_record(name)
             version = current.version
+            if role == "query" and light():  # the query server encodes: nothing to load here
+                path, reason = _ask_server(current)
+                results[name] = _keep(name, version, role, started, None, path, reason)
+                continue
             model = encoder_for(current)  # load once, before the passes below time anything
             if role in ("query", "both"):
                 encode_texts(WARM_TEXTS[:1], name, version, role="query")
@@ -81,20 +87,44 @@ def warm(names: Iterable[str], role: WarmRole = "both") -> dict[str, WarmState]:
         except Exception as exc:  # reported, not raised: see the docstring
             error = f"{type(exc).__name__}: {exc}"
             logger.exception("django-sbert: could not warm encoder %r.", name)
-        state = WarmState(
-            encoder=name,
-            version=version,
-            role=role,
-            seconds=time.perf_counter() - started,
-            warmed_at=time.time(),
-            error=error,
-            path=path,
-            reason=reason,
-        )
-        with _lock:
-            _state[name] = state
-        results[name] = state
+        results[name] = _keep(name, version, role, started, error, path, reason)
     return results
+
+
+def _keep(
+    name: str,
+    version: str,
+    role: WarmRole,
+    started: float,
+    error: str | None,
+    path: str,
+    reason: str,
+) -> WarmState:
+    state = WarmState(
+        encoder=name,
+        version=version,
+        role=role,
+        seconds=time.perf_counter() - started,
+        warmed_at=time.time(),
+        error=error,
+        path=path,
+        reason=reason,
+    )
+    with _lock:
+        _state[name] = state
+    return state
+
+
+def _ask_server(current: Serving) -> tuple[str, str]:
+    """A light web process's warm-up: one text through the host's query server (the server
+    away is no failure here: searches answer from the keyword side until it is back)."""
+    socket, _ = layout()
+    reason = f"QUERY_SERVER SOCKET {socket}: this process loads no model"
+    try:
+        encode_query_for(WARM_TEXTS[0], current)
+    except EncoderAway:
+        reason += "; the server was away at warm-up"
+    return "query server", reason
 
 
 def _path_taken(name: str, role: WarmRole, model: SentenceEncoder) -> tuple[str, str]:

@@ -24,6 +24,7 @@ from django.db import close_old_connections
 from ..conf import sbert_settings
 from ..fields import all_embedding_fields
 from .cache import encode_texts
+from .query_client import light
 from .versions import promoting_version, serving_record
 from .warmup import WARM_TEXTS, WarmRole, WarmState, warm, warm_state
 from .worker import set_torch_threads, torch_threads
@@ -58,9 +59,10 @@ def prepare_web_process(
         return {}
     threads = torch_threads(names[0], processes)
     set_torch_threads(threads)
-    import torch  # a web process encodes queries: torch is loaded here, after fork
+    if not (role == "query" and light()):  # light: the query server encodes, no torch here
+        import torch  # a web process encodes queries: torch is loaded here, after fork
 
-    torch.set_num_threads(threads)
+        torch.set_num_threads(threads)
     states = warm(names, role=role)
     if watch:
         start_watcher(names, role)
@@ -104,6 +106,8 @@ def _watch(names: list[str], role: WarmRole) -> None:
 
 def _prewarm_promotion(name: str, role: WarmRole) -> None:
     """Load and run the version being promoted, once, so that the switch finds it warm."""
+    if role == "query" and light():  # the query server loads versions, not this process
+        return
     version = promoting_version(name)
     if version is None or (name, version) in _prewarmed:
         return

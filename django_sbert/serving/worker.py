@@ -33,6 +33,7 @@ from django.apps import apps
 
 from ..conf import encoder_config, sbert_settings
 from ..fields import all_embedding_fields
+from . import query_client
 from .warmup import warm
 
 logger = logging.getLogger(__name__)
@@ -216,6 +217,9 @@ def prepare_worker_process(**kwargs: Any) -> None:
     """
     if not apps.ready:  # a Celery app that does not run Django: nothing of ours to load
         return
+    # A worker loads the model for its tasks anyway: while the host's query server is away,
+    # the searches its tasks run (the gate, evaluations) encode here rather than fail.
+    query_client.encode_here_when_away()
     names = sorted({field.encoder for _, field in all_embedding_fields()})
     if not names:
         return

@@ -13,6 +13,7 @@ import uuid
 
 from ..exceptions import (
     BrokerUnavailable,
+    EncoderAway,
     EncoderBusy,
     SearchTimeout,
     ServiceUnavailable,
@@ -27,6 +28,7 @@ CLIENT_MESSAGES: tuple[tuple[type[ServiceUnavailable], str], ...] = (
     ),
     (VersionUnavailable, "Search is unavailable on this server for a moment; try again shortly."),
     (EncoderBusy, "Search is busy on this server; try again in a moment."),
+    (EncoderAway, "Search by meaning is unavailable on this server for a moment; try again."),
 )
 
 

@@ -39,11 +39,12 @@ from django.utils.translation import gettext as _
 from django.views.generic import ListView
 
 from ..encoder.sentences import sentence_spans
-from ..exceptions import ServiceUnavailable
+from ..exceptions import EncoderAway, ServiceUnavailable
 from ..feedback import log_search, logging_on, write_after_response
 from ..fields import EmbeddingField, embedding_fields
 from ..query import SemanticQuerySet, as_semantic
 from ..query.aio import encode_text
+from ..query.fallback import DEGRADED, from_keywords
 from ..query.highlight import highlight_hits
 from ..query.replicas import search_database
 from ..query.vectors import EncodedText
@@ -119,6 +120,8 @@ class SearchView(ListView):
     search_for: str | models.Model | None = None
     timing: SearchTiming | None = None
     unavailable: bool = False
+    degraded: str = ""  # "keyword": the encoder was away, the rows matched by words
+    retry_after: int | None = None  # a 503's Retry-After
     filterset: Any = None
     search_source: SemanticQuerySet
     search_log: Any = None  # the SearchLog of this request's search, when it was logged
@@ -138,8 +141,14 @@ class SearchView(ListView):
         context = self.get_context_data()
         self.highlight(context["page_obj"])
         self.log_page(context)
+        return write_after_response(request, self.searched_response(context))
+
+    def searched_response(self, context: dict[str, Any]) -> HttpResponse:
+        """The page: 200, or 503 with ``Retry-After`` when the search could not run now."""
         response = self.render_to_response(context, status=503 if self.unavailable else 200)
-        return write_after_response(request, response)  # the log's INSERT, once it is sent
+        if self.unavailable and self.retry_after:
+            response["Retry-After"] = str(self.retry_after)
+        return response
 
     def prepare(self) -> HttpResponse | None:
         """Everything before the search (it may read the database: a filter's choices, a row
@@ -188,12 +197,24 @@ class SearchView(ListView):
     def fetch(self, queryset: SemanticQuerySet) -> tuple[list[models.Model], SearchTiming]:
         """The top ``paginate_by * max_pages`` rows for ``search_for``, and how long it took."""
         started = perf_counter()
-        target, cached = self.encode(queryset, self.search_for)
+        try:
+            target, cached = self.encode(queryset, self.search_for)
+        except EncoderAway as away:  # the host's query server is away (the light layout)
+            rows = list(self.by_words(queryset, away)[: self.result_limit()])
+            return rows, self._timing(None, False, started, started)
         encoded = perf_counter()
         self.served_version = getattr(target, "version", None)
         ranked = self.search(queryset, target, self.mode)
         rows = list(ranked[: self.result_limit()])
         return rows, self._timing(target, cached, started, encoded)
+
+    def by_words(self, queryset: SemanticQuerySet, away: EncoderAway) -> SemanticQuerySet:
+        """The text's keyword search, the page marked ``degraded`` (its notice, the log); a
+        field without a full-text column raises ``away`` (a 503)."""
+        field = self.embedding_field().name
+        ranked, _ = from_keywords(queryset, str(self.search_for), away, field=field)
+        self.degraded = DEGRADED
+        return ranked
 
     def encode(self, queryset: SemanticQuerySet, query: Any) -> tuple[Any, bool]:
         """``query`` with its vector when the mode needs one (an ``EncodedText``, which the
@@ -299,6 +320,7 @@ class SearchView(ListView):
             latency_ms=self.timing.total_ms if self.timing else None,
             using=self.search_source.db,
             defer=True,
+            degraded=self.degraded,
         )
         context["search_log"] = self.search_log
 
@@ -319,6 +341,7 @@ class SearchView(ListView):
             timing=self.timing,
             search_ms=self.timing.total_ms if self.timing else None,
             unavailable=self.unavailable,
+            degraded=self.degraded,
             filterset=self.filterset,
             page_query=params.urlencode(),
             suggest_url=self.get_suggest_url(),
@@ -331,7 +354,9 @@ class SearchView(ListView):
 
     def ranked_by(self) -> str:
         """The mode the results were ranked in: ``mode``, except ``"vector"`` for a search
-        by a row (more like this)."""
+        by a row (more like this), and ``"keyword"`` for a search answered by its words."""
+        if self.degraded:
+            return KEYWORD
         return VECTOR if isinstance(self.search_for, models.Model) else self.mode
 
     def get_paginate_by(self, queryset: Any) -> int | None:
@@ -433,6 +458,7 @@ class SearchView(ListView):
         """Render the page without results (503): the visitor may try again."""
         logger.warning("%s: search unavailable: %s", type(self).__name__, exc)
         self.object_list, self.timing, self.unavailable = [], None, True
+        self.retry_after = getattr(exc, "retry_after", None)
 
     def _needs_vector(self, query: Any) -> bool:
         return (
@@ -461,13 +487,17 @@ class AsyncSearchView(SearchView):
             except ServiceUnavailable as exc:
                 self.not_now(exc)
         context = await sync_to_async(self._context_and_highlight)()
-        response = self.render_to_response(context, status=503 if self.unavailable else 200)
-        return write_after_response(request, response)  # the log's INSERT, once it is sent
+        return write_after_response(request, self.searched_response(context))
 
     async def afetch(self, queryset: SemanticQuerySet) -> tuple[list[models.Model], SearchTiming]:
         """``fetch()`` for the event loop."""
         started = perf_counter()
-        target, cached = await self.aencode(queryset, self.search_for)
+        try:
+            target, cached = await self.aencode(queryset, self.search_for)
+        except EncoderAway as away:  # the host's query server is away (the light layout)
+            ranked = await sync_to_async(self.by_words)(queryset, away)
+            rows = [row async for row in ranked[: self.result_limit()]]
+            return rows, self._timing(None, False, started, started)
         encoded = perf_counter()
         self.served_version = getattr(target, "version", None)
         ranked = await sync_to_async(self.search)(queryset, target, self.mode)

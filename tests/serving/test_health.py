@@ -73,6 +73,7 @@ def test_the_view_is_503_until_this_process_warmed_the_serving_version(client, c
         # The path this process runs and why, as sbert_status prints it.
         "paths": {"default": {"path": state.path, "reason": state.reason}},
         "fetch_failures": [],  # versions this process failed to fetch (none)
+        "encoding": {"layout": "in-process"},  # no query server: this process encodes
         "pid": os.getpid(),
     }
     assert state.path.split()[0] in ("compiled", "eager") and state.reason

@@ -2,7 +2,9 @@
 tiny encoder, the test database. Searches in this process send it their texts and get the
 vectors this process would have encoded; concurrent texts are encoded in batches; a second
 process's cache miss is the host's cache hit; a server that is away or restarts never fails a
-search."""
+search: with ``[socket, "in-process"]`` this process encodes the text itself meanwhile, with a
+path alone (the light layout) the search gets ``EncoderAway`` (answered from the keyword side
+by the views: tests/query/test_fallback.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
+from django_sbert.exceptions import EncoderAway
 from django_sbert.serving import (
     clear_query_cache,
     encode_texts,
@@ -43,10 +46,11 @@ def server(tmp_path, settings, monkeypatch):
     started: list[QueryServerProcess] = []
     monkeypatch.setattr(query_client, "RETRY_SECONDS", 0.0)
 
-    def start(**flags) -> QueryServerProcess:
+    def start(in_process: bool = False, **flags) -> QueryServerProcess:
         process = QueryServerProcess(tmp_path, **flags)
         started.append(process)
-        settings.SBERT = {**settings.SBERT, "QUERY_SERVER": {"SOCKET": process.socket}}
+        socket = [process.socket, "in-process"] if in_process else process.socket
+        settings.SBERT = {**settings.SBERT, "QUERY_SERVER": {"SOCKET": socket}}
         return process
 
     serving_record("default")  # records the base version before the server reads it
@@ -112,7 +116,7 @@ def test_searches_go_on_when_the_server_is_away_and_use_it_again_when_it_is_back
     server, embed, caplog
 ):
     embed(Article.objects.create(title="interest rates", body="central banks raise rates"))
-    process = server()
+    process = server(in_process=True)
     assert Article.objects.similar_to(TEXTS[0])[:1].count() == 1
     assert process.stats()["encoded"] == 1
     process.stop()  # this thread's connection to it is now broken
@@ -121,13 +125,29 @@ def test_searches_go_on_when_the_server_is_away_and_use_it_again_when_it_is_back
     np.testing.assert_allclose(vector, here(TEXTS[1:2])[0], atol=1e-5)
     assert "query server" in caplog.text and "is away" in caplog.text
 
-    back = server()  # the same socket path; RETRY_SECONDS 0: asked again at once
+    back = server(in_process=True)  # the same socket path; RETRY_SECONDS 0: asked again at once
     query_vector(TEXTS[2])
     assert back.stats()["encoded"] == 1
 
 
+def test_in_the_light_layout_a_server_away_is_encoder_away_until_it_is_back(server):
+    process = server()
+    query_vector(TEXTS[0])
+    process.stop()
+    with pytest.raises(EncoderAway, match="gave no vector \\(away: "):
+        query_vector(TEXTS[1])
+    assert "degraded_searches" in query_client.encoding_report()
+    assert query_client.encoding_report()["query_server"].startswith("away")
+    back = server()
+    vector, _ = query_vector(TEXTS[1])
+    np.testing.assert_allclose(vector, here(TEXTS[1:2])[0], atol=1e-5)
+    assert back.stats()["encoded"] == 1
+    assert query_client.encoding_report()["query_server"] == "ok"
+
+
 def test_a_server_with_no_socket_at_all_changes_nothing(settings, tmp_path, monkeypatch):
-    settings.SBERT = {**settings.SBERT, "QUERY_SERVER": {"SOCKET": str(tmp_path / "nobody.sock")}}
+    socket = [str(tmp_path / "nobody.sock"), "in-process"]
+    settings.SBERT = {**settings.SBERT, "QUERY_SERVER": {"SOCKET": socket}}
     monkeypatch.setattr(query_client, "RETRY_SECONDS", 60.0)
     try:
         vector, _ = query_vector(TEXTS[3])
@@ -136,13 +156,17 @@ def test_a_server_with_no_socket_at_all_changes_nothing(settings, tmp_path, monk
         query_client.forget_away()
 
 
-def test_a_version_the_server_does_not_have_is_encoded_here(server, caplog):
-    process = server()
+def test_a_version_the_server_does_not_have_is_encoded_here(server, caplog, settings):
+    process = server(in_process=True)
     current = serving_record("default")
     other = type(current)(current.encoder, "all-MiniLM-L6-v2:not-this-host", None)
     assert query_client.remote_query_vector(TEXTS[4], other) is None
     assert process.stats()["errors"] == 1
     assert "must share their SBERT settings" in caplog.text
+    # The light layout has no model to encode it with: the search cannot be served by meaning.
+    settings.SBERT = {**settings.SBERT, "QUERY_SERVER": {"SOCKET": process.socket}}
+    with pytest.raises(EncoderAway, match="must share their SBERT settings"):
+        query_client.remote_query_vector(TEXTS[4], other)
 
 
 def test_the_command_says_what_is_missing(tmp_path):

@@ -1,7 +1,8 @@
 """Settings of the gunicorn test site: one web host of a multi-host site (``tests.host_settings``:
 the model storage and this host's cache from the environment) with its own URLs, no rate
 limits, and django-sbert's INFO logs on the console (the tests read what the processes did).
-``SBERT_TEST_DB_POOL=1`` connects through Django's psycopg pool."""
+``SBERT_TEST_DB_POOL=1`` connects through Django's psycopg pool; ``SBERT_TEST_QUERY_SOCKET``
+makes it the light layout (the host's query server on that socket, the search log on)."""
 
 import os
 
@@ -17,6 +18,10 @@ SBERT = {
     # The tests read every check's reason and the pid, as monitoring does with its token.
     "HEALTH": {"TOKEN": "web-app-health-token-for-tests"},
 }
+if os.environ.get("SBERT_TEST_QUERY_SOCKET"):  # the light layout: no model in web processes
+    SBERT["QUERY_SERVER"] = {"SOCKET": os.environ["SBERT_TEST_QUERY_SOCKET"]}
+    SBERT["FEEDBACK"] = {"LOG": True}
+    SBERT["RATES"] = {**SBERT["RATES"], "logging": None}
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -9,7 +9,8 @@
 
 It loads and warms the serving version of every encoder an ``EmbeddingField`` uses, starts
 the version watcher, then listens ("ready" once it accepts connections); while it is stopped,
-web processes encode their searches themselves (docs/deployment.md, "One query encoder per
+web processes answer searches from the keyword side (``SOCKET`` a path: they load no model), or
+encode them themselves (``[path, "in-process"]``; docs/deployment.md, "One query encoder per
 host").
 """
 
