@@ -25,7 +25,7 @@ from django_sbert.models import (
 from tests.finetuning.test_hybrid_fusion import word
 from tests.testapp.models import Article
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("rank_fusion")]
 
 QUERIES = 4 * MIN_HELD_OUT
 DISTRACTORS = 150

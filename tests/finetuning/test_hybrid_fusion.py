@@ -36,6 +36,10 @@ TOPICS = [
 ]
 
 
+# Written for rank fusion (tests/conftest.py, RANK_FUSION).
+pytestmark = pytest.mark.usefixtures("rank_fusion")
+
+
 def word(i: int) -> str:
     """A made-up word of letters, one per ``i``: a lexeme no other pair holds."""
     digest = hashlib.sha256(f"word {i}".encode()).hexdigest()
