@@ -162,3 +162,20 @@ def _results_may_be_awaited():
 
     _set_task_join_will_block(False)
     yield
+
+
+# The fusion and keyword defaults before 0.3 (reciprocal rank fusion, k 1, equal weights,
+# max_df 0.2): tests of rank fusion's arithmetic, and of a tuned fusion beating it, run on it.
+RANK_FUSION = {
+    "FUSION": {"METHOD": "rrf", "RRF_K": 1, "VECTOR_WEIGHT": 1.0, "KEYWORD_WEIGHT": 1.0},
+    "KEYWORD": {"MAX_DF": 0.2},
+}
+
+
+@pytest.fixture
+def rank_fusion(settings) -> None:
+    """``SBERT["SEARCH"]`` set to ``RANK_FUSION``, over whatever else the test's settings hold."""
+    search = dict(settings.SBERT.get("SEARCH", {}))
+    for group, values in RANK_FUSION.items():
+        search[group] = {**search.get(group, {}), **values}
+    settings.SBERT = {**settings.SBERT, "SEARCH": search}

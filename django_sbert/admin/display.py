@@ -188,13 +188,14 @@ SEARCH_SIDES = (  # (column title, prefix of the metric names), finetuning/hybri
     ("vector", ""),
     ("keyword", "keyword_"),
     ("hybrid (settings' fusion)", "hybrid_"),
-    ("hybrid (chosen fusion)", "tuned_"),
+    ("hybrid (tuned fusion)", "tuned_"),
 )
 
 
 def search_table(*measured: tuple[str, dict[str, Any]]) -> str:
     """Vector, keyword and hybrid search side by side: a row per (model, metric), a column per
-    side, then the fusion chosen for each model; "-" when none was measured."""
+    side, then for each model the fusion tuned on part of its queries, how it and the
+    settings' fusion ranked the others, and which one serves; "-" when none was measured."""
     models = [(title, m or {}) for title, m in measured if "keyword_ndcg@10" in (m or {})]
     if not models:
         return "-"
@@ -203,24 +204,45 @@ def search_table(*measured: tuple[str, dict[str, Any]]) -> str:
         for title, m in models
         for metric in ("ndcg@10", "recall@10")
     )
-    fusion = [(title, describe_fusion(m)) for title, m in models if "fusion_rrf_k" in m]
+    verdicts = [(title, fusion_verdict(m)) for title, m in models]
     return format_html(
         "{}<p>{}</p>",
         html_table(["", *(side for side, _ in SEARCH_SIDES)], rows, titled=True),
-        format_html_join("; ", "chosen fusion ({}): {}", fusion),
+        format_html_join("; ", "{}: {}", [(t, v) for t, v in verdicts if v]),
     )
 
 
-def describe_fusion(metrics: dict[str, Any]) -> str:
-    """The fusion stored in a version's metrics, in words: "linear, vector weight 0.7, keyword
-    weight 0.3" or "rrf, rrf_k 60, vector weight 1, keyword weight 0.25"."""
-    method = metrics.get("fusion_method", "rrf")  # versions stored before linear fusion: rrf
+def fusion_verdict(metrics: dict[str, Any]) -> str:
+    """The tuned fusion of a version's metrics, the held-out figures that judged it, and which
+    fusion serves, in words; "" when none was tuned."""
+    if "candidate_fusion_rrf_k" in metrics:
+        tuned = describe_fusion(metrics, "candidate_fusion_")
+    elif "fusion_rrf_k" in metrics:  # stored before the held-out check: it serves
+        return f"tuned fusion {describe_fusion(metrics)} (serves)"
+    else:
+        return ""
+    held = int(metrics.get("heldout_queries") or 0)
+    serves = "the tuned fusion serves" if metrics.get("fusion_used") else "the settings' serve"
+    if "heldout_tuned_ndcg@10" not in metrics:
+        judged = f"{held} held-out queries, too few to judge it"
+    else:
+        judged = (
+            f"nDCG@10 on {held} queries it was not tuned on: settings' "
+            f"{metrics['heldout_hybrid_ndcg@10']:.4f}, tuned {metrics['heldout_tuned_ndcg@10']:.4f}"
+        )
+    return f"tuned fusion {tuned}; {judged}; {serves}"
+
+
+def describe_fusion(metrics: dict[str, Any], prefix: str = "fusion_") -> str:
+    """The fusion stored in a version's metrics under ``prefix``, in words: "linear, vector
+    weight 0.7, keyword weight 0.3" or "rrf, rrf_k 60, vector weight 1, keyword weight 0.25"."""
+    method = metrics.get(f"{prefix}method", "rrf")  # stored before linear fusion: rrf
     weights = (
-        f"vector weight {metrics['fusion_vector_weight']:g}, "
-        f"keyword weight {metrics['fusion_keyword_weight']:g}"
+        f"vector weight {metrics[f'{prefix}vector_weight']:g}, "
+        f"keyword weight {metrics[f'{prefix}keyword_weight']:g}"
     )
     if method == "rrf":
-        return f"rrf, rrf_k {metrics['fusion_rrf_k']:g}, {weights}"
+        return f"rrf, rrf_k {metrics[f'{prefix}rrf_k']:g}, {weights}"
     return f"{method}, {weights}"
 
 

@@ -57,7 +57,7 @@ def evaluations_table(evaluations: Sequence[Evaluation]) -> str:
             return "-"
         return f"{found['min_similarity']:.3f} (precision {found.get('precision', 0.5):g})"
 
-    head = ["when", "version", "mode", "trigger", *METRICS, "queries", "min_similarity"]
+    head = ["when", "version", "mode", "trigger", *METRICS, "queries", "min_similarity", "fusion"]
     rows = (
         [
             e.created_at.strftime("%Y-%m-%d %H:%M") if e.created_at else "not stored",
@@ -67,10 +67,34 @@ def evaluations_table(evaluations: Sequence[Evaluation]) -> str:
             *(figure(e.metrics.get(n)) for n in METRICS),
             e.metrics.get("queries", "-"),
             threshold(e.metrics),
+            fusion_cell(e.metrics.get("fusion")),
         ]
         for e in evaluations
     )
     return html_table(head, rows, "sbert-evaluations")
+
+
+def fusion_cell(report: dict[str, Any] | None) -> str:
+    """A hybrid evaluation's fusions side by side (``evaluation.run.fusion_report``): the
+    settings' and the version's tuned nDCG@10 on the list, which serves, and how the fusion
+    tuned on part of the list did on the rest; "-" for other modes."""
+    if not report:
+        return "-"
+    parts = [f"settings' {figure(report['settings'].get('ndcg@10'))}"]
+    if report.get("tuned"):
+        parts.append(f"tuned {figure(report['tuned'].get('ndcg@10'))}")
+    parts[-1] += " (serves)"
+    tried = report.get("list") or {}
+    if tried.get("heldout_tuned_ndcg@10") is None:
+        parts.append(f"tuned on the list: {tried.get('heldout_queries', 0)} held-out, too few")
+    else:
+        verdict = ("kept" if tried.get("kept") else "wins") if tried.get("wins") else "no gain"
+        parts.append(
+            f"tuned on the list: {figure(tried['heldout_current_ndcg@10'])} -> "
+            f"{figure(tried['heldout_tuned_ndcg@10'])} on {tried['heldout_queries']} held-out "
+            f"queries, {verdict}"
+        )
+    return "; ".join(parts)
 
 
 def quality_over_time(judgment_list: JudgmentList) -> str:

@@ -127,22 +127,23 @@ ENCODER = Group(
 FUSION = Group(
     {
         "METHOD": Setting(
-            "rrf",
-            '`hybrid_search()`: `"rrf"`, reciprocal rank fusion, or `"linear"`, a weighted '
-            "sum of each side's normalised scores ([hybrid.md](hybrid.md#fusion)).",
+            "linear",
+            '`hybrid_search()`: `"linear"`, a weighted sum of each side\'s normalised scores, '
+            'or `"rrf"`, reciprocal rank fusion; chosen across three corpora '
+            "([hybrid.md](hybrid.md#how-the-defaults-were-chosen)).",
             one_of("rrf", "linear"),
         ),
         "RRF_K": Setting(
             1,
-            "k of reciprocal rank fusion, `w / (k + rank)` per side; chosen on SciFact with "
-            "BM25 ([benchmarks.md](benchmarks.md#bm25-keyword-search)).",
+            'k of reciprocal rank fusion (`METHOD` `"rrf"`), `w / (k + rank)` per side; the '
+            "best k on the same corpora ([hybrid.md](hybrid.md#how-the-defaults-were-chosen)).",
             number(0),
         ),
         "CANDIDATES": Setting(
             100, "Rows taken from each side of a hybrid search before fusing.", integer(1)
         ),
-        "VECTOR_WEIGHT": Setting(1.0, "Weight of the vector side in fusion.", number(0)),
-        "KEYWORD_WEIGHT": Setting(1.0, "Weight of the keyword side in fusion.", number(0)),
+        "VECTOR_WEIGHT": Setting(0.4, "Weight of the vector side in fusion.", number(0)),
+        "KEYWORD_WEIGHT": Setting(0.6, "Weight of the keyword side in fusion.", number(0)),
         "TUNED": Setting(
             True,
             "`hybrid_search()` uses the fusion a fine-tuning run chose for the serving version "
@@ -163,7 +164,7 @@ KEYWORD = Group(
             one_of("any", "all"),
         ),
         "MAX_DF": Setting(
-            0.2,
+            0.5,
             'With `"any"`, words found in more than this share of the rows are left out.',
             number(0, 1, above=True),
         ),

@@ -24,6 +24,13 @@ it must not change what is served; so, as ``finetuning.compare`` does, it ranks 
 and by keywords, each encoded here with that version. Its vector, passages and hybrid figures
 may therefore read slightly higher than once it serves; keyword figures are the live table's.
 
+**Fusion** (hybrid mode): ``metrics["fusion"]`` puts the settings' fusion and the version's
+tuned one (a fine-tuning run's, where one won on its held-out eval pairs) side by side on the
+list, and tunes a fusion on part of the list's queries (``finetuning.hybrid.choose_fusion``),
+judged against the fusion the version uses on the others. With ``keep_fusion=True`` one that
+ranked those better is kept on the version's row (a fine-tuned version, or the settings' model
+once a promotion recorded it) and serves from then on; without a row it is only reported.
+
 **Threshold** (vector and passages modes): the lowest ``min_similarity`` at which at least
 ``PRECISION_LEVEL`` (half) of the pooled rows at or above it are relevant (ungraded rows count
 as not relevant); None when no cut-off reaches the level.
@@ -41,14 +48,14 @@ import numpy as np
 from ..conf import sbert_settings
 from ..encoder.metrics import ranking_metrics
 from ..exceptions import EvaluationError
-from ..finetuning.hybrid import fuse, site_fusion
+from ..finetuning.hybrid import choose_fusion, fuse, site_fusion
 from ..indexing import FieldRef, field_refs
 from ..indexing.passages import encode_with_passages
 from ..indexing.rows import PendingRow
 from ..models import EncoderVersion, Evaluation, JudgmentList
 from ..query import as_semantic
 from ..query.vectors import EncodedText
-from ..serving import FUSION_KEYS, base_version, encode_texts, serving_record
+from ..serving import FUSION_KEYS, base_version, encode_texts, forget_serving, serving_record
 from ..serving.versions import stored_fusion
 
 MODES = ("vector", "keyword", "hybrid", "passages")
@@ -132,12 +139,14 @@ def evaluate(
     modes: Sequence[str] | None = None,
     store: bool = True,
     trigger: str = "manual",
+    keep_fusion: bool = False,
 ) -> list[Evaluation]:
     """Measure ``judgment_list`` with ``version`` in each of ``modes`` (see the module).
 
     ``modes=None``: every mode the field can do; a mode asked for that it cannot do raises
     ``EvaluationError``, as does a list without a query graded 1 or more. Returns one
-    ``Evaluation`` per mode, saved unless ``store=False``.
+    ``Evaluation`` per mode, saved unless ``store=False``. ``keep_fusion``: a fusion tuned on
+    the list that won on its held-out queries is kept on the version (see the module).
     """
     if trigger not in TRIGGERS:
         raise EvaluationError(f"trigger must be one of {', '.join(TRIGGERS)}, not {trigger!r}.")
@@ -175,6 +184,10 @@ def evaluate(
                 "min_similarity": similarity_threshold(ranked, task.grades, level),
                 "precision": level,
             }
+        if mode == "hybrid" and "sides" in rankings:
+            metrics["fusion"] = fusion_report(
+                task, rankings["sides"][0], measured, corpus_size, keep_fusion and store
+            )
         metrics["timing"] = {
             key: round(value, 4) for key, value in task.timing.items() if key.startswith(mode)
         }
@@ -296,6 +309,14 @@ def _live_rankings(
             task.timing[f"{mode}_encode_queries"] = task.timing["encode_queries"]
             spent += task.timing["encode_queries"]
         out[mode] = (rankings, spent)
+    if "hybrid" in modes:
+        sides = {side: out[side][0] if side in out else None for side in ("vector", "keyword")}
+        for side in [side for side, found in sides.items() if found is None]:
+            sides[side] = {
+                qid: _search(task, side, encoded.get(qid, text) if side == "vector" else text)
+                for qid, text in task.queries.items()
+            }
+        out["sides"] = (sides, 0.0)  # type: ignore[assignment]
     return out
 
 
@@ -337,6 +358,7 @@ def _pool_rankings(
         else:
             rankings = _cosine(asked, ref, pks, vectors)
             if mode == "hybrid":
+                out["sides"] = ({"vector": rankings, "keyword": keyword}, 0.0)  # type: ignore[assignment]
                 fusion = _fusion(ref.encoder_name, version)
                 depth = int(sbert_settings.SEARCH["FUSION"]["CANDIDATES"])
                 rankings = {
@@ -426,3 +448,64 @@ def _fusion(encoder_name: str, version: str) -> dict[str, Any]:
         return fusion
     *numbers, method = tuned
     return {"fusion": method, **dict(zip(FUSION_KEYS, numbers, strict=True))}
+
+
+def fusion_report(
+    task: _Task,
+    sides: Mapping[str, Mapping[str, Ranked]],
+    version: str,
+    corpus_size: int,
+    keep: bool,
+) -> dict[str, Any]:
+    """The settings' fusion, the version's tuned one and one tuned on this list, side by side
+    on the list's queries (``metrics["fusion"]``; the module says what is kept)."""
+    depth = int(sbert_settings.SEARCH["FUSION"]["CANDIDATES"])
+    vector = {qid: list(ranked[:depth]) for qid, ranked in sides["vector"].items()}
+    keyword = {qid: list(ranked[:depth]) for qid, ranked in sides["keyword"].items()}
+
+    def ndcg(fusion: Mapping[str, Any]) -> float:
+        fused = {
+            q: [(pk, None) for pk in fuse(vector[q], keyword.get(q, []), **fusion)] for q in vector
+        }
+        return float(score(fused, task.grades, corpus_size)[f"ndcg@{K}"])
+
+    settings = site_fusion()
+    current = _fusion(task.ref.encoder_name, version)
+    tuned = current if current != settings else None
+    choice = choose_fusion(vector, keyword, task.grades, current, corpus_size=corpus_size)
+    report: dict[str, Any] = {
+        "serving": "tuned" if tuned else "settings",
+        "settings": {"fusion": settings, f"ndcg@{K}": ndcg(settings)},
+        "tuned": {"fusion": tuned, f"ndcg@{K}": ndcg(tuned)} if tuned else None,
+        "list": {
+            "fusion": choice["candidate"],
+            "tuned_on": choice["tuned_on"],
+            "heldout_queries": choice["heldout_queries"],
+            f"heldout_current_ndcg@{K}": choice["heldout_current"],
+            f"heldout_tuned_ndcg@{K}": choice["heldout_candidate"],
+            "wins": bool(choice["used"]),
+            "kept": False,
+        },
+    }
+    if keep and choice["used"]:
+        report["list"]["kept"] = _keep_fusion(task, version, choice)
+    return report
+
+
+def _keep_fusion(task: _Task, version: str, choice: Mapping[str, Any]) -> bool:
+    """Store a fusion tuned on a judgment list on ``version``'s row, where it has one: it
+    serves while that version does (serving reads ``fusion_*`` with the version)."""
+    row = EncoderVersion.objects.filter(encoder_name=task.ref.encoder_name, version=version).first()
+    if row is None:
+        return False
+    fusion = choice["candidate"]
+    row.metrics = {
+        **(row.metrics or {}),
+        "fusion_method": str(fusion["fusion"]),
+        **{f"fusion_{key}": float(fusion[key]) for key in FUSION_KEYS},
+        "fusion_source": "judgments",
+        f"fusion_heldout_ndcg@{K}": float(choice["heldout_candidate"]),
+    }
+    row.save(update_fields=["metrics"])
+    forget_serving(task.ref.encoder_name)
+    return True

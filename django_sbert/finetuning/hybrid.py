@@ -3,21 +3,27 @@
 ::
 
     figures = hybrid_metrics(encoder, eval_pairs)
-    # {"keyword_ndcg@10": .., "hybrid_ndcg@10": .., "tuned_ndcg@10": .., "fusion_method":
-    #  "linear", "fusion_rrf_k": 60.0, "fusion_vector_weight": 0.7, "fusion_keyword_weight": 0.3}
+    # {"keyword_ndcg@10": .., "hybrid_ndcg@10": .., "tuned_ndcg@10": .., "fusion_used": 1.0,
+    #  "heldout_queries": 150, "heldout_hybrid_ndcg@10": .., "heldout_tuned_ndcg@10": ..,
+    #  "candidate_fusion_method": "linear", ..., "fusion_method": "linear", "fusion_rrf_k": 60.0,
+    #  "fusion_vector_weight": 0.7, "fusion_keyword_weight": 0.3}
 
 A fine-tuned encoder's vector side can be much stronger than the keyword side, and fused with
-equal weights the keyword side pulls its good results down. So when a run evaluates its
-candidate (``execution._train``), the eval split is ranked by vectors, by keywords and fused,
-over a small grid of fusions (the site's settings first); the best by nDCG@10 is stored in the
-version's metrics (``fusion_*`` keys) and used while that version serves
-(``serving.Serving.fusion``; docs/hybrid.md, "The fusion a fine-tuned version chose"). Keyword
-weight 0 is in the grid, so the chosen fusion is never worse on the split than vector search
-alone, nor than the site's settings.
+equal weights the keyword side pulls its good results down; and the fusion that suits one
+site's queries need not suit another's. So when a run evaluates its candidate
+(``execution._train``), the eval split is ranked by vectors, by keywords and fused. Its
+queries are split in two by a hash of their text (``split_queries``): a fusion is chosen on
+the first part over a small grid (the site's settings first), and measured against the
+settings' on the second, the queries it was not chosen on (``choose_fusion``). Only where it
+ranks those better is it stored in the version's metrics (``fusion_*`` keys) and used while
+that version serves (``serving.Serving.fusion``; docs/hybrid.md, "The fusion a site's own
+evidence chose"); otherwise the version keeps the settings' fusion, and the candidate is
+stored beside it (``candidate_fusion_*``) for the admin and the API to show.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -26,7 +32,7 @@ import numpy as np
 from django.db import connections, router, transaction
 
 from ..conf import sbert_settings
-from ..encoder.metrics import Encodes, ranking_metrics
+from ..encoder.metrics import Encodes, grades, ranking_metrics
 from ..fields import all_embedding_fields
 from ..keyword import bm25, tsquery
 from ..keyword.column import DEFAULT_CONFIG
@@ -42,6 +48,10 @@ KEYWORD_WEIGHTS = (0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0)  # against vector w
 # Linear fusion's vector weight alpha (keyword weight 1 - alpha): 0.05 to 1 in steps of 0.05.
 ALPHAS = tuple(round(0.05 * step, 2) for step in range(1, 21))
 K = 10  # the metrics' cut-off, as eval_metrics
+# The share of the queries a fusion is chosen on; the rest judge it against the settings'.
+TUNE_SHARE = 0.5
+# Fewer queries left to judge it than this: too few to tell, the settings' fusion stays.
+MIN_HELD_OUT = 10
 
 Scored = Sequence[tuple[str, float]]  # (id, score) best first: one side's candidate list
 
@@ -113,6 +123,67 @@ def fuse(
             for rank, (doc, _) in enumerate(ranked, start=1):
                 scores[doc] = scores.get(doc, 0.0) + weight / (rrf_k + rank)
     return sorted(scores, key=lambda doc: (-scores[doc], doc))
+
+
+def split_queries(ids: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``ids`` in two parts, (tuning, held out), by the sha256 of each id: a query tunes when
+    its hash, read as a fraction, is under ``TUNE_SHARE``, so it falls on the same side
+    whatever else the set holds, and a set that grows keeps its held-out queries held out.
+    Each part in sorted order."""
+
+    def share(qid: str) -> float:
+        return int(hashlib.sha256(str(qid).encode()).hexdigest()[:12], 16) / 16**12
+
+    tuning = sorted(qid for qid in ids if share(qid) < TUNE_SHARE)
+    held = sorted(qid for qid in ids if share(qid) >= TUNE_SHARE)
+    return tuning, held
+
+
+def choose_fusion(
+    vector: Mapping[str, Scored],
+    keyword: Mapping[str, Scored],
+    relevant: Mapping[str, Mapping[str, int]],
+    current: Mapping[str, Any],
+    corpus_size: int | None = None,
+) -> dict[str, Any]:
+    """The fusion of ``fusion_grid(current)`` that ranks the tuning part of the queries best
+    (``current`` on a tie, else the earlier), and whether it ranked the held-out part better
+    than ``current`` (the settings' fusion, or the one a version uses now).
+
+    Returns ``{"candidate": options, "used": bool, "tuned_on": n, "heldout_queries": n,
+    "heldout_current": nDCG@10, "heldout_candidate": nDCG@10}`` (the held-out figures None
+    with fewer than ``MIN_HELD_OUT`` held-out queries; ``used`` is then False).
+    ``vector`` / ``keyword``: each query's candidate lists, (id, score) best first.
+    """
+    asked = [
+        qid
+        for qid in vector
+        if any(grade > 0 for grade in grades(relevant.get(qid) or {}).values())
+    ]
+    tuning, held = split_queries(asked)
+
+    def ndcg(options: Mapping[str, Any], ids: Sequence[str]) -> float:
+        fused = {q: fuse(vector[q], keyword.get(q, []), **options) for q in ids}
+        return ranking_metrics(fused, relevant, K, corpus_size=corpus_size)[f"ndcg@{K}"]
+
+    candidate, best = dict(current), ndcg(current, tuning) if tuning else 0.0
+    for option in fusion_grid(current)[1:] if tuning else []:
+        figure = ndcg(option, tuning)
+        if figure > best + 1e-12:
+            candidate, best = option, figure
+    out: dict[str, Any] = {
+        "candidate": candidate,
+        "used": False,
+        "tuned_on": len(tuning),
+        "heldout_queries": len(held),
+        "heldout_current": None,
+        "heldout_candidate": None,
+    }
+    if len(held) >= MIN_HELD_OUT:
+        out["heldout_current"] = ndcg(current, held)
+        out["heldout_candidate"] = ndcg(candidate, held)
+        out["used"] = out["heldout_candidate"] > out["heldout_current"] + 1e-12
+    return out
 
 
 def vector_rankings(
@@ -253,8 +324,10 @@ def hybrid_metrics(
 ) -> dict[str, float]:
     """Keyword and hybrid nDCG@10 / Recall@10 on the positive ``pairs`` (ranked against their
     texts and ``distractors``, the corpus ``gate.eval_metrics`` ranks), with the site's fusion
-    (``hybrid_*``) and the best of ``fusion_grid`` (``tuned_*``, ``fusion_*``); {} without
-    positive pairs. The keyword side analyses text as the encoder's fields do
+    (``hybrid_*``) and the fusion ``choose_fusion`` tuned on part of the queries (``tuned_*``
+    over all of them, ``heldout_*`` on those it was not tuned on, ``candidate_fusion_*``);
+    ``fusion_*``, which serving reads, only where the tuned one won on the held-out queries;
+    {} without positive pairs. The keyword side analyses text as the encoder's fields do
     (``keyword_config``).
     """
     positives = positive_pairs(pairs)
@@ -284,28 +357,45 @@ def hybrid_metrics(
         return ranking_metrics(fused, relevant, K, corpus_size=len(corpus))
 
     default = site_fusion()
-    best, best_metrics = default, scored(default)
-    default_metrics = best_metrics
-    for option in fusion_grid(default)[1:]:
-        figures = scored(option)
-        if figures[f"ndcg@{K}"] > best_metrics[f"ndcg@{K}"] + 1e-12:
-            best, best_metrics = option, figures
+    choice = choose_fusion(vector, keyword, relevant, default, corpus_size=len(corpus))
+    candidate = choice["candidate"]
+    default_metrics, candidate_metrics = scored(default), scored(candidate)
     words = ranking_metrics(
         {q: [doc for doc, _ in ranked] for q, ranked in keyword.items()},
         relevant,
         K,
         corpus_size=len(corpus),
     )
-    return {
+    figures: dict[str, Any] = {
         f"keyword_ndcg@{K}": words[f"ndcg@{K}"],
         f"keyword_recall@{K}": words[f"recall@{K}"],
         f"hybrid_ndcg@{K}": default_metrics[f"ndcg@{K}"],
         f"hybrid_recall@{K}": default_metrics[f"recall@{K}"],
-        f"tuned_ndcg@{K}": best_metrics[f"ndcg@{K}"],
-        f"tuned_recall@{K}": best_metrics[f"recall@{K}"],
-        "fusion_method": str(best["fusion"]),
-        **{f"fusion_{key}": float(best[key]) for key in FUSION_KEYS},
+        f"tuned_ndcg@{K}": candidate_metrics[f"ndcg@{K}"],
+        f"tuned_recall@{K}": candidate_metrics[f"recall@{K}"],
+        **held_out_figures(choice),
+        "candidate_fusion_method": str(candidate["fusion"]),
+        **{f"candidate_fusion_{key}": float(candidate[key]) for key in FUSION_KEYS},
     }
+    if choice["used"]:  # what serving reads: only a fusion that won on held-out queries
+        figures["fusion_method"] = str(candidate["fusion"])
+        figures.update({f"fusion_{key}": float(candidate[key]) for key in FUSION_KEYS})
+    return figures
+
+
+def held_out_figures(choice: Mapping[str, Any]) -> dict[str, Any]:
+    """``choose_fusion``'s verdict as metrics: ``fusion_used`` (1.0: the tuned fusion serves,
+    0.0: the settings'), the queries it was tuned on and judged on, and both fusions' nDCG@10
+    on the held-out ones (absent when there were too few)."""
+    out = {
+        "fusion_used": 1.0 if choice["used"] else 0.0,
+        "tuned_on_queries": float(choice["tuned_on"]),
+        "heldout_queries": float(choice["heldout_queries"]),
+    }
+    if choice["heldout_current"] is not None:
+        out[f"heldout_hybrid_ndcg@{K}"] = float(choice["heldout_current"])
+        out[f"heldout_tuned_ndcg@{K}"] = float(choice["heldout_candidate"])
+    return out
 
 
 def candidate_metrics(

@@ -81,10 +81,13 @@ class Bm25:
         idfs = [float(value) for _, value in terms]
         # Per row, once: each field's weight over its length norm,
         # w_f / (1 - b_f + b_f * len_f / avglen_f) (OFFSET 0: not inlined into the lexemes').
+        # The norm is 0 only for an empty field with b 1, which holds no word (tf 0): a tiny
+        # floor keeps its 0 * w / norm at 0 instead of a division by zero.
         norms, norm_params, tf_parts = [], [], []
         for i, (letter, weight, b, average) in enumerate(self.fields):
+            length = length_sql("r.tsv", letter)
             norms.append(
-                f"%s::float8 / (%s::float8 + %s::float8 * {length_sql('r.tsv', letter)}) AS n{i}"
+                f"%s::float8 / GREATEST(%s::float8 + %s::float8 * {length}, 1e-12) AS n{i}"
             )
             norm_params += [weight, 1.0 - b, b / average]
             tf_parts.append(f"cardinality(array_positions(u.weights, '{letter}')) * d.n{i}")

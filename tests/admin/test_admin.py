@@ -464,23 +464,48 @@ def test_run_and_version_pages_show_vector_keyword_and_hybrid_side_by_side(staff
             **fusion,
         }
 
-    after = {"fusion_method": "linear", "fusion_vector_weight": 0.7, "fusion_keyword_weight": 0.3}
+    # After: tuned on 150 queries, it beat the settings' fusion on the other 150 and serves.
+    candidate = {"method": "linear", "rrf_k": 1.0, "vector_weight": 0.7, "keyword_weight": 0.3}
+    after = {
+        **{f"fusion_{key}": value for key, value in candidate.items()},
+        **{f"candidate_fusion_{key}": value for key, value in candidate.items()},
+        "fusion_used": 1.0,
+        "tuned_on_queries": 150.0,
+        "heldout_queries": 150.0,
+        "heldout_hybrid_ndcg@10": 0.6611,
+        "heldout_tuned_ndcg@10": 0.6944,
+    }
     run = TrainingRun.objects.create(
         loss="mnrl",
         status=RunStatus.SUCCEEDED,
-        # Stored before linear fusion existed: no fusion_method, which means rrf.
+        # Stored before linear fusion and the held-out check existed: no fusion_method (rrf),
+        # and the fusion serves.
         metrics_before=measured(0.61, 0.52, 0.63, 0.64),
         metrics_after=measured(0.7111, 0.52, 0.6822, 0.7233, **after),
     )
     version = EncoderVersion.objects.create(version="v:tuned", run=run, metrics=run.metrics_after)
     run_page = staff.get(f"{ADMIN}/trainingrun/{run.pk}/change/").content.decode()
-    assert "rrf, rrf_k 30, vector weight 1, keyword weight 0.25" in run_page
+    assert "rrf, rrf_k 30, vector weight 1, keyword weight 0.25 (serves)" in run_page
     for url in (f"{ADMIN}/trainingrun/{run.pk}/change/", f"{ADMIN}/encoderversion/{version.pk}/"):
         page = staff.get(url if url.endswith("change/") else url + "change/").content.decode()
-        assert "hybrid (chosen fusion)" in page and "keyword" in page
-        for figure in ("0.7111", "0.5200", "0.6822", "0.7233"):
+        assert "hybrid (settings&#x27; fusion)" in page and "hybrid (tuned fusion)" in page
+        for figure in ("0.7111", "0.5200", "0.6822", "0.7233", "0.6611", "0.6944"):
             assert figure in page, (url, figure)
-        assert "linear, vector weight 0.7, keyword weight 0.3" in page
+        assert "tuned fusion linear, vector weight 0.7, keyword weight 0.3" in page
+        assert "on 150 queries it was not tuned on" in page
+        assert "the tuned fusion serves" in page
+    # A tuned fusion that lost on its held-out queries: shown, and the settings' serve.
+    lost = {
+        **{f"candidate_fusion_{key}": value for key, value in candidate.items()},
+        "fusion_used": 0.0,
+        "heldout_queries": 4.0,
+        "keyword_ndcg@10": 0.5,
+        "tuned_ndcg@10": 0.9,
+    }
+    version = EncoderVersion.objects.create(version="v:lost", metrics=lost)
+    page = staff.get(f"{ADMIN}/encoderversion/{version.pk}/change/").content.decode()
+    assert "4 held-out queries, too few to judge it" in page
+    assert "the settings&#x27; serve" in page and "the tuned fusion serves" not in page
     bare = EncoderVersion.objects.create(version="v:bare", metrics={"ndcg@10": 0.5})
     page = staff.get(f"{ADMIN}/encoderversion/{bare.pk}/change/").content.decode()
-    assert "hybrid (chosen fusion)" not in page  # nothing measured: "-"
+    assert "hybrid (tuned fusion)" not in page  # nothing measured: "-"

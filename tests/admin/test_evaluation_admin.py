@@ -221,6 +221,10 @@ def test_evaluate_now_shows_each_mode_and_the_threshold(staff, articles):
     for evaluation in stored:
         assert f"{evaluation.metrics['ndcg@10']:.4f}" in text
     assert "precision 0.5" in text or "min_similarity" in text
+    # The hybrid row puts the settings' fusion beside the one tuned on part of the list.
+    fusion = stored[0].metrics["fusion"]
+    assert f"settings&#x27; {fusion['settings']['ndcg@10']:.4f} (serves)" in text
+    assert "tuned on the list: " in text
     # The list's page now charts them.
     change = staff.get(f"{ADMIN}/judgmentlist/{made.pk}/change/").content.decode()
     assert "sbert-quality-chart" in change and 'data-series="vector ndcg@10"' in change

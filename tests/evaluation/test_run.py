@@ -302,7 +302,8 @@ def test_sbert_evaluate_prints_a_table_and_json():
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("judgment list news: testapp.Article.embedding, version ")
     assert lines[1].split()[:3] == ["mode", "ndcg@10", "recall@10"]
-    assert [line.split()[0] for line in lines[2:]] == ["vector", "keyword", "hybrid"]
+    assert [line.split()[0] for line in lines[2:5]] == ["vector", "keyword", "hybrid"]
+    assert lines[5] == "hybrid fusion, nDCG@10 on the list:"  # the fusions side by side
     assert Evaluation.objects.count() == 3
 
     out = StringIO()

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from django_sbert import serving
 from django_sbert.conf import SEARCH_DEFAULTS
 from django_sbert.finetuning import runs
 from django_sbert.finetuning.execution import execute_run
-from django_sbert.finetuning.gate import eval_metrics, gate
+from django_sbert.finetuning.gate import gate
 from django_sbert.finetuning.hybrid import (
     ALPHAS,
+    MIN_HELD_OUT,
+    choose_fusion,
     fuse,
     fusion_grid,
     hybrid_metrics,
     keyword_rankings,
     site_fusion,
+    split_queries,
 )
 from django_sbert.finetuning.options import Hyperparameters
 from django_sbert.models import EncoderVersion, RunStatus, TrainingPair, VersionStatus
@@ -29,6 +34,35 @@ TOPICS = [
     ("zebra crossing repainted", "the zebra stripes on the road were painted white again"),
     ("guitar concert sold out", "every ticket for the guitar concert went in an hour"),
 ]
+
+
+# Written for rank fusion (tests/conftest.py, RANK_FUSION).
+pytestmark = pytest.mark.usefixtures("rank_fusion")
+
+
+def word(i: int) -> str:
+    """A made-up word of letters, one per ``i``: a lexeme no other pair holds."""
+    digest = hashlib.sha256(f"word {i}".encode()).hexdigest()
+    return "".join(chr(ord("a") + int(c, 16)) for c in digest[:9])
+
+
+def keyword_only_pairs(n: int) -> tuple[list[TrainingPair], list[str]]:
+    """``n`` eval pairs only the keyword side finds, and the distractors that make it so.
+
+    Each query and its text share one made-up word, which no other text holds: BM25 ranks the
+    text first. The text is long with other made-up words and the distractors are short and
+    shaped like the queries ("<word> notice"), so the tiny model's vectors put the text far
+    down; the settings' rank fusion ties a distractor with it and keyword-heavier fusion
+    does not."""
+    pairs = [
+        TrainingPair(
+            text_a=f"{word(i)} notice",
+            text_b=f"the {word(i)} " + " ".join(word(10000 + 40 * i + j) for j in range(30)),
+            split="eval",
+        )
+        for i in range(n)
+    ]
+    return pairs, [f"{word(20000 + j)} notice" for j in range(150)]
 
 
 def test_fuse_is_hybrid_searchs_weighted_reciprocal_rank_sum():
@@ -100,37 +134,110 @@ def test_keyword_rankings_come_from_postgresql_full_text_search(db):
     assert [doc for doc, _ in every["q"]] == ["zebra"]  # both words: only one document has them
 
 
-def test_hybrid_metrics_never_choose_a_fusion_worse_than_vector_or_the_sites(db, tiny_encoder):
+def test_split_queries_puts_each_query_on_a_fixed_side_whatever_else_the_set_holds():
+    ids = [f"q{i}" for i in range(200)]
+    tuning, held = split_queries(ids)
+    assert set(tuning) | set(held) == set(ids) and not set(tuning) & set(held)
+    assert 70 <= len(tuning) <= 130  # about TUNE_SHARE
+    more_tuning, more_held = split_queries([*ids, *(f"new {i}" for i in range(50))])
+    assert set(tuning) <= set(more_tuning) and set(held) <= set(more_held)
+    assert split_queries(list(reversed(ids))) == (tuning, held)  # order does not matter
+
+
+def _lists(ids, keyword_right):
+    """Candidate lists for ``ids``, the relevant row "r-<q>". Where ``keyword_right(q)``: the
+    keyword side finds it first, the vector side not at all; elsewhere the vector side finds
+    it first and the keyword side ranks two wrong rows."""
+    vector, keyword = {}, {}
+    for q in ids:
+        if keyword_right(q):
+            vector[q] = [(f"a-{q}", 0.9), (f"b-{q}", 0.8), (f"c-{q}", 0.1)]
+            keyword[q] = [(f"r-{q}", 5.0)]
+        else:
+            vector[q] = [(f"r-{q}", 0.9), (f"a-{q}", 0.8), (f"b-{q}", 0.1)]
+            keyword[q] = [(f"k-{q}", 5.0), (f"a-{q}", 4.0)]
+    relevant = {q: {f"r-{q}": 1} for q in ids}
+    return vector, keyword, relevant
+
+
+def test_the_tuned_fusion_is_used_only_where_it_wins_on_queries_it_was_not_tuned_on():
+    ids = [f"q{i}" for i in range(4 * MIN_HELD_OUT)]
+    tuning, held = split_queries(ids)
+    default = site_fusion()
+    # The keyword side is right on every query: a keyword-heavy fusion wins on both parts.
+    choice = choose_fusion(*_lists(ids, lambda q: True), default)
+    assert choice["candidate"] != default and choice["used"] is True
+    assert choice["heldout_candidate"] > choice["heldout_current"]
+    assert (choice["tuned_on"], choice["heldout_queries"]) == (len(tuning), len(held))
+    # Right only on the tuning part: the same kind of fusion is chosen there, and does no
+    # better on the queries it was not chosen on, so the settings' fusion stays.
+    choice = choose_fusion(*_lists(ids, lambda q: q in tuning), default)
+    assert choice["candidate"] != default and choice["used"] is False
+    assert choice["heldout_candidate"] <= choice["heldout_current"]
+    # Too few held-out queries to tell: the settings' fusion stays, however the tuning went.
+    few = ids[:MIN_HELD_OUT]
+    choice = choose_fusion(*_lists(few, lambda q: True), default)
+    assert choice["used"] is False and choice["heldout_current"] is None
+
+
+def test_hybrid_metrics_keep_the_settings_fusion_when_the_split_is_too_small(db, tiny_encoder):
     pairs = [TrainingPair(text_a=a, text_b=b, split="eval") for a, b in TOPICS]
     figures = hybrid_metrics(tiny_encoder, pairs)
-    vector = eval_metrics(tiny_encoder, pairs)["ndcg@10"]
     assert set(figures) >= {
         "keyword_ndcg@10",
         "hybrid_ndcg@10",
         "tuned_ndcg@10",
-        "fusion_method",
-        "fusion_rrf_k",
-        "fusion_vector_weight",
-        "fusion_keyword_weight",
+        "candidate_fusion_method",
+        "candidate_fusion_rrf_k",
+        "candidate_fusion_vector_weight",
+        "candidate_fusion_keyword_weight",
     }
-    assert figures["tuned_ndcg@10"] >= figures["hybrid_ndcg@10"]
-    assert figures["tuned_ndcg@10"] >= vector - 1e-9
-    values = [figures[f"fusion_{k}"] for k in serving.FUSION_KEYS]
-    fusion = stored_fusion(values, figures["fusion_method"])
-    assert fusion is not None and fusion in {
+    assert figures["fusion_used"] == 0.0 and figures["heldout_queries"] < MIN_HELD_OUT
+    assert "fusion_method" not in figures and "fusion_rrf_k" not in figures
+    candidate = stored_fusion(
+        [figures[f"candidate_fusion_{k}"] for k in serving.FUSION_KEYS],
+        figures["candidate_fusion_method"],
+    )
+    assert candidate in {
         (g["rrf_k"], g["vector_weight"], g["keyword_weight"], g["fusion"])
         for g in fusion_grid(site_fusion())
     }
-    assert stored_fusion(values) == (*fusion[:3], "rrf")  # stored before fusion_method: rrf
-    assert stored_fusion(values, "borda") is None  # an unknown kind: the settings apply
     # Scored or labelled pairs only: nothing to rank.
     assert hybrid_metrics(tiny_encoder, [TrainingPair(text_a="a", text_b="b", score=0.5)]) == {}
 
 
+def test_hybrid_metrics_store_a_fusion_that_won_on_held_out_pairs(db, tiny_encoder):
+    # Only the keywords find these pairs: a keyword-heavier fusion, chosen on part of the
+    # queries, ranks the others better than the settings'.
+    pairs, distractors = keyword_only_pairs(4 * MIN_HELD_OUT)
+    figures = hybrid_metrics(tiny_encoder, pairs, distractors=distractors)
+    assert figures["keyword_ndcg@10"] == pytest.approx(1.0)
+    assert figures["fusion_used"] == 1.0
+    assert figures["heldout_tuned_ndcg@10"] > figures["heldout_hybrid_ndcg@10"]
+    assert figures["heldout_queries"] + figures["tuned_on_queries"] == 4 * MIN_HELD_OUT
+    values = [figures[f"fusion_{k}"] for k in serving.FUSION_KEYS]
+    fusion = stored_fusion(values, figures["fusion_method"])
+    assert fusion == stored_fusion(
+        [figures[f"candidate_fusion_{k}"] for k in serving.FUSION_KEYS],
+        figures["candidate_fusion_method"],
+    )
+    assert fusion != stored_fusion(
+        [site_fusion()[k] for k in serving.FUSION_KEYS], site_fusion()["fusion"]
+    )
+    assert stored_fusion(values) == (*fusion[:3], "rrf")  # stored before fusion_method: rrf
+    assert stored_fusion(values, "borda") is None  # an unknown kind: the settings apply
+
+
 def test_a_run_stores_its_versions_fusion_and_serving_reads_it_once_active(db, model_dir):
+    evaluation, distractors = keyword_only_pairs(4 * MIN_HELD_OUT)  # a tuned fusion wins
     TrainingPair.objects.bulk_create(
         [TrainingPair(text_a=a, text_b=b, split="train") for a, b in TOPICS]
-        + [TrainingPair(text_a=a, text_b=b, split="eval") for a, b in TOPICS]
+        # train positives are the eval split's distractors (gate.eval_distractors)
+        + [
+            TrainingPair(text_a=f"{word(30000 + i)} report", text_b=text, split="train")
+            for i, text in enumerate(distractors)
+        ]
+        + evaluation
     )
     run = runs.create_run(
         "default",
@@ -143,6 +250,7 @@ def test_a_run_stores_its_versions_fusion_and_serving_reads_it_once_active(db, m
     candidate = EncoderVersion.objects.get(run=run)
     for metrics in (run.metrics_before, run.metrics_after, candidate.metrics):
         assert {"ndcg@10", "keyword_ndcg@10", "hybrid_ndcg@10", "tuned_ndcg@10"} <= set(metrics)
+    assert candidate.metrics["fusion_used"] == 1.0
     chosen = (
         *(candidate.metrics[f"fusion_{k}"] for k in serving.FUSION_KEYS),
         candidate.metrics["fusion_method"],

@@ -232,7 +232,7 @@ def test_adapt_to_content_is_measured_on_the_eval_split_when_there_is_one():
     run.refresh_from_db()
     assert 0 < run.total_steps <= 16
     assert "pseudo_ndcg@10" not in run.metrics_after  # nothing held back
-    assert {"ndcg@10", "keyword_ndcg@10", "fusion_rrf_k"} <= set(run.metrics_after)
+    assert {"ndcg@10", "keyword_ndcg@10", "candidate_fusion_rrf_k"} <= set(run.metrics_after)
     assert run.evaluations["metric"] == "ndcg@10"  # stopped early on the eval split
     assert run.metrics_after["ndcg@10"] == run.evaluations["best_metric"]
     assert gate(EncoderVersion.objects.get(run=run)).metric == "ndcg@10"

@@ -444,4 +444,4 @@ def test_hybrid_metrics_tune_the_fusion_when_reads_go_to_a_read_only_replica(
     pairs = [TrainingPair(text_a=a, text_b=b, split="eval") for a, b in PAIRS]
     metrics = candidate_metrics(tiny_encoder, pairs, "default")
     assert "hybrid_error" not in metrics, metrics.get("hybrid_error")
-    assert {"keyword_ndcg@10", "tuned_ndcg@10", "fusion_method"} <= set(metrics)
+    assert {"keyword_ndcg@10", "tuned_ndcg@10", "candidate_fusion_method"} <= set(metrics)

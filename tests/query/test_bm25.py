@@ -163,3 +163,19 @@ def test_only_the_best_rows_by_the_quick_score_get_the_exact_one(db):
     with body_only(rescore=5):
         assert len(Article.objects.keyword_search("cat dog", match="any", max_df=1.0)) == 5
         assert len(Article.objects.keyword_search("cat dog", k=12, match="any", max_df=1.0)) == 12
+
+
+@pytest.mark.django_db
+def test_b_of_1_with_an_empty_field_ranks_by_the_other_field(db):
+    """With b 1 an empty field's length norm, 1 - b + b * 0 / avglen, is 0: it holds no word,
+    so it adds nothing, and the row ranks by its other fields instead of failing on a
+    division by zero."""
+    rows = [("Cat", ""), ("Dog", "A cat sat."), ("Bird", "The bird sang.")]
+    Article.objects.bulk_create(Article(title=t, body=b) for t, b in rows)
+    with search_settings(KEYWORD={"B": 1.0}, KEYWORD_CANDIDATE_ROWS=None):
+        found = dict(
+            Article.objects.keyword_search("cat", match="any", max_df=1.0).values_list(
+                "title", "keyword_score"
+            )
+        )
+    assert set(found) == {"Cat", "Dog"} and all(score > 0 for score in found.values())

@@ -16,8 +16,12 @@ from django_sbert.keyword import tsquery
 from django_sbert.keyword.tsquery import clear_statistics_cache
 from django_sbert.query import SemanticManager
 from django_sbert.serving import encode_query, encoder_dimensions, encoder_version
+from tests.conftest import RANK_FUSION
 from tests.query.test_query import record_search_settings
 from tests.testapp.models import Article, Author, Note
+
+# Written for rank fusion (tests/conftest.py, RANK_FUSION).
+pytestmark = pytest.mark.usefixtures("rank_fusion")
 
 
 @pytest.fixture(autouse=True)
@@ -224,7 +228,10 @@ def test_weights_rrf_k_and_candidates(articles):
     few = list(Article.objects.hybrid_search("XJ-9000", candidates=2))
     assert {r.pk for r in few} == {articles[0].pk, articles[1].pk, articles[2].pk}
     with override_settings(
-        SBERT={**settings.SBERT, "SEARCH": {"FUSION": {"RRF_K": 0, "CANDIDATES": 1}}}
+        SBERT={
+            **settings.SBERT,
+            "SEARCH": {"FUSION": {**RANK_FUSION["FUSION"], "RRF_K": 0, "CANDIDATES": 1}},
+        }
     ):
         only = list(Article.objects.hybrid_search("XJ-9000"))
         assert [r.pk for r in only] == [articles[0].pk, articles[1].pk]
@@ -254,6 +261,10 @@ def test_linear_fusion_sums_each_sides_normalised_score(articles):
         "XJ-9000", fusion="linear", vector_weight=0.4, keyword_weight=0.6
     ).first()
     assert flipped == articles[0] and flipped.score == pytest.approx(0.6)
+    # The library's defaults are that fusion (SBERT["SEARCH"] left out: not rank_fusion's).
+    with override_settings(SBERT={k: v for k, v in settings.SBERT.items() if k != "SEARCH"}):
+        default = Article.objects.hybrid_search("XJ-9000").first()
+        assert default == articles[0] and default.score == pytest.approx(0.6)
     # Two vector candidates: the keyword match is outside the vector list and gets nothing
     # from it; the nearer candidate 1, the farther 0.
     few = Article.objects.hybrid_search(

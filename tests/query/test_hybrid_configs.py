@@ -36,6 +36,10 @@ CASES = [
 ]
 
 
+# Written for rank fusion (tests/conftest.py, RANK_FUSION).
+pytestmark = pytest.mark.usefixtures("rank_fusion")
+
+
 def ranking(qs) -> list[tuple]:
     return [(r.pk, round(r.score, 9), r.vector_rank, r.keyword_rank) for r in qs]
 
@@ -105,7 +109,9 @@ def test_a_config_takes_its_defaults_and_rules_from_its_settings_group(settings)
         "SEARCH": {"FUSION": {"RRF_K": 7}, "KEYWORD": {"MAX_DF": 0.5}},
     }
     fusion = FusionConfig(candidates=3).resolved()
-    assert (fusion.method, fusion.rrf_k, fusion.candidates) == ("rrf", 7, 3)
+    # METHOD and the weights from the declaration's defaults (linear fusion, 0.4 / 0.6).
+    assert (fusion.method, fusion.rrf_k, fusion.candidates) == ("linear", 7, 3)
+    assert (fusion.vector_weight, fusion.keyword_weight) == (0.4, 0.6)
     assert KeywordConfig().resolved().max_df == 0.5
     with pytest.raises(ValueError, match=r"SBERT\['SEARCH'\]\['FUSION'\]\['CANDIDATES'\]"):
         FusionConfig(candidates=0).resolved()

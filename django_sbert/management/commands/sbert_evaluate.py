@@ -11,8 +11,11 @@
     $ manage.py sbert_evaluate scifact-claims --encoder-version base --mode vector --json
     $ manage.py sbert_evaluate scifact-claims --fail-under ndcg@10=0.62 --fail-under recall@10=0.7
 
-The options are in docs/commands.md; ``--fail-under METRIC=VALUE`` exits with status 1 when a
-mode scores under it: a deploy pipeline's check. How a version that does not serve is
+Under the table, for the hybrid mode: the settings' fusion and the version's tuned one side by
+side on the list, and a fusion tuned on part of the list's queries against the one in use on
+the others; ``--keep-fusion`` keeps it on the version when it won there (docs/hybrid.md).
+The options are in docs/commands.md; ``--fail-under METRIC=VALUE`` exits with status 1 when
+a mode scores under it: a deploy pipeline's check. How a version that does not serve is
 measured: ``django_sbert.evaluation.run``.
 """
 
@@ -74,6 +77,12 @@ class Command(BaseCommand):
             "(e.g. ndcg@10=0.62); repeat for several.",
         )
         parser.add_argument("--no-store", action="store_true", help="Do not store the evaluations.")
+        parser.add_argument(
+            "--keep-fusion",
+            action="store_true",
+            help="Keep the fusion tuned on the list on the version, where it ranked the list's "
+            "held-out queries better than the fusion in use (hybrid mode).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         thresholds = dict(parse_threshold(value) for value in options["fail_under"])
@@ -92,6 +101,7 @@ class Command(BaseCommand):
                 modes=options["modes"],
                 store=not options["no_store"],
                 trigger="manual",
+                keep_fusion=options["keep_fusion"],
             )
         except EvaluationError as exc:
             raise CommandError(str(exc)) from exc
@@ -149,7 +159,46 @@ def table(judgment_list: JudgmentList, evaluations: list[Any]) -> str:
         cells = [row[0].ljust(widths[0])]
         cells += [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
         lines.append("  ".join(cells))
+    for e in evaluations:
+        if e.mode == "hybrid" and e.metrics.get("fusion"):
+            lines += fusion_lines(e.metrics["fusion"])
     return "\n".join(lines)
+
+
+def fusion_lines(report: dict[str, Any]) -> list[str]:
+    """The hybrid mode's fusions side by side (``evaluation.run.fusion_report``)."""
+    settings, tuned, tried = report["settings"], report.get("tuned"), report["list"]
+    serving = report["serving"]
+    lines = ["hybrid fusion, nDCG@10 on the list:"]
+    mark = " (serves)" if serving == "settings" else ""
+    lines.append(
+        f"  settings' {describe(settings['fusion'])}: {_figure(settings['ndcg@10'])}{mark}"
+    )
+    if tuned:
+        lines.append(
+            f"  version's tuned {describe(tuned['fusion'])}: {_figure(tuned['ndcg@10'])} (serves)"
+        )
+    held = tried["heldout_queries"]
+    head = f"  tuned on {tried['tuned_on']} of the list's queries, {describe(tried['fusion'])}: "
+    if tried["heldout_tuned_ndcg@10"] is None:
+        lines.append(head + f"{held} held-out queries, too few to judge it")
+    else:
+        verdict = "wins" if tried["wins"] else "does not win"
+        if tried["wins"]:
+            verdict += ", kept on the version" if tried["kept"] else ", not kept"
+        lines.append(
+            head + f"on the {held} others {_figure(tried['heldout_tuned_ndcg@10'])} against "
+            f"{_figure(tried['heldout_current_ndcg@10'])} for the fusion in use: {verdict}"
+        )
+    return lines
+
+
+def describe(fusion: dict[str, Any]) -> str:
+    """``{"fusion": "rrf", "rrf_k": 1.0, ...}`` in words: "rrf k 1, weights 1 / 1"."""
+    weights = f"weights {fusion['vector_weight']:g} / {fusion['keyword_weight']:g}"
+    if fusion["fusion"] == "rrf":
+        return f"(rrf k {fusion['rrf_k']:g}, {weights})"
+    return f"({fusion['fusion']}, {weights})"
 
 
 def _figure(value: Any) -> str:
