@@ -35,12 +35,14 @@ title weighed as the body, the field weights SciFact's keyword search measures b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import math
 import random
 import tempfile
 import time
+from collections.abc import Iterator
 
 from benchmarks.common import DATA, add_json_option, cpu_line, load_average, write_json
 from benchmarks.django_setup import article_model
@@ -153,6 +155,29 @@ def measured_queries(data: dict) -> list[str]:
 METHODS = ("similar_to", "hybrid_search")
 
 
+@contextlib.contextmanager
+def timed_evaluations() -> Iterator[list[float]]:
+    """Seconds of each of early stopping's evaluations during the block (where a run's time
+    goes besides its steps)."""
+    from django_sbert.encoder import training
+
+    seconds: list[float] = []
+    measure = training._EarlyStopping.measure
+
+    def timed(self, model, step):  # noqa: ANN001, ANN202 - the method's own signature
+        started = time.perf_counter()
+        try:
+            return measure(self, model, step)
+        finally:
+            seconds.append(time.perf_counter() - started)
+
+    training._EarlyStopping.measure = timed
+    try:
+        yield seconds
+    finally:
+        training._EarlyStopping.measure = measure
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=2000, help="corpus rows (Article); 0: all")
@@ -250,9 +275,12 @@ def main() -> None:
         enqueue=False,
     )
     print(f"run {run.pk}: {run.loss} {run.hyperparameters}")
-    status = execute_run(run.pk)
+    with timed_evaluations() as evaluations:
+        status = execute_run(run.pk)
     run = TrainingRun.objects.get(pk=run.pk)
     timings["training run"] = time.perf_counter() - started
+    timings["  of which early stopping's evaluations"] = sum(evaluations)
+    print(f"{len(evaluations)} evaluations of early stopping: {sum(evaluations):.1f} s")
     if status != "succeeded":
         raise SystemExit(f"run {status}: {run.error}")
     print(f"run: {run.step} of {run.total_steps} steps; gate split before {run.metrics_before}")
