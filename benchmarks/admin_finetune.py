@@ -156,26 +156,30 @@ METHODS = ("similar_to", "hybrid_search")
 
 
 @contextlib.contextmanager
-def timed_evaluations() -> Iterator[list[float]]:
-    """Seconds of each of early stopping's evaluations during the block (where a run's time
-    goes besides its steps)."""
-    from django_sbert.encoder import training
-
+def timed(owner: object, name: str) -> Iterator[list[float]]:
+    """Seconds of each call of ``owner.name`` during the block (where a run's time goes)."""
     seconds: list[float] = []
-    measure = training._EarlyStopping.measure
+    function = getattr(owner, name)
 
-    def timed(self, model, step):  # noqa: ANN001, ANN202 - the method's own signature
+    def wrapper(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - the function's own
         started = time.perf_counter()
         try:
-            return measure(self, model, step)
+            return function(*args, **kwargs)
         finally:
             seconds.append(time.perf_counter() - started)
 
-    training._EarlyStopping.measure = timed
+    setattr(owner, name, wrapper)
     try:
         yield seconds
     finally:
-        training._EarlyStopping.measure = measure
+        setattr(owner, name, function)
+
+
+def timed_evaluations() -> contextlib.AbstractContextManager[list[float]]:
+    """Seconds of each of early stopping's evaluations during the block."""
+    from django_sbert.encoder import training
+
+    return timed(training._EarlyStopping, "measure")
 
 
 def main() -> None:
@@ -215,7 +219,7 @@ def main() -> None:
     model_dir = tempfile.mkdtemp(prefix="sbert-bench-models-")
     setup_django(args.threads, model_dir, args.sts_file, args.eval_distractors)
     from django_sbert import indexing, serving
-    from django_sbert.finetuning import pairs, promotion, runs
+    from django_sbert.finetuning import execution, pairs, promotion, runs
     from django_sbert.finetuning.execution import execute_run
     from django_sbert.finetuning.options import Hyperparameters
     from django_sbert.models import EncoderVersion, TrainingPair, TrainingRun
@@ -275,10 +279,11 @@ def main() -> None:
         enqueue=False,
     )
     print(f"run {run.pk}: {run.loss} {run.hyperparameters}")
-    with timed_evaluations() as evaluations:
+    with timed_evaluations() as evaluations, timed(execution, "mined_examples") as mining:
         status = execute_run(run.pk)
     run = TrainingRun.objects.get(pk=run.pk)
     timings["training run"] = time.perf_counter() - started
+    timings["  of which mining hard negatives"] = sum(mining)
     timings["  of which early stopping's evaluations"] = sum(evaluations)
     print(f"{len(evaluations)} evaluations of early stopping: {sum(evaluations):.1f} s")
     if status != "succeeded":
