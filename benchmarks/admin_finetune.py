@@ -35,12 +35,14 @@ title weighed as the body, the field weights SciFact's keyword search measures b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import math
 import random
 import tempfile
 import time
+from collections.abc import Iterator
 
 from benchmarks.common import DATA, add_json_option, cpu_line, load_average, write_json
 from benchmarks.django_setup import article_model
@@ -153,6 +155,33 @@ def measured_queries(data: dict) -> list[str]:
 METHODS = ("similar_to", "hybrid_search")
 
 
+@contextlib.contextmanager
+def timed(owner: object, name: str) -> Iterator[list[float]]:
+    """Seconds of each call of ``owner.name`` during the block (where a run's time goes)."""
+    seconds: list[float] = []
+    function = getattr(owner, name)
+
+    def wrapper(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - the function's own
+        started = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - started)
+
+    setattr(owner, name, wrapper)
+    try:
+        yield seconds
+    finally:
+        setattr(owner, name, function)
+
+
+def timed_evaluations() -> contextlib.AbstractContextManager[list[float]]:
+    """Seconds of each of early stopping's evaluations during the block."""
+    from django_sbert.encoder import training
+
+    return timed(training._EarlyStopping, "measure")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=2000, help="corpus rows (Article); 0: all")
@@ -190,7 +219,7 @@ def main() -> None:
     model_dir = tempfile.mkdtemp(prefix="sbert-bench-models-")
     setup_django(args.threads, model_dir, args.sts_file, args.eval_distractors)
     from django_sbert import indexing, serving
-    from django_sbert.finetuning import pairs, promotion, runs
+    from django_sbert.finetuning import execution, pairs, promotion, runs
     from django_sbert.finetuning.execution import execute_run
     from django_sbert.finetuning.options import Hyperparameters
     from django_sbert.models import EncoderVersion, TrainingPair, TrainingRun
@@ -250,9 +279,13 @@ def main() -> None:
         enqueue=False,
     )
     print(f"run {run.pk}: {run.loss} {run.hyperparameters}")
-    status = execute_run(run.pk)
+    with timed_evaluations() as evaluations, timed(execution, "mined_examples") as mining:
+        status = execute_run(run.pk)
     run = TrainingRun.objects.get(pk=run.pk)
     timings["training run"] = time.perf_counter() - started
+    timings["  of which mining hard negatives"] = sum(mining)
+    timings["  of which early stopping's evaluations"] = sum(evaluations)
+    print(f"{len(evaluations)} evaluations of early stopping: {sum(evaluations):.1f} s")
     if status != "succeeded":
         raise SystemExit(f"run {status}: {run.error}")
     print(f"run: {run.step} of {run.total_steps} steps; gate split before {run.metrics_before}")

@@ -483,6 +483,7 @@ class SentenceEncoder(nn.Module):
         chunk_overlap: int = 32,
         max_chunks: int | None = None,
         threads: int | None = None,
+        alone: bool = False,
     ) -> np.ndarray:
         """Encode texts into float32 vectors ``(n, dimensions)`` (``(dimensions,)`` for one str).
 
@@ -494,6 +495,9 @@ class SentenceEncoder(nn.Module):
         ``max_chunks`` caps the windows of one text (the first ones count, the rest is ignored
         and not even tokenized), which bounds the time and memory any one text can take.
         ``threads`` sets torch's intra-op threads for this call only (see ``torch_threads``).
+        ``alone=True`` encodes each text on its own, unpadded, through the path of one text
+        (search queries: ``serving`` encodes every query so): its vector is then the same,
+        bit for bit, in any list, where a batch's kernels can move it by 1e-3 in bf16.
         """
         single = isinstance(texts, str)
         items = _check_texts([texts] if single else texts)
@@ -510,7 +514,7 @@ class SentenceEncoder(nn.Module):
             rows = self.tokenizer.truncated(items, prompt)
         prompt_length = self.tokenizer.prompt_length(prompt) if prompt else 0
         with torch_threads(threads):
-            vectors = self._encode_rows(rows, batch_size, prompt_length, show_progress)
+            vectors = self._encode_rows(rows, batch_size, prompt_length, show_progress, alone)
         if long_text == "chunk":
             vectors = _average_windows(vectors, rows.owner, len(items))
         if normalize:
@@ -530,11 +534,17 @@ class SentenceEncoder(nn.Module):
         return self.prompts[name] or None
 
     def _encode_rows(
-        self, rows: TokenRows, batch_size: int, prompt_length: int, show_progress: bool
+        self,
+        rows: TokenRows,
+        batch_size: int,
+        prompt_length: int,
+        show_progress: bool,
+        alone: bool = False,
     ) -> np.ndarray:
         # Longest first: the peak memory shows up in the first batch, not at the end.
         order = np.argsort(-rows.lengths, kind="stable")
         output = np.empty((len(rows), self.dimensions), dtype=np.float32)
+        batch_size = 1 if alone else batch_size  # alone: each row is a query of its own
         starts = range(0, len(rows), batch_size)
         if show_progress:
             from tqdm.auto import tqdm
@@ -553,7 +563,7 @@ class SentenceEncoder(nn.Module):
                     bucket = self.pad_buckets and len(index) > 1
                     padded = self.tokenizer.pad(rows, index, bucket=bucket)
                     features = self._features(*padded, prompt_length, device)
-                    query = len(rows) == 1
+                    query = alone or len(rows) == 1
                     output[index] = self.forward(features, query).float().cpu().numpy()
         finally:
             if was_training:

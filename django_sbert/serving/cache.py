@@ -257,6 +257,8 @@ def encode_texts(
     (the embed API's option); every encode, either way, holds the encoder's lock. ``role``
     puts the query or the document prompt before each text (``role_prompt``); None encodes
     the texts as given (the model's default prompt, if it declares one, still applies).
+    ``role="query"`` encodes each text alone on ``QUERY_THREADS`` (``threads`` unused): the
+    vector a search for that text gets, in any list.
     """
     return _encode(get_encoder(encoder, version), encoder, texts, threads, normalize, role)
 
@@ -275,15 +277,21 @@ def _encode(
         lock = _encode_locks.get(model)
         if lock is None:
             lock = _encode_locks[model] = threading.Lock()
+    # Every query is encoded alone on QUERY_THREADS, whatever list it comes in (the query
+    # server's batch, sbert_evaluate's queries): its vector is the one a visitor's search gets,
+    # bit for bit, where a batch's kernels would move it (docs/encoder.md, "Same text, same
+    # vector"). Documents keep their batches.
+    alone = role == "query"
     with lock:
         return model.encode(
             list(texts),
             batch_size=int(config["BATCH_SIZE"]),
             normalize=normalize,
             long_text=config["LONG_TEXT"],
-            threads=threads,
+            threads=QUERY_THREADS if alone else threads,
             max_chunks=int(max_chunks) if max_chunks is not None else None,
             prompt=role_prompt(encoder, role, model),
+            alone=alone,
         )
 
 
@@ -321,9 +329,10 @@ def encode_query_for(text: str, current: Serving) -> np.ndarray:
 def encode_queries(
     texts: Sequence[str], encoder: str, version: str, directory: str | None
 ) -> np.ndarray:
-    """Encode several search queries with one version, as one batch: (n, dim) unit vectors
-    with the query prompt. The query server's encode (``query_server``); reads the database
-    only to check, once per process, that a base-model version is this host's model."""
+    """Encode several search queries with one version: (n, dim) unit vectors with the query
+    prompt, each text alone (the vector a web process would encode for it). The query
+    server's encode (``query_server``); reads the database only to check, once per process,
+    that a base-model version is this host's model."""
     if directory is None and version != base_version(encoder):
         raise VersionUnavailable(
             f"Encoder {encoder!r} here is {base_version(encoder)}, not the {version} asked for: "

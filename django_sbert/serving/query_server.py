@@ -1,21 +1,21 @@
 """One query encoder per host, shared by its web processes: queries that arrive together are
-encoded in one forward pass, and each text's vector is cached for the whole host.
+taken in one batch, and each text's vector is cached for the whole host.
 
-Why: a query's forward pass reads all of the model's weights for 10 to 20 tokens, so it is
-bound by memory, not arithmetic; eight queries in one pass cost little more than one. N web
-processes that each encode their own searches pay for the weights N times over and cannot
-batch; one process that takes what arrives within ``WINDOW_MS`` pays once per batch.
+Why: N web processes that each encode their own searches each hold the model; one process
+holds it once for the host. Each text of a batch is encoded alone (``serving.cache``'s
+``encode_queries``), so its vector is the one a web process would encode for it, bit for bit,
+whoever else searched at the same moment (docs/encoder.md, "Same text, same vector").
 Searches' SQL stays in the web processes: only the text travels, and 1.5 KiB comes back::
 
     python manage.py sbert_query_server        # listens on SBERT["QUERY_SERVER"]["SOCKET"]
 
 An asyncio loop reads requests (``query_client``'s wire format) and answers from the cache at
-once; one batcher encodes up to ``MAX_BATCH`` texts of one version, ``WINDOW_MS`` after the
-oldest arrived, in the encoding thread while the loop goes on reading. Past ``MAX_QUEUE``
-waiting texts a request is answered busy at once (the search gets 503). The server encodes with
-exactly the version a request names; a base-model version it does not have is an error, which
-the web process answers by encoding the text itself, or in the light layout from the keyword
-side (docs/deployment.md).
+once; one batcher takes up to ``MAX_BATCH`` texts of one version, ``WINDOW_MS`` after the
+oldest arrived, and encodes each alone in the encoding thread while the loop goes on reading.
+Past ``MAX_QUEUE`` waiting texts a request is answered busy at once (the search gets 503). The
+server encodes with exactly the version a request names; a base-model version it does not
+have is an error, which the web process answers by encoding the text itself, or in the light
+layout from the keyword side (docs/deployment.md).
 """
 
 from __future__ import annotations

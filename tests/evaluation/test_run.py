@@ -2,7 +2,8 @@
 model: each mode's figures equal ``ranking_metrics`` of rankings computed here (vector and
 passages from the stored vectors, keyword and hybrid from the searches themselves); the
 threshold; a version that does not serve, measured on its pool, equal to the same version's
-figures once promoted; ``sbert_evaluate``'s table, ``--json`` and ``--fail-under``; an
+figures once promoted; each query ranked as a visitor's search ranks it (same vector, same
+rows, same scores); ``sbert_evaluate``'s table, ``--json`` and ``--fail-under``; an
 evaluation stored after a real promotion; the beat entry.
 """
 
@@ -167,6 +168,27 @@ def test_every_mode_equals_ranking_metrics_of_its_rankings():
     assert vector.trigger == "manual" and vector.seconds > 0
     assert vector.metrics["threshold"]["precision"] == 0.5
     assert "threshold" not in found["keyword"].metrics
+
+
+def test_sbert_evaluate_ranks_each_query_as_a_visitors_search_does():
+    """The evaluation encodes its queries together; a visitor's search encodes one text alone
+    (its process's cache emptied first): the same rows in the same order with the same scores,
+    so the figure measures exactly what visitors get (vector and hybrid)."""
+    rows = reports()
+    graded = judgment_list(Report, rows)
+    for text in ("rates", "the bank and the trophy of the new library in the city " * 3):
+        JudgedQuery.objects.create(judgment_list=graded, text=text)  # other lengths
+    task = run._load(graded, run.list_field(graded))
+    ranked = run._live_rankings(task, ("vector", "hybrid"), serving.encoder_version("default"))
+    assert len(ranked["vector"][0]) == len(QUERIES) + 2
+    for query in graded.queries.all():
+        serving.clear_query_cache()
+        found = Report.objects.similar_to(query.text, k=100, passages=False)
+        visitor = [(str(row.pk), float(row.similarity)) for row in found]
+        assert ranked["vector"][0][str(query.pk)] == visitor, query.text
+        serving.clear_query_cache()
+        found = Report.objects.hybrid_search(query.text, k=100, passages=False)
+        assert ranked["hybrid"][0][str(query.pk)] == [(str(r.pk), r.similarity) for r in found]
 
 
 def test_a_field_without_keywords_or_passages_has_the_vector_mode_alone(embed):

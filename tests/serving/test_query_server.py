@@ -1,10 +1,10 @@
 """The host's query server: a real ``sbert_query_server`` subprocess over a Unix socket, the
 tiny encoder, the test database. Searches in this process send it their texts and get the
-vectors this process would have encoded; concurrent texts are encoded in batches; a second
-process's cache miss is the host's cache hit; a server that is away or restarts never fails a
-search: with ``[socket, "in-process"]`` this process encodes the text itself meanwhile, with a
-path alone (the light layout) the search gets ``EncoderAway`` (answered from the keyword side
-by the views: tests/query/test_fallback.py)."""
+vectors this process would have encoded, bit for bit, whatever texts arrived with them;
+concurrent texts are taken in batches; a second process's cache miss is the host's cache hit;
+a server that is away or restarts never fails a search: with ``[socket, "in-process"]`` this
+process encodes the text itself meanwhile, with a path alone (the light layout) the search gets
+``EncoderAway`` (answered from the keyword side by the views: tests/query/test_fallback.py)."""
 
 from __future__ import annotations
 
@@ -110,6 +110,38 @@ def test_texts_that_arrive_together_are_encoded_in_one_batch(server):
     expected = here(texts)
     for index in range(len(texts)):
         np.testing.assert_allclose(results[index], expected[index], atol=1e-5)
+
+
+def test_batch_composition_does_not_change_a_vector(server):
+    """Texts of 1 to 60 tokens sent together, in two different groupings: the server batches
+    them, and each vector is, bit for bit, the one this process encodes for the text alone."""
+    from tests.encoder.test_encode import sentences
+
+    texts = sentences(14, seed=2) + ["a", "interest rates " * 30]
+    expected = here(texts)
+    for max_batch, order in ((16, texts), (3, texts[::-1])):
+        process = server(window_ms=300, max_batch=max_batch)
+        results: dict[str, np.ndarray] = {}
+        start = threading.Barrier(len(order))
+
+        def search(text: str, results=results, start=start) -> None:
+            start.wait()
+            try:
+                results[text] = query_client.remote_query_vector(text, serving_record("default"))
+            finally:
+                query_client.close_connection()
+                connection.close()
+
+        threads = [threading.Thread(target=search, args=(text,)) for text in order]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        stats = process.stats()
+        assert stats["encoded"] == len(texts) and stats["batches"] < len(texts), stats
+        for text, vector in zip(texts, expected, strict=True):
+            np.testing.assert_array_equal(results[text], vector)
+        process.stop()
 
 
 def test_searches_go_on_when_the_server_is_away_and_use_it_again_when_it_is_back(

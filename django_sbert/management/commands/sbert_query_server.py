@@ -34,13 +34,18 @@ from django_sbert.serving.worker import set_torch_threads
 
 
 class Command(BaseCommand):
-    help = "Encode the search queries of this host's web processes in batches, with one cache."
+    help = "Encode the search queries of this host's web processes, with one cache."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--socket", help="Unix socket path (default: QUERY_SERVER SOCKET).")
-        parser.add_argument("--threads", type=int, help="torch threads (default: every CPU)")
         parser.add_argument(
-            "--max-batch", type=int, default=16, help="Queries encoded in one forward pass."
+            "--threads",
+            type=int,
+            help="torch threads of the process (default: every CPU); each query is encoded "
+            "alone on one, as a web process encodes it",
+        )
+        parser.add_argument(
+            "--max-batch", type=int, default=16, help="Queries taken at once (each encoded alone)."
         )
         parser.add_argument(
             "--window-ms",
