@@ -141,7 +141,12 @@ def one_run(args: Any, base_env: dict[str, str], work: Path, texts: list[str]) -
                 }
                 imported = sorted({n for names in heavy.values() for n in names})
                 rss = sorted(m["rss_mb"] for m in web.values())
-                print(f"  {name}: web {rss} MB RSS, heavy {imported}", flush=True)
+                pss = sorted(m["pss_mb"] for m in web.values())
+                print(
+                    f"  {name}: web RSS {rss} PSS {pss} MB, master {figures[name]['master']}, "
+                    f"encoder {figures[name]['encoder']}, heavy {imported}",
+                    flush=True,
+                )
             finally:
                 site.stop()
     finally:

@@ -147,6 +147,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1000, help="--layouts: SciFact rows")
     parser.add_argument("--workers", type=int, default=2, help="--layouts: in-process workers")
     parser.add_argument("--light-workers", type=int, default=9, help="--layouts: light workers")
+    parser.add_argument("--port", type=int, default=8785, help="--layouts: first site's port")
     add_json_option(parser)
     args = parser.parse_args()
     if args.layouts:
