@@ -36,6 +36,10 @@ def away(settings, tmp_path, monkeypatch):
         "RATES": {"search": None, "logging": None},
     }
     monkeypatch.setattr(query_client, "_degraded", 0)
+    # A web process: an in-process Celery worker started by an earlier test marks the whole
+    # test process as one that encodes while the server is away.
+    monkeypatch.setattr(query_client, "_in_process", False)
+    monkeypatch.setattr(query_client, "_disabled", False)
     query_client.forget_away()
     yield socket
     query_client.close_connection()

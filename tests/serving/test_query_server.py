@@ -45,6 +45,9 @@ TEXTS = [
 def server(tmp_path, settings, monkeypatch):
     started: list[QueryServerProcess] = []
     monkeypatch.setattr(query_client, "RETRY_SECONDS", 0.0)
+    # A web process, whatever an earlier test's in-process Celery worker marked this one as.
+    monkeypatch.setattr(query_client, "_in_process", False)
+    monkeypatch.setattr(query_client, "_disabled", False)
 
     def start(in_process: bool = False, **flags) -> QueryServerProcess:
         process = QueryServerProcess(tmp_path, **flags)
