@@ -21,7 +21,9 @@ from tests.example.conftest import DemoProcess
 
 pytestmark = [pytest.mark.example, pytest.mark.slow]
 
-GRAPH = re.compile(r"(Built|Loaded) the compiled query graph")
+# The query's graph: torch's compiled one, or ONNX Runtime's where that path encodes queries
+# (a CPU without native bf16: encoder.md, "Which path each process takes").
+GRAPH = re.compile(r"(Built|Loaded) the compiled query graph|(Exported|Loaded) the query graph")
 # Far above a warm encode (milliseconds) even on a loaded machine; far below building the
 # graph (30-40 s on 2 idle cores) or loading the model (seconds).
 FIRST_ENCODE_BOUND_MS = 3000.0
