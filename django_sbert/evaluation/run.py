@@ -48,7 +48,7 @@ import numpy as np
 from ..conf import sbert_settings
 from ..encoder.metrics import ranking_metrics
 from ..exceptions import EvaluationError
-from ..finetuning.hybrid import choose_fusion, fuse, site_fusion
+from ..finetuning.hybrid import choose_fusion, fuse, fusion_metrics, site_fusion
 from ..indexing import FieldRef, field_refs
 from ..indexing.passages import encode_with_passages
 from ..indexing.rows import PendingRow
@@ -501,8 +501,7 @@ def _keep_fusion(task: _Task, version: str, choice: Mapping[str, Any]) -> bool:
     fusion = choice["candidate"]
     row.metrics = {
         **(row.metrics or {}),
-        "fusion_method": str(fusion["fusion"]),
-        **{f"fusion_{key}": float(fusion[key]) for key in FUSION_KEYS},
+        **fusion_metrics(fusion),
         "fusion_source": "judgments",
         f"fusion_heldout_ndcg@{K}": float(choice["heldout_candidate"]),
     }

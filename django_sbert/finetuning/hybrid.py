@@ -374,13 +374,20 @@ def hybrid_metrics(
         f"tuned_ndcg@{K}": candidate_metrics[f"ndcg@{K}"],
         f"tuned_recall@{K}": candidate_metrics[f"recall@{K}"],
         **held_out_figures(choice),
-        "candidate_fusion_method": str(candidate["fusion"]),
-        **{f"candidate_fusion_{key}": float(candidate[key]) for key in FUSION_KEYS},
+        **fusion_metrics(candidate, "candidate_fusion_"),
     }
     if choice["used"]:  # what serving reads: only a fusion that won on held-out queries
-        figures["fusion_method"] = str(candidate["fusion"])
-        figures.update({f"fusion_{key}": float(candidate[key]) for key in FUSION_KEYS})
+        figures.update(fusion_metrics(candidate))
     return figures
+
+
+def fusion_metrics(fusion: Mapping[str, Any], prefix: str = "fusion_") -> dict[str, Any]:
+    """A fusion as a version's metrics: ``<prefix>method`` and ``<prefix><key>`` for each of
+    ``FUSION_KEYS`` (with the default prefix, what serving reads: ``versions.stored_fusion``)."""
+    return {
+        f"{prefix}method": str(fusion["fusion"]),
+        **{f"{prefix}{key}": float(fusion[key]) for key in FUSION_KEYS},
+    }
 
 
 def held_out_figures(choice: Mapping[str, Any]) -> dict[str, Any]:

@@ -179,17 +179,21 @@ class SbertSearchResults(BaseSearchResults):
         return set(entries.values_list("object_id", flat=True))
 
     def _keyword_scores(self, query: Any) -> dict[str, float]:
-        """object id -> keyword score of the objects holding ``query``'s words."""
+        """object id -> keyword score of the objects holding ``query``'s words (once per
+        words and operator: a compound query asks for a clause's holders more than once)."""
         text = query_text(query)
         if not text.strip():
             return {}
         operator = getattr(query, "operator", None)
         match = OPERATOR_MATCH.get(str(operator).lower(), "all") if operator else "all"
-        ranked = self.compiler.entries().keyword_search(text, match=match)
-        count = ranked.count()
-        if not count:
-            return {}
-        return dict(ranked[:count].values_list("object_id", "keyword_score"))
+        known = self.__dict__.setdefault("_keyword_cache", {})
+        if (text, match) not in known:
+            ranked = self.compiler.entries().keyword_search(text, match=match)
+            count = ranked.count()
+            known[text, match] = (
+                dict(ranked[:count].values_list("object_id", "keyword_score")) if count else {}
+            )
+        return known[text, match]
 
     def _matching(self, query: Any, universe: set[str], *, words: bool = False) -> set[str]:
         """The objects ``query`` matches; ``words`` (under a ``Not``): holding its words."""
