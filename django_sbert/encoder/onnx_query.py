@@ -103,9 +103,11 @@ class OnnxQueryGraph:
         path = graph_path(cache_dir, exported)
         path.parent.mkdir(parents=True, exist_ok=True)
         if self._load_checked(path, exported):
+            self._log_loaded(started)
             return
         with _entry_lock(path):
             if self._load_checked(path, exported):  # another process stored it meanwhile
+                self._log_loaded(started, " (exported by another process meanwhile)")
                 return
             model = _export(exported)
             # From the stored file when it could be written: a session built from bytes in
@@ -123,6 +125,13 @@ class OnnxQueryGraph:
             "Exported the query graph %s in %.1f s (stored for this host's later processes).",
             path.name,
             time.perf_counter() - started,
+        )
+
+    def _log_loaded(self, started: float, note: str = "") -> None:
+        # A server's log shows whether a process had its graph before it said it was ready.
+        name = self.path.name if self.path else "?"
+        logger.info(
+            "Loaded the query graph %s in %.1f s%s.", name, time.perf_counter() - started, note
         )
 
     def _load_checked(self, path: Path, exported: nn.Module) -> bool:

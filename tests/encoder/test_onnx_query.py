@@ -3,6 +3,7 @@ exported once, and torch again (with one warning) whenever ONNX Runtime cannot s
 
 from __future__ import annotations
 
+import logging
 import pickle
 import warnings
 
@@ -145,12 +146,14 @@ def test_every_family_is_served_by_onnxruntime(tmp_path, family):
 
 
 def test_the_graph_is_stored_once_per_set_of_weights_and_loaded_after(
-    tiny_model_dir, tiny_encoder, tmp_path, monkeypatch
+    tiny_model_dir, tiny_encoder, tmp_path, monkeypatch, caplog
 ):
+    caplog.set_level(logging.INFO, logger="django_sbert.encoder")
     first = SentenceEncoder.load(
         tiny_model_dir, query_runtime="onnxruntime", compile_cache=tmp_path
     )
     first.encode(TEXTS[0])
+    assert "Exported the query graph" in caplog.text
     stored = first._onnx.path
     assert stored is not None and stored.parent == tmp_path and stored.name.startswith("onnx-")
     assert list(tmp_path.glob(".building-*")) == []  # written whole, renamed into place
@@ -165,6 +168,8 @@ def test_the_graph_is_stored_once_per_set_of_weights_and_loaded_after(
     )
     np.testing.assert_allclose(one_at_a_time(second, TEXTS), tiny_encoder.encode(TEXTS), atol=1e-6)
     assert second._onnx.path == stored and second.query_runtime_failure is None
+    # A server's log says the process had its graph (test_demo_warm reads it).
+    assert f"Loaded the query graph {stored.name}" in caplog.text
     monkeypatch.undo()
 
     # Other weights (a fine-tuned version): their own entry.
