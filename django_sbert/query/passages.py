@@ -26,6 +26,27 @@ first read, and a false gate stops before reading the next)::
     UNION ALL SELECT * FROM (<scan LIMIT k * max_passages>) w
               WHERE NOT (SELECT done FROM ok0) AND NOT (SELECT done FROM ok1)
 
+A filter that holds a subquery (``pk__in=queryset``, a Wagtail queryset's pages) costs a query
+to test one row: as a semi-join, PostgreSQL either runs it for every passage the index scan
+meets, or ranks every kept row's passages exactly (2 to 3 times the time on 5,550 Wagtail
+pages, docs/benchmarks.md). Such a search lists the kept rows once, then goes by their number::
+
+    WITH sbert_kept (pk) AS MATERIALIZED (SELECT id FROM article WHERE <filters> LIMIT 50001),
+         sbert_sized (n) AS (SELECT count(*) FROM sbert_kept),
+         kpool0 AS MATERIALIZED (<scan WHERE (row_id IN (SELECT pk FROM sbert_kept)) IS TRUE
+                                 LIMIT n>),
+         kok0 AS (SELECT count(DISTINCT row_id) >= k AS done, count(*) >= n AS filled ...), ...
+    SELECT * FROM kpool0 WHERE <1,000 < n <= 50,000> AND (SELECT done FROM kok0)
+    UNION ALL ... kpool1, when kpool0 was filled but named fewer than k rows
+    UNION ALL SELECT * FROM (<scan WHERE row_id IN (SELECT pk FROM sbert_kept) LIMIT k *
+              max_passages>) w WHERE <n <= 1,000> OR <a pool named fewer than k rows>
+    UNION ALL SELECT * FROM (<the tiers above>) p WHERE <n > 50,000>
+
+``IS TRUE`` keeps the ``IN`` from becoming a join: the kept keys are hashed once and each
+passage the index scan meets is tested against them. A pool that comes back short of n
+passages ran out (of passages, or of ``hnsw.max_scan_tuples`` when the rows are a small share
+of the table): a larger one would run out the same way, so the exact ranking is taken at once.
+
 Without a limit (``count()``, an unsliced ``iterator()``) every passage of the rows the filters
 keep is compared: exact, and as costly as a scan of the passage table.
 
@@ -40,17 +61,47 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import models
-from django.db.models import Expression, F, FloatField, JSONField, QuerySet
+from django.db.models import (
+    BooleanField,
+    Expression,
+    F,
+    FloatField,
+    Func,
+    JSONField,
+    Q,
+    QuerySet,
+)
+from django.db.models.expressions import RawSQL
 from django.db.models.sql.query import Query
 from pgvector.django import CosineDistance
 
 from ..fields import EmbeddingField
 from ..passages import passage_limit
-from .fusion import DerivedTableJoin, FusedColumn, alias_quoter, candidate_queryset
+from .fusion import (
+    DerivedTableJoin,
+    FusedColumn,
+    alias_quoter,
+    candidate_queryset,
+    holds_subquery,
+)
 from .vectors import REBOUND, QuerySource, QueryVector
 
 TABLE_NAME = "sbert_passages"
 PASSAGES_PER_ROW = 4  # passages the index scan fetches per row asked for
+# Filters that hold a subquery (a Wagtail queryset's pages): up to this many kept rows have
+# their passages ranked exactly; up to KEPT_ROWS_HASHED they are a hashed set the HNSW scan
+# tests (a few hundred kB of memory); beyond, PostgreSQL plans the semi-join itself.
+EXACT_ROWS = 1000
+KEPT_ROWS_HASHED = 50000
+
+
+class IsTrue(Func):
+    """``(condition) IS TRUE``: the same rows as ``condition``, but PostgreSQL never turns an
+    ``IN (subquery)`` inside it into a join; it runs the subquery once, as a hashed set."""
+
+    template = "(%(expressions)s) IS TRUE"
+    output_field = BooleanField()
+    conditional = True
 
 
 @dataclass(frozen=True)
@@ -80,18 +131,23 @@ class PassageSearch:
     # The columns every pool and best-per-row table has, in this order.
     COLUMNS = "row_id, distance, ordinal, start, stop, text"
 
-    def _scan(self, base: QuerySet, outer: Query, ordered: bool, connection: Any) -> tuple:
-        """The passages of the rows of ``base`` with their distance (``COLUMNS``), nearest
-        first when ``ordered`` (a LIMIT is added by the caller), unordered otherwise.
+    def _scan(
+        self, kept: Any, outer: Query, ordered: bool, connection: Any, hashed: bool = False
+    ) -> tuple:
+        """The passages of the rows in ``kept`` (a queryset of primary keys, or the
+        ``sbert_kept`` table of ``pool``) with their distance (``COLUMNS``), nearest first when
+        ``ordered`` (a LIMIT is added by the caller), unordered otherwise.
 
-        A passage's offsets and text come with it from the heap tuple the index scan reads
-        anyway, so the best passages need no second lookup.
+        ``hashed``: ``kept`` is tested as a hashed set by the index scan (``IS TRUE``) rather
+        than joined as PostgreSQL's estimates choose (module docstring). A passage's offsets
+        and text come with it from the heap tuple the index scan reads anyway, so the best
+        passages need no second lookup.
         """
         vector = QueryVector(self.vector_literal, self.source, self.model._meta.get_field("vector"))
         distance = CosineDistance("vector", vector)
-        scan = self.model._base_manager.filter(row__in=base.values("pk")).annotate(
-            _sbert_distance=distance
-        )
+        within = Q(row__in=kept)
+        scan = self.model._base_manager.filter(IsTrue(within) if hashed else within)
+        scan = scan.annotate(_sbert_distance=distance)
         # The operator of the HNSW index (vector_cosine_ops), ascending: the index serves it.
         scan = scan.order_by(distance) if ordered else scan.order_by()
         scan = scan.values_list("row_id", "_sbert_distance", "ordinal", "start", "end", "text")
@@ -109,11 +165,20 @@ class PassageSearch:
 
     def pool(self, base: QuerySet, outer: Query, depth: int | None, connection: Any) -> tuple:
         """SQL and params of the passage pool for ``depth`` rows (module docstring)."""
+        rows = base.order_by().values("pk")
         if depth is None:
-            return self._scan(base, outer, False, connection)
+            return self._scan(rows, outer, False, connection)
         depth = max(1, int(depth))
+        planned = self._tiered(rows, outer, depth, connection)
+        if len(self.tiers(depth)) == 1 or not holds_subquery(base.query.where):
+            return planned
+        return self._kept_first(rows, outer, depth, connection, planned)
+
+    def _tiered(self, rows: QuerySet, outer: Query, depth: int, connection: Any) -> tuple:
+        """The pools as a semi-join of ``rows``, each read only when the smaller one named
+        fewer than ``depth`` rows (module docstring)."""
         # One compiled scan, its LIMIT a parameter, for every pool size.
-        scan_sql, scan_params = self._scan(base, outer, True, connection)
+        scan_sql, scan_params = self._scan(rows, outer, True, connection)
         *smaller, full = self.tiers(depth)
         if not smaller:
             return f"{scan_sql} LIMIT %s", (*scan_params, full)
@@ -144,6 +209,60 @@ class PassageSearch:
                 branch_params += [*scan_params, full]
         sql = f"WITH {', '.join(ctes)} " + " UNION ALL ".join(branches)
         return sql, (*params, *branch_params)
+
+    def _kept_first(
+        self, rows: QuerySet, outer: Query, depth: int, connection: Any, planned: tuple
+    ) -> tuple:
+        """The pools for filters that hold a subquery: the rows they keep are listed once
+        (``sbert_kept``, at most ``KEPT_ROWS_HASHED`` + 1), then by how many there are: a few
+        (``EXACT_ROWS``) have their passages ranked exactly; more are a hashed set the HNSW
+        scan tests (module docstring); more still take ``planned`` (``_tiered``)."""
+        kept_sql, kept_params = (
+            rows[: KEPT_ROWS_HASHED + 1].query.get_compiler(connection=connection).as_sql()
+        )
+        kept = RawSQL("SELECT pk FROM sbert_kept", ())
+        scan_sql, scan_params = self._scan(kept, outer, True, connection, hashed=True)
+        exact_sql, exact_params = self._scan(kept, outer, True, connection)
+        *smaller, full = self.tiers(depth)
+        columns = self.COLUMNS
+        ctes = [
+            f"sbert_kept (pk) AS MATERIALIZED ({kept_sql})",
+            "sbert_sized (n) AS (SELECT count(*) FROM sbert_kept)",
+        ]
+        params: list[Any] = [*kept_params]
+        for i, n in enumerate(smaller):
+            ctes.append(
+                f"kpool{i} ({columns}) AS MATERIALIZED ({scan_sql} LIMIT %s), "
+                f"kok{i} (done, filled) AS (SELECT count(DISTINCT row_id) >= %s, "
+                f"count(*) >= %s FROM kpool{i})"
+            )
+            params += [*scan_params, n, depth, n]
+        size = "(SELECT n FROM sbert_sized)"
+        few, many = f"{size} <= {EXACT_ROWS}", f"{size} > {KEPT_ROWS_HASHED}"
+        hashed = f"NOT {few} AND NOT {many}"
+        done = [f"(SELECT done FROM kok{i})" for i in range(len(smaller))]
+        filled = [f"(SELECT filled FROM kok{i})" for i in range(len(smaller))]
+        branches = []
+        for i in range(len(smaller)):
+            # Pool i is read when every smaller one was full yet named too few rows (InitPlans
+            # run lazily, and AND stops at the first false: a larger scan runs only when needed).
+            steps = [f"NOT {done[j]} AND {filled[j]}" for j in range(i)]
+            branches.append(
+                f"SELECT {columns} FROM kpool{i} WHERE " + " AND ".join([hashed, *steps, done[i]])
+            )
+        # Exact: for a few rows, or when the last pool named too few rows, or a pool ran out
+        # (of passages, or of hnsw.max_scan_tuples: a larger one would too).
+        short = f"NOT {done[-1]}"
+        for j in reversed(range(len(smaller) - 1)):
+            short = f"NOT {done[j]} AND (NOT {filled[j]} OR {short})"
+        branches.append(
+            f"SELECT {columns} FROM ({exact_sql} LIMIT %s) AS w ({columns}) "
+            f"WHERE {few} OR ({hashed} AND {short})"
+        )
+        planned_sql, planned_params = planned
+        branches.append(f"SELECT {columns} FROM ({planned_sql}) AS p ({columns}) WHERE {many}")
+        sql = f"WITH {', '.join(ctes)} " + " UNION ALL ".join(branches)
+        return sql, (*params, *exact_params, full, *planned_params)
 
     def best_per_row(
         self, base: QuerySet, outer: Query, depth: int | None, connection: Any

@@ -170,6 +170,64 @@ def test_filters_and_offsets_still_return_k_rows():
         check_rows(later, text, reference[5:10])
 
 
+@pytest.mark.parametrize(
+    "exact_rows, max_scan_tuples",
+    [(1000, None), (0, None), (0, 1)],
+    ids=["few-rows-exact", "hashed-set", "hashed-set-runs-out"],
+)
+def test_a_filter_with_a_subquery_lists_its_rows_once(monkeypatch, exact_rows, max_scan_tuples):
+    """A filter that holds a subquery (as a Wagtail queryset's pages do) is run once per
+    search (``sbert_kept``): a few kept rows have their passages ranked exactly; more are a
+    hashed set tested by the HNSW scan, and a scan that runs out of ``hnsw.max_scan_tuples``
+    before naming k rows gives way to the exact ranking. Each way, the rows of the exact
+    reference."""
+    from django_sbert.query import options, passages
+
+    monkeypatch.setattr(passages, "EXACT_ROWS", exact_rows)
+    if max_scan_tuples:
+        monkeypatch.setattr(options, "MAX_SCAN_TUPLES", max_scan_tuples)
+    make_reports(300)
+    rare = make_reports(12, seed=1)
+    Report.objects.filter(pk__in=[r.pk for r in rare]).update(title="rare")
+    index_all()
+    kept = Report.objects.filter(pk__in=Report.objects.filter(title="rare").values("pk"))
+    everything = Report.objects.filter(pk__in=Report.objects.values("pk"))
+    for text in QUERIES[:3]:
+        with CaptureQueriesContext(connection) as ctx:
+            # (with max_scan_tuples 1, a scan of ef_search 1 cannot name 10 rows)
+            rows = list(kept.similar_to(text, k=10, ef_search=1 if max_scan_tuples else None))
+        (search,) = [q["sql"] for q in ctx.captured_queries if "<=>" in q["sql"]]
+        assert "sbert_kept" in search and "IS TRUE" in search
+        assert len(rows) == 10
+        check_rows(rows, text, exact_ranking(text, rare)[:10])
+        plan = kept.similar_to(text, k=10).explain(analyze=True).splitlines()
+        (pool,) = [plan[i + 1] for i, line in enumerate(plan) if "CTE kpool0" in line]
+        assert ("never executed" in pool) == (exact_rows > 0)  # a few rows: no index scan
+        if not max_scan_tuples:  # a scan cut at 1 tuple is not the exact top of 312 rows
+            check_rows(list(everything.similar_to(text, k=10)), text, exact_ranking(text)[:10])
+    with CaptureQueriesContext(connection) as ctx:
+        list(Report.objects.filter(title="rare").similar_to(QUERIES[0], k=10))
+    (search,) = [q["sql"] for q in ctx.captured_queries if "<=>" in q["sql"]]
+    assert "sbert_kept" not in search  # an index probe per row: PostgreSQL plans the join
+
+
+def test_holds_subquery_finds_a_subquery_anywhere_in_the_filters():
+    from django.db.models import Exists, OuterRef, Q
+
+    from django_sbert.query.passages import holds_subquery
+
+    def where(qs):
+        return qs.query.where
+
+    assert not holds_subquery(where(Report.objects.filter(title="rare", pk__gt=3)))
+    assert not holds_subquery(where(Report.objects.filter(pk__in=[1, 2])))
+    assert holds_subquery(where(Report.objects.filter(pk__in=Report.objects.values("pk"))))
+    inner = Q(title="x") | Q(pk__in=Report.objects.filter(title="y").values("pk"))
+    assert holds_subquery(where(Report.objects.filter(inner)))
+    same = Report.objects.filter(title=OuterRef("title")).exclude(pk=OuterRef("pk"))
+    assert holds_subquery(where(Report.objects.filter(Exists(same))))
+
+
 def test_a_row_that_crowds_the_top_passages_does_not_cost_the_other_rows():
     """One row's passages are all the query's nearest (the query is one of them, and they are
     all alike): the top k * PASSAGES_PER_ROW passages name that row alone, so the same
