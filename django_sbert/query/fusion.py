@@ -60,7 +60,7 @@ from django.db.models import (
     QuerySet,
     TextField,
 )
-from django.db.models.expressions import RawSQL, Subquery
+from django.db.models.expressions import RawSQL
 from django.db.models.sql.constants import INNER
 from django.db.models.sql.query import Query
 from django.db.models.sql.where import AND, WhereNode
@@ -476,20 +476,7 @@ def _without(where: WhereNode, leave_out: Callable[[Any], bool]) -> WhereNode:
     return WhereNode([child for child in where.children if not _refers_to(child, leave_out)], AND)
 
 
-def holds_subquery(node: Any) -> bool:
-    """Whether a WHERE clause (or any part of it) holds a subquery: a filter whose test of
-    one row costs a query, not an index probe."""
-    if isinstance(node, (Query, Subquery)):
-        return True
-    parts = list(getattr(node, "children", ()))
-    parts += [getattr(node, side) for side in ("lhs", "rhs") if hasattr(node, side)]
-    if hasattr(node, "get_source_expressions"):
-        parts += node.get_source_expressions()
-    return any(holds_subquery(part) for part in parts if part is not None and part is not node)
-
-
 _WORDS = "sbert_word"  # CappedMatch's list of (lexeme, idf), which each word's scan reads
-_KEPT = "sbert_kept_rows"  # CappedMatch's rows kept by filters that hold a subquery
 
 
 class CappedMatch(Expression):
@@ -554,14 +541,6 @@ class CappedMatch(Expression):
             rows = base.filter(self.condition).values("pk")[: self.limit]
             sql, params = rows.query.get_compiler(connection=connection).as_sql()
             return f"{pk_sql} = ANY(ARRAY({sql}))", (*pk_params, *params)
-        kept_sql, kept_params = "", ()
-        if holds_subquery(base.query.where):
-            # A filter that costs a query per row (a Wagtail queryset's pages) is run once,
-            # not once per word: each word's scan reads the rows it keeps.
-            kept = base.order_by().values("pk").query.get_compiler(connection=connection)
-            kept_sql, kept_params = kept.as_sql()
-            kept_sql = f"WITH {_KEPT} (pk) AS MATERIALIZED ({kept_sql}) "
-            base = base.model._base_manager.filter(pk__in=RawSQL(f"SELECT pk FROM {_KEPT}", ()))
         if self.require_condition:
             base = base.filter(self.condition)
         # One word's rows: the scan reads its lexeme from the list it is joined to.
@@ -572,11 +551,11 @@ class CappedMatch(Expression):
         lexemes = [bm25.quote_lexeme(lexeme) for lexeme, _ in self.prescore]
         idfs = [float(idf) for _, idf in self.prescore]
         sql = (
-            f"{kept_sql}SELECT c.pk FROM unnest(%s::text[], %s::float8[]) AS {_WORDS} "
-            f"(lexeme, idf) CROSS JOIN LATERAL ({rows_sql}) AS c (pk) "
+            f"SELECT c.pk FROM unnest(%s::text[], %s::float8[]) AS {_WORDS} (lexeme, idf) "
+            f"CROSS JOIN LATERAL ({rows_sql}) AS c (pk) "
             f"GROUP BY c.pk ORDER BY sum({_WORDS}.idf) DESC, c.pk LIMIT %s"
         )
-        params = (*pk_params, *kept_params, lexemes, idfs, *rows_params, int(self.keep))
+        params = (*pk_params, lexemes, idfs, *rows_params, int(self.keep))
         return f"{pk_sql} = ANY(ARRAY({sql}))", params
 
 

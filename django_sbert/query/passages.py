@@ -70,6 +70,7 @@ from django.db.models import (
     JSONField,
     Q,
     QuerySet,
+    Subquery,
 )
 from django.db.models.expressions import RawSQL
 from django.db.models.sql.query import Query
@@ -77,13 +78,7 @@ from pgvector.django import CosineDistance
 
 from ..fields import EmbeddingField
 from ..passages import passage_limit
-from .fusion import (
-    DerivedTableJoin,
-    FusedColumn,
-    alias_quoter,
-    candidate_queryset,
-    holds_subquery,
-)
+from .fusion import DerivedTableJoin, FusedColumn, alias_quoter, candidate_queryset
 from .vectors import REBOUND, QuerySource, QueryVector
 
 TABLE_NAME = "sbert_passages"
@@ -102,6 +97,18 @@ class IsTrue(Func):
     template = "(%(expressions)s) IS TRUE"
     output_field = BooleanField()
     conditional = True
+
+
+def holds_subquery(node: Any) -> bool:
+    """Whether a WHERE clause (or any part of it) holds a subquery: a filter whose test of
+    one row costs a query, not an index probe."""
+    if isinstance(node, (Query, Subquery)):
+        return True
+    parts = list(getattr(node, "children", ()))
+    parts += [getattr(node, side) for side in ("lhs", "rhs") if hasattr(node, side)]
+    if hasattr(node, "get_source_expressions"):
+        parts += node.get_source_expressions()
+    return any(holds_subquery(part) for part in parts if part is not None and part is not node)
 
 
 @dataclass(frozen=True)

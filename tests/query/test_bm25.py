@@ -179,27 +179,3 @@ def test_b_of_1_with_an_empty_field_ranks_by_the_other_field(db):
             )
         )
     assert set(found) == {"Cat", "Dog"} and all(score > 0 for score in found.values())
-
-
-@pytest.mark.django_db
-@pytest.mark.parametrize("match", ["any", "all"])
-def test_a_filter_with_a_subquery_is_run_once_and_keeps_the_same_rows(corpus, match):
-    """A filter that holds a subquery (a Wagtail queryset's pages) is listed once for the
-    statement (``sbert_kept_rows``), not once per word; the rows and their scores are those
-    of the same filter written without a subquery."""
-    from django.test.utils import CaptureQueriesContext
-
-    kept_pks = [a.pk for a in corpus if "cat" in a.body.lower() or "bank" in a.body]
-    plain = Article.objects.filter(pk__in=kept_pks)
-    subquery = Article.objects.filter(pk__in=Article.objects.filter(pk__in=kept_pks).values("pk"))
-    for text in ("cat dog", "central bank rates", "cats inflation"):  # the last: a word outside
-        expected = list(plain.keyword_search(text, match=match).values_list("pk", "keyword_score"))
-        with CaptureQueriesContext(connection) as ctx:
-            found = list(
-                subquery.keyword_search(text, match=match).values_list("pk", "keyword_score")
-            )
-        assert [pk for pk, _ in found] == [pk for pk, _ in expected]
-        assert [score for _, score in found] == pytest.approx([score for _, score in expected])
-        assert any("sbert_kept_rows" in q["sql"] for q in ctx.captured_queries)
-        plain_sql = str(plain.keyword_search(text, match=match).query)
-        assert "sbert_kept_rows" not in plain_sql
