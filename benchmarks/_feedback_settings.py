@@ -10,6 +10,6 @@ from benchmarks._web_settings import SBERT
 SBERT = {
     **SBERT,
     "FEEDBACK": {"LOG": True},
-    "RATES": {"logging": None, "clicks": None},
+    "RATES": {**SBERT.get("RATES", {}), "logging": None, "clicks": None},
     "API": {**SBERT.get("API", {}), "NUM_PROXIES": 1},
 }
