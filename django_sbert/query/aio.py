@@ -37,6 +37,7 @@ from asgiref.sync import sync_to_async
 
 from ..exceptions import ServiceUnavailable
 from ..serving import encode_query_for, peek_query_cache, serving_record
+from ..serving.cache import encodes_outside_gil
 from .vectors import EncodedText, refuse_in_event_loop
 
 # Threads that encode query texts for async searches, per process. Each encoder runs one
@@ -124,6 +125,12 @@ class PendingVector:
         self._text, self._current, self._ready = text, current, ready
         self._future: Future[np.ndarray] | None = None
 
+    @property
+    def waits_outside_gil(self) -> bool:
+        """Whether the encode would leave the caller's Python alone (``encodes_outside_gil``):
+        then it is worth starting before any of the caller's work."""
+        return self._ready is None and encodes_outside_gil(self._current)
+
     def start(self) -> None:
         """Start encoding in the pool (once; nothing when ready or no thread is free)."""
         if self._ready is not None or self._future is not None:
@@ -144,9 +151,9 @@ class PendingVector:
 
 def pending_text_vector(text: str, encoder: str, using: str | None = None) -> PendingVector:
     """``text``'s vector of the version serving ``encoder`` on database ``using``, not yet
-    encoded: ``start()`` it just before the caller's database work, so that the encoding
-    thread does not wait on the caller's Python for the GIL (and the other way round). A
-    cached text or an ``EncodedText`` are ready at once."""
+    encoded: ``start()`` it just before the caller's database work, so that a torch encode
+    does not wait on the caller's Python for the GIL (and the other way round), or at once
+    where it ``waits_outside_gil``. A cached text or an ``EncodedText`` are ready at once."""
     if isinstance(text, EncodedText) and text.encoder == encoder:
         return PendingVector(str(text), text.version, ready=text.vector)
     refuse_in_event_loop()

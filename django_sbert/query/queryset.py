@@ -373,8 +373,15 @@ class SemanticQuerySet(RankedQuerySet):
         self, text: str, embedding: EmbeddingField
     ) -> tuple[QuerySource, PendingVector, Callable[[], np.ndarray]]:
         """A text query's source now, its vector to ``start()`` encoding in another thread
-        (``aio.pending_text_vector``), and a call returning the vector fitted to the field."""
+        (``aio.pending_text_vector``), and a call returning the vector fitted to the field.
+
+        An encode that waits outside the GIL (ONNX Runtime, the query server) is started
+        here, before any of the search's statements; a torch encode waits for the caller's
+        ``start()``, once the caller's own Python is done (hybrid_search(): its keyword
+        statement compiled)."""
         pending = pending_text_vector(text, embedding.encoder, self.db)
+        if pending.waits_outside_gil:
+            pending.start()
         source = self._text_source(text, embedding, pending.version)
         return source, pending, lambda: self._fitted(pending.result(), embedding)
 

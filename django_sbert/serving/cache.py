@@ -44,7 +44,7 @@ from ..passages import config as passage_config
 from .identity import base_version, forget_base_versions
 from .model_cache import compile_cache, local_directory
 from .paths import encoder_path
-from .query_client import light, remote_query_vector
+from .query_client import layout, light, remote_query_vector
 from .versions import Serving, serving_record, serving_version, version_directory
 
 if TYPE_CHECKING:
@@ -96,6 +96,21 @@ def encoder_for(current: Serving) -> SentenceEncoder:
     Reads no database, so it may run in any thread (the async searches encode in a pool).
     """
     return _model(current, serving=True)
+
+
+def encodes_outside_gil(current: Serving) -> bool:
+    """Whether encoding a query of ``current`` waits outside Python's GIL nearly all the time:
+    on the query server's socket, or in ONNX Runtime's one call. A torch forward pass runs
+    Python between its kernels, so a thread running it and the caller's Python slow each other
+    (``hybrid_search()`` starts such an encode only once its keyword statement is compiled)."""
+    if layout()[0] is not None:
+        return True
+    name, version, directory = current.encoder, current.version, current.directory
+    with _lock:  # a loaded model only: this never loads one
+        model = _encoders.get(name) if directory is None else _tuned.get((name, version))
+    if getattr(model, "query_runtime", "torch") != "onnxruntime":
+        return False
+    return model._onnx is not False  # False: the graph failed and torch serves
 
 
 def _model(current: Serving, *, serving: bool) -> SentenceEncoder:

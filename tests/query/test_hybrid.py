@@ -344,14 +344,34 @@ def test_the_keyword_side_ranked_ahead_is_read_by_the_fused_statement(articles):
     )
 
 
-def test_the_text_is_encoded_while_postgresql_ranks_the_keyword_side(articles, monkeypatch):
-    """The encoding starts once the keyword statement is compiled, just before it runs: the
-    encoding thread then shares no Python time with this one (the GIL), only cores."""
+@pytest.mark.parametrize("runtime", ["torch", "onnxruntime"])
+def test_the_text_is_encoded_while_postgresql_ranks_the_keyword_side(
+    articles, monkeypatch, settings, runtime
+):
+    """A torch encode starts once the keyword statement is compiled, just before it runs: the
+    encoding thread then shares no Python time with this one (the GIL), only cores. An encode
+    that waits outside the GIL (ONNX Runtime's one call) starts before the search's first
+    statement, so it overlaps the word statistics and the compiling too."""
+    from django_sbert import serving
+    from django_sbert.encoder.paths import onnxruntime_missing
     from django_sbert.query import aio
     from django_sbert.serving import clear_query_cache
+    from django_sbert.serving.cache import encodes_outside_gil
 
+    if runtime == "onnxruntime" and onnxruntime_missing() is not None:
+        pytest.skip(str(onnxruntime_missing()))
+    encoder = {**settings.SBERT["ENCODERS"]["default"], "QUERY_RUNTIME": runtime}
+    settings.SBERT = {**settings.SBERT, "ENCODERS": {"default": encoder}}
+    serving.reset_encoders()
+    Article.objects.similar_to("load the encoder and its query graph")
+    current = serving.serving_record("default")
+    assert encodes_outside_gil(current) == (runtime == "onnxruntime")
     events = []
-    encode = aio.encode_query_for
+    submit, encode = aio._submit, aio.encode_query_for
+
+    def recorded_submit(*args, **kwargs):
+        events.append("started")  # in this thread, so ordered with its statements
+        return submit(*args, **kwargs)
 
     def recorded_encode(*args, **kwargs):
         events.append("encode")
@@ -366,14 +386,34 @@ def test_the_text_is_encoded_while_postgresql_ranks_the_keyword_side(articles, m
             events.append("keywords")
         return execute(sql, params, many, context)
 
+    monkeypatch.setattr(aio, "_submit", recorded_submit)
     monkeypatch.setattr(aio, "encode_query_for", recorded_encode)
     clear_query_cache()
     with connection.execute_wrapper(recorded_statement):
         found = list(Article.objects.hybrid_search("XJ-9000"))
     assert found[0].pk == articles[0].pk
-    assert sorted(events) == ["encode", "fused", "keywords", "statistics"]
-    # (the pool's thread and this one record "encode" and "keywords" in either order)
-    assert events[0] == "statistics" and events[-1] == "fused"
+    assert sorted(events) == ["encode", "fused", "keywords", "started", "statistics"]
+    # (the pool's thread records "encode" while this one goes on, in either order)
+    mine = [event for event in events if event != "encode"]
+    if runtime == "torch":
+        assert mine == ["statistics", "started", "keywords", "fused"]
+    else:
+        assert mine == ["started", "statistics", "keywords", "fused"]
+    serving.reset_encoders()
+
+
+def test_the_query_server_is_asked_before_the_keyword_statement(db, settings, tmp_path):
+    """A query server's answer is a socket wait: encodes_outside_gil() whatever the model."""
+    from django_sbert import serving
+    from django_sbert.serving.cache import encodes_outside_gil
+
+    current = serving.serving_record("default")
+    assert not encodes_outside_gil(current)  # the test settings: torch, in this process
+    settings.SBERT = {
+        **settings.SBERT,
+        "QUERY_SERVER": {"SOCKET": [str(tmp_path / "query.sock"), "in-process"]},
+    }
+    assert encodes_outside_gil(current)
 
 
 def test_a_row_deleted_after_the_keyword_side_ran_ahead_is_not_returned(articles):
