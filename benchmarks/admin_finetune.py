@@ -155,6 +155,59 @@ def measured_queries(data: dict) -> list[str]:
 METHODS = ("similar_to", "hybrid_search")
 
 
+def judged_fusion(data: dict, pk_of: dict[str, int], name: str) -> dict:
+    """The measured claims as a site's judgment list, evaluated in hybrid mode as
+    ``sbert_evaluate`` does: the settings' fusion on the whole list, and a fusion tuned on
+    half of its queries against the settings' on the other half (``metrics["fusion"]``). The
+    version's own tuned fusion is set aside (``SEARCH["FUSION"]["TUNED"]`` off), so the gain
+    is that of the list's tuning over the defaults."""
+    from django.conf import settings
+    from django.contrib.contenttypes.models import ContentType
+    from django.test import override_settings
+
+    from django_sbert.conf import sbert_settings
+    from django_sbert.evaluation import evaluate
+    from django_sbert.models import JudgedQuery, Judgment, JudgmentList
+
+    Article = article_model()
+    judged = JudgmentList.objects.create(
+        name=name, content_type=ContentType.objects.get_for_model(Article), field="embedding"
+    )
+    relevant: dict[str, set[str]] = {}  # a few claims share their text: one query each
+    for qid in measured_queries(data):
+        relevant.setdefault(data["queries"][qid], set()).update(data["relevant"][qid])
+    for text, docs in relevant.items():
+        query = JudgedQuery.objects.create(judgment_list=judged, text=text)
+        Judgment.objects.bulk_create(
+            Judgment(query=query, object_pk=str(pk_of[did]), grade=1) for did in sorted(docs)
+        )
+    sbert = settings.SBERT
+    search = sbert.get("SEARCH", {})
+    search = {**search, "FUSION": {**search.get("FUSION", {}), "TUNED": False}}
+    with override_settings(SBERT={**sbert, "SEARCH": search}):
+        assert not sbert_settings.SEARCH["FUSION"]["TUNED"]
+        [hybrid] = evaluate(judged, modes=["hybrid"], store=False)
+    report = hybrid.metrics["fusion"]
+    tried = report["list"]
+    figures = {
+        "settings_ndcg@10": 100 * report["settings"]["ndcg@10"],
+        "tuned_fusion": tried["fusion"],
+        "tuned_on": tried["tuned_on"],
+        "heldout_queries": tried["heldout_queries"],
+        "heldout_settings_ndcg@10": 100 * tried["heldout_current_ndcg@10"],
+        "heldout_tuned_ndcg@10": 100 * tried["heldout_tuned_ndcg@10"],
+        "wins": tried["wins"],
+    }
+    gain = figures["heldout_tuned_ndcg@10"] - figures["heldout_settings_ndcg@10"]
+    print(
+        f"{name}: settings' fusion {figures['settings_ndcg@10']:.2f} on the list; tuned on "
+        f"{tried['tuned_on']} ({tried['fusion']}): on the "
+        f"{tried['heldout_queries']} others {figures['heldout_tuned_ndcg@10']:.2f} against "
+        f"{figures['heldout_settings_ndcg@10']:.2f} ({gain:+.2f}; serves: {tried['wins']})"
+    )
+    return figures
+
+
 @contextlib.contextmanager
 def timed(owner: object, name: str) -> Iterator[list[float]]:
     """Seconds of each call of ``owner.name`` during the block (where a run's time goes)."""
@@ -259,6 +312,7 @@ def main() -> None:
 
     before = {method: search_figures(data, pk_of, method) for method in METHODS}
     print(f"before: {before}")
+    judged = {"before": judged_fusion(data, pk_of, "judged claims, base model")}
 
     started = time.perf_counter()
     run = runs.create_run(
@@ -312,6 +366,7 @@ def main() -> None:
 
     after = {method: search_figures(data, pk_of, method) for method in METHODS}
     print(f"after:  {after}")
+    judged["after"] = judged_fusion(data, pk_of, "judged claims, fine-tuned")
     fusion = {k: v for k, v in (candidate.metrics or {}).items() if k.startswith("fusion_")}
     print(f"the promoted version's fusion (chosen on the gate split): {fusion or 'none'}")
     held_back = "dev" if data["split"]["dev"] else "gate (eval split)"
@@ -334,6 +389,7 @@ def main() -> None:
             "before": before,
             "after": after,
             "fusion": fusion,
+            "judged_list_fusion": judged,
             "kept_step": (run.evaluations or {}).get("best_step"),
             "seconds": {k: round(v, 1) for k, v in timings.items()},
         },

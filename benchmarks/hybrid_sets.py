@@ -742,6 +742,9 @@ def main() -> None:
         action="store_true",
         help="the settings' defaults in Python and, on SciFact, through the library in SQL",
     )
+    parser.add_argument(
+        "--ef-search", type=int, help="hnsw.ef_search for the SQL figures (default: the library's)"
+    )
     add_json_option(parser)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -753,7 +756,7 @@ def main() -> None:
         encode(data, args.threads)
     from benchmarks.search import setup_django
 
-    setup_django(args.threads, 1, None, None, None)
+    setup_django(args.threads, 1, args.ef_search, None, None)
     make_configs()
     if args.final:
         figures = final(sets[0])
