@@ -25,6 +25,7 @@ both).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 from collections.abc import Callable
@@ -139,6 +140,14 @@ class PendingVector:
             if _in_flight >= ENCODE_THREADS:
                 return  # no thread free: encoding in result() is as quick
         self._future = _submit(partial(encode_query_for, self._text, self._current))
+
+    def encode_meanwhile(self) -> None:
+        """Encode here and now, unless started or ready: the caller's statement runs on the
+        server meanwhile (pipeline mode). A failure is left for ``result()`` to raise, outside
+        the caller's statement."""
+        if self._ready is None and self._future is None:
+            with contextlib.suppress(Exception):
+                self._ready = encode_query_for(self._text, self._current)
 
     def result(self) -> np.ndarray:
         if self._ready is None:

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import EmptyResultSet, FullResultSet
 from django.db.models import (
@@ -69,6 +69,9 @@ from pgvector.django import CosineDistance
 from ..keyword import bm25, tsquery
 from .options import FusionConfig, keyword_max_rows, rescored_rows, tuned_fusion
 from .vectors import QuerySource, QueryVector, same_version
+
+if TYPE_CHECKING:
+    from .aio import PendingVector
 
 
 def alias_quoter(compiler: Any) -> Callable[[str], str]:
@@ -357,17 +360,28 @@ class FusedJoin(DerivedTableJoin):
         return base
 
     def keyword_rows_ahead(
-        self, query: Query, connection: Any, before: Callable[[], None] | None = None
+        self,
+        query: Query,
+        connection: Any,
+        encode: PendingVector | None = None,
+        pipelined: bool = False,
     ) -> KeywordRows:
         """Run the keyword side of ``query`` (the queryset this join is added to) now, on
-        ``connection``, for the fused statement to read later (``KeywordRows``); ``before``
-        is called between compiling the statement and running it."""
+        ``connection``, for the fused statement to read later (``KeywordRows``), while
+        ``encode`` (the search text's vector, if any) is encoded.
+
+        In pipeline mode (``pipelined``) the statement runs on the server from ``execute()``,
+        so a text not yet encoding is encoded in this thread before the rows are read: no
+        other thread and no GIL shared with this one's Python. Otherwise it is started in
+        the encoding pool just before the statement, once the statement is compiled."""
         base = self._candidates(query)
         sql, params = self._keyword_side(base, connection)
-        if before is not None:
-            before()
+        if encode is not None and not pipelined:
+            encode.start()
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
+            if encode is not None and pipelined:
+                encode.encode_meanwhile()
             rows = cursor.fetchall()
         return KeywordRows(
             connection.alias,

@@ -5,9 +5,8 @@ them. The SQL pieces are django_sbert.keyword's; the cap on the rows ranked is f
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections, models
 
@@ -24,6 +23,9 @@ from .options import (
     rescored_rows,
     search_options,
 )
+
+if TYPE_CHECKING:
+    from .aio import PendingVector
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ def keyword_plan(
     max_df: float | None,
     rank: str | None = None,
     fusion: Fusion | None = None,
-    before_ranking: Callable[[], None] | None = None,
+    encode: PendingVector | None = None,
 ) -> KeywordPlan:
     """The words of ``text`` to search for and how to rank them (one query, under the statement
     timeout like the search). BM25: ``(lexeme, idf, df)`` from the column's exact statistics, for
@@ -62,20 +64,21 @@ def keyword_plan(
     tsquery.query_terms for match="any", () for match="all".
 
     With ``fusion`` (hybrid_search(): the fused table's settings, its terms still to come)
-    the plan also carries the keyword side's rows, ranked in the same transaction;
-    ``before_ranking`` is called once their statement is compiled, just before it runs.
+    the plan also carries the keyword side's rows, ranked in the same transaction while
+    ``encode``, the search text's vector, is encoded (``FusedJoin.keyword_rows_ahead``).
     """
     keyword_rank(rank)  # checked: BM25 is the one ranking
     if not text.strip():
         return KeywordPlan((), None, tsquery.MATCH_DF)
     connection = connections[queryset.db]
-    with search_options(queryset.db, SearchOptions.without_index_settings(), pipelined=True):
+    settings = SearchOptions.without_index_settings()
+    with search_options(queryset.db, settings, pipelined=True) as pipelined:
         plan = _terms(queryset.model, embedding, text, match, max_df, connection)
         if fusion is None:
             return plan
         alias = queryset.query.get_initial_alias()
         join = FusedJoin(plan.applied_to(fusion), queryset.model._meta.pk.column, alias)
-        rows = join.keyword_rows_ahead(queryset.query, connection, before_ranking)
+        rows = join.keyword_rows_ahead(queryset.query, connection, encode, pipelined)
         return replace(plan, rows=rows)
 
 

@@ -118,8 +118,9 @@ class SearchOptions:
 @contextmanager
 def search_options(
     using: str, options: SearchOptions, *, pipelined: bool = False
-) -> Iterator[None]:
-    """Run the block in a transaction whose pgvector settings are ``options``.
+) -> Iterator[bool]:
+    """Run the block in a transaction whose pgvector settings are ``options``; yield whether
+    its statements go in pipeline mode (below).
 
     The settings are transaction-local, so they vanish at COMMIT and never leak to other
     queries on a pooled connection. Nested in a caller's transaction, they last until that
@@ -132,14 +133,15 @@ def search_options(
     as one implicit transaction, which ends at the pipeline's Sync. Two round trips instead of
     four (``BEGIN``, the settings, the statement, ``COMMIT``), the same settings, the same
     transaction-local scope. Elsewhere (psycopg 2, libpq < 14, in a caller's transaction) the
-    block runs in ``transaction.atomic`` as before.
+    block runs in ``transaction.atomic`` as before. In pipeline mode a statement is sent at
+    ``execute()`` and runs while the caller goes on; its rows are read at ``fetch*()``.
     """
     config = options.config()
     connection = connections[using]
     restore = None
     nested = connection.in_atomic_block  # in a caller's transaction
     try:
-        with _transaction(connection, pipelined):
+        with _transaction(connection, pipelined) as in_pipeline:
             if config:
                 placeholders = ", ".join("set_config(%s, %s, true)" for _ in config)
                 params = [item for pair in config for item in pair]
@@ -150,7 +152,7 @@ def search_options(
                     cursor.execute(f"SELECT {placeholders}", params)
                     if keep:
                         restore = cursor.fetchone()[0]
-            yield
+            yield in_pipeline
             if restore is not None:
                 with connection.cursor() as cursor:
                     cursor.execute("SELECT set_config(%s, %s, true)", [PLANNER_SETTING, restore])
@@ -169,18 +171,19 @@ def search_options(
 
 
 @contextmanager
-def _transaction(connection: Any, pipelined: bool) -> Iterator[None]:
+def _transaction(connection: Any, pipelined: bool) -> Iterator[bool]:
     """The transaction a search's settings live in: an implicit one in psycopg 3's pipeline
-    mode (statements up to a Sync run as one transaction), else ``transaction.atomic``."""
+    mode (statements up to a Sync run as one transaction), else ``transaction.atomic``;
+    yields whether it is the pipeline."""
     if pipelined and connection.get_autocommit() and not connection.in_atomic_block:
         connection.ensure_connection()
         start = getattr(connection.connection, "pipeline", None)
         if start is not None and pipeline_supported():
             with start():
-                yield
+                yield True
             return
     with transaction.atomic(using=connection.alias, savepoint=False):
-        yield
+        yield False
 
 
 @functools.cache

@@ -230,7 +230,7 @@ class SemanticQuerySet(RankedQuerySet):
         keyword = keyword.resolved()
         embedding = self._embedding_field(field, keyword=True)
         qs = self._pinned()  # rows and version from one database (query/replicas.py)
-        # The text is encoded in another thread while PostgreSQL ranks the keyword side.
+        # The text is encoded while PostgreSQL ranks the keyword side.
         source, pending, wait = (None, None, None)
         if text.strip():
             source, pending, wait = qs._text_vector_pending(text, embedding)
@@ -248,7 +248,7 @@ class SemanticQuerySet(RankedQuerySet):
                 keyword.max_df,
                 keyword.rank,
                 fusion,
-                pending.start,
+                pending,
             )
             literal = vector_literal(wait())
             search = binary = None
@@ -376,9 +376,8 @@ class SemanticQuerySet(RankedQuerySet):
         (``aio.pending_text_vector``), and a call returning the vector fitted to the field.
 
         An encode that waits outside the GIL (ONNX Runtime, the query server) is started
-        here, before any of the search's statements; a torch encode waits for the caller's
-        ``start()``, once the caller's own Python is done (hybrid_search(): its keyword
-        statement compiled)."""
+        here, in the pool, before any of the search's statements; a torch encode is left to
+        the caller, to run while its statement does (``FusedJoin.keyword_rows_ahead``)."""
         pending = pending_text_vector(text, embedding.encoder, self.db)
         if pending.waits_outside_gil:
             pending.start()

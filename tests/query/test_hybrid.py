@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from django.conf import settings
@@ -62,6 +64,17 @@ def tsvector(obj: Article) -> str:
 
 @pytest.fixture
 def articles(db) -> list[Article]:
+    return make_articles()
+
+
+@pytest.fixture
+def committed_articles(transactional_db) -> list[Article]:
+    """``articles`` outside a test-wide transaction: searches run as in production, in
+    autocommit (pipeline mode where psycopg 3 has it)."""
+    return make_articles()
+
+
+def make_articles() -> list[Article]:
     """ROWS, embedded so that the XJ-9000 row is the one FARTHEST from the query "XJ-9000".
 
     The other rows lie near the query vector, at distances growing with their position, so
@@ -344,33 +357,17 @@ def test_the_keyword_side_ranked_ahead_is_read_by_the_fused_statement(articles):
     )
 
 
-@pytest.mark.parametrize("runtime", ["torch", "onnxruntime"])
-def test_the_text_is_encoded_while_postgresql_ranks_the_keyword_side(
-    articles, monkeypatch, settings, runtime
-):
-    """A torch encode starts once the keyword statement is compiled, just before it runs: the
-    encoding thread then shares no Python time with this one (the GIL), only cores. An encode
-    that waits outside the GIL (ONNX Runtime's one call) starts before the search's first
-    statement, so it overlaps the word statistics and the compiling too."""
-    from django_sbert import serving
-    from django_sbert.encoder.paths import onnxruntime_missing
+def record_search_steps(monkeypatch) -> tuple[list[str], Any]:
+    """The hybrid search's statements (recorded by the execute wrapper returned), its
+    encode and the encode's start in the pool (in this thread, so ordered with the
+    statements), in the order they happen."""
     from django_sbert.query import aio
-    from django_sbert.serving import clear_query_cache
-    from django_sbert.serving.cache import encodes_outside_gil
 
-    if runtime == "onnxruntime" and onnxruntime_missing() is not None:
-        pytest.skip(str(onnxruntime_missing()))
-    encoder = {**settings.SBERT["ENCODERS"]["default"], "QUERY_RUNTIME": runtime}
-    settings.SBERT = {**settings.SBERT, "ENCODERS": {"default": encoder}}
-    serving.reset_encoders()
-    Article.objects.similar_to("load the encoder and its query graph")
-    current = serving.serving_record("default")
-    assert encodes_outside_gil(current) == (runtime == "onnxruntime")
-    events = []
+    events: list[str] = []
     submit, encode = aio._submit, aio.encode_query_for
 
     def recorded_submit(*args, **kwargs):
-        events.append("started")  # in this thread, so ordered with its statements
+        events.append("started")
         return submit(*args, **kwargs)
 
     def recorded_encode(*args, **kwargs):
@@ -388,8 +385,40 @@ def test_the_text_is_encoded_while_postgresql_ranks_the_keyword_side(
 
     monkeypatch.setattr(aio, "_submit", recorded_submit)
     monkeypatch.setattr(aio, "encode_query_for", recorded_encode)
+    return events, recorded_statement
+
+
+def use_query_runtime(settings, runtime: str) -> None:
+    from django_sbert import serving
+    from django_sbert.encoder.paths import onnxruntime_missing
+
+    if runtime == "onnxruntime" and onnxruntime_missing() is not None:
+        pytest.skip(str(onnxruntime_missing()))
+    encoder = {**settings.SBERT["ENCODERS"]["default"], "QUERY_RUNTIME": runtime}
+    settings.SBERT = {**settings.SBERT, "ENCODERS": {"default": encoder}}
+    serving.reset_encoders()
+    Article.objects.similar_to("load the encoder and its query graph")
+
+
+@pytest.mark.parametrize("runtime", ["torch", "onnxruntime"])
+def test_the_text_is_encoded_while_postgresql_ranks_the_keyword_side(
+    articles, monkeypatch, settings, runtime
+):
+    """In a caller's transaction (no pipeline: a statement's execute() waits for its rows) a
+    torch encode starts in the pool once the keyword statement is compiled, just before it
+    runs: the encoding thread then shares no Python time with this one (the GIL), only
+    cores. An encode that waits outside the GIL (ONNX Runtime's one call) starts before the
+    search's first statement, so it overlaps the word statistics and the compiling too."""
+    from django_sbert import serving
+    from django_sbert.serving import clear_query_cache
+    from django_sbert.serving.cache import encodes_outside_gil
+
+    use_query_runtime(settings, runtime)
+    current = serving.serving_record("default")
+    assert encodes_outside_gil(current) == (runtime == "onnxruntime")
+    events, recorded = record_search_steps(monkeypatch)
     clear_query_cache()
-    with connection.execute_wrapper(recorded_statement):
+    with connection.execute_wrapper(recorded):
         found = list(Article.objects.hybrid_search("XJ-9000"))
     assert found[0].pk == articles[0].pk
     assert sorted(events) == ["encode", "fused", "keywords", "started", "statistics"]
@@ -399,6 +428,37 @@ def test_the_text_is_encoded_while_postgresql_ranks_the_keyword_side(
         assert mine == ["statistics", "started", "keywords", "fused"]
     else:
         assert mine == ["started", "statistics", "keywords", "fused"]
+    serving.reset_encoders()
+
+
+@pytest.mark.parametrize("runtime", ["torch", "onnxruntime"])
+def test_in_pipeline_mode_a_torch_encode_runs_here_while_the_keyword_statement_runs(
+    committed_articles, monkeypatch, settings, runtime
+):
+    """In autocommit, psycopg 3 sends the keyword statement at execute() (pipeline mode) and
+    PostgreSQL runs it while this thread encodes the text: no pool, no shared GIL. An encode
+    that waits outside the GIL still starts in the pool before the first statement."""
+    from django_sbert import serving
+    from django_sbert.query.options import pipeline_supported
+    from django_sbert.serving import clear_query_cache
+
+    if not pipeline_supported():
+        pytest.skip("no pipeline mode here (psycopg 2, or libpq < 14)")
+    use_query_runtime(settings, runtime)
+    events, recorded = record_search_steps(monkeypatch)
+    clear_query_cache()
+    with connection.execute_wrapper(recorded):
+        found = list(Article.objects.hybrid_search("XJ-9000"))
+    assert found[0].pk == committed_articles[0].pk
+    if runtime == "torch":
+        assert events == ["statistics", "keywords", "encode", "fused"]
+    else:
+        assert sorted(events) == ["encode", "fused", "keywords", "started", "statistics"]
+        mine = [event for event in events if event != "encode"]
+        assert mine == ["started", "statistics", "keywords", "fused"]
+    # The same rows as the search ranked in one statement, nothing run ahead.
+    ranked = Article.objects.hybrid_search("XJ-9000").filter(pk__gte=0)
+    assert [(r.pk, r.score) for r in found] == [(r.pk, pytest.approx(r.score)) for r in ranked]
     serving.reset_encoders()
 
 
