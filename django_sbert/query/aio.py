@@ -114,10 +114,10 @@ def encodes_in_flight() -> int:
 
 
 class PendingVector:
-    """A query text's vector of one serving version, to be encoded in the pool once
-    ``start()`` is called, so that the caller can query the database meanwhile
-    (``hybrid_search()`` ranks its keyword side). ``result()`` returns it: the pool's
-    answer, or, when never started or no pool thread was free, encoded here."""
+    """A query text's vector of one serving version, to be encoded while the caller queries
+    the database (``hybrid_search()`` ranks its keyword side): in the pool once ``start()``
+    is called, or in the caller's thread by ``encode_meanwhile()``. ``result()`` returns it:
+    the pool's answer, or, when never started or no pool thread was free, encoded here."""
 
     def __init__(
         self, text: str, version: str, current: Any = None, ready: np.ndarray | None = None
@@ -160,9 +160,11 @@ class PendingVector:
 
 def pending_text_vector(text: str, encoder: str, using: str | None = None) -> PendingVector:
     """``text``'s vector of the version serving ``encoder`` on database ``using``, not yet
-    encoded: ``start()`` it just before the caller's database work, so that a torch encode
-    does not wait on the caller's Python for the GIL (and the other way round), or at once
-    where it ``waits_outside_gil``. A cached text or an ``EncodedText`` are ready at once."""
+    encoded: ``encode_meanwhile()`` while a statement sent in pipeline mode runs, else
+    ``start()`` it in the pool just before the caller's database work, so that a torch encode
+    does not wait on the caller's Python for the GIL (and the other way round); one that
+    ``waits_outside_gil`` is worth starting at once. A cached text or an ``EncodedText`` are
+    ready at once."""
     if isinstance(text, EncodedText) and text.encoder == encoder:
         return PendingVector(str(text), text.version, ready=text.vector)
     refuse_in_event_loop()
