@@ -71,8 +71,8 @@ def keyword_plan(
     if not text.strip():
         return KeywordPlan((), None, tsquery.MATCH_DF)
     connection = connections[queryset.db]
-    settings = SearchOptions.without_index_settings()
-    with search_options(queryset.db, settings, pipelined=True) as pipelined:
+    options = SearchOptions.without_index_settings()
+    with search_options(queryset.db, options, pipelined=True) as pipelined:
         plan = _terms(queryset.model, embedding, text, match, max_df, connection)
         if fusion is None:
             return plan

@@ -108,9 +108,10 @@ def encodes_outside_gil(current: Serving) -> bool:
     name, version, directory = current.encoder, current.version, current.directory
     with _lock:  # a loaded model only: this never loads one
         model = _encoders.get(name) if directory is None else _tuned.get((name, version))
-    if getattr(model, "query_runtime", "torch") != "onnxruntime":
-        return False
-    return model._onnx is not False  # False: the graph failed and torch serves
+    return (
+        getattr(model, "query_runtime", "torch") == "onnxruntime"
+        and model.query_runtime_failure is None  # else the graph failed and torch serves
+    )
 
 
 def _model(current: Serving, *, serving: bool) -> SentenceEncoder:
