@@ -44,6 +44,7 @@ from benchmarks.common import (
 )
 from benchmarks.django_setup import article_model
 from benchmarks.search import encode_cached, setup_django
+from django_sbert.encoder.paths import QUERY_RUNTIMES
 
 SCIFACT = DATA / "scifact"
 CUTOFF = 10
@@ -398,7 +399,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--query-runtime",
-        choices=["auto", "torch", "onnxruntime"],
+        choices=QUERY_RUNTIMES,
         default="auto",
         help="the encoder's QUERY_RUNTIME (auto: the library's choice for this CPU)",
     )

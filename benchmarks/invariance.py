@@ -47,7 +47,14 @@ from benchmarks.common import DATA, add_json_option, cpu_line, load_average, wri
 from benchmarks.data import SENTENCE_END
 
 MODEL = "all-MiniLM-L6-v2"
-PATHS = ("eager float32", "compiled float32", "onnxruntime", "eager bfloat16", "compiled bfloat16")
+PATHS = (
+    "eager float32",
+    "compiled float32",
+    "onnxruntime",
+    "onnxruntime int8",
+    "eager bfloat16",
+    "compiled bfloat16",
+)
 BATCHES = (4, 16, 64)
 
 
@@ -86,7 +93,9 @@ def load_path(path: str, cache: str):
         dtype="bfloat16" if "bfloat16" in path else None,
         compile=path.startswith("compiled"),
         compile_cache=cache,
-        query_runtime="onnxruntime" if path == "onnxruntime" else "torch",
+        query_runtime={"onnxruntime": "onnxruntime", "onnxruntime int8": "onnxruntime-int8"}.get(
+            path, "torch"
+        ),
         query_threads=1,
     )
 

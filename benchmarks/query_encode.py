@@ -18,6 +18,11 @@ process's ``QUERY_THREADS``). Paths, each loaded as the serving layer loads it:
   running the graph ``onnx_query`` exports, in float32 and, where the CPU has native bf16,
   with its bf16 inference hint.
 
+``--ndcg``: then the search quality each of our ONNX Runtime paths gives, encoding each claim
+alone as a search does: nDCG@10 of the exact cosine top 10 over the 5,183 abstracts (vectors
+from torch float32, as a worker stores them), on SciFact's judged train claims and on the
+300 test claims of ../shared/eval (held out: reported, never chosen on).
+
 Each round takes its own slice of the claims and times every path on it, the paths in turn
 (so a noisy moment falls on all of them; no path caches vectors); per path the medians over
 rounds of the per-round p50 and p99, wall and CPU time. ``max abs diff``: the largest
@@ -52,6 +57,10 @@ def our_paths(threads: int) -> dict[str, Encode]:
         "all-MiniLM-L6-v2", query_runtime="onnxruntime", query_threads=threads
     )
     paths["onnxruntime"] = ort.encode
+    int8 = SentenceEncoder.load(
+        "all-MiniLM-L6-v2", query_runtime="onnxruntime-int8", query_threads=threads
+    )
+    paths["onnxruntime int8"] = int8.encode
     if cpu_features().native_bf16:
         bf16 = SentenceEncoder.load(
             "all-MiniLM-L6-v2", dtype="bfloat16", compile=True, compile_cache=cache
@@ -108,12 +117,47 @@ def openvino_paths(threads: int) -> dict[str, Encode]:
     return paths
 
 
+def ndcg_per_path(paths: dict[str, Encode], threads: int) -> dict[str, dict[str, float]]:
+    """nDCG@10 of the exact vector top 10 with each path's query vectors (``--ndcg``)."""
+    from benchmarks.common import SHARED
+    from benchmarks.hybrid import corpus, embedding_text
+    from benchmarks.search import encode_cached
+    from django_sbert.encoder.metrics import ranking_metrics
+
+    rows = corpus()
+    vectors = encode_cached([embedding_text(row) for row in rows], len(rows), threads)
+    ids = [row["id"] for row in rows]
+    sets = {"train claims": DATA / "scifact", "test claims (held out)": SHARED / "eval/scifact"}
+    figures: dict[str, dict[str, float]] = {}
+    for label, folder in sets.items():
+        split = "train" if "train" in label else "test"
+        relevant: dict[str, dict[str, int]] = {}
+        qrels = (folder / f"qrels-{split}.tsv").read_text(encoding="utf-8").splitlines()[1:]
+        for line in qrels:
+            qid, doc, score = line.split("\t")
+            relevant.setdefault(qid, {})[doc] = int(score)
+        queries = [json.loads(line) for line in (folder / f"queries-{split}.jsonl").open()]
+        queries = [q for q in queries if q["_id"] in relevant]
+        for name, encode in paths.items():
+            query_vectors = np.stack([encode(q["text"]) for q in queries])
+            top = np.argsort(-(query_vectors @ vectors.T), axis=1)[:, :10]
+            pairs = zip(queries, top, strict=True)
+            rankings = {q["_id"]: [ids[i] for i in row] for q, row in pairs}
+            score = 100 * ranking_metrics(rankings, relevant)["ndcg@10"]
+            figures.setdefault(name, {})[label] = score
+            print(f"{name}: vector nDCG@10 on {len(queries)} {label} {score:.2f}", flush=True)
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--queries", type=int, default=300, help="claims per path and round")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-openvino", action="store_true")
+    parser.add_argument(
+        "--ndcg", action="store_true", help="then nDCG@10 of our ONNX Runtime paths' vectors"
+    )
     parser.add_argument(
         "--st-onnx", action="store_true", help="also sentence-transformers' backend='onnx'"
     )
@@ -186,7 +230,14 @@ def main() -> None:
             f"{error[name]:.1e} |"
         )
     print(f"\nload average at the end {load_average()}")
-    write_json(args.json, {"cpu": cpu_line(), "threads": args.threads, "paths": results})
+    quality = {}
+    if args.ndcg:
+        ours = {name: paths[name] for name in ("onnxruntime", "onnxruntime int8")}
+        quality = ndcg_per_path(ours, args.threads)
+    write_json(
+        args.json,
+        {"cpu": cpu_line(), "threads": args.threads, "paths": results, "ndcg@10": quality},
+    )
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from benchmarks.common import (
 )
 from benchmarks.data import corpus_texts, scifact_claims
 from benchmarks.django_setup import article_model
+from django_sbert.encoder.paths import QUERY_RUNTIMES
 
 MODEL = "all-MiniLM-L6-v2"
 CORPUS_ROWS = 100_000  # the cached corpus; smaller runs use its first rows
@@ -267,7 +268,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--query-runtime",
-        choices=["auto", "torch", "onnxruntime"],
+        choices=QUERY_RUNTIMES,
         help="QUERY_RUNTIME (default: not set, so 'auto')",
     )
     parser.add_argument("--prepare-only", action="store_true", help="encode the corpus and stop")

@@ -44,6 +44,7 @@ import psutil
 from benchmarks.common import ROOT, add_json_option, cpu_line, load_average, percentile, write_json
 from benchmarks.django_setup import article_model, embedded_database_url
 from benchmarks.load import Proc, keep_vectors_inline, scifact, short
+from django_sbert.encoder.paths import QUERY_RUNTIMES
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -142,7 +143,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--precision", default="auto", choices=["auto", "float32", "bfloat16"])
-    parser.add_argument("--query-runtime", default="auto", choices=["auto", "torch", "onnxruntime"])
+    parser.add_argument("--query-runtime", default="auto", choices=QUERY_RUNTIMES)
     parser.add_argument("--seconds", type=float, default=15.0, help="length of each window")
     parser.add_argument("--clients", type=int, nargs="+", default=[4, 16])
     parser.add_argument("--orders", nargs="+", default=["unique", "zipf"])

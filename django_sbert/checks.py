@@ -376,7 +376,8 @@ def check_workers(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> li
 
 
 def check_query_runtime(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[Any]:
-    """E016: an encoder asks for ``QUERY_RUNTIME="onnxruntime"`` where ONNX Runtime cannot be
+    """E016: an encoder asks for ONNX Runtime (``QUERY_RUNTIME="onnxruntime"`` or
+    ``"onnxruntime-int8"``) where it cannot be
     imported (the ``onnx`` extra). ``"auto"`` falls back to torch there, with its reason in
     ``sbert_status``; an explicit choice would otherwise be set aside just as silently."""
     missing = onnxruntime_problem()
@@ -388,11 +389,10 @@ def check_query_runtime(app_configs: Sequence[Any] | None = None, **kwargs: Any)
             runtime = encoder_config(name)["QUERY_RUNTIME"]
         except ImproperlyConfigured:
             continue  # E005 says what is wrong with the settings
-        if runtime == "onnxruntime":
+        if runtime in ("onnxruntime", "onnxruntime-int8"):
             errors.append(
                 checks.Error(
-                    f"SBERT['ENCODERS'][{name!r}]['QUERY_RUNTIME'] is 'onnxruntime', but "
-                    f"{missing}.",
+                    f"SBERT['ENCODERS'][{name!r}]['QUERY_RUNTIME'] is {runtime!r}, but {missing}.",
                     hint='pip install "django-sbert[onnx]" (ONNX Runtime, onnx and onnxscript), '
                     'or set QUERY_RUNTIME to "auto" (ONNX Runtime where it is installed, torch '
                     'elsewhere) or "torch".',

@@ -117,6 +117,15 @@ def test_compile_setting_reaches_the_encoder_and_excludes_quantize(tiny_model_di
         ):
             encoder_config("default")
     assert encoder_config("default")["COMPILE"] is False  # the test settings opt out
+    for runtime in ("onnxruntime", "onnxruntime-int8"):
+        both = {
+            "default": {"MODEL": str(tiny_model_dir), "QUANTIZE": "int8", "QUERY_RUNTIME": runtime}
+        }
+        with (
+            override_settings(SBERT={"ENCODERS": both}),
+            pytest.raises(ImproperlyConfigured, match=f"QUERY_RUNTIME='{runtime}' with QUANTIZE"),
+        ):
+            encoder_config("default")
 
 
 # -- the declaration's budget, and its check in every group --------------------------------

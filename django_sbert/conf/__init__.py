@@ -235,13 +235,15 @@ def encoder_conflict(path: str, merged: dict[str, Any]) -> str | None:
             "(COMPILE keeps float32 vectors, QUANTIZE trades a little accuracy for speed), or "
             "leave COMPILE and PRECISION at 'auto'."
         )
-    if merged["QUERY_RUNTIME"] == "onnxruntime":
+    runtime = merged["QUERY_RUNTIME"]
+    if runtime in ("onnxruntime", "onnxruntime-int8"):
         device = str(merged["DEVICE"] or "cpu").split(":")[0]
         if merged["QUANTIZE"] or device != "cpu":
             return (
-                f"{path} sets QUERY_RUNTIME='onnxruntime' with "
+                f"{path} sets QUERY_RUNTIME={runtime!r} with "
                 f"{'QUANTIZE' if merged['QUANTIZE'] else f'DEVICE={device!r}'}: ONNX Runtime "
-                "encodes queries in float32 on the CPU. Leave QUERY_RUNTIME at 'auto'."
+                "encodes queries from the float model on the CPU. Leave QUERY_RUNTIME at "
+                "'auto'."
             )
     return None
 

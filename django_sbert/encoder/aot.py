@@ -296,6 +296,16 @@ def probe(
     """Run ``run`` (a graph built from ``transformer``) and the eager transformer on one fixed
     input; the largest difference of their outputs. Raises ``error`` when ``run`` fails, or
     its output has the wrong shape or is not finite."""
+    got, expected = probe_outputs(run, transformer, error)
+    return float((got.float() - expected.float()).abs().max())
+
+
+def probe_outputs(
+    run: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    transformer: nn.Module,
+    error: type[Exception],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``run``'s output and the eager transformer's on the probe input (see ``probe``)."""
     vocabulary = int(getattr(transformer.config, "vocab_size", 100))
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocabulary, (1, PROBE_LENGTH), generator=generator)
@@ -308,7 +318,7 @@ def probe(
             raise error(f"running it failed: {type(exc).__name__}: {exc}") from exc
     if got.shape != expected.shape or not torch.isfinite(got).all():
         raise error("its output has the wrong shape or is not finite")
-    return float((got.float() - expected.float()).abs().max())
+    return got, expected
 
 
 def _build(path: Path, transformer: nn.Module) -> None:

@@ -33,7 +33,9 @@ from .transformer import load_transformer
 logger = logging.getLogger("django_sbert.encoder")
 
 LongText = Literal["truncate", "chunk"]
-QueryRuntime = Literal["torch", "onnxruntime"]
+QueryRuntime = Literal["torch", "onnxruntime", "onnxruntime-int8"]
+# The runtimes that send a single text through an exported ONNX graph (onnx_query.py).
+ONNX_RUNTIMES = ("onnxruntime", "onnxruntime-int8")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 # The module type strings every sentence-transformers release understands.
@@ -147,8 +149,8 @@ class SentenceEncoder(nn.Module):
         threads for the process (set it explicitly in forked workers); ``compile=True`` runs
         ``encode`` through ``torch.compile`` (see ``compile_for_inference()``), with its
         single-query graph kept in ``compile_cache`` when given; ``query_runtime="onnxruntime"``
-        encodes single texts through ONNX Runtime on ``query_threads`` threads (see
-        ``set_query_runtime()``).
+        (or ``"onnxruntime-int8"``) encodes single texts through ONNX Runtime on
+        ``query_threads`` threads (see ``set_query_runtime()``).
         """
         from transformers import AutoTokenizer
 
@@ -173,7 +175,7 @@ class SentenceEncoder(nn.Module):
         encoder = cls(transformer, hf_tokenizer, spec, pooling, dense, spec.normalize)
         encoder.eval()
         if dtype is not None:
-            if query_runtime == "onnxruntime" and DTYPES.get(dtype, dtype) != torch.float32:
+            if query_runtime in ONNX_RUNTIMES and DTYPES.get(dtype, dtype) != torch.float32:
                 # Queries run in float32 through ONNX Runtime: export them from these
                 # weights, not from their bf16 rounding (dropped after the export).
                 encoder._onnx_source = [copy.deepcopy(encoder.transformer)]
@@ -194,14 +196,17 @@ class SentenceEncoder(nn.Module):
         """Encode single texts (search queries) through ``runtime`` from now on; returns self.
 
         ``"onnxruntime"``: single texts run through ONNX Runtime on ``threads`` threads, in
-        float32 (``encoder/onnx_query.py``); batches keep the torch path, and copies run torch
-        until asked. If the graph cannot be built, a warning says why and torch serves the
-        queries (``query_runtime_failure``). ``"torch"``: the torch path for everything.
+        float32 (``encoder/onnx_query.py``); ``"onnxruntime-int8"``: the same graph with int8
+        weights (faster, vectors within about 0.01 cosine). Batches keep the torch path, and
+        copies run torch until asked. If the graph cannot be built, a warning says why and
+        torch serves the queries (``query_runtime_failure``). ``"torch"``: torch for all.
         ``cache``: a directory where exported graphs are kept for the host's other processes.
         """
-        if runtime not in ("torch", "onnxruntime"):
-            raise ValueError(f"runtime must be 'torch' or 'onnxruntime', got {runtime!r}.")
-        if runtime == "onnxruntime" and (self.quantized or self.device.type != "cpu"):
+        if runtime not in ("torch", *ONNX_RUNTIMES):
+            raise ValueError(
+                f"runtime must be 'torch', 'onnxruntime' or 'onnxruntime-int8', got {runtime!r}."
+            )
+        if runtime in ONNX_RUNTIMES and (self.quantized or self.device.type != "cpu"):
             raise ValueError(
                 "ONNX Runtime serves float models on the CPU; this encoder is "
                 f"{'int8-quantized' if self.quantized else f'on {self.device}'}."
@@ -284,7 +289,7 @@ class SentenceEncoder(nn.Module):
     def _onnx_graph(self) -> Any:
         """The ONNX Runtime graph for one text when asked for and usable (built once per set
         of weights, under the compile lock), else None: torch serves the text."""
-        if self.query_runtime != "onnxruntime" or not torch.is_inference_mode_enabled():
+        if self.query_runtime not in ONNX_RUNTIMES or not torch.is_inference_mode_enabled():
             return None
         graph = self._onnx
         if graph is False:
@@ -301,8 +306,9 @@ class SentenceEncoder(nn.Module):
                     kept, self._onnx_source = self._onnx_source, []
                     # Built before: the weights changed since, and the kept ones are not theirs.
                     source = kept[0] if kept and graph is None else None
+                    int8 = self.query_runtime == "onnxruntime-int8"
                     graph = self._onnx = OnnxQueryGraph(
-                        self.transformer, self.query_threads, source, self.query_cache
+                        self.transformer, self.query_threads, source, self.query_cache, int8=int8
                     )
                 except OnnxUnavailable as exc:
                     self._onnx, self.query_runtime_failure = False, str(exc)

@@ -14,7 +14,9 @@ The rules, in order: ``QUANTIZE="int8"`` runs eager int8 (never chosen for you);
 bfloat16 only with native bf16 instructions *and* a model measured to keep its quality in bf16
 (``BF16_MEASURED_MODELS``), as emulated bf16 is several times slower; ``QUERY_RUNTIME="auto"``
 encodes single texts through ONNX Runtime where the path is float32 on a CPU and the ``onnx``
-extra is installed. docs/encoder.md ("Which path each process takes") has the table and figures.
+extra is installed; ``QUERY_RUNTIME="onnxruntime-int8"`` (never chosen for you, as its
+vectors differ a little from float32's) gives that graph int8 weights. docs/encoder.md ("Which
+path each process takes") has the table and figures.
 
 The role decides the shapes warmed before traffic: a web process (``"query"``) warms the
 single-text graph, an encoding worker (``"document"``) the batch graph (and the single-text
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Literal
 
 Role = Literal["query", "document", "both"]
+QUERY_RUNTIMES = ("auto", "torch", "onnxruntime", "onnxruntime-int8")
 Setting = bool | str | None
 
 # CPU flags (/proc/cpuinfo) of native bfloat16 arithmetic: AVX-512 BF16 (Cooper Lake, Zen 4
@@ -76,7 +79,7 @@ class EncoderPath:
     dtype: Literal["float32", "bfloat16"]
     quantize: str | None
     reason: str
-    query_runtime: Literal["torch", "onnxruntime"] = "torch"  # who encodes a single text
+    query_runtime: Literal["torch", "onnxruntime", "onnxruntime-int8"] = "torch"  # one text
 
     @property
     def label(self) -> str:
@@ -86,8 +89,10 @@ class EncoderPath:
 
     @property
     def query_label(self) -> str:
-        """What encodes one search query: ``onnxruntime float32``, or ``label``."""
-        return "onnxruntime float32" if self.query_runtime == "onnxruntime" else self.label
+        """What encodes one search query: ``onnxruntime float32``, ``onnxruntime int8``, or
+        ``label``."""
+        kinds = {"onnxruntime": "onnxruntime float32", "onnxruntime-int8": "onnxruntime int8"}
+        return kinds.get(self.query_runtime, self.label)
 
 
 def choose_path(
@@ -107,14 +112,15 @@ def choose_path(
 
     ``compile``: ``"auto"``, True or False (``COMPILE``); ``precision``: ``"auto"``,
     ``"float32"`` or ``"bfloat16"`` (``PRECISION``); ``compiler``: whether a C++ compiler is
-    on the host; ``query_runtime``: ``"auto"``, ``"torch"`` or ``"onnxruntime"``
-    (``QUERY_RUNTIME``), with ``onnxruntime_missing`` saying why ONNX Runtime cannot be
-    imported here (None when it can). ``role`` only enters the reason: it decides the shapes
-    warmed, not the path.
+    on the host; ``query_runtime``: ``"auto"``, ``"torch"``, ``"onnxruntime"`` or
+    ``"onnxruntime-int8"`` (``QUERY_RUNTIME``), with ``onnxruntime_missing`` saying why ONNX
+    Runtime cannot be imported here (None when it can). ``role`` only enters the reason: it
+    decides the shapes warmed, not the path.
     """
-    if query_runtime not in ("auto", "torch", "onnxruntime"):
+    if query_runtime not in QUERY_RUNTIMES:
         raise ValueError(
-            f"QUERY_RUNTIME must be 'auto', 'torch' or 'onnxruntime', got {query_runtime!r}."
+            f"QUERY_RUNTIME must be one of {', '.join(map(repr, QUERY_RUNTIMES))}, "
+            f"got {query_runtime!r}."
         )
     if compile not in ("auto", True, False, None):
         raise ValueError(f"COMPILE must be 'auto', True or False, got {compile!r}.")
@@ -124,8 +130,8 @@ def choose_path(
     on_cpu = str(device).split(":")[0] == "cpu"
     if quantize:
         reason = f"QUANTIZE={quantize!r}: int8 kernels, eager (int8 is never chosen for you)"
-        if query_runtime == "onnxruntime":
-            raise ValueError("QUERY_RUNTIME='onnxruntime' runs float models; unset QUANTIZE.")
+        if query_runtime in ("onnxruntime", "onnxruntime-int8"):
+            raise ValueError(f"QUERY_RUNTIME={query_runtime!r} runs float models; unset QUANTIZE.")
         return EncoderPath(False, "float32", quantize, reason)
 
     reasons: list[str] = []
@@ -161,12 +167,13 @@ def choose_path(
         compiled = True
         reasons.append(f"the compiled {shapes[role]} path (COMPILE='auto', C++ compiler found)")
 
-    runtime: Literal["torch", "onnxruntime"] = "torch"
-    if query_runtime == "onnxruntime":
+    runtime: Literal["torch", "onnxruntime", "onnxruntime-int8"] = "torch"
+    if query_runtime in ("onnxruntime", "onnxruntime-int8"):
         if not on_cpu:
-            raise ValueError(f"QUERY_RUNTIME='onnxruntime' runs on the CPU, not on {device}.")
-        runtime = "onnxruntime"
-        reasons.append("single queries through ONNX Runtime in float32 (QUERY_RUNTIME)")
+            raise ValueError(f"QUERY_RUNTIME={query_runtime!r} runs on the CPU, not on {device}.")
+        runtime = query_runtime
+        kind = "int8 weights" if runtime == "onnxruntime-int8" else "float32"
+        reasons.append(f"single queries through ONNX Runtime in {kind} (QUERY_RUNTIME)")
     elif query_runtime == "auto" and on_cpu:
         if onnxruntime_missing:
             reasons.append(f"single queries through torch: {onnxruntime_missing}")

@@ -128,7 +128,7 @@ def test_an_export_that_fails_leaves_torch_serving_with_one_warning(
 
 
 def test_only_float_cpu_encoders_and_known_runtimes_are_accepted(tiny_model_dir):
-    with pytest.raises(ValueError, match="'torch' or 'onnxruntime'"):
+    with pytest.raises(ValueError, match="'torch', 'onnxruntime' or 'onnxruntime-int8'"):
         SentenceEncoder.load(tiny_model_dir, query_runtime="onnx")
     with pytest.raises(ValueError, match="int8-quantized"):
         SentenceEncoder.load(tiny_model_dir, quantize="int8", query_runtime="onnxruntime")
@@ -208,3 +208,64 @@ def test_a_cache_it_cannot_write_only_costs_the_export(tiny_model_dir, tiny_enco
     )
     np.testing.assert_allclose(encoder.encode(TEXTS[0]), tiny_encoder.encode(TEXTS[0]), atol=1e-6)
     assert isinstance(encoder._onnx, OnnxQueryGraph) and encoder._onnx.path is None
+
+
+# ---------------------------------------------------------------- int8 weights
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def test_int8_queries_are_close_to_float32_and_stored_apart_from_its_graph(
+    tiny_model_dir, tiny_encoder, tmp_path
+):
+    float32 = SentenceEncoder.load(
+        tiny_model_dir, query_runtime="onnxruntime", compile_cache=tmp_path
+    )
+    int8 = SentenceEncoder.load(
+        tiny_model_dir, query_runtime="onnxruntime-int8", compile_cache=tmp_path
+    )
+    texts = [t for t in TEXTS if t]
+    expected = one_at_a_time(float32, texts)
+    got = one_at_a_time(int8, texts)
+    assert int8._onnx.int8 and int8.query_runtime_failure is None
+    assert cosines(got, expected).min() > 0.97
+    assert np.abs(got - expected).max() > 1e-4  # int8 arithmetic ran, not the float graph
+    # Its own stored file beside the float32 one, found again by the host's next process.
+    assert int8._onnx.path.name.startswith("onnx-query-int8-")
+    assert float32._onnx.path != int8._onnx.path
+    again = SentenceEncoder.load(
+        tiny_model_dir, query_runtime="onnxruntime-int8", compile_cache=tmp_path
+    )
+    np.testing.assert_array_equal(one_at_a_time(again, texts), got)
+    assert again._onnx.path == int8._onnx.path
+    # Batches stay on torch's float32 path.
+    np.testing.assert_allclose(int8.encode(texts), tiny_encoder.encode(texts), atol=1e-6)
+
+
+def test_the_real_model_in_int8_keeps_its_queries_within_a_hundredth_of_cosine(minilm, tmp_path):
+    int8 = SentenceEncoder.load("all-MiniLM-L6-v2", query_runtime="onnxruntime-int8")
+    claims = [
+        "0-dimensional biomaterials show inductive properties.",
+        "ALDH1 expression is associated with poorer prognosis for breast cancer primary tumors.",
+        "Aspirin inhibits the production of PGE2.",
+        "Birth-weight is positively associated with breast cancer.",
+    ]
+    got = one_at_a_time(int8, claims)
+    assert cosines(got, minilm.encode(claims)).min() > 0.98
+    # Each text alone, in any list: the same text, the same vector.
+    np.testing.assert_array_equal(int8.encode(claims[::-1], alone=True), got[::-1])
+
+
+def test_an_int8_graph_too_far_from_the_model_is_refused_and_torch_serves(
+    tiny_model_dir, tiny_encoder, monkeypatch
+):
+    from django_sbert.encoder import onnx_query
+
+    monkeypatch.setattr(onnx_query, "INT8_PROBE_COSINE", 1.0 + 1e-6)  # nothing reaches it
+    encoder = SentenceEncoder.load(tiny_model_dir, query_runtime="onnxruntime-int8")
+    with pytest.warns(RuntimeWarning, match="int8 output is too far"):
+        vector = encoder.encode(TEXTS[0])
+    np.testing.assert_allclose(vector, tiny_encoder.encode(TEXTS[0]), atol=1e-6)
+    assert "too far" in encoder.query_runtime_failure

@@ -140,12 +140,17 @@ def test_auto_keeps_torch_for_queries_where_it_is_faster_or_onnxruntime_cannot_r
     assert choose_path("query", cpu=AVX2_ONLY, compiler=True).query_runtime == "torch"
 
 
-def test_onnxruntime_asked_for_is_obeyed_or_refused_with_the_reason():
-    forced = choose_path("query", cpu=AMX, compiler=True, query_runtime="onnxruntime")
-    assert forced.query_runtime == "onnxruntime" and "QUERY_RUNTIME" in forced.reason
+@pytest.mark.parametrize(
+    "runtime, label",
+    [("onnxruntime", "onnxruntime float32"), ("onnxruntime-int8", "onnxruntime int8")],
+)
+def test_onnxruntime_asked_for_is_obeyed_or_refused_with_the_reason(runtime, label):
+    forced = choose_path("query", cpu=AMX, compiler=True, query_runtime=runtime)
+    assert forced.query_runtime == runtime and "QUERY_RUNTIME" in forced.reason
+    assert forced.query_label == label and forced.label == "compiled float32"
     with pytest.raises(ValueError, match="unset QUANTIZE"):
-        choose_path("query", cpu=AMX, compiler=True, quantize="int8", query_runtime="onnxruntime")
+        choose_path("query", cpu=AMX, compiler=True, quantize="int8", query_runtime=runtime)
     with pytest.raises(ValueError, match="on the CPU, not on cuda"):
-        choose_path("query", cpu=AMX, compiler=True, device="cuda", query_runtime="onnxruntime")
-    with pytest.raises(ValueError, match="'auto', 'torch' or 'onnxruntime'"):
+        choose_path("query", cpu=AMX, compiler=True, device="cuda", query_runtime=runtime)
+    with pytest.raises(ValueError, match="'auto', 'torch', 'onnxruntime', 'onnxruntime-int8'"):
         choose_path("query", cpu=AMX, compiler=True, query_runtime="onnx")

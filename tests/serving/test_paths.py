@@ -98,7 +98,7 @@ def test_bad_values_are_refused_with_the_choices(settings):
     for key, value, choices in [
         ("COMPILE", "yes", "'auto', True or False"),
         ("PRECISION", "fp16", "'auto', 'float32' or 'bfloat16'"),
-        ("QUERY_RUNTIME", "onnx", "'auto', 'torch' or 'onnxruntime'"),
+        ("QUERY_RUNTIME", "onnx", "'auto', 'torch', 'onnxruntime' or 'onnxruntime-int8'"),
     ]:
         settings.SBERT = {**settings.SBERT, "ENCODERS": {"default": {**default, key: value}}}
         with pytest.raises(ImproperlyConfigured, match=choices):
@@ -151,17 +151,44 @@ def test_a_web_process_with_default_settings_serves_queries_from_its_first_one(d
         assert "single queries through torch" in state.reason and model._onnx is None
 
 
+def ask_for_query_runtime(settings, runtime: str) -> None:
+    """The default encoder's settings with ``QUERY_RUNTIME`` set, its model loaded afresh."""
+    default = settings.SBERT["ENCODERS"]["default"]
+    settings.SBERT = {
+        **settings.SBERT,
+        "ENCODERS": {"default": {**default, "QUERY_RUNTIME": runtime}},
+    }
+    serving.reset_encoders()
+
+
+@pytest.mark.heavy
+@needs_onnx
+@pytest.mark.django_db
+def test_int8_queries_are_served_where_the_settings_ask_and_said_so(defaults, settings):
+    ask_for_query_runtime(settings, "onnxruntime-int8")
+    path = serving.encoder_path("default")
+    assert path.query_label == "onnxruntime int8" and "int8 weights" in path.reason
+    state = warmup.warm(["default"], role="query")["default"]
+    assert state.error is None
+    model = serving.get_encoder("default")
+    graph = model._onnx  # built by the warm-up
+    assert isinstance(graph, OnnxQueryGraph) and graph.int8
+    assert graph.path.name.startswith("onnx-query-int8-")
+    query = "central banks raise interest rates"
+    vector, _ = serving.query_vector(query)
+    expected = SentenceEncoder.load(encoder_config("default")["MODEL"]).encode(query)
+    assert 0.97 < float(vector @ expected) < 1 - 1e-6  # close to float32's, yet int8's own
+    # Evaluation encodes what a visitor's search encodes: the same vector, bit for bit.
+    serving.clear_query_cache()
+    (evaluated,) = serving.encode_texts([query], role="query")
+    np.testing.assert_array_equal(evaluated, vector)
+
+
 @pytest.mark.heavy
 @needs_onnx
 @pytest.mark.django_db
 def test_a_promoted_version_gets_its_own_onnx_graph(defaults, settings):
-    settings.SBERT = {
-        **settings.SBERT,
-        "ENCODERS": {
-            "default": {**settings.SBERT["ENCODERS"]["default"], "QUERY_RUNTIME": "onnxruntime"}
-        },
-    }
-    serving.reset_encoders()
+    ask_for_query_runtime(settings, "onnxruntime")
     Article.objects.bulk_create(Article(title=f"story {i}", body="rates") for i in range(3))
     indexing.embed_stale(indexing.get_ref("testapp.Article", "embedding"))
     query = "central banks raise interest rates"
