@@ -138,14 +138,23 @@ def ndcg_per_path(paths: dict[str, Encode], threads: int) -> dict[str, dict[str,
             relevant.setdefault(qid, {})[doc] = int(score)
         queries = [json.loads(line) for line in (folder / f"queries-{split}.jsonl").open()]
         queries = [q for q in queries if q["_id"] in relevant]
+        reference = None
         for name, encode in paths.items():
             query_vectors = np.stack([encode(q["text"]) for q in queries])
+            if reference is None:  # the first path: float32
+                reference = query_vectors
+            lowest = float((query_vectors * reference).sum(axis=1).min())  # unit vectors
             top = np.argsort(-(query_vectors @ vectors.T), axis=1)[:, :10]
             pairs = zip(queries, top, strict=True)
             rankings = {q["_id"]: [ids[i] for i in row] for q, row in pairs}
             score = 100 * ranking_metrics(rankings, relevant)["ndcg@10"]
             figures.setdefault(name, {})[label] = score
-            print(f"{name}: vector nDCG@10 on {len(queries)} {label} {score:.2f}", flush=True)
+            figures[name][f"{label}: lowest cosine to {next(iter(paths))}"] = lowest
+            print(
+                f"{name}: vector nDCG@10 on {len(queries)} {label} {score:.2f} "
+                f"(lowest cosine to {next(iter(paths))} {lowest:.4f})",
+                flush=True,
+            )
     return figures
 
 

@@ -87,7 +87,7 @@ ENCODER = Group(
             "auto",
             'What encodes one search query: `"onnxruntime"` (float32, faster for one short '
             'text), `"onnxruntime-int8"` (int8 weights: about 0.6x its CPU on an AVX2 host, '
-            "vectors within about 0.01 cosine of float32's; documents keep float32), "
+            "vectors at cosine about 0.98 to float32's; documents keep float32), "
             '`"torch"` (the `COMPILE` / `PRECISION` path), or `"auto"`: ONNX Runtime float32 '
             "where that path is float32 on a CPU, torch where it is bfloat16, int8 or a GPU "
             "([encoder.md](encoder.md#which-path-each-process-takes)).",

@@ -197,7 +197,7 @@ class SentenceEncoder(nn.Module):
 
         ``"onnxruntime"``: single texts run through ONNX Runtime on ``threads`` threads, in
         float32 (``encoder/onnx_query.py``); ``"onnxruntime-int8"``: the same graph with int8
-        weights (faster, vectors within about 0.01 cosine). Batches keep the torch path, and
+        weights (faster; cosine about 0.98 to float32's). Batches keep the torch path, and
         copies run torch until asked. If the graph cannot be built, a warning says why and
         torch serves the queries (``query_runtime_failure``). ``"torch"``: torch for all.
         ``cache``: a directory where exported graphs are kept for the host's other processes.
@@ -291,22 +291,22 @@ class SentenceEncoder(nn.Module):
         of weights, under the compile lock), else None: torch serves the text."""
         if self.query_runtime not in ONNX_RUNTIMES or not torch.is_inference_mode_enabled():
             return None
-        graph = self._onnx
+        graph, int8 = self._onnx, self.query_runtime == "onnxruntime-int8"
         if graph is False:
             return None
-        if graph is not None and graph.transformer is self.transformer and graph.current:
+        fresh = graph is not None and graph.transformer is self.transformer and graph.int8 == int8
+        if fresh and graph.current:  # else new weights, or a runtime switched during its build
             return graph
         with self._compile_lock:
             graph = self._onnx
             stale = graph is None or graph.transformer is not self.transformer
-            if graph is not False and (stale or not graph.current):
+            if graph is not False and (stale or graph.int8 != int8 or not graph.current):
                 from .onnx_query import OnnxQueryGraph  # onnxruntime loads on first use
 
                 try:
                     kept, self._onnx_source = self._onnx_source, []
                     # Built before: the weights changed since, and the kept ones are not theirs.
                     source = kept[0] if kept and graph is None else None
-                    int8 = self.query_runtime == "onnxruntime-int8"
                     graph = self._onnx = OnnxQueryGraph(
                         self.transformer, self.query_threads, source, self.query_cache, int8=int8
                     )
@@ -314,7 +314,7 @@ class SentenceEncoder(nn.Module):
                     self._onnx, self.query_runtime_failure = False, str(exc)
                     message = (
                         "ONNX Runtime cannot encode this model's queries, so torch does "
-                        f"(same vectors, slower for one text): {exc}"
+                        f"({'float32' if int8 else 'same'} vectors, slower for one text): {exc}"
                     )
                     logger.warning(message)
                     warnings.warn(message, RuntimeWarning, stacklevel=4)

@@ -218,7 +218,7 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def test_int8_queries_are_close_to_float32_and_stored_apart_from_its_graph(
-    tiny_model_dir, tiny_encoder, tmp_path
+    tiny_model_dir, tiny_encoder, tmp_path, caplog
 ):
     float32 = SentenceEncoder.load(
         tiny_model_dir, query_runtime="onnxruntime", compile_cache=tmp_path
@@ -235,16 +235,18 @@ def test_int8_queries_are_close_to_float32_and_stored_apart_from_its_graph(
     # Its own stored file beside the float32 one, found again by the host's next process.
     assert int8._onnx.path.name.startswith("onnx-query-int8-")
     assert float32._onnx.path != int8._onnx.path
+    caplog.set_level(logging.INFO, logger="django_sbert.encoder")
     again = SentenceEncoder.load(
         tiny_model_dir, query_runtime="onnxruntime-int8", compile_cache=tmp_path
     )
     np.testing.assert_array_equal(one_at_a_time(again, texts), got)
     assert again._onnx.path == int8._onnx.path
+    assert f"Loaded the query graph {int8._onnx.path.name}" in caplog.text  # not re-exported
     # Batches stay on torch's float32 path.
     np.testing.assert_allclose(int8.encode(texts), tiny_encoder.encode(texts), atol=1e-6)
 
 
-def test_the_real_model_in_int8_keeps_its_queries_within_a_hundredth_of_cosine(minilm, tmp_path):
+def test_the_real_model_in_int8_keeps_its_queries_close_to_float32(minilm):
     int8 = SentenceEncoder.load("all-MiniLM-L6-v2", query_runtime="onnxruntime-int8")
     claims = [
         "0-dimensional biomaterials show inductive properties.",
@@ -269,3 +271,24 @@ def test_an_int8_graph_too_far_from_the_model_is_refused_and_torch_serves(
         vector = encoder.encode(TEXTS[0])
     np.testing.assert_allclose(vector, tiny_encoder.encode(TEXTS[0]), atol=1e-6)
     assert "too far" in encoder.query_runtime_failure
+
+
+def test_quantizing_leaves_the_process_logging_as_it_was(tiny_model_dir, monkeypatch, capfd):
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])  # a process that configured no logging
+    level, filters = root.level, list(root.filters)
+    encoder = SentenceEncoder.load(tiny_model_dir, query_runtime="onnxruntime-int8")
+    encoder.encode(TEXTS[0])
+    assert isinstance(encoder._onnx, OnnxQueryGraph) and encoder._onnx.int8
+    # The quantizer's root-logger advice neither printed nor installed a handler for good.
+    assert root.handlers == [] and root.level == level and root.filters == filters
+    assert "pre-processing" not in capfd.readouterr().err
+
+
+def test_a_runtime_switched_to_int8_gets_an_int8_graph(onnx_tiny):
+    onnx_tiny.encode(TEXTS[0])
+    float32 = onnx_tiny._onnx
+    assert not float32.int8
+    onnx_tiny.query_runtime = "onnxruntime-int8"  # as if switched while that graph was built
+    onnx_tiny.encode(TEXTS[0])
+    assert onnx_tiny._onnx is not float32 and onnx_tiny._onnx.int8

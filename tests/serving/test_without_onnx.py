@@ -90,9 +90,10 @@ def test_auto_serves_queries_with_torch_without_a_word():
     np.testing.assert_allclose(found["vector"], torch_path.encode(QUERY), atol=1e-6)
 
 
-def test_an_explicit_onnxruntime_is_an_error_that_names_the_extra():
-    (error,) = run('print(json.dumps({"checks": errors}))', "onnxruntime")["checks"]
+@pytest.mark.parametrize("runtime", ["onnxruntime", "onnxruntime-int8"])
+def test_an_explicit_onnxruntime_is_an_error_that_names_the_extra(runtime):
+    (error,) = run('print(json.dumps({"checks": errors}))', runtime)["checks"]
     assert error["id"] == "django_sbert.E016"
-    assert "['QUERY_RUNTIME'] is 'onnxruntime'" in error["msg"]
+    assert f"['QUERY_RUNTIME'] is '{runtime}'" in error["msg"]
     assert "onnxruntime is not installed" in error["msg"]
     assert 'pip install "django-sbert[onnx]"' in error["hint"]
