@@ -11,9 +11,9 @@ for its own GEMM kernels: 1.5x torch's compiled float32 graph for one query (doc
 **int8** (``int8=True``, ``QUERY_RUNTIME="onnxruntime-int8"``): the exported graph's matrix
 products get int8 weights, one scale per output channel, and their inputs are quantized per
 call (ONNX Runtime's dynamic quantization). A query costs about 0.6x the float32 graph's CPU on
-an AVX2 host, and its vector moves from float32's (cosine 0.979 at the lowest over SciFact's claims): rankings
-change slightly, documents keep their float32 vectors, and nothing needs re-embedding. Each
-text is still encoded alone, so a text's vector never depends on its batch.
+an AVX2 host, and its vector moves from float32's (cosine 0.979 at the lowest over SciFact's
+claims): rankings change slightly, documents keep their float32 vectors, and nothing needs
+re-embedding. Each text is still encoded alone, so a text's vector never depends on its batch.
 
 **Per version.** The weights are part of the exported graph: each loaded version exports its
 own (``torch.onnx.export``, the sequence length dynamic) when it first encodes a single text,
