@@ -129,6 +129,7 @@ def ndcg_per_path(paths: dict[str, Encode], threads: int) -> dict[str, dict[str,
     ids = [row["id"] for row in rows]
     sets = {"train claims": DATA / "scifact", "test claims (held out)": SHARED / "eval/scifact"}
     figures: dict[str, dict[str, float]] = {}
+    first = next(iter(paths))  # float32: the vectors the others are compared with
     for label, folder in sets.items():
         split = "train" if "train" in label else "test"
         relevant: dict[str, dict[str, int]] = {}
@@ -141,7 +142,7 @@ def ndcg_per_path(paths: dict[str, Encode], threads: int) -> dict[str, dict[str,
         reference = None
         for name, encode in paths.items():
             query_vectors = np.stack([encode(q["text"]) for q in queries])
-            if reference is None:  # the first path: float32
+            if reference is None:
                 reference = query_vectors
             lowest = float((query_vectors * reference).sum(axis=1).min())  # unit vectors
             top = np.argsort(-(query_vectors @ vectors.T), axis=1)[:, :10]
@@ -149,10 +150,10 @@ def ndcg_per_path(paths: dict[str, Encode], threads: int) -> dict[str, dict[str,
             rankings = {q["_id"]: [ids[i] for i in row] for q, row in pairs}
             score = 100 * ranking_metrics(rankings, relevant)["ndcg@10"]
             figures.setdefault(name, {})[label] = score
-            figures[name][f"{label}: lowest cosine to {next(iter(paths))}"] = lowest
+            figures[name][f"{label}: lowest cosine to {first}"] = lowest
             print(
                 f"{name}: vector nDCG@10 on {len(queries)} {label} {score:.2f} "
-                f"(lowest cosine to {next(iter(paths))} {lowest:.4f})",
+                f"(lowest cosine to {first} {lowest:.4f})",
                 flush=True,
             )
     return figures

@@ -25,6 +25,7 @@ from torch import nn
 from .compiled import CompiledTransformer
 from .dense import Dense
 from .exceptions import OnnxUnavailable
+from .paths import ONNX_RUNTIMES
 from .pooling import Pooling
 from .spec import LEGACY_POOLING_KEYS, ModelSpec, read_spec, resolve_model_path
 from .tokenization import TextTokenizer, TokenRows
@@ -34,8 +35,6 @@ logger = logging.getLogger("django_sbert.encoder")
 
 LongText = Literal["truncate", "chunk"]
 QueryRuntime = Literal["torch", "onnxruntime", "onnxruntime-int8"]
-# The runtimes that send a single text through an exported ONNX graph (onnx_query.py).
-ONNX_RUNTIMES = ("onnxruntime", "onnxruntime-int8")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 # The module type strings every sentence-transformers release understands.

@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Literal
 
 Role = Literal["query", "document", "both"]
-QUERY_RUNTIMES = ("auto", "torch", "onnxruntime", "onnxruntime-int8")
+# The runtimes that send a single text through an exported ONNX graph (onnx_query.py).
+ONNX_RUNTIMES = ("onnxruntime", "onnxruntime-int8")
+QUERY_RUNTIMES = ("auto", "torch", *ONNX_RUNTIMES)
 Setting = bool | str | None
 
 # CPU flags (/proc/cpuinfo) of native bfloat16 arithmetic: AVX-512 BF16 (Cooper Lake, Zen 4
@@ -130,7 +132,7 @@ def choose_path(
     on_cpu = str(device).split(":")[0] == "cpu"
     if quantize:
         reason = f"QUANTIZE={quantize!r}: int8 kernels, eager (int8 is never chosen for you)"
-        if query_runtime in ("onnxruntime", "onnxruntime-int8"):
+        if query_runtime in ONNX_RUNTIMES:
             raise ValueError(f"QUERY_RUNTIME={query_runtime!r} runs float models; unset QUANTIZE.")
         return EncoderPath(False, "float32", quantize, reason)
 
@@ -168,7 +170,7 @@ def choose_path(
         reasons.append(f"the compiled {shapes[role]} path (COMPILE='auto', C++ compiler found)")
 
     runtime: Literal["torch", "onnxruntime", "onnxruntime-int8"] = "torch"
-    if query_runtime in ("onnxruntime", "onnxruntime-int8"):
+    if query_runtime in ONNX_RUNTIMES:
         if not on_cpu:
             raise ValueError(f"QUERY_RUNTIME={query_runtime!r} runs on the CPU, not on {device}.")
         runtime = query_runtime

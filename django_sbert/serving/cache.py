@@ -109,7 +109,7 @@ def encodes_outside_gil(current: Serving) -> bool:
     with _lock:  # a loaded model only: this never loads one
         model = _encoders.get(name) if directory is None else _tuned.get((name, version))
     return (
-        getattr(model, "query_runtime", "torch") in ("onnxruntime", "onnxruntime-int8")
+        getattr(model, "query_runtime", "torch") != "torch"  # an ONNX Runtime graph
         and model.query_runtime_failure is None  # else the graph failed and torch serves
     )
 
