@@ -30,6 +30,8 @@ at several weights, and the candidate depth.
 
     python -m benchmarks.hybrid_sets                  # every set, every candidate
     python -m benchmarks.hybrid_sets --sets scifact --check-sql
+    python -m benchmarks.hybrid_sets --query-paths    # the defaults with each query path's
+                                                      # vectors (ONNX Runtime float32, int8...)
     python -m benchmarks.hybrid_sets --final          # the defaults on ../shared/eval's
                                                       # SciFact test claims, once, chosen by nothing
 """
@@ -728,6 +730,61 @@ def final(data: RetrievalSet, sql: bool = True) -> dict[str, Any]:
     return figures
 
 
+def query_paths(threads: int) -> dict[str, Any]:
+    """Each query path of the serving layer that encodes one text alone, as it loads them:
+    ONNX Runtime float32 and int8 and, on a CPU with native bf16, compiled bfloat16."""
+    import tempfile
+    from pathlib import Path
+
+    from django_sbert.encoder import SentenceEncoder
+    from django_sbert.encoder.paths import cpu_features
+
+    paths = {
+        "onnxruntime float32": SentenceEncoder.load(
+            "all-MiniLM-L6-v2", query_runtime="onnxruntime", query_threads=threads
+        ).encode,
+        "onnxruntime int8": SentenceEncoder.load(
+            "all-MiniLM-L6-v2", query_runtime="onnxruntime-int8", query_threads=threads
+        ).encode,
+    }
+    if cpu_features().native_bf16:
+        cache = Path(tempfile.mkdtemp(prefix="sbert-hybrid-sets-"))
+        paths["compiled bfloat16"] = SentenceEncoder.load(
+            "all-MiniLM-L6-v2", dtype="bfloat16", compile=True, compile_cache=cache
+        ).encode
+    return paths
+
+
+def compare_query_paths(sets: Sequence[RetrievalSet], threads: int) -> dict[str, Any]:
+    """The library's defaults on each set with the queries encoded in one batch (torch
+    float32, what the rest of this benchmark uses) and alone by each query path: how much a
+    path's vectors move vector and hybrid nDCG@10 on each kind of data (``--query-paths``)."""
+    variant, fusion = library_defaults()
+    paths = query_paths(threads)
+    figures: dict[str, Any] = {}
+    rows = []
+    for data in sets:
+        keyword = keyword_lists(data, variant)
+        batch = data.query_vectors
+        for name, encode in {"batch float32": None, **paths}.items():
+            if encode is not None:
+                data.query_vectors = np.stack([encode(text) for _, text, _ in data.queries])
+            lowest = float((data.query_vectors * batch).sum(axis=1).min())  # unit vectors
+            vector = vector_lists(data)
+            scores = {
+                "vector": mean_ndcg(data, [[i for i, _ in run] for run in vector]),
+                "hybrid": hybrid_ndcg(data, vector, keyword, fusion),
+                "lowest cosine to batch": lowest,
+            }
+            figures.setdefault(data.name, {})[name] = scores
+            rows.append((data.name, name, scores["vector"], scores["hybrid"], f"{lowest:.4f}"))
+            print(f"{data.name}, {name}: {scores}", flush=True)
+        data.query_vectors = batch
+    header = ("set", "queries encoded", "vector nDCG@10", "hybrid nDCG@10", "lowest cosine")
+    print("\n" + markdown(header, rows))
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sets", nargs="+", choices=list(SETS), default=list(SETS))
@@ -741,6 +798,12 @@ def main() -> None:
         "--check-sql",
         action="store_true",
         help="the settings' defaults in Python and, on SciFact, through the library in SQL",
+    )
+    parser.add_argument(
+        "--query-paths",
+        action="store_true",
+        help="the defaults with each query encoded alone by each query path (ONNX Runtime "
+        "float32 and int8, compiled bf16), beside one batch",
     )
     parser.add_argument(
         "--ef-search", type=int, help="hnsw.ef_search for the SQL figures (default: the library's)"
@@ -762,6 +825,8 @@ def main() -> None:
         figures = final(sets[0])
     elif args.check_sql:
         figures = {data.name: final(data) for data in sets}
+    elif args.query_paths:
+        figures = compare_query_paths(sets, 1)
     else:
         figures = compare(sets)
     print(f"\n{time.perf_counter() - started:.0f} s; load average at the end: {load_average()}")
