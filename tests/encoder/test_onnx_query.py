@@ -14,6 +14,7 @@ import torch
 from django_sbert.encoder import SentenceEncoder
 from django_sbert.encoder.onnx_query import OnnxQueryGraph
 from django_sbert.encoder.paths import onnxruntime_missing
+from tests.encoder.onnx_graphs import integer_matmuls
 from tests.encoder.tiny_families import FAMILIES, build_family
 
 pytestmark = [
@@ -231,7 +232,10 @@ def test_int8_queries_are_close_to_float32_and_stored_apart_from_its_graph(
     got = one_at_a_time(int8, texts)
     assert int8._onnx.int8 and int8.query_runtime_failure is None
     assert cosines(got, expected).min() > 0.97
-    assert np.abs(got - expected).max() > 1e-4  # int8 arithmetic ran, not the float graph
+    # int8 arithmetic ran, not the float graph (how far it lands from float32 depends on the
+    # CPU's int8 kernels: 1e-4 at most on a VNNI host with this tiny model)
+    assert integer_matmuls(int8._onnx.path) > 0 and integer_matmuls(float32._onnx.path) == 0
+    assert not np.array_equal(got, expected)
     # Its own stored file beside the float32 one, found again by the host's next process.
     assert int8._onnx.path.name.startswith("onnx-query-int8-")
     assert float32._onnx.path != int8._onnx.path
