@@ -730,37 +730,14 @@ def final(data: RetrievalSet, sql: bool = True) -> dict[str, Any]:
     return figures
 
 
-def query_paths(threads: int) -> dict[str, Any]:
-    """Each query path of the serving layer that encodes one text alone, as it loads them:
-    ONNX Runtime float32 and int8 and, on a CPU with native bf16, compiled bfloat16."""
-    import tempfile
-    from pathlib import Path
-
-    from django_sbert.encoder import SentenceEncoder
-    from django_sbert.encoder.paths import cpu_features
-
-    paths = {
-        "onnxruntime float32": SentenceEncoder.load(
-            "all-MiniLM-L6-v2", query_runtime="onnxruntime", query_threads=threads
-        ).encode,
-        "onnxruntime int8": SentenceEncoder.load(
-            "all-MiniLM-L6-v2", query_runtime="onnxruntime-int8", query_threads=threads
-        ).encode,
-    }
-    if cpu_features().native_bf16:
-        cache = Path(tempfile.mkdtemp(prefix="sbert-hybrid-sets-"))
-        paths["compiled bfloat16"] = SentenceEncoder.load(
-            "all-MiniLM-L6-v2", dtype="bfloat16", compile=True, compile_cache=cache
-        ).encode
-    return paths
-
-
 def compare_query_paths(sets: Sequence[RetrievalSet], threads: int) -> dict[str, Any]:
     """The library's defaults on each set with the queries encoded in one batch (torch
     float32, what the rest of this benchmark uses) and alone by each query path: how much a
     path's vectors move vector and hybrid nDCG@10 on each kind of data (``--query-paths``)."""
+    from benchmarks.query_encode import our_paths
+
     variant, fusion = library_defaults()
-    paths = query_paths(threads)
+    paths = our_paths(threads, ("onnxruntime", "onnxruntime int8", "compiled bfloat16"))
     figures: dict[str, Any] = {}
     rows = []
     for data in sets:

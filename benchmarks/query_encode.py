@@ -36,7 +36,7 @@ import json
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import numpy as np
@@ -46,30 +46,30 @@ from benchmarks.common import DATA, add_json_option, cpu_line, load_average, per
 Encode = Callable[[str], np.ndarray]
 
 
-def our_paths(threads: int) -> dict[str, Encode]:
-    """The serving layer's paths for one query, loaded the way ``serving.cache`` loads them."""
+def our_paths(threads: int, names: Collection[str] | None = None) -> dict[str, Encode]:
+    """The serving layer's paths for one query, loaded the way ``serving.cache`` loads them
+    (``names``: only those; compiled bfloat16 only on a CPU with native bf16)."""
     from django_sbert.encoder import SentenceEncoder
     from django_sbert.encoder.paths import cpu_features
 
     cache = Path(tempfile.mkdtemp(prefix="sbert-query-encode-"))
-    paths: dict[str, Encode] = {}
-    ort = SentenceEncoder.load(
-        "all-MiniLM-L6-v2", query_runtime="onnxruntime", query_threads=threads
-    )
-    paths["onnxruntime"] = ort.encode
-    int8 = SentenceEncoder.load(
-        "all-MiniLM-L6-v2", query_runtime="onnxruntime-int8", query_threads=threads
-    )
-    paths["onnxruntime int8"] = int8.encode
-    if cpu_features().native_bf16:
-        bf16 = SentenceEncoder.load(
-            "all-MiniLM-L6-v2", dtype="bfloat16", compile=True, compile_cache=cache
-        )
-        paths["compiled bfloat16"] = bf16.encode
-    compiled = SentenceEncoder.load("all-MiniLM-L6-v2", compile=True, compile_cache=cache)
-    paths["compiled float32"] = compiled.encode
-    paths["eager float32"] = SentenceEncoder.load("all-MiniLM-L6-v2").encode
-    return paths
+    model = "all-MiniLM-L6-v2"
+    loaders: dict[str, Callable[[], SentenceEncoder]] = {
+        "onnxruntime": lambda: SentenceEncoder.load(
+            model, query_runtime="onnxruntime", query_threads=threads
+        ),
+        "onnxruntime int8": lambda: SentenceEncoder.load(
+            model, query_runtime="onnxruntime-int8", query_threads=threads
+        ),
+        "compiled bfloat16": lambda: SentenceEncoder.load(
+            model, dtype="bfloat16", compile=True, compile_cache=cache
+        ),
+        "compiled float32": lambda: SentenceEncoder.load(model, compile=True, compile_cache=cache),
+        "eager float32": lambda: SentenceEncoder.load(model),
+    }
+    if not cpu_features().native_bf16:
+        del loaders["compiled bfloat16"]
+    return {name: load().encode for name, load in loaders.items() if names is None or name in names}
 
 
 def openvino_paths(threads: int) -> dict[str, Encode]:
