@@ -409,18 +409,19 @@ def cprofile_text(texts: list[str], pks: list[int], top: int) -> str:
     return out.getvalue()
 
 
-def loop_text_searches(texts: list[str], pks: list[int], seconds: float) -> None:
-    """Text searches through the WSGI handler, round and round ``texts`` (their vectors
+def loop_searches(kind: str, texts: list[str], pks: list[int], seconds: float) -> None:
+    """Searches of ``kind`` through the WSGI handler, round and round ``texts`` (their vectors
     cached after the first round), for ``seconds``: the web process's own CPU per request."""
     from django.core.handlers.wsgi import WSGIHandler
 
     handler = WSGIHandler()
     for text in texts:
-        wsgi_get(handler, search_path("text", text, pks[0]))
+        wsgi_get(handler, search_path(kind, text, pks[0]))
     print(f"looping, pid {os.getpid()}", flush=True)
     started, cpu, requests = time.perf_counter(), time.process_time(), 0
     while time.perf_counter() - started < seconds:
-        status, _ = wsgi_get(handler, search_path("text", texts[requests % len(texts)], pks[0]))
+        text = texts[requests % len(texts)]
+        status, _ = wsgi_get(handler, search_path(kind, text, pks[requests % len(pks)]))
         assert status == 200, status
         requests += 1
     spent = (time.process_time() - cpu) * 1000 / requests
@@ -437,8 +438,11 @@ def main() -> None:
         "--loop",
         type=float,
         default=0,
-        help="instead: repeat 50 text searches (vectors cached) for this many seconds, for a "
+        help="instead: repeat 50 searches (vectors cached) for this many seconds, for a "
         "sampling profiler (py-spy record --pid ...), and print the CPU per request",
+    )
+    parser.add_argument(
+        "--loop-kind", choices=KINDS, default="text", help="the searches --loop repeats"
     )
     parser.add_argument(
         "--vector-storage",
@@ -467,7 +471,7 @@ def main() -> None:
     rng = random.Random(0)
     rng.shuffle(texts)
     if args.loop:
-        loop_text_searches(texts[:50], pks, args.loop)
+        loop_searches(args.loop_kind, texts[:50], pks[:50], args.loop)
         return
     warmup, texts = texts[:20], texts[20 : 20 + args.queries * len(KINDS)]
     for kind in KINDS:  # connections, plans and the handler's middleware, warm

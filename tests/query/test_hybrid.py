@@ -357,6 +357,25 @@ def test_the_keyword_side_ranked_ahead_is_read_by_the_fused_statement(articles):
     )
 
 
+@pytest.mark.django_db
+def test_keyword_rows_travel_as_array_text_that_postgresql_reads_back_exactly():
+    import uuid
+
+    from django_sbert.query.fusion import KeywordRows
+
+    scores = (0.1, 1 / 3, 12345.678901234567, 5e-324, 2.0)
+    pk_lists = {
+        "bigint": (7, 3, 2**62, 1, 9),
+        "uuid": tuple(uuid.uuid4() for _ in scores),
+        "text": ('a "quoted" pk', "back\\slash", "{braces}, commas", "NULL", " spaced "),
+    }
+    with connection.cursor() as cursor:
+        for pk_type, pks in pk_lists.items():
+            cursor.execute(*KeywordRows("default", (), pks, scores).as_sql(pk_type))
+            # in rank order, every pk and every bit of every score
+            assert cursor.fetchall() == list(zip(pks, scores, strict=True)), pk_type
+
+
 def record_search_steps(monkeypatch) -> tuple[list[str], Any]:
     """The hybrid search's statements (recorded by the execute wrapper returned), its
     encode and the encode's start in the pool (in this thread, so ordered with the
