@@ -39,6 +39,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -169,8 +170,9 @@ class QueryGraph:
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         # Weights replaced (not changed in place) since binding, e.g. by .to(dtype): rebind.
-        # Slots, not a walk of the module tree (named_parameters): this runs on every query.
-        current = [getattr(module, name).data_ptr() for module, name in self._slots]
+        # Slots, not a walk of the module tree (named_parameters): this runs on every query,
+        # and the modules' own dicts, not getattr (nn.Module.__getattr__ is 7x slower here).
+        current = [tensors[name].data_ptr() for tensors, name in self._slots]
         if current != self._bound:
             with self._bind_lock:
                 self._bind()
@@ -355,11 +357,13 @@ def _build(path: Path, transformer: nn.Module) -> None:
         Path(temporary).unlink(missing_ok=True)
 
 
-def _slot(transformer: nn.Module, name: str) -> tuple[nn.Module, str]:
-    """The module holding the parameter or buffer ``name`` ("encoder.layer.0.x.weight"), and
-    its attribute name there."""
+def _slot(transformer: nn.Module, name: str) -> tuple[dict[str, Any], str]:
+    """Where the parameter or buffer ``name`` ("encoder.layer.0.x.weight") lives: its module's
+    ``_parameters`` or ``_buffers`` (what assigning the attribute replaces), and its key."""
     path, _, attribute = name.rpartition(".")
-    return (transformer.get_submodule(path) if path else transformer), attribute
+    module = transformer.get_submodule(path) if path else transformer
+    tensors = module._parameters if attribute in module._parameters else module._buffers
+    return tensors, attribute
 
 
 def _named_tensors(transformer: nn.Module) -> dict[str, torch.Tensor]:

@@ -203,7 +203,7 @@ class OnnxQueryGraph:
             raise OnnxUnavailable(f"the session could not be built: {_first_line(exc)}") from exc
 
     def _pointers(self) -> list[int]:
-        return [getattr(module, name).data_ptr() for module, name in self._slots]
+        return [tensors[name].data_ptr() for tensors, name in self._slots]
 
     @property
     def current(self) -> bool:

@@ -118,6 +118,9 @@ def age(path: Path, days: float) -> Path:
     return path
 
 
+DENSE = "encoder.layer.0.output.dense"  # a linear layer of the tiny BERT
+
+
 def test_weights_replaced_after_loading_are_the_ones_used(warm_cache, tiny_model_dir):
     """The package reads the transformer's tensors by address: tensors replaced since (not
     changed in place) are handed to it again before the next query."""
@@ -134,6 +137,13 @@ def test_weights_replaced_after_loading_are_the_ones_used(warm_cache, tiny_model
             parameter.mul_(1.3)
     np.testing.assert_allclose(after, eager.encode(QUERY), atol=1e-5)
     assert np.abs(after - before).max() > 1e-3
+    # A parameter replaced whole (a new nn.Parameter assigned to the attribute) too.
+    for model in (encoder, eager):
+        dense = model.transformer.get_submodule(DENSE)
+        dense.weight = torch.nn.Parameter(dense.weight.detach() * 0.5)
+    replaced = encoder.encode(QUERY)
+    np.testing.assert_allclose(replaced, eager.encode(QUERY), atol=1e-5)
+    assert np.abs(replaced - after).max() > 1e-3
 
 
 def test_a_damaged_entry_warns_and_is_rebuilt(warm_cache, tiny_model_dir, tiny_encoder):
