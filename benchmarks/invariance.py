@@ -171,7 +171,8 @@ def query_server_run(
 
     current = serving_record("default")
     path = os.path.join(tempfile.mkdtemp(prefix="sbert-invariance-"), "query.sock")
-    server = QueryServer(path, encode, max_batch=16, cache_size=0)
+    # The command's defaults: batches of up to 16, as many queries at once as CPUs.
+    server = QueryServer(path, encode, max_batch=16, cache_size=0, concurrency=os.cpu_count() or 1)
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     task: list[asyncio.Task] = []

@@ -2,7 +2,7 @@
 query server (``manage.py sbert_query_server``), measured in the same run.
 
     flock /tmp/sbert-bench.lock .venv/bin/python -m benchmarks.throughput [--rounds 3] \\
-        [--seconds 15] [--clients 4 16] [--json PATH]
+        [--seconds 15] [--clients 4 16] [--server-concurrency 1 2] [--json PATH]
 
 What runs, all on 127.0.0.1 and started by this script: an embedded PostgreSQL with pgvector
 holding the 5,183 SciFact abstracts (title and first 300 characters, as ``benchmarks.load``;
@@ -10,9 +10,11 @@ vectors kept in the row), and two gunicorn sites of the load test's configuratio
 (``benchmarks/load_site``: 2 sync processes, the ``django_sbert.contrib.gunicorn`` hooks,
 ``CONN_MAX_AGE`` 600, one torch thread each): *in-process* encodes each search's text in the
 web process that serves it (the default, sync workers), *query server* sends it to one
-``sbert_query_server`` (every CPU, the default settings: batches of up to 16, a 1 ms window)
-from gthread workers of ``--web-threads`` threads (8), so that searches wait on it together.
-Only one site is sent searches at a time; the other sits idle.
+``sbert_query_server`` (every CPU, the default settings: batches of up to 16, a 1 ms window,
+as many queries at once as CPUs) from gthread workers of ``--web-threads`` threads (8), so
+that searches wait on it together. ``--server-concurrency 1 2`` runs one query-server site per
+value of its ``--concurrency``, side by side. Only one site is sent searches at a time; the
+others sit idle.
 
 Clients: ``benchmarks.load_client`` (a process of its own, asyncio) sends REST text searches
 (``k=10``) back to back over ``--clients`` connections for ``--seconds``. Texts come from
@@ -157,13 +159,20 @@ def main() -> None:
     parser.add_argument(
         "--server-threads", type=int, help="torch threads of the query server (default: all)"
     )
+    parser.add_argument(
+        "--server-concurrency",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="queries the query server encodes at once (its --concurrency; 0: its default); "
+        "several values: one query-server site each, side by side in the run",
+    )
     add_json_option(parser)
     args = parser.parse_args()
 
     print(cpu_line(), f"load average {load_average()}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="sbert-throughput-"))
     url = embedded_database_url()
-    socket_path = str(work / "query.sock")
     base_env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "benchmarks.load_site.settings",
@@ -201,64 +210,65 @@ def main() -> None:
 
     config = ROOT / "benchmarks/load_site/gunicorn.conf.py"
     gunicorn = [str(ROOT / ".venv/bin/gunicorn"), "-c", str(config)]
-    sites = {
-        "in-process": (args.port, {}),
-        "query server": (
-            args.port + 1,
-            {"SBERT_QUERY_SOCKET": socket_path, "LOAD_WEB_THREADS": str(args.web_threads)},
-        ),
-    }
     threads = ["--threads", str(args.server_threads)] if args.server_threads else []
-    procs = {
-        "query-server": Proc(
-            "query-server",
-            [
-                sys.executable,
-                "-m",
-                "django",
-                "sbert_query_server",
-                "--socket",
-                socket_path,
-                *threads,
-            ],
+    # site name -> (port, the web processes' extra environment, its query server or None)
+    sites: dict[str, tuple[int, dict[str, str], str | None]] = {"in-process": (args.port, {}, None)}
+    procs: dict[str, Proc] = {}
+    for index, concurrency in enumerate(args.server_concurrency, start=1):
+        name = "query server"
+        if len(args.server_concurrency) > 1:
+            name += f", {concurrency or 'default'} at once"
+        socket = str(work / f"query-{index}.sock")
+        at_once = ["--concurrency", str(concurrency)] if concurrency else []
+        procs[f"{name} process"] = Proc(
+            f"{name} process",
+            [sys.executable, "-m", "django", "sbert_query_server", "--socket", socket,
+             *threads, *at_once],
             {**base_env, "SBERT_THREADS": "2", "OMP_NUM_THREADS": "2"},
-            work / "query-server.log",
-        ),
-        **{
-            name: Proc(
-                name,
-                gunicorn,
-                {**base_env, "LOAD_BIND": f"127.0.0.1:{port}", **extra},
-                work / f"web-{name.replace(' ', '-')}.log",
-            )  # fmt: skip
-            for name, (port, extra) in sites.items()
-        },
-    }
+            work / f"query-server-{index}.log",
+        )  # fmt: skip
+        extra = {"SBERT_QUERY_SOCKET": socket, "LOAD_WEB_THREADS": str(args.web_threads)}
+        sites[name] = (args.port + index, extra, socket)
+    for name, (port, extra, _) in sites.items():
+        procs[name] = Proc(
+            name,
+            gunicorn,
+            {**base_env, "LOAD_BIND": f"127.0.0.1:{port}", **extra},
+            work / f"web-{name.replace(' ', '-').replace(',', '')}.log",
+        )
     results: dict[str, dict[str, list[dict]]] = {}
     next_text = 0
     try:
-        procs["query-server"].start()
-        deadline = time.monotonic() + 600
-        while "Query server ready" not in procs["query-server"].log.read_text():
-            assert time.monotonic() < deadline, procs["query-server"].log.read_text()[-3000:]
-            time.sleep(0.5)
-        for name, (port, _) in sites.items():
+        for name, (_, _, socket) in sites.items():
+            if socket is None:
+                continue
+            server = procs[f"{name} process"]
+            server.start()
+            deadline = time.monotonic() + 600
+            while "Query server ready" not in server.log.read_text():
+                assert time.monotonic() < deadline, server.log.read_text()[-3000:]
+                time.sleep(0.5)
+        for name, (port, _, _) in sites.items():
             procs[name].start()
             wait_ready(port, procs[name])
         print(f"processes up; logs in {work}", flush=True)
         for round_number in range(1, args.rounds + 1):
             for order in args.orders:
                 for clients in args.clients:
-                    for name, (port, _) in sites.items():
-                        if name == "query server":
-                            server_stats(socket_path, clear=True)
+                    for name, (port, _, socket) in sites.items():
+                        if socket is not None:
+                            server_stats(socket, clear=True)
                         if order == "unique":  # each text once in the whole run
                             run_texts = texts[next_text:] + texts[:next_text]
                         else:
                             run_texts = texts
                         groups = {
                             "web": lambda name=name: tree(procs[name].popen.pid),
-                            "query server": lambda: tree(procs["query-server"].popen.pid),
+                            "query server": lambda name=name: tree(
+                                procs[f"{name} process"].popen.pid
+                                if f"{name} process" in procs
+                                else None
+                            ),
                             "postgres": postgres_pids,
                         }
                         records, used = run_clients(
@@ -271,8 +281,8 @@ def main() -> None:
                             figures[f"cpu_ms_{group.replace(' ', '_')}"] = round(
                                 1000 * seconds / max(len(records), 1), 2
                             )
-                        if name == "query server":
-                            stats = server_stats(socket_path)
+                        if socket is not None:
+                            stats = server_stats(socket)
                             figures["cache_hit_rate"] = round(
                                 stats["cache_hits"] / max(stats["requests"], 1), 3
                             )

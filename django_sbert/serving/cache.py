@@ -26,6 +26,7 @@ switch to a promoted one without a restart; ``get_encoder(name, version)`` a giv
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections import OrderedDict
@@ -68,10 +69,10 @@ QUERY_CACHE_SIZE = 256  # query texts whose vectors each process keeps (LRU); 0:
 # torch threads while a web process encodes one search query: one short text gains little from
 # more, and threads that spin after the forward pass slow a PostgreSQL on the same cores.
 QUERY_THREADS: int | None = 1  # None: the process setting (THREADS)
-# One forward pass at a time per loaded model: a fast tokenizer shared between threads can
-# fail with "RuntimeError: Already borrowed" (huggingface/tokenizers#537), and torch already
-# uses every configured thread inside one pass. Per model, not per encoder name, so that the
-# first pass of a version being pre-loaded (compiling, perhaps) never holds up the serving one.
+# One torch forward pass at a time per loaded model: torch already uses every configured
+# thread inside one pass, and its thread count is process-wide. Per model, not per encoder
+# name, so that the first pass of a version being pre-loaded (compiling, perhaps) never holds
+# up the serving one. Queries on an ONNX Runtime graph take no lock (``_side_by_side``).
 _encode_locks: WeakKeyDictionary[SentenceEncoder, threading.Lock] = WeakKeyDictionary()
 
 Role = Literal["query", "document"]
@@ -108,6 +109,13 @@ def encodes_outside_gil(current: Serving) -> bool:
     name, version, directory = current.encoder, current.version, current.directory
     with _lock:  # a loaded model only: this never loads one
         model = _encoders.get(name) if directory is None else _tuned.get((name, version))
+    return model is not None and _side_by_side(model)
+
+
+def _side_by_side(model: SentenceEncoder) -> bool:
+    """Whether ``model``'s queries go through an ONNX Runtime graph, which runs concurrent calls
+    of one session each on its caller's thread (``QUERY_THREADS`` each), outside the GIL: two
+    queries then take two cores, where torch's passes take turns."""
     return (
         getattr(model, "query_runtime", "torch") != "torch"  # an ONNX Runtime graph
         and model.query_runtime_failure is None  # else the graph failed and torch serves
@@ -274,7 +282,8 @@ def encode_texts(
     puts the query or the document prompt before each text (``role_prompt``); None encodes
     the texts as given (the model's default prompt, if it declares one, still applies).
     ``role="query"`` encodes each text alone on ``QUERY_THREADS`` (``threads`` unused): the
-    vector a search for that text gets, in any list.
+    vector a search for that text gets, in any list; on an ONNX Runtime graph without the
+    lock, so that queries of several threads run side by side.
     """
     return _encode(get_encoder(encoder, version), encoder, texts, threads, normalize, role)
 
@@ -298,13 +307,16 @@ def _encode(
     # bit for bit, where a batch's kernels would move it (docs/encoder.md, "Same text, same
     # vector"). Documents keep their batches.
     alone = role == "query"
-    with lock:
+    # A query on an ONNX Runtime graph needs no lock: the session's threads are its own (no
+    # torch thread count to set) and the tokenizers are never reconfigured after loading.
+    side_by_side = alone and _side_by_side(model)
+    with contextlib.nullcontext() if side_by_side else lock:
         return model.encode(
             list(texts),
             batch_size=int(config["BATCH_SIZE"]),
             normalize=normalize,
             long_text=config["LONG_TEXT"],
-            threads=QUERY_THREADS if alone else threads,
+            threads=None if side_by_side else QUERY_THREADS if alone else threads,
             max_chunks=int(max_chunks) if max_chunks is not None else None,
             prompt=role_prompt(encoder, role, model),
             alone=alone,

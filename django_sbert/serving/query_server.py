@@ -11,7 +11,10 @@ Searches' SQL stays in the web processes: only the text travels, and 1.5 KiB com
 
 An asyncio loop reads requests (``query_client``'s wire format) and answers from the cache at
 once; one batcher takes up to ``MAX_BATCH`` texts of one version, ``WINDOW_MS`` after the
-oldest arrived, and encodes each alone in the encoding thread while the loop goes on reading.
+oldest arrived, and hands them to one of ``concurrency`` encoding threads while the loop goes
+on reading; with several threads free, the waiting texts are shared between them. Each text is
+encoded alone, so threads pay only where queries run outside Python's GIL side by side (an
+ONNX Runtime graph: two cores for two queries); torch's passes take turns on one model.
 Past ``MAX_QUEUE`` waiting texts a request is answered busy at once (the search gets 503). The
 server encodes with exactly the version a request names; a base-model version it does not
 have is an error, which the web process answers by encoding the text itself, or in the light
@@ -67,7 +70,10 @@ class QueryServer:
         max_queue: int = 64,
         cache_size: int = 10000,
         retry_after: int = 1,
+        concurrency: int = 1,
     ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}.")
         self.path = os.fspath(path)
         self.encode = encode
         self.max_batch = max_batch
@@ -81,13 +87,16 @@ class QueryServer:
         self.counts: Counter[str] = Counter()
         self.batch_sizes: Counter[int] = Counter()
         self._arrived: asyncio.Event | None = None
-        self._encoding = ThreadPoolExecutor(1, thread_name_prefix="sbert-query-encode")
+        self.concurrency = concurrency
+        self._encoding = ThreadPoolExecutor(concurrency, thread_name_prefix="sbert-query-encode")
+        self._running: set[asyncio.Task[None]] = set()  # batches being encoded
+        self._finished: asyncio.Event | None = None  # set when one of them ends
 
     # -- serving -------------------------------------------------------------------------
 
     async def serve(self, ready: asyncio.Event | None = None) -> None:
         """Listen until cancelled; ``ready`` is set once the socket accepts connections."""
-        self._arrived = asyncio.Event()
+        self._arrived, self._finished = asyncio.Event(), asyncio.Event()
         _remove_stale_socket(self.path)
         server = await asyncio.start_unix_server(self._connection, path=self.path)
         batcher = asyncio.create_task(self._batches())
@@ -98,6 +107,8 @@ class QueryServer:
                 await server.serve_forever()
         finally:
             batcher.cancel()
+            for task in self._running:
+                task.cancel()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
             self._encoding.shutdown(wait=False, cancel_futures=True)
@@ -166,8 +177,7 @@ class QueryServer:
             return ERROR, f"{type(exc).__name__}: {exc}".encode()
 
     async def _batches(self) -> None:
-        assert self._arrived is not None
-        loop = asyncio.get_running_loop()
+        assert self._arrived is not None and self._finished is not None
         while True:
             await self._arrived.wait()
             if not self.queue:
@@ -177,34 +187,49 @@ class QueryServer:
                 delay = self.queue[0].arrived + self.window - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
-            batch = self._take_batch()
-            encoder, version, directory, _ = batch[0].key
-            texts = [waiting.key[3] for waiting in batch]
-            try:
-                vectors = await loop.run_in_executor(
-                    self._encoding, self.encode, texts, encoder, version, directory
-                )
-            except Exception as exc:
-                logger.warning("django-sbert: query server could not encode a batch: %s", exc)
-                for waiting in batch:
-                    self.in_queue.pop(waiting.key, None)
-                    waiting.future.set_exception(exc)
-                continue
-            self.counts["batches"] += 1
-            self.counts["encoded"] += len(batch)
-            self.batch_sizes[len(batch)] += 1
-            for waiting, vector in zip(batch, vectors, strict=True):
-                payload = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
-                self._remember(waiting.key, payload)
-                self.in_queue.pop(waiting.key, None)
-                waiting.future.set_result(payload)
+            while len(self._running) >= self.concurrency:  # every encoding thread is busy
+                self._finished.clear()
+                await self._finished.wait()
+            # Share what waits between the threads free now, so none sits idle beside a batch.
+            free = self.concurrency - len(self._running)
+            batch = self._take_batch(min(self.max_batch, -(-len(self.queue) // free)))
+            task = asyncio.create_task(self._encode_batch(batch))
+            self._running.add(task)
+            task.add_done_callback(self._batch_done)
 
-    def _take_batch(self) -> list[_Waiting]:
-        """Up to ``max_batch`` waiting texts of the oldest one's version, oldest first."""
+    def _batch_done(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        assert self._finished is not None
+        self._finished.set()
+
+    async def _encode_batch(self, batch: list[_Waiting]) -> None:
+        encoder, version, directory, _ = batch[0].key
+        texts = [waiting.key[3] for waiting in batch]
+        try:
+            vectors = await asyncio.get_running_loop().run_in_executor(
+                self._encoding, self.encode, texts, encoder, version, directory
+            )
+        except Exception as exc:
+            logger.warning("django-sbert: query server could not encode a batch: %s", exc)
+            for waiting in batch:
+                self.in_queue.pop(waiting.key, None)
+                waiting.future.set_exception(exc)
+            return
+        self.counts["batches"] += 1
+        self.counts["encoded"] += len(batch)
+        self.batch_sizes[len(batch)] += 1
+        for waiting, vector in zip(batch, vectors, strict=True):
+            payload = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+            self._remember(waiting.key, payload)
+            self.in_queue.pop(waiting.key, None)
+            waiting.future.set_result(payload)
+
+    def _take_batch(self, size: int) -> list[_Waiting]:
+        """Up to ``size`` waiting texts of the oldest one's version, oldest first."""
         version = self.queue[0].key[:3]
         batch, rest = [], []
         for waiting in self.queue:
-            if len(batch) < self.max_batch and waiting.key[:3] == version:
+            if len(batch) < size and waiting.key[:3] == version:
                 batch.append(waiting)
             else:
                 rest.append(waiting)
@@ -227,10 +252,13 @@ class QueryServer:
 
     def stats(self) -> dict[str, Any]:
         """Counters since start: requests, cache_hits, joined, batches, encoded, busy, errors,
-        and now waiting, cached and the batch sizes seen."""
+        and now waiting, encoding (batches in the encoding threads, of ``concurrency``), cached
+        and the batch sizes seen."""
         return {
             **{name: self.counts[name] for name in _COUNTERS},
             "waiting": len(self.queue),
+            "encoding": len(self._running),
+            "concurrency": self.concurrency,
             "cached": len(self.cache),
             "batch_sizes": {str(size): n for size, n in sorted(self.batch_sizes.items())},
         }

@@ -9,6 +9,7 @@ fast; these tests take them out, so the encoder runs with the defaults a project
 from __future__ import annotations
 
 import io
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -255,3 +256,56 @@ def test_sbert_status_says_which_path_and_why(defaults, settings):
     call_command("sbert_status", "--no-progress", stdout=out)
     assert "encoder 'default': eager float32 (" in out.getvalue()
     assert "COMPILE=False" in out.getvalue()
+
+
+class MeetingSession:
+    """An ONNX Runtime session whose ``run`` waits until ``parties`` calls are inside it at
+    once: a lock around the encode leaves the first caller waiting alone, and it fails
+    (``threading.BrokenBarrierError``) after ``timeout`` seconds."""
+
+    def __init__(self, session: object, parties: int, timeout: float = 30.0) -> None:
+        self.session = session
+        self.barrier = threading.Barrier(parties, timeout=timeout)
+        self.calls = 0
+
+    def run(self, *args: object, **kwargs: object) -> object:
+        self.calls += 1
+        self.barrier.wait()
+        return self.session.run(*args, **kwargs)
+
+
+@pytest.mark.heavy
+@needs_onnx
+@pytest.mark.django_db
+def test_queries_on_an_onnx_graph_are_encoded_side_by_side(defaults, settings):
+    """Two searches' queries run inside the ONNX Runtime session at the same moment (no
+    encoder lock: two cores for two queries), and each gets, bit for bit, the vector the
+    text gets alone on one thread, whatever the process's torch thread count."""
+    ask_for_query_runtime(settings, "onnxruntime")
+    assert warmup.warm(["default"], role="query")["default"].error is None
+    model = serving.get_encoder("default")
+    graph = model._onnx
+    assert isinstance(graph, OnnxQueryGraph)
+    texts = ["central banks raise interest rates", "the dog runs " * 40]  # 7 and 120 tokens
+    prompt = serving.role_prompt("default", "query", model)
+    alone = [model.encode([text], alone=True, threads=1, prompt=prompt)[0] for text in texts]
+    graph._session = MeetingSession(graph._session, parties=2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(4)  # the query server's torch threads on a larger host
+    results: dict[int, np.ndarray] = {}
+    try:
+
+        def search(index: int) -> None:
+            (results[index],) = serving.encode_texts([texts[index]], role="query")
+
+        workers = [threading.Thread(target=search, args=(i,)) for i in range(2)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert torch.get_num_threads() == 4  # no query set it behind the process's back
+    finally:
+        torch.set_num_threads(threads)
+    assert graph._session.calls == 2 and not graph._session.barrier.broken
+    for index, vector in enumerate(alone):
+        np.testing.assert_array_equal(results[index], vector)

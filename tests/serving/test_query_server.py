@@ -8,13 +8,20 @@ process encodes the text itself meanwhile, with a path alone (the light layout) 
 
 from __future__ import annotations
 
+import asyncio
+import json
+import socket
 import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
+from django_sbert.encoder.paths import onnxruntime_missing
 from django_sbert.exceptions import EncoderAway
 from django_sbert.serving import (
     clear_query_cache,
@@ -23,11 +30,15 @@ from django_sbert.serving import (
     query_vector,
     serving_record,
 )
-from django_sbert.serving.query_server import server_stats
+from django_sbert.serving.query_client import OK, exchange
+from django_sbert.serving.query_server import QueryServer, server_stats
 from tests.query_server_process import QueryServerProcess
 from tests.testapp.models import Article
 
 pytestmark = [pytest.mark.heavy, pytest.mark.django_db(transaction=True)]
+needs_onnx = pytest.mark.skipif(
+    onnxruntime_missing() is not None, reason=str(onnxruntime_missing())
+)
 
 TEXTS = [
     "central banks raise interest rates",
@@ -211,3 +222,73 @@ def test_the_command_says_what_is_missing(tmp_path):
         call_command("sbert_query_server", "--stats", "--socket", str(tmp_path / "none.sock"))
     with pytest.raises(OSError):
         server_stats(tmp_path / "none.sock")
+
+
+@needs_onnx
+def test_the_server_encodes_as_many_queries_at_once_as_its_concurrency(tmp_path):
+    """Texts that arrive together are shared between the encoding threads, which run inside
+    one ONNX Runtime session at the same moment; each vector is the one the text gets alone."""
+    from django_sbert.conf import encoder_config
+    from django_sbert.encoder import SentenceEncoder
+    from tests.serving.test_paths import MeetingSession
+
+    model = SentenceEncoder.load(encoder_config("default")["MODEL"], query_runtime="onnxruntime")
+    expected = np.stack([model.encode([text], alone=True, threads=1) for text in TEXTS])[:, 0]
+    graph = model._onnx
+    graph._session = MeetingSession(graph._session, parties=2)
+
+    def encode(texts: list[str], *_: object) -> np.ndarray:
+        return model.encode(texts, alone=True)
+
+    server = QueryServer(str(tmp_path / "q.sock"), encode, window_ms=300, concurrency=2)
+    with running(server) as ask:
+        with ThreadPoolExecutor(len(TEXTS)) as pool:
+            vectors = list(pool.map(ask, TEXTS))
+        stats = server.stats()
+    assert not graph._session.barrier.broken, "the two batches were not encoded at once"
+    assert stats["concurrency"] == 2
+    assert stats["batches"] == 2 and stats["batch_sizes"] == {"4": 2}, stats  # shared evenly
+    np.testing.assert_array_equal(np.stack(vectors), expected)
+
+
+def test_a_concurrency_below_one_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="concurrency must be >= 1"):
+        QueryServer(str(tmp_path / "q.sock"), None, concurrency=0)
+    with pytest.raises(CommandError, match="--concurrency must be at least 1"):
+        call_command("sbert_query_server", "--socket", str(tmp_path / "q"), "--concurrency", "0")
+
+
+@contextmanager
+def running(server: QueryServer) -> Iterator[Callable[[str], np.ndarray]]:
+    """``server`` listening in a thread of its own; yields ``ask(text)``, one connection per
+    calling thread."""
+    loop = asyncio.new_event_loop()
+    started, task = threading.Event(), []
+
+    def serve() -> None:
+        ready = asyncio.Event()
+        task.append(loop.create_task(server.serve(ready)))
+        loop.run_until_complete(ready.wait())
+        started.set()
+        loop.run_until_complete(asyncio.gather(task[0], return_exceptions=True))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    assert started.wait(30)
+    local = threading.local()
+    request = {"encoder": "default", "version": "base", "directory": None}
+
+    def ask(text: str) -> np.ndarray:
+        if getattr(local, "connection", None) is None:
+            local.connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            local.connection.connect(server.path)
+        status, payload = exchange(local.connection, json.dumps({**request, "text": text}).encode())
+        assert status == OK, payload
+        return np.frombuffer(payload, dtype=np.float32)
+
+    try:
+        yield ask
+    finally:
+        loop.call_soon_threadsafe(task[0].cancel)
+        thread.join(timeout=30)
+        loop.close()

@@ -3,7 +3,7 @@
 ::
 
     manage.py sbert_query_server                     # on SBERT["QUERY_SERVER"]["SOCKET"]
-    manage.py sbert_query_server --socket /run/sbert/query.sock --threads 2
+    manage.py sbert_query_server --socket /run/sbert/query.sock --threads 2 --concurrency 2
     manage.py sbert_query_server --stats             # the running server's counters, as JSON
     manage.py sbert_query_server --stats --clear     # ... then empty its cache, zero them
 
@@ -46,6 +46,12 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--max-batch", type=int, default=16, help="Queries taken at once (each encoded alone)."
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=int,
+            help="Queries encoded at the same time, each on its own thread (default: every "
+            "CPU). ONNX Runtime's graphs run them side by side; torch's passes take turns",
         )
         parser.add_argument(
             "--window-ms",
@@ -97,6 +103,8 @@ class Command(BaseCommand):
             except OSError as exc:
                 raise CommandError(f"No query server answers on {path}: {exc}") from exc
             return
+        if options["concurrency"] is not None and options["concurrency"] < 1:
+            raise CommandError(f"--concurrency must be at least 1, got {options['concurrency']}.")
         self._serve(str(path), options["threads"], options)
 
     def _serve(self, path: str, threads: int | None, options: dict[str, Any]) -> None:
@@ -104,6 +112,7 @@ class Command(BaseCommand):
 
         query_client.disable()  # this process encodes: it never asks a server itself
         threads = int(threads or os.cpu_count() or 1)
+        concurrency = options["concurrency"] or int(os.cpu_count() or 1)
         set_torch_threads(threads)
         torch.set_num_threads(threads)
         names = served_encoders()
@@ -120,6 +129,7 @@ class Command(BaseCommand):
             max_queue=options["max_queue"],
             cache_size=options["cache_size"],
             retry_after=options["retry_after"],
+            concurrency=concurrency,
         )
         paths = {name: state.path for name, state in states.items()}
         try:
@@ -140,7 +150,8 @@ class Command(BaseCommand):
         if ready.is_set():
             self.stdout.write(
                 f"Query server ready on {server.path}: encoders {names} ({paths}), "
-                f"{threads} torch threads, batches of up to {server.max_batch}, window "
+                f"{threads} torch threads, {server.concurrency} queries at once, batches of "
+                f"up to {server.max_batch}, window "
                 f"{server.window * 1000:g} ms, queue {server.max_queue}, cache "
                 f"{server.cache_size}.",
             )
