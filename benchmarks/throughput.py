@@ -2,7 +2,7 @@
 query server (``manage.py sbert_query_server``), measured in the same run.
 
     flock /tmp/sbert-bench.lock .venv/bin/python -m benchmarks.throughput [--rounds 3] \\
-        [--seconds 15] [--clients 4 16] [--server-concurrency 1 2] [--json PATH]
+        [--seconds 15] [--clients 4 16] [--server-flags "--concurrency 1" ""] [--json PATH]
 
 What runs, all on 127.0.0.1 and started by this script: an embedded PostgreSQL with pgvector
 holding the 5,183 SciFact abstracts (title and first 300 characters, as ``benchmarks.load``;
@@ -10,11 +10,11 @@ vectors kept in the row), and two gunicorn sites of the load test's configuratio
 (``benchmarks/load_site``: 2 sync processes, the ``django_sbert.contrib.gunicorn`` hooks,
 ``CONN_MAX_AGE`` 600, one torch thread each): *in-process* encodes each search's text in the
 web process that serves it (the default, sync workers), *query server* sends it to one
-``sbert_query_server`` (every CPU, the default settings: batches of up to 16, a 1 ms window,
-as many queries at once as CPUs) from gthread workers of ``--web-threads`` threads (8), so
-that searches wait on it together. ``--server-concurrency 1 2`` runs one query-server site per
-value of its ``--concurrency``, side by side. Only one site is sent searches at a time; the
-others sit idle.
+``sbert_query_server`` (every CPU, the default settings: batches of up to 16, no window, as
+many queries at once as CPUs) from gthread workers of ``--web-threads`` threads (8), so
+that searches wait on it together. ``--server-flags`` runs one query-server site per string of
+the command's flags (``"--concurrency 1" ""``: one encoding thread, then the defaults), side by
+side. Only one site is sent searches at a time; the others sit idle.
 
 Clients: ``benchmarks.load_client`` (a process of its own, asyncio) sends REST text searches
 (``k=10``) back to back over ``--clients`` connections for ``--seconds``. Texts come from
@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import signal
 import statistics
 import subprocess
@@ -160,12 +161,11 @@ def main() -> None:
         "--server-threads", type=int, help="torch threads of the query server (default: all)"
     )
     parser.add_argument(
-        "--server-concurrency",
-        type=int,
+        "--server-flags",
         nargs="+",
-        default=[0],
-        help="queries the query server encodes at once (its --concurrency; 0: its default); "
-        "several values: one query-server site each, side by side in the run",
+        default=[""],
+        help="flags of sbert_query_server, one string per query-server site (default: one "
+        "site, the command's defaults); several: the sites side by side in the run",
     )
     add_json_option(parser)
     args = parser.parse_args()
@@ -214,16 +214,13 @@ def main() -> None:
     # site name -> (port, the web processes' extra environment, its query server or None)
     sites: dict[str, tuple[int, dict[str, str], str | None]] = {"in-process": (args.port, {}, None)}
     procs: dict[str, Proc] = {}
-    for index, concurrency in enumerate(args.server_concurrency, start=1):
-        name = "query server"
-        if len(args.server_concurrency) > 1:
-            name += f", {concurrency or 'default'} at once"
+    for index, flags in enumerate(args.server_flags, start=1):
+        name = f"query server {flags}".strip()
         socket = str(work / f"query-{index}.sock")
-        at_once = ["--concurrency", str(concurrency)] if concurrency else []
         procs[f"{name} process"] = Proc(
             f"{name} process",
             [sys.executable, "-m", "django", "sbert_query_server", "--socket", socket,
-             *threads, *at_once],
+             *threads, *shlex.split(flags)],
             {**base_env, "SBERT_THREADS": "2", "OMP_NUM_THREADS": "2"},
             work / f"query-server-{index}.log",
         )  # fmt: skip

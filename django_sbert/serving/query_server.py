@@ -10,11 +10,12 @@ Searches' SQL stays in the web processes: only the text travels, and 1.5 KiB com
     python manage.py sbert_query_server        # listens on SBERT["QUERY_SERVER"]["SOCKET"]
 
 An asyncio loop reads requests (``query_client``'s wire format) and answers from the cache at
-once; one batcher takes up to ``MAX_BATCH`` texts of one version, ``WINDOW_MS`` after the
-oldest arrived, and hands them to one of ``concurrency`` encoding threads while the loop goes
-on reading; with several threads free, the waiting texts are shared between them. Each text is
-encoded alone, so threads pay only where queries run outside Python's GIL side by side (an
-ONNX Runtime graph: two cores for two queries); torch's passes take turns on one model.
+once; one batcher takes up to ``MAX_BATCH`` texts of one version (``WINDOW_MS`` after the
+oldest arrived; no wait by default) and hands them to one of ``concurrency`` encoding threads
+while the loop goes on reading; with several threads free, the waiting texts are shared
+between them. Each text is encoded alone, so threads pay only where queries run outside
+Python's GIL side by side (an ONNX Runtime graph: two cores for two queries); torch's passes
+take turns on one model.
 Past ``MAX_QUEUE`` waiting texts a request is answered busy at once (the search gets 503). The
 server encodes with exactly the version a request names; a base-model version it does not
 have is an error, which the web process answers by encoding the text itself, or in the light
@@ -66,7 +67,7 @@ class QueryServer:
         encode: Any,
         *,
         max_batch: int = 16,
-        window_ms: float = 1.0,
+        window_ms: float = 0.0,
         max_queue: int = 64,
         cache_size: int = 10000,
         retry_after: int = 1,
