@@ -19,9 +19,10 @@ float32, ONNX Runtime (its single texts; lists run torch), eager and compiled bf
 * ``alone``: ``encode(texts, alone=True)`` on the shuffled list (every query path now);
 * ``alone, 2 threads``: each text alone on two torch threads.
 
-**Serving paths** (Django, this host's default path, with a database): a visitor's search
-(``serving.encode_query``, the reference), the query server (a ``QueryServer`` on a Unix socket
-in this process, 16 client threads sending every text at once: batches of up to 16), the
+**Serving paths** (Django, this host's default path or ``--query-runtime``'s, with a database):
+a visitor's search (``serving.encode_query``, the reference), the query server (a
+``QueryServer`` on a Unix socket in this process, 16 client threads sending every text at once:
+batches of up to 16, as many encoded at once as CPUs), the
 evaluation's queries (``encode_texts(role="query")``, what ``sbert_evaluate`` encodes) and an
 async search's (``query.aio.encode_text``, 8 at a time). The query server's queries/s and
 CPU ms per query are printed too, and with ``--legacy`` the same for its former batched encode.
@@ -45,6 +46,7 @@ import numpy as np
 
 from benchmarks.common import DATA, add_json_option, cpu_line, load_average, write_json
 from benchmarks.data import SENTENCE_END
+from django_sbert.encoder.paths import QUERY_RUNTIMES
 
 MODEL = "all-MiniLM-L6-v2"
 PATHS = (
@@ -154,10 +156,11 @@ def measure_path(model, items: list[str]) -> dict[str, dict[str, float]]:
     return rows
 
 
-def setup_serving() -> None:
+def setup_serving(query_runtime: str) -> None:
     from benchmarks.django_setup import setup_django
 
-    setup_django({"ENCODERS": {"default": {"MODEL": MODEL}}, "AUTO_EMBED": False})
+    encoder = {"MODEL": MODEL, "QUERY_RUNTIME": query_runtime}
+    setup_django({"ENCODERS": {"default": encoder}, "AUTO_EMBED": False})
 
 
 def query_server_run(
@@ -276,6 +279,9 @@ def main() -> None:
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=PATHS)
     parser.add_argument("--no-serving", action="store_true", help="the encoder paths only")
     parser.add_argument("--legacy", action="store_true", help="the server's former batches too")
+    parser.add_argument(
+        "--query-runtime", default="auto", choices=QUERY_RUNTIMES, help="the serving paths'"
+    )
     add_json_option(parser)
     args = parser.parse_args()
     print(cpu_line(), f"load average {load_average()}", flush=True)
@@ -283,7 +289,7 @@ def main() -> None:
     print(f"{len(items)} texts (SciFact train claims, abstracts' first sentences)", flush=True)
     figures: dict[str, dict] = {"encoder": encoder_paths(items, args.paths)}
     if not args.no_serving:
-        setup_serving()
+        setup_serving(args.query_runtime)
         figures["serving"] = serving_paths(items, args.legacy)
     print(f"load average at the end {load_average()}")
     write_json(args.json, figures)
