@@ -240,10 +240,17 @@ def test_the_server_encodes_as_many_queries_at_once_as_its_concurrency(tmp_path)
     def encode(texts: list[str], *_: object) -> np.ndarray:
         return model.encode(texts, alone=True)
 
-    server = QueryServer(str(tmp_path / "q.sock"), encode, window_ms=300, concurrency=2)
+    # A window, so that all eight wait together even on a busy machine: then 4 and 4.
+    server = QueryServer(str(tmp_path / "q.sock"), encode, window_ms=1000, concurrency=2)
+    start = threading.Barrier(len(TEXTS))
     with running(server) as ask:
+
+        def search(text: str) -> np.ndarray:
+            start.wait()
+            return ask(text)
+
         with ThreadPoolExecutor(len(TEXTS)) as pool:
-            vectors = list(pool.map(ask, TEXTS))
+            vectors = list(pool.map(search, TEXTS))
         stats = server.stats()
     assert not graph._session.barrier.broken, "the two batches were not encoded at once"
     assert stats["concurrency"] == 2
