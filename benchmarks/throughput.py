@@ -259,12 +259,11 @@ def main() -> None:
                             run_texts = texts[next_text:] + texts[:next_text]
                         else:
                             run_texts = texts
+                        server = procs.get(f"{name} process")  # None: the in-process site
                         groups = {
                             "web": lambda name=name: tree(procs[name].popen.pid),
-                            "query server": lambda name=name: tree(
-                                procs[f"{name} process"].popen.pid
-                                if f"{name} process" in procs
-                                else None
+                            "query server": lambda server=server: tree(
+                                server.popen.pid if server else None
                             ),
                             "postgres": postgres_pids,
                         }
