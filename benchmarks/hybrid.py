@@ -13,6 +13,7 @@ end to end with an uncached query encoding, and search only (the query vector al
     python -m benchmarks.hybrid                 # encode (first run), tune, report
     python -m benchmarks.hybrid --prepare-only  # just encode and cache the corpus
     python -m benchmarks.hybrid --fusion-families  # RRF against linear, then stop
+    python -m benchmarks.hybrid --plan-parts 50  # where PostgreSQL's time goes, then stop
 
 ``--fusion-families`` compares ``hybrid_search()``'s two kinds of fusion on the same candidate
 lists, over the grid a fine-tuning run searches (``finetuning.hybrid``): RRF, and linear fusion
@@ -372,6 +373,71 @@ def plan_summary(text: str, **options) -> str:
     )
 
 
+# One plan node's times: "actual time=START..END rows=N loops=L" (rows "N.00" from PostgreSQL 18).
+_NODE_TIMES = re.compile(r"actual time=[\d.]+\.\.([\d.]+) rows=[\d.]+ loops=(\d+)")
+
+
+def _node_ms(line: str) -> float:
+    """A plan node's time over all its loops (its end time, per loop, times the loops)."""
+    found = _NODE_TIMES.search(line)
+    return float(found.group(1)) * int(found.group(2)) if found else 0.0
+
+
+def plan_parts(plan: str) -> dict[str, float]:
+    """PostgreSQL's own time for each part of a hybrid search's plan (EXPLAIN ANALYZE, the
+    keyword side inside): the keyword candidates (one GIN scan per word and their quick
+    score: the sub-plan over ``sbert_word``), the exact BM25 of the best of them (the
+    sub-plan over ``sbert_doc``, once per row), the HNSW scan, planning and execution."""
+    lines = plan.splitlines()
+    parts = {"candidates_ms": 0.0, "exact_bm25_ms": 0.0, "rows_rescored": 0, "hnsw_ms": 0.0}
+    for i, line in enumerate(lines):
+        header = line.strip()
+        if "Index Scan using" in line and "hnsw" in line:
+            parts["hnsw_ms"] += _node_ms(line)
+        if not re.fullmatch(r"(InitPlan|SubPlan) \d+", header):
+            continue
+        indent = len(line) - len(line.lstrip())
+        block = []  # the sub-plan's nodes: the lines below it, indented further
+        for below in lines[i + 1 :]:
+            if len(below) - len(below.lstrip()) <= indent:
+                break
+            block.append(below)
+        text = "\n".join(block)
+        if header.startswith("InitPlan") and "sbert_word" in text:
+            parts["candidates_ms"] += _node_ms(block[0])
+        elif header.startswith("SubPlan") and "Subquery Scan on sbert_doc" in block[0]:
+            parts["exact_bm25_ms"] += _node_ms(block[0])
+            parts["rows_rescored"] += int(_NODE_TIMES.search(block[0]).group(2))
+    for name in ("Planning", "Execution"):
+        found = re.search(rf"{name} Time: ([\d.]+) ms", plan)
+        parts[f"{name.lower()}_ms"] = float(found.group(1)) if found else 0.0
+    return parts
+
+
+def report_plan_parts(queries: list, count: int) -> None:
+    """``plan_parts()`` of the default hybrid search over ``count`` claims: each part's median
+    and share of the execution."""
+    Article = article_model()
+
+    list(Article.objects.hybrid_search("warm up the encoder and the connection"))
+    measured = []
+    for _, text, _ in queries[:count]:
+        list(Article.objects.hybrid_search(text)[:CUTOFF])  # the vector cached, plans warm
+        plan = Article.objects.hybrid_search(text)[:CUTOFF].explain(analyze=True)
+        measured.append(plan_parts(plan))
+    medians = {key: float(np.median([m[key] for m in measured])) for key in measured[0]}
+    execution = medians["execution_ms"] or 1.0
+    print(
+        "hybrid with the defaults, PostgreSQL's own time (EXPLAIN ANALYZE), median of "
+        f"{len(measured)} held-out claims:"
+    )
+    for key, value in medians.items():
+        share = ""
+        if key.endswith("_ms") and key not in ("planning_ms", "execution_ms"):
+            share = f" ({100 * value / execution:.0f}% of the execution)"
+        print(f"  {key}: {value:.2f}{share}")
+
+
 def report_defaults(dev: list, held: list, ids: list[str], args: argparse.Namespace) -> None:
     """Quality and latency of each mode with the library's defaults (no tuning): ``--rows``."""
     Article = article_model()
@@ -436,6 +502,14 @@ def main() -> None:
     parser.add_argument(
         "--fusion-families", action="store_true", help="compare RRF and convex fusion, then stop"
     )
+    parser.add_argument(
+        "--plan-parts",
+        type=int,
+        default=0,
+        metavar="N",
+        help="PostgreSQL's time for each part of the default hybrid search over N held-out "
+        "claims (EXPLAIN ANALYZE), then stop",
+    )
     add_json_option(parser)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -472,6 +546,9 @@ def main() -> None:
 
     if args.fusion_families:
         compare_fusion_families(dev, held, ids)
+        return
+    if args.plan_parts:
+        report_plan_parts(held, args.plan_parts)
         return
     if args.rows:
         report_defaults(dev, held, ids, args)
