@@ -109,6 +109,7 @@ class SentenceEncoder(nn.Module):
         # Set by compile_for_inference(): encode goes through torch.compile (built on first use).
         self.compile_requested = False
         self.compile_cache: Path | None = None  # where the single-query graph is kept (aot.py)
+        self.compile_batches = True  # False: batches run eager (a web process's: warmup.warm)
         self._compiled: CompiledTransformer | None = None
         self._compile_lock = threading.Lock()
         # Set by set_query_runtime(): single texts through ONNX Runtime (onnx_query.py).
@@ -270,12 +271,12 @@ class SentenceEncoder(nn.Module):
             torch._dynamo.reset()  # frozen graphs are cached per code object, not per wrapper
         return super().load_state_dict(*args, **kwargs)
 
-    def _inference_transformer(self) -> Any:
-        """The transformer ``encode`` calls: the compiled one when requested, built once.
-
-        Training runs the eager module (no inference mode), so gradients flow as usual.
-        """
-        if not self.compile_requested or not torch.is_inference_mode_enabled():
+    def _inference_transformer(self, batch: bool = False) -> Any:
+        """The transformer ``encode`` calls: the compiled one when requested, built once; the
+        eager module for a ``batch`` unless ``compile_batches``, and for training (no inference
+        mode), so gradients flow as usual."""
+        eager = batch and not getattr(self, "compile_batches", True)
+        if eager or not self.compile_requested or not torch.is_inference_mode_enabled():
             return self.transformer
         compiled = self._compiled
         if compiled is None or compiled.transformer is not self.transformer:
@@ -464,7 +465,7 @@ class SentenceEncoder(nn.Module):
         if graph is not None:
             states = graph(ids, mask)  # (1, seq, hidden), float32
         else:
-            states = self._inference_transformer()(
+            states = self._inference_transformer(batch=ids.shape[0] > 1)(
                 input_ids=ids, attention_mask=mask
             ).last_hidden_state  # (batch, seq, hidden)
         prompt_length = int(features["prompt_length"]) if "prompt_length" in features else 0

@@ -12,8 +12,11 @@ first task of a worker. A process calls ``warm()`` once at start-up (a Celery wo
 
 ``role`` says which shapes to run: one text (``"query"``), a batch of two (``"document"``), or
 ``"both"``; with the compiled path these passes build the graphs (``encoder/compiled.py``), so
-no request or task waits for a compile. ``WarmState.path`` and ``reason`` say which path each
-encoder took and why (``serving.paths``).
+no request or task waits for a compile. A process warmed for queries alone (a web process)
+encodes its few batches (a search page's highlighted sentences, the embed API) in eager mode:
+a frozen batch graph would be built on the first such request, seconds to tens of seconds, and
+again after each promotion, for batches of a page's size that compiling speeds up little.
+``WarmState.path`` and ``reason`` say which path each encoder took and why (``serving.paths``).
 """
 
 from __future__ import annotations
@@ -79,6 +82,7 @@ def warm(names: Iterable[str], role: WarmRole = "both") -> dict[str, WarmState]:
                 results[name] = _keep(name, version, role, started, None, path, reason)
                 continue
             model = encoder_for(current)  # load once, before the passes below time anything
+            compile_batches_for(model, role)
             if role in ("query", "both"):
                 encode_texts(WARM_TEXTS[:1], name, version, role="query")
             if role in ("document", "both"):
@@ -89,6 +93,13 @@ def warm(names: Iterable[str], role: WarmRole = "both") -> dict[str, WarmState]:
             logger.exception("django-sbert: could not warm encoder %r.", name)
         results[name] = _keep(name, version, role, started, error, path, reason)
     return results
+
+
+def compile_batches_for(model: SentenceEncoder, role: WarmRole) -> None:
+    """Whether ``model`` compiles its batches in a process warmed for ``role``: not in one
+    that encodes queries alone (the module docstring says why); single texts keep their
+    compiled graph either way."""
+    model.compile_batches = role != "query"
 
 
 def _keep(

@@ -23,10 +23,10 @@ from django.db import close_old_connections
 
 from ..conf import sbert_settings
 from ..fields import all_embedding_fields
-from .cache import encode_texts
+from .cache import encode_texts, get_encoder
 from .query_client import light
 from .versions import promoting_version, serving_record
-from .warmup import WARM_TEXTS, WarmRole, WarmState, warm, warm_state
+from .warmup import WARM_TEXTS, WarmRole, WarmState, compile_batches_for, warm, warm_state
 from .worker import set_torch_threads, torch_threads
 
 logger = logging.getLogger(__name__)
@@ -114,6 +114,7 @@ def _prewarm_promotion(name: str, role: WarmRole) -> None:
     _prewarmed.add((name, version))  # tried once per version: a failure is logged, not retried
     started = time.perf_counter()
     try:
+        compile_batches_for(get_encoder(name, version), role)
         if role in ("query", "both"):
             encode_texts(WARM_TEXTS[:1], name, version, role="query")
         if role in ("document", "both"):

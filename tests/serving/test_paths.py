@@ -27,6 +27,7 @@ from django_sbert.encoder.onnx_query import OnnxQueryGraph
 from django_sbert.encoder.paths import compiler_available, onnxruntime_missing
 from django_sbert.finetuning import promotion
 from django_sbert.models import EncoderVersion, VersionStatus
+from django_sbert.query.highlight import best_sentences
 from django_sbert.serving import warmup
 from tests.encoder.onnx_graphs import integer_matmuls
 from tests.testapp.models import Article
@@ -206,6 +207,30 @@ def test_a_promoted_version_gets_its_own_onnx_graph(defaults, settings):
     assert isinstance(model._onnx, OnnxQueryGraph)  # exported from the new weights
     np.testing.assert_allclose(vector, tuned.encode(query), atol=1e-6)
     assert not np.allclose(vector, base, atol=1e-3)
+
+
+SENTENCES = ["Central banks raise interest rates.", "The cup final went to penalties."]
+
+
+@pytest.mark.heavy
+@needs_compiler
+@pytest.mark.django_db
+def test_a_web_process_encodes_a_pages_sentences_without_compiling(torch_queries):
+    """A process warmed for queries (a web process) encodes its batches (a search page's
+    highlighted sentences) in eager mode: no request waits for a batch graph."""
+    torch._dynamo.reset()  # as a fresh process: no graph built yet
+    warmup.warm(["default"], role="query")
+    before = graphs()
+    (mark,) = best_sentences("interest rates", [" ".join(SENTENCES)])  # a page's highlights
+    vectors = serving.encode_texts(SENTENCES, role="document")
+    assert mark is not None and graphs() == before  # no batch graph was built
+    eager = SentenceEncoder.load(encoder_config("default")["MODEL"])
+    np.testing.assert_allclose(vectors, eager.encode(SENTENCES), atol=1e-6)
+    # A process warmed for documents (a worker, the query server) compiles its batch graph.
+    warmup.warm(["default"], role="both")
+    assert graphs() == before + 1
+    serving.encode_texts(SENTENCES, role="document")
+    assert graphs() == before + 1
 
 
 @pytest.mark.heavy
