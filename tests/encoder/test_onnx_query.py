@@ -169,7 +169,7 @@ def test_the_graph_is_stored_once_per_set_of_weights_and_loaded_after(
     )
     np.testing.assert_allclose(one_at_a_time(second, TEXTS), tiny_encoder.encode(TEXTS), atol=1e-6)
     assert second._onnx.path == stored and second.query_runtime_failure is None
-    # A server's log says the process had its graph (test_demo_warm reads it).
+    # A server's log says the process had its graph (tests/example/test_demo.py reads it).
     assert f"Loaded the query graph {stored.name}" in caplog.text
     monkeypatch.undo()
 

@@ -7,18 +7,25 @@ each category) so the worker encodes them in seconds. Headless Chromium (Debian'
 filters, follows "More like this", types into the search box and picks a suggestion, logs in
 to the admin with the printed password, and sees the "N of M embedded" notice; the
 screenshots are kept in ``artifacts/screenshots/``.
+
+The first start is in a new folder (its compile cache empty, as on a new host): the demo
+prints its URL only once the first search needs no model load or compile, which the first
+search after the URL checks, and the first page of results once the articles are embedded.
 """
 
 from __future__ import annotations
 
 import re
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import psutil
 import pytest
 
+from django_sbert.encoder.paths import compiler_available
 from tests.example.conftest import ARTIFACTS, DEMO_ARTICLES, DemoProcess, chromium_paths
 
 pytestmark = [pytest.mark.example, pytest.mark.slow]
@@ -26,17 +33,76 @@ pytestmark = [pytest.mark.example, pytest.mark.slow]
 QUERY = "reporters arrested by Pyongyang"
 EXPECTED = "North Korean military detains two American journalists"
 ALL_EMBEDDED = rf"All {DEMO_ARTICLES} articles (are )?embedded"
+# Another text than QUERY's: the browser's first search of QUERY encodes it.
+FIRST_QUERY = "journalists detained in North Korea"
+# The query's graph: torch's compiled one, or ONNX Runtime's where that path encodes queries
+# (a CPU without native bf16: encoder.md, "Which path each process takes").
+GRAPH = re.compile(r"(Built|Loaded) the compiled query graph|(Exported|Loaded) the query graph")
+# Far above a warm encode (milliseconds) even on a loaded machine; far below building the
+# graph (30-40 s on 2 idle cores) or loading the model (seconds).
+FIRST_ENCODE_BOUND_MS = 3000.0
+# The first page with results marks each one's best sentence, a batch encode: under a second
+# eager, where building a batch graph on that request took 13 to 16 s on a fast CPU.
+FIRST_PAGE_BOUND_S = 6.0
+
+
+@dataclass(frozen=True)
+class FirstSearch:
+    """The first search of a new demo, sent as soon as its URL was printed."""
+
+    log_before: str  # the web process's log when the URL was printed
+    page: str  # the search's page
+    log_during: str  # what the web process logged while answering it
+    # once every article is embedded, the first page of results (with their passages marked)
+    results_page: str
+    results_seconds: float  # how long that page took
+
+
+def web_log(run: DemoProcess) -> str:
+    return (run.var_dir / "logs" / "web.log").read_text(errors="replace")
 
 
 @pytest.fixture(scope="module")
-def demo(start_demo) -> DemoProcess:
+def first_run(start_demo) -> tuple[DemoProcess, FirstSearch]:
+    """The demo's first start, in a new folder: its first search, and its first page of
+    results once every article is embedded."""
     run = start_demo()
     run.wait_for(r"Serving at http://", timeout=240)
+    before = web_log(run)
+    query = urllib.parse.urlencode({"q": FIRST_QUERY})
+    with urllib.request.urlopen(f"{run.url}/?{query}", timeout=300) as response:
+        page = response.read().decode()
+    during = web_log(run)[len(before) :]
     run.wait_for(ALL_EMBEDDED, timeout=300)
-    # The web process loads (and compiles) the model on its first search, as demo.py's own
-    # warm-up search does: wait for it, so the browser's page loads time the search alone.
-    urllib.request.urlopen(f"{run.url}/?q=warm+up", timeout=300).close()
-    return run
+    started = time.perf_counter()
+    with urllib.request.urlopen(f"{run.url}/?{query}", timeout=300) as response:
+        results = response.read().decode()
+    return run, FirstSearch(before, page, during, results, time.perf_counter() - started)
+
+
+@pytest.fixture(scope="module")
+def demo(first_run) -> DemoProcess:
+    return first_run[0]
+
+
+def test_the_first_search_after_the_url_is_printed_encodes_on_a_warm_process(first_run) -> None:
+    """The web process logs when it has its query graph and prints "query encoder ready"
+    before it opens its port; the demo prints "Serving at" only once ``sbert/health/``
+    answers 200. The first search's page shows how long encoding the query took in the
+    server: milliseconds, where building the graph on that request would take tens of
+    seconds."""
+    _, first = first_run
+    assert "query encoder ready" in first.log_before, first.log_before[-3000:]
+    if compiler_available():  # the compiled path: its graph was there before the URL
+        assert GRAPH.search(first.log_before), first.log_before[-3000:]
+    encoded = re.search(r"encoding the query\s+([\d.,]+)\s*ms", first.page)
+    assert encoded, first.page[-3000:]
+    assert float(encoded.group(1).replace(",", "")) < FIRST_ENCODE_BOUND_MS
+    assert not GRAPH.search(first.log_during), first.log_during  # nothing built on the request
+    # Once the articles are embedded, the first page of results marks their best sentences
+    # without building anything on the request either.
+    assert 'class="snippet passage"' in first.results_page, first.results_page[-3000:]
+    assert first.results_seconds < FIRST_PAGE_BOUND_S
 
 
 @pytest.fixture(scope="module")
