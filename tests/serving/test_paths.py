@@ -29,7 +29,7 @@ from django_sbert.finetuning import promotion
 from django_sbert.models import EncoderVersion, VersionStatus
 from django_sbert.query.highlight import best_sentences
 from django_sbert.serving import warmup
-from tests.encoder.onnx_graphs import integer_matmuls
+from tests.encoder.onnx_graphs import MeetingSession, integer_matmuls
 from tests.testapp.models import Article
 
 needs_compiler = pytest.mark.skipif(not compiler_available(), reason="no C++ compiler")
@@ -281,22 +281,6 @@ def test_sbert_status_says_which_path_and_why(defaults, settings):
     call_command("sbert_status", "--no-progress", stdout=out)
     assert "encoder 'default': eager float32 (" in out.getvalue()
     assert "COMPILE=False" in out.getvalue()
-
-
-class MeetingSession:
-    """An ONNX Runtime session whose ``run`` waits until ``parties`` calls are inside it at
-    once: a lock around the encode leaves the first caller waiting alone, and it fails
-    (``threading.BrokenBarrierError``) after ``timeout`` seconds."""
-
-    def __init__(self, session: object, parties: int, timeout: float = 30.0) -> None:
-        self.session = session
-        self.barrier = threading.Barrier(parties, timeout=timeout)
-        self.calls = 0
-
-    def run(self, *args: object, **kwargs: object) -> object:
-        self.calls += 1
-        self.barrier.wait()
-        return self.session.run(*args, **kwargs)
 
 
 @pytest.mark.heavy

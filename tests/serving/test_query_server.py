@@ -32,6 +32,7 @@ from django_sbert.serving import (
 )
 from django_sbert.serving.query_client import OK, exchange
 from django_sbert.serving.query_server import QueryServer, server_stats
+from tests.encoder.onnx_graphs import MeetingSession
 from tests.query_server_process import QueryServerProcess
 from tests.testapp.models import Article
 
@@ -230,7 +231,6 @@ def test_the_server_encodes_as_many_queries_at_once_as_its_concurrency(tmp_path)
     one ONNX Runtime session at the same moment; each vector is the one the text gets alone."""
     from django_sbert.conf import encoder_config
     from django_sbert.encoder import SentenceEncoder
-    from tests.serving.test_paths import MeetingSession
 
     model = SentenceEncoder.load(encoder_config("default")["MODEL"], query_runtime="onnxruntime")
     expected = np.stack([model.encode([text], alone=True, threads=1) for text in TEXTS])[:, 0]
