@@ -8,8 +8,9 @@ works too. The REST API's ``events/`` does the same for API clients; both call
     path("sbert/", include("django_sbert.urls"))   # POST sbert/click/
 
 Answers 202 ``{"status": "accepted"}``; 400 for a bad token, kind or dwell time (a message
-saying which; the dwell time, ASCII digits only, is read after the token is checked), 404 when
-the site does not log searches, 429 past the client's rate.
+saying which; the dwell time, ASCII digits only, is read after the token is checked), 413 for
+a body over 4 KB (refused before it is read), 404 when the site does not log searches, 429
+past the client's rate.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.core.exceptions import TooManyFieldsSent
 from django.http import HttpRequest, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
@@ -28,9 +31,14 @@ MAX_BODY = 4096  # a token, a kind and a number: anything longer is not an event
 
 
 def _fields(request: HttpRequest) -> dict[str, Any]:
+    # Django reads a body up to its declared length (none: nothing), so refusing a declared
+    # length over MAX_BODY before ``request.body`` or ``request.POST`` bounds what is read;
+    # left to Django, a body over DATA_UPLOAD_MAX_MEMORY_SIZE would answer its HTML 400 and
+    # log a security error, for anyone to repeat.
+    declared = str(request.META.get("CONTENT_LENGTH") or "")
+    if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY:
+        raise EventRefused(f"The body is over {MAX_BODY} bytes; send a token and a kind.", 413)
     if request.content_type == "application/json":
-        if len(request.body) > MAX_BODY:
-            raise EventRefused(f"The body is over {MAX_BODY} bytes; send a token and a kind.")
         try:
             data = json.loads(request.body or b"{}")
         except ValueError:
@@ -38,7 +46,10 @@ def _fields(request: HttpRequest) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise EventRefused('Send a JSON object: {"token": ..., "kind": "click"}.')
         return data
-    return request.POST.dict()
+    try:
+        return request.POST.dict()
+    except (TooManyFieldsSent, MultiPartParserError):  # Django's HTML 400 and a logged error
+        raise EventRefused("Send a form of token, kind and dwell_ms.") from None
 
 
 @csrf_exempt  # the signed token proves the result was shown; a beacon sends no CSRF header

@@ -10,6 +10,7 @@ import pytest
 
 from django_sbert.api.settings import APISettings
 from django_sbert.serving import encode_texts, encoder_dimensions
+from tests.request_bodies import CountingPayload
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.api.urls")]
 
@@ -174,6 +175,23 @@ def test_oversized_body_without_content_length_is_413(user_client, monkeypatch):
     body = json.dumps({"texts": ["x" * 200]})
     response = user_client.post(URL, body, content_type="application/json", CONTENT_LENGTH="")
     assert response.status_code in (400, 413)  # never read past the limit, never a 500
+
+
+@pytest.mark.parametrize(
+    "megabytes", [2.2, 3.0]
+)  # between the API's 2 MiB and Django's 2.5 MB; over
+def test_a_body_over_the_limit_is_a_json_413_before_any_of_it_is_read(
+    user_client, megabytes, caplog
+):
+    body = json.dumps({"texts": ["x" * int(megabytes * 1024 * 1024)]}).encode()
+    payload = CountingPayload(body)
+    response = user_client.generic(
+        "POST", URL, body, content_type="application/json", **{"wsgi.input": payload}
+    )
+    assert response.status_code == 413
+    assert "limit is 2097152 bytes" in response.json()["detail"]
+    assert payload.read_bytes == 0
+    assert not [r for r in caplog.records if r.name.startswith("django.security")]
 
 
 def test_get_is_405(user_client):

@@ -15,6 +15,7 @@ from django_sbert.feedback import make_token, tokens
 from django_sbert.feedback.tokens import SALT
 from django_sbert.models import SearchEvent, SearchLog
 from tests.feedback.conftest import search_url
+from tests.request_bodies import CountingPayload
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.feedback.urls")]
 
@@ -136,6 +137,41 @@ def test_bad_bodies_get_messages(client, logged):
     assert response.status_code == 400 and "JSON" in response.json()["detail"]
     assert client.get(CLICK).status_code == 405
     assert client.post(CLICK, {"token": token, "dwell_ms": "soon"}).status_code == 400
+    assert not SearchEvent.objects.exists()
+
+
+@pytest.mark.parametrize("url", [EVENTS, CLICK])
+@pytest.mark.parametrize("content_type", ["application/json", "application/x-www-form-urlencoded"])
+def test_a_visitors_large_body_is_a_json_413_before_any_of_it_is_read(
+    client, logged, url, content_type, caplog
+):
+    """Anyone can post events: a body over Django's own bound (2.5 MB) must not be read, nor
+    answer Django's HTML 400 with a security error logged, which a script could repeat."""
+    token = logged["results"][0]["click_token"]
+    if content_type == "application/json":
+        body = json.dumps({"token": token, "kind": "click", "pad": "x" * 3_000_000}).encode()
+    else:
+        body = f"token={token}&kind=click&pad={'x' * 3_000_000}".encode()
+    payload = CountingPayload(body)
+    response = client.generic(
+        "POST", url, body, content_type=content_type, **{"wsgi.input": payload}
+    )
+    assert response.status_code == 413
+    assert response["Content-Type"].startswith("application/json")
+    assert "body" in response.json()["detail"].lower()
+    assert payload.read_bytes == 0
+    assert not [r for r in caplog.records if r.name.startswith("django.security")]
+    assert not SearchEvent.objects.exists()
+
+
+@pytest.mark.parametrize("url", [EVENTS, CLICK])
+def test_a_form_of_too_many_fields_is_a_json_400(client, logged, url, caplog):
+    response = client.post(
+        url, "a&" * 2000, content_type="application/x-www-form-urlencoded"
+    )  # 4,000 bytes, 2,000 fields: over Django's DATA_UPLOAD_MAX_NUMBER_FIELDS
+    assert response.status_code == 400
+    assert response["Content-Type"].startswith("application/json")
+    assert not [r for r in caplog.records if r.name.startswith("django.security")]
     assert not SearchEvent.objects.exists()
 
 
