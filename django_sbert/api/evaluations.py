@@ -26,6 +26,7 @@ from .finetuning import document
 from .pagination import SearchPagination
 from .parsers import BoundedJSONParser
 from .schema import OpenApiParameter, OpenApiTypes, error_responses, schema_class
+from .serializers import NoUnknownKeysMixin
 
 
 class EvaluationSerializer(serializers.ModelSerializer):
@@ -37,7 +38,7 @@ class EvaluationSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class EvaluateRequestSerializer(serializers.Serializer):
+class EvaluateRequestSerializer(NoUnknownKeysMixin, serializers.Serializer):
     list = serializers.CharField(help_text="The judgment list's name.")
     version = serializers.CharField(
         required=False,
@@ -49,8 +50,9 @@ class EvaluateRequestSerializer(serializers.Serializer):
         child=serializers.ChoiceField(choices=MODES),
         required=False,
         allow_null=True,
+        allow_empty=False,
         default=None,
-        help_text="Search modes; default: every mode the list's field can do.",
+        help_text="Search modes; default (or null): every mode the list's field can do.",
     )
     store = serializers.BooleanField(default=True, help_text="Store the evaluations.")
 

@@ -45,6 +45,7 @@ from .schema import (
     extend_schema_field,
     schema_class,
 )
+from .serializers import NoUnknownKeysMixin
 
 
 class Conflict(APIException):
@@ -113,7 +114,7 @@ class TrainingViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
 # -- pairs/ ---------------------------------------------------------------------------------
 
 
-class TrainingPairSerializer(serializers.ModelSerializer):
+class TrainingPairSerializer(NoUnknownKeysMixin, serializers.ModelSerializer):
     class Meta:
         model = TrainingPair
         fields = [
@@ -259,7 +260,7 @@ class TrainingRunSerializer(StoredErrorMixin, serializers.ModelSerializer):
         return version.first()
 
 
-class TrainingRunRequestSerializer(serializers.Serializer):
+class TrainingRunRequestSerializer(NoUnknownKeysMixin, serializers.Serializer):
     encoder = serializers.CharField(default="default", max_length=100)
     pairs = serializers.ListField(
         child=serializers.IntegerField(min_value=1),
@@ -348,7 +349,8 @@ class TrainingRunViewSet(
         except ImproperlyConfigured as exc:  # an encoder name that is not configured
             raise ValidationError({"encoder": [str(exc)]}) from exc
         except LookupError as exc:  # content names no model or field with embeddings
-            raise ValidationError({"content": [str(exc).strip("'\"")]}) from exc
+            # args[0]: the message as written (str() of a KeyError would quote it)
+            raise ValidationError({"content": [str(exc.args[0] if exc.args else exc)]}) from exc
         except RunConflict as exc:
             raise Conflict(str(exc)) from exc
         return Response(
@@ -427,7 +429,7 @@ class EncoderVersionSerializer(StoredErrorMixin, serializers.ModelSerializer):
         extra_kwargs = {"promotion_error": {"help_text": ERROR_HELP}}
 
 
-class PromoteRequestSerializer(serializers.Serializer):
+class PromoteRequestSerializer(NoUnknownKeysMixin, serializers.Serializer):
     force = serializers.BooleanField(
         default=False,
         help_text="Promote even if the gate refuses: a worse candidate, or one it could not "

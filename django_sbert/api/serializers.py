@@ -375,7 +375,7 @@ class SuggestQuerySerializer(serializers.Serializer):
         cap(
             self.fields["q"],
             limit,
-            f"q is longer than {limit} characters ; suggestions are for a search box: search/ "
+            f"q is longer than {limit} characters; suggestions are for a search box: search/ "
             "takes longer texts.",
         )
 

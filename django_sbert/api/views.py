@@ -20,7 +20,6 @@ from typing import Any
 from rest_framework import serializers, status
 from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.generics import GenericAPIView, get_object_or_404
-from rest_framework.parsers import FormParser
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -38,7 +37,7 @@ from ..query.fallback import DEGRADED, from_keywords
 from ..serving import encode_texts
 from .errors import ServiceErrorsMixin
 from .pagination import SearchPagination
-from .parsers import BoundedJSONParser
+from .parsers import BoundedFormParser, BoundedJSONParser
 from .registry import NotRegistered, SearchEntry, registry
 from .schema import (
     OpenApiParameter,
@@ -195,19 +194,15 @@ class SemanticResultsView(ServiceErrorsMixin, GenericAPIView):
     def embedding_field_name(self, name: str | None) -> str | None:
         """Validate ``?field=`` against the model's EmbeddingFields."""
         fields = [f.name for f in self.get_entry().embedding_fields]
+        names = ", ".join(fields)
         if name is None:
             if len(fields) > 1:
-                raise ValidationError(
-                    {
-                        "field": f"This model has several EmbeddingFields; pass ?field= one of: "
-                        f"{', '.join(fields)}."
-                    }
-                )
+                message = f"This model has several EmbeddingFields; pass ?field= one of: {names}."
+                raise ValidationError({"field": [message]})
             return None
         if name not in fields:
-            raise ValidationError(
-                {"field": f"Unknown EmbeddingField {name!r}; this model has: {', '.join(fields)}."}
-            )
+            message = f"Unknown EmbeddingField {name!r}; this model has: {names}."
+            raise ValidationError({"field": [message]})
         return name
 
     def results_response(self, queryset: SemanticQuerySet, k: int) -> Response:
@@ -277,16 +272,12 @@ class SearchAPIView(SemanticResultsView):
     def get_model_label(self) -> str:
         label = self.request.query_params.get("model", "").strip()
         if not label:
-            raise ValidationError(
-                {
-                    "model": "Pass ?model=app_label.model_name of a searchable model."
-                    + self.searchable_models_hint()
-                }
-            )
+            message = "Pass ?model=app_label.model_name of a searchable model."
+            raise ValidationError({"model": [message + self.searchable_models_hint()]})
         return label
 
     def model_not_found(self, exc: NotRegistered) -> APIException:
-        return ValidationError({"model": self.unknown_model_message(exc)})
+        return ValidationError({"model": [self.unknown_model_message(exc)]})
 
     _started: float = 0.0
     _searched: dict[str, Any] | None = None
@@ -579,7 +570,7 @@ class EventView(GenericAPIView):
     permission_classes: list[Any] = []
     throttle_classes: list[Any] = []
     serializer_class = EventRequestSerializer
-    parser_classes = [BoundedJSONParser, FormParser]  # FormParser: navigator.sendBeacon
+    parser_classes = [BoundedJSONParser, BoundedFormParser]  # a form: navigator.sendBeacon
     schema = schema_class()
 
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:

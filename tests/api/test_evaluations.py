@@ -75,3 +75,7 @@ def test_not_stored_when_asked_and_errors_say_what_to_change(client_as, news):
     assert bad.status_code == 400 and "cannot search by 'passages'" in str(bad.json())
     unknown = client.post(URL, {"list": "news", "version": "nope"}, format="json")
     assert unknown.status_code == 400 and "no version 'nope'" in str(unknown.json())
+    typo = client.post(URL, {"list": "news", "mode": ["keyword"], "store": False}, format="json")
+    assert typo.status_code == 400 and "Unknown field" in str(typo.json()["mode"])
+    empty = client.post(URL, {"list": "news", "modes": [], "store": False}, format="json")
+    assert empty.status_code == 400 and "modes" in empty.json()

@@ -175,6 +175,7 @@ def test_pairs_create_one_or_many_list_filter_and_delete(roles):
         ({"text_a": "a", "text_b": "b", "score": 1.5}, "score"),
         ({"text_a": "a", "text_b": "b", "split": "test"}, "split"),
         ({"text_a": ["a"], "text_b": "b"}, "text_a"),
+        ({"text_a": "a", "text_b": "b", "lable": 1}, "lable"),
     ],
 )
 def test_bad_pairs_are_400_naming_the_field(roles, body, field):
@@ -204,6 +205,8 @@ def test_a_list_with_one_bad_pair_saves_nothing(roles):
         ({"content": "testapp.Article.embedding", "pairs": [1]}, "either content or pairs"),
         ({"encoder": "nope"}, "nope"),
         ({"loss": "cosine"}, "score"),  # positive pairs have no score to regress to
+        ({"pair": [1]}, "Unknown field"),  # a typo of pairs: not a run on every pair
+        ({"epoch": 2}, "Unknown field"),
     ],
 )
 def test_bad_runs_are_400_and_queue_nothing(roles, pairs, body, message):
@@ -234,6 +237,14 @@ def test_force_is_for_superusers_only(roles, version):
         f"{API}/encoder-versions/{version.pk}/promote/", {"force": True}, format="json"
     )
     assert response.status_code == 403
+    assert EncoderVersion.objects.get(pk=version.pk).status == "candidate"
+
+
+def test_an_unknown_promote_option_is_400_and_promotes_nothing(roles, version):
+    response = _client(roles["superuser"]).post(
+        f"{API}/encoder-versions/{version.pk}/promote/", {"froce": True}, format="json"
+    )
+    assert response.status_code == 400 and "froce" in response.json()
     assert EncoderVersion.objects.get(pk=version.pk).status == "candidate"
 
 
@@ -330,7 +341,9 @@ def test_unknown_content_target_is_400(roles, content, message):
         f"{API}/training-runs/", {"content": content}, format="json"
     )
     assert response.status_code == 400, response.content
-    assert message in response.content.decode()
+    (text,) = response.json()["content"]
+    assert message in text
+    assert text.count("'") % 2 == 0, text  # names quoted whole, none cut
 
 
 def _unmeasured_candidate(route: str, pairs: list[TrainingPair]) -> EncoderVersion:

@@ -382,6 +382,9 @@ def test_api_search_modes_and_who_may_do_what(demo: DemoProcess) -> None:
     assert status == 200 and "text/css" in headers.get("Content-Type", ""), headers
     status, _, _ = _http_raw(demo, "/no-such-page/")
     assert status == 404
+    # A keyword search of stop words finds nothing, and the page does not blame embeddings.
+    status, page, _ = _http_raw(demo, "/?q=the+and+of&mode=keyword")
+    assert status == 200 and b"No article holds these words." in page, page[-2000:]
 
 
 def test_anonymous_api_searches_are_rate_limited(demo: DemoProcess) -> None:
