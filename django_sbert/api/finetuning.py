@@ -32,7 +32,7 @@ from ..finetuning.options import (
     Hyperparameters,
     adapt_hyperparameters,
 )
-from ..models import EncoderVersion, TrainingPair, TrainingRun, VersionStatus
+from ..models import SPLITS, EncoderVersion, TrainingPair, TrainingRun, VersionStatus
 from .errors import ServiceErrorsMixin
 from .pagination import SearchPagination
 from .parsers import BoundedJSONParser
@@ -111,6 +111,15 @@ class TrainingViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
     change_actions: tuple[str, ...] = ()
 
 
+def choice_param(request: Request, name: str, choices: list[str]) -> str | None:
+    """``?name=``, one of ``choices``, or None when absent; 400 naming them otherwise (a
+    misspelt filter would list nothing, as if there were nothing)."""
+    value = request.query_params.get(name)
+    if value and value not in choices:
+        raise ValidationError({name: [f"{value!r} is not one of: {', '.join(choices)}."]})
+    return value or None
+
+
 # -- pairs/ ---------------------------------------------------------------------------------
 
 
@@ -160,10 +169,12 @@ class TrainingPairViewSet(
 
     def get_queryset(self) -> Any:
         queryset = TrainingPair.objects.order_by("-id")
-        for name in ("split", "source"):
-            value = self.request.query_params.get(name)
-            if value:
-                queryset = queryset.filter(**{name: value})
+        split = choice_param(self.request, "split", [value for value, _ in SPLITS])
+        if split:
+            queryset = queryset.filter(split=split)
+        source = self.request.query_params.get("source")
+        if source:
+            queryset = queryset.filter(source=source)
         return queryset
 
     @document(
@@ -447,7 +458,7 @@ class EncoderVersionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tr
 
     def get_queryset(self) -> Any:
         queryset = EncoderVersion.objects.select_related("run").order_by("-id")
-        value = self.request.query_params.get("status") if self.request else None
+        value = choice_param(self.request, "status", VersionStatus.values) if self.request else None
         if value:
             queryset = queryset.filter(status=value)
         return queryset

@@ -162,6 +162,8 @@ def test_pairs_create_one_or_many_list_filter_and_delete(roles):
     listed = client.get(f"{API}/pairs/?source=faq&split=eval").json()
     assert [row["text_a"] for row in listed["results"]] == ["the vote"]
     assert client.get(f"{API}/pairs/?page_size=2").json()["count"] == 3
+    misspelt = client.get(f"{API}/pairs/?split=evl")  # not an empty list, as if none
+    assert misspelt.status_code == 400 and "train, eval" in misspelt.json()["split"][0]
     pk = one.json()["id"]
     assert client.delete(f"{API}/pairs/{pk}/").status_code == 204
     assert not TrainingPair.objects.filter(pk=pk).exists()
@@ -316,6 +318,7 @@ def test_workflow_train_promote_rollback(roles, settings, django_capture_on_comm
     assert encoder_version("default") == base  # nothing switches before the vectors are ready
     promotion.run_promotion(candidate.pk)  # what the promotion task does
     listed = client.get(f"{API}/encoder-versions/?status=active").json()["results"]
+    assert client.get(f"{API}/encoder-versions/?status=actve").status_code == 400
     assert [row["version"] for row in listed] == [candidate.version]
     assert encoder_version("default") == candidate.version
     stored = np.array(Article.objects.get(pk=articles[0].pk).embedding)
