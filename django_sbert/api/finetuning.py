@@ -169,22 +169,23 @@ class TrainingPairViewSet(
 
     def get_queryset(self) -> Any:
         queryset = TrainingPair.objects.order_by("-id")
-        split = choice_param(self.request, "split", [value for value, _ in SPLITS])
-        if split:
-            queryset = queryset.filter(split=split)
-        source = self.request.query_params.get("source")
-        if source:
-            queryset = queryset.filter(source=source)
+        if self.action != "list":  # the filters are the list's (checked by list())
+            return queryset
+        for name in ("split", "source"):
+            value = self.request.query_params.get(name)
+            if value:
+                queryset = queryset.filter(**{name: value})
         return queryset
 
     @document(
         parameters=[
-            OpenApiParameter("split", OpenApiTypes.STR, enum=["train", "eval"]),
+            OpenApiParameter("split", OpenApiTypes.STR, enum=[value for value, _ in SPLITS]),
             OpenApiParameter("source", OpenApiTypes.STR),
         ],
-        responses={200: TrainingPairSerializer(many=True), **_errors(403, 404)},
+        responses={200: TrainingPairSerializer(many=True), **_errors(400, 403, 404)},
     )
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        choice_param(request, "split", [value for value, _ in SPLITS])  # after the permissions
         return super().list(request, *args, **kwargs)
 
     @document(responses={200: TrainingPairSerializer, **_errors(403, 404)})
@@ -458,16 +459,19 @@ class EncoderVersionViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Tr
 
     def get_queryset(self) -> Any:
         queryset = EncoderVersion.objects.select_related("run").order_by("-id")
-        value = choice_param(self.request, "status", VersionStatus.values) if self.request else None
+        if self.request is None or self.action != "list":  # the list's filter (list() checks it)
+            return queryset
+        value = self.request.query_params.get("status")
         if value:
             queryset = queryset.filter(status=value)
         return queryset
 
     @document(
         parameters=[OpenApiParameter("status", OpenApiTypes.STR, enum=VersionStatus.values)],
-        responses={200: EncoderVersionSerializer(many=True), **_errors(403, 404)},
+        responses={200: EncoderVersionSerializer(many=True), **_errors(400, 403, 404)},
     )
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        choice_param(request, "status", VersionStatus.values)  # after the permissions
         return super().list(request, *args, **kwargs)
 
     @document(responses={200: EncoderVersionSerializer, **_errors(403, 404)})

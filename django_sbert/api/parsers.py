@@ -2,10 +2,12 @@
 
 The bound holds while reading: a body declared larger is refused before any of it is read, and
 one without a length is read to one byte past the limit at most. That is why these are not
-subclasses of DRF's ``JSONParser`` and ``FormParser``: DRF reads the whole ``request.body`` for
-those before their ``parse()`` runs, so a body of up to Django's DATA_UPLOAD_MAX_MEMORY_SIZE
-(2.5 MB) would be read first, and a larger one would end as Django's HTML "Bad Request" with a
-``django.security`` error logged, which anyone who can reach the click endpoint could repeat.
+subclasses of DRF's ``JSONParser`` and ``FormParser``: recent DRF releases read the whole
+``request.body`` for those before their ``parse()`` runs, so a body of up to Django's
+DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB) would be read first, and a larger one would end as
+Django's HTML "Bad Request" with a ``django.security`` error logged, which anyone who can reach
+the click endpoint could repeat. As with DRF's parsers before those releases, the body is read
+from the stream: ``request.body`` is not available after ``request.data``.
 """
 
 from __future__ import annotations
@@ -32,17 +34,31 @@ class RequestBodyTooLarge(APIException):
     default_code = "request_too_large"
 
 
-def read_bounded(stream: IO[bytes] | None, parser_context: Mapping[str, Any] | None) -> bytes:
-    """The body, at most MAX_BODY_BYTES of it (+1 read to tell "too large" from "exactly");
-    413 when it is larger or declares itself larger."""
+def declared_length(meta: Mapping[str, Any]) -> int:
+    """``CONTENT_LENGTH`` as Django reads it (``int()``; absent or unreadable: 0)."""
+    try:
+        return max(int(meta.get("CONTENT_LENGTH") or 0), 0)
+    except ValueError:
+        return 0
+
+
+def body_limit() -> int:
+    """MAX_BODY_BYTES, or Django's DATA_UPLOAD_MAX_MEMORY_SIZE where a site set it lower."""
     limit = int(api_settings.MAX_BODY_BYTES)
+    django_limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return limit if django_limit is None else min(limit, int(django_limit))
+
+
+def read_bounded(stream: IO[bytes] | None, parser_context: Mapping[str, Any] | None) -> bytes:
+    """The body, at most ``body_limit()`` bytes of it (+1 read to tell "too large" from
+    "exactly"); 413 when it is larger or declares itself larger."""
+    limit = body_limit()
     message = (
         f"Request body too large: the limit is {limit} bytes "
         "(api_settings.MAX_BODY_BYTES). Send fewer or shorter texts per request."
     )
     request = (parser_context or {}).get("request")
-    declared = request.META.get("CONTENT_LENGTH") if request is not None else None
-    if declared and str(declared).isdigit() and int(declared) > limit:
+    if request is not None and declared_length(request.META) > limit:
         raise RequestBodyTooLarge(message)  # refuse before reading anything
     data = stream.read(limit + 1) if stream is not None else b""
     if len(data) > limit:
@@ -82,6 +98,8 @@ class BoundedJSONParser(BaseParser):
             return json.loads(text, parse_constant=parse_constant)
         except ValueError as exc:  # UnicodeDecodeError is one
             raise ParseError(f"JSON parse error - {exc}") from exc
+        except RecursionError as exc:  # "[[[[...": a 400, not a 500 with a traceback logged
+            raise ParseError("JSON parse error - nested too deeply.") from exc
 
 
 class BoundedFormParser(BaseParser):

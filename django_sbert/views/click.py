@@ -9,18 +9,19 @@ works too. The REST API's ``events/`` does the same for API clients; both call
 
 Answers 202 ``{"status": "accepted"}``; 400 for a bad token, kind or dwell time (a message
 saying which; the dwell time, ASCII digits only, is read after the token is checked), 413 for
-a body over 4 KB (refused before it is read), 404 when the site does not log searches, 429
+a body over 4 KB (never read past that), 404 when the site does not log searches, 429
 past the client's rate.
 """
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
 from django.core.exceptions import TooManyFieldsSent
-from django.http import HttpRequest, JsonResponse
-from django.http.multipartparser import MultiPartParserError
+from django.http import HttpRequest, JsonResponse, QueryDict
+from django.http.multipartparser import MultiPartParser, MultiPartParserError
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
@@ -30,26 +31,44 @@ from ..feedback import record_event
 MAX_BODY = 4096  # a token, a kind and a number: anything longer is not an event
 
 
+def _body(request: HttpRequest) -> bytes:
+    """The body, at most MAX_BODY bytes of it: 413 for a body whose length says it is larger
+    (before any of it is read) or that turns out larger (a chunked body under ASGI has no
+    length). Not ``request.body``, which would read up to DATA_UPLOAD_MAX_MEMORY_SIZE and
+    answer a larger body with Django's HTML 400 and a logged security error, for anyone to
+    repeat."""
+    too_large = EventRefused(f"The body is over {MAX_BODY} bytes; send a token and a kind.", 413)
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > MAX_BODY:
+        raise too_large
+    body = request.read(MAX_BODY + 1)
+    if len(body) > MAX_BODY:
+        raise too_large
+    return body
+
+
 def _fields(request: HttpRequest) -> dict[str, Any]:
-    # Django reads a body up to its declared length (none: nothing), so refusing a declared
-    # length over MAX_BODY before ``request.body`` or ``request.POST`` bounds what is read;
-    # left to Django, a body over DATA_UPLOAD_MAX_MEMORY_SIZE would answer its HTML 400 and
-    # log a security error, for anyone to repeat.
-    declared = str(request.META.get("CONTENT_LENGTH") or "")
-    if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY:
-        raise EventRefused(f"The body is over {MAX_BODY} bytes; send a token and a kind.", 413)
+    body = _body(request)
     if request.content_type == "application/json":
         try:
-            data = json.loads(request.body or b"{}")
-        except ValueError:
+            data = json.loads(body or b"{}")
+        except (ValueError, RecursionError):  # RecursionError: "[[[[..."
             raise EventRefused("The body is not valid JSON.") from None
         if not isinstance(data, dict):
             raise EventRefused('Send a JSON object: {"token": ..., "kind": "click"}.')
         return data
     try:
-        return request.POST.dict()
-    except (TooManyFieldsSent, MultiPartParserError):  # Django's HTML 400 and a logged error
+        if request.content_type == "multipart/form-data":
+            handlers = request.upload_handlers
+            form, _ = MultiPartParser(request.META, io.BytesIO(body), handlers).parse()
+        else:  # clicks.js: URLSearchParams, urlencoded
+            form = QueryDict(body, encoding=request.encoding)
+    except (TooManyFieldsSent, MultiPartParserError, LookupError, UnicodeError):
         raise EventRefused("Send a form of token, kind and dwell_ms.") from None
+    return form.dict()
 
 
 @csrf_exempt  # the signed token proves the result was shown; a beacon sends no CSRF header

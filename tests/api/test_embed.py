@@ -194,6 +194,13 @@ def test_a_body_over_the_limit_is_a_json_413_before_any_of_it_is_read(
     assert not [r for r in caplog.records if r.name.startswith("django.security")]
 
 
+def test_a_lower_django_body_limit_is_kept(user_client, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    response = post(user_client, {"texts": ["x" * 2000]})
+    assert response.status_code == 413 and "limit is 1000 bytes" in response.json()["detail"]
+    assert post(user_client, {"texts": ["x" * 10]}).status_code == 200
+
+
 def test_get_is_405(user_client):
     assert user_client.get(URL).status_code == 405
 

@@ -164,6 +164,8 @@ def test_pairs_create_one_or_many_list_filter_and_delete(roles):
     assert client.get(f"{API}/pairs/?page_size=2").json()["count"] == 3
     misspelt = client.get(f"{API}/pairs/?split=evl")  # not an empty list, as if none
     assert misspelt.status_code == 400 and "train, eval" in misspelt.json()["split"][0]
+    assert _client(roles["staff"]).get(f"{API}/pairs/?split=evl").status_code == 403  # perms first
+    assert client.get(f"{API}/pairs/{one.json()['id']}/?split=evl").status_code == 200  # list only
     pk = one.json()["id"]
     assert client.delete(f"{API}/pairs/{pk}/").status_code == 204
     assert not TrainingPair.objects.filter(pk=pk).exists()

@@ -164,6 +164,36 @@ def test_a_visitors_large_body_is_a_json_413_before_any_of_it_is_read(
     assert not SearchEvent.objects.exists()
 
 
+def test_a_click_without_a_length_is_read_to_its_bound_only(logged):
+    """Under ASGI a chunked body has no Content-Length and Django hands the view all of it:
+    sbert/click/ still reads one byte past its 4 KB, then answers 413."""
+    from django.core.handlers.asgi import ASGIRequest
+
+    from django_sbert.views.click import MAX_BODY, click
+
+    token = logged["results"][0]["click_token"]
+    payload = CountingPayload(json.dumps({"token": token, "pad": "x" * 100_000}).encode())
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": CLICK,
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json")],  # no content-length
+    }
+    response = click(ASGIRequest(scope, payload))
+    assert response.status_code == 413
+    assert payload.read_bytes == MAX_BODY + 1
+    assert not SearchEvent.objects.exists()
+
+
+@pytest.mark.parametrize("url", [EVENTS, CLICK])
+def test_json_nested_too_deeply_is_a_json_400(client, logged, url, caplog):
+    response = client.post(url, "[" * 4000, content_type="application/json")
+    assert response.status_code == 400
+    assert response["Content-Type"].startswith("application/json")
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
 @pytest.mark.parametrize("url", [EVENTS, CLICK])
 def test_a_form_of_too_many_fields_is_a_json_400(client, logged, url, caplog):
     response = client.post(
