@@ -111,6 +111,9 @@ class TrainingViewSet(ServiceErrorsMixin, viewsets.GenericViewSet):
     change_actions: tuple[str, ...] = ()
 
 
+SPLIT_VALUES = [value for value, _ in SPLITS]  # pairs/?split=
+
+
 def choice_param(request: Request, name: str, choices: list[str]) -> str | None:
     """``?name=``, one of ``choices``, or None when absent; 400 naming them otherwise (a
     misspelt filter would list nothing, as if there were nothing)."""
@@ -179,13 +182,13 @@ class TrainingPairViewSet(
 
     @document(
         parameters=[
-            OpenApiParameter("split", OpenApiTypes.STR, enum=[value for value, _ in SPLITS]),
+            OpenApiParameter("split", OpenApiTypes.STR, enum=SPLIT_VALUES),
             OpenApiParameter("source", OpenApiTypes.STR),
         ],
         responses={200: TrainingPairSerializer(many=True), **_errors(400, 403, 404)},
     )
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        choice_param(request, "split", [value for value, _ in SPLITS])  # after the permissions
+        choice_param(request, "split", SPLIT_VALUES)  # after the permissions
         return super().list(request, *args, **kwargs)
 
     @document(responses={200: TrainingPairSerializer, **_errors(403, 404)})
